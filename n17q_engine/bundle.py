@@ -1,0 +1,330 @@
+"""Reading and validating a run bundle (`n17q.run-bundle/1`), one line at a time.
+
+Nothing here stores anything: the reader yields validated events so the caller can write them in
+batches inside one transaction, and every refusal is a `BundleError` naming the file, line and field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from . import vocabulary as v
+from .canonical import is_digest
+
+# A line longer than this is refused rather than parsed: no event needs it, and it bounds memory.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+MAX_EVENTS = 2_000_000
+MANIFEST_MAX_BYTES = 64 * 1024 * 1024
+
+
+class BundleError(ValueError):
+    """A bundle was refused. `str()` is one line a person can act on."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None, field: str | None = None):
+        self.file, self.line, self.field, self.reason = file, line, field, message
+        where = []
+        if file:
+            where.append(file if line is None else f"{file} line {line}")
+        if field:
+            where.append(f"field {field}")
+        super().__init__((": ".join([", ".join(where), message])) if where else message)
+
+
+@dataclass(frozen=True, slots=True)
+class BlobEntry:
+    digest: str
+    media_type: str
+    size: int
+    role: str
+    retention: str
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    run: dict[str, Any]
+    blobs: dict[str, BlobEntry]
+
+
+def parse_iso(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise TypeError("not a string")
+    text = value[:-1] + "+00:00" if value.endswith("Z") else value
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        raise ValueError("no timezone")
+    return parsed
+
+
+def _type_ok(value: Any, type_: str) -> bool:
+    if type_ == v.ANY:
+        return True
+    if type_ == v.STR:
+        return isinstance(value, str)
+    if type_ == v.INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_ == v.NUMBER:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if type_ == v.BOOL:
+        return isinstance(value, bool)
+    if type_ == v.LIST:
+        return isinstance(value, list)
+    if type_ == v.DICT:
+        return isinstance(value, dict)
+    raise AssertionError(type_)
+
+
+def check_field(value: Any, spec: v.Field, *, name: str, err: Any) -> None:
+    if value is None:
+        if not spec.nullable:
+            raise err(name, "must not be null")
+        return
+    if not _type_ok(value, spec.type):
+        raise err(name, f"must be {spec.type}, got {type(value).__name__}")
+    if spec.enum is not None and value not in spec.enum:
+        if not any(isinstance(value, str) and value.startswith(p) and len(value) > len(p) for p in spec.prefixes):
+            allowed = " | ".join(spec.enum + tuple(p + "<name>" for p in spec.prefixes))
+            raise err(name, f"{value!r} is not one of {allowed}")
+    if spec.items is not None:
+        for i, item in enumerate(value):
+            if not _type_ok(item, spec.items):
+                raise err(f"{name}[{i}]", f"must be {spec.items}, got {type(item).__name__}")
+
+
+def parse_manifest(raw: bytes, *, file: str = "manifest.json") -> Manifest:
+    def err(field: str | None, message: str) -> BundleError:
+        return BundleError(message, file=file, field=field)
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise err(None, f"invalid UTF-8 at byte {exc.start}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise err(None, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise err(None, "must be a JSON object")
+    fmt = data.get("format")
+    if fmt != v.BUNDLE_FORMAT:
+        raise err("format", f"unknown format {fmt!r}; this console reads {v.BUNDLE_FORMAT}")
+    run = data.get("run")
+    if not isinstance(run, dict):
+        raise err("run", "must be an object")
+    validate_run(run, err)
+    blobs_raw = data.get("blobs", {})
+    if not isinstance(blobs_raw, dict):
+        raise err("blobs", "must be an object keyed by digest")
+    blobs: dict[str, BlobEntry] = {}
+    for digest, meta in blobs_raw.items():
+        where = f"blobs.{digest}"
+        if not is_digest(digest):
+            raise err(where, "key must be sha256:<64 lowercase hex>")
+        if not isinstance(meta, dict):
+            raise err(where, "must be an object")
+        size = meta.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise err(f"{where}.size", "must be a non-negative integer")
+        for key in ("media_type", "role", "retention"):
+            if not isinstance(meta.get(key), str):
+                raise err(f"{where}.{key}", "must be a string")
+        blobs[digest] = BlobEntry(digest, meta["media_type"], size, meta["role"], meta["retention"])
+    return Manifest(run=run, blobs=blobs)
+
+
+def validate_run(run: dict[str, Any], err: Any) -> None:
+    def need(key: str, type_: type | tuple[type, ...], *, nullable: bool = False) -> Any:
+        value = run.get(key)
+        if value is None and nullable:
+            return None
+        if not isinstance(value, type_) or isinstance(value, bool):
+            raise err(f"run.{key}", "is required" if key not in run else f"has the wrong type ({type(value).__name__})")
+        return value
+
+    run_id = need("id", str)
+    if not run_id or len(run_id) > 200 or any(c.isspace() for c in run_id) or "/" in run_id:
+        raise err("run.id", "must be 1-200 characters without spaces or '/'")
+    task = need("task", dict)
+    if not isinstance(task.get("id"), str):
+        raise err("run.task.id", "must be a string")
+    if "revision" not in task:
+        raise err("run.task.revision", "is required")
+    env = need("environment", str)
+    if env not in v.ENVIRONMENTS:
+        raise err("run.environment", f"{env!r} is not one of {' | '.join(v.ENVIRONMENTS)}")
+    mode = need("mode", str)
+    if mode not in v.MODES:
+        raise err("run.mode", f"{mode!r} is not one of {' | '.join(v.MODES)}")
+    scenario = need("scenario", dict, nullable=True)
+    if scenario is not None and not isinstance(scenario.get("name"), str):
+        raise err("run.scenario.name", "must be a string")
+    model = need("model", dict)
+    for key in ("name", "version"):
+        if not isinstance(model.get(key), str):
+            raise err(f"run.model.{key}", "must be a string")
+    need("policy_revision", str)
+    try:
+        parse_iso(need("created_at", str))
+    except ValueError:
+        raise err("run.created_at", "must be an ISO-8601 time with a timezone") from None
+    need("parent_run", str, nullable=True)
+    isolation = run.get("isolation")
+    if isolation is not None and isolation not in v.ISOLATION_LEVELS:
+        raise err("run.isolation", f"{isolation!r} is not one of {' | '.join(v.ISOLATION_LEVELS)}")
+
+
+def validate_event(obj: Any, *, line: int, file: str = "events.jsonl") -> dict[str, Any]:
+    """Check one decoded event against the vocabulary and return it."""
+
+    def err(field: str | None, message: str) -> BundleError:
+        return BundleError(message, file=file, line=line, field=field)
+
+    if not isinstance(obj, dict):
+        raise err(None, "an event must be a JSON object")
+    seq = obj.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise err("seq", "must be an integer")
+    event_id = obj.get("id")
+    if not isinstance(event_id, str) or not event_id or len(event_id) > 200:
+        raise err("id", "must be a non-empty string of at most 200 characters")
+    kind = obj.get("kind")
+    if not isinstance(kind, str):
+        raise err("kind", "must be a string")
+    spec = v.KINDS.get(kind)
+    if spec is None:
+        raise err("kind", f"unknown kind {kind!r}")
+    at = obj.get("at")
+    if not isinstance(at, dict):
+        raise err("at", "must be an object {logical, wall}")
+    for clock in ("logical", "wall"):
+        try:
+            parse_iso(at.get(clock))
+        except (TypeError, ValueError):
+            raise err(f"at.{clock}", "must be an ISO-8601 time with a timezone") from None
+    if "attempt" not in obj:
+        raise err("attempt", "is required (an attempt id or null)")
+    attempt = obj["attempt"]
+    if attempt is not None and not (isinstance(attempt, str) and attempt):
+        raise err("attempt", "must be an attempt id or null")
+    if kind == "attempt.started" and attempt is None:
+        raise err("attempt", "attempt.started must name the attempt it starts")
+    for name, field_spec in spec.items():
+        if name not in obj:
+            if field_spec.required:
+                raise err(name, f"is required for {kind}")
+            continue
+        check_field(obj[name], field_spec, name=name, err=err)
+    for name in v.BLOB_FIELDS.get(kind, ()):
+        value = obj.get(name)
+        if value is not None and not is_digest(value):
+            raise err(name, "must be sha256:<64 lowercase hex> or null")
+    if kind == "tool.result":
+        for path, absence in obj["absent"].items():
+            if absence not in v.ABSENCE_KINDS:
+                raise err(f"absent.{path}", f"{absence!r} is not one of {' | '.join(v.ABSENCE_KINDS)}")
+    if kind == "workspace.created" and obj["derived_from"] is not None:
+        derived = obj["derived_from"]
+        if not isinstance(derived.get("workspace_id"), str):
+            raise err("derived_from.workspace_id", "must be a workspace id")
+        if derived.get("relation") not in v.DERIVATION_RELATIONS:
+            raise err("derived_from.relation", f"must be one of {' | '.join(v.DERIVATION_RELATIONS)}")
+        if not isinstance(derived.get("content_equal"), bool):
+            raise err("derived_from.content_equal", "must be true or false")
+    return obj
+
+
+def iter_event_lines(stream: BinaryIO, *, file: str = "events.jsonl") -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, validated event) from a byte stream, checking order and uniqueness.
+
+    Memory stays bounded by one line plus a set of ids, whatever the file's size.
+    """
+    last_seq: int | None = None
+    seen: set[str] = set()
+    objects: dict[str, str] = {}
+    line_no = 0
+    while True:
+        raw = stream.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            break
+        line_no += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raise BundleError(f"line longer than {MAX_LINE_BYTES} bytes", file=file, line=line_no)
+        if line_no > MAX_EVENTS:
+            raise BundleError(f"more than {MAX_EVENTS} events", file=file, line=line_no)
+        if not raw.endswith(b"\n"):
+            # The last line may lack a newline only if it is a complete JSON value; a cut-off write is
+            # caught by the JSON parser below and reported as truncated.
+            pass
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BundleError(f"invalid UTF-8 at byte {exc.start} of the line", file=file, line=line_no) from None
+        if not text.strip():
+            raise BundleError("empty line (one event per line, no blank lines)", file=file, line=line_no)
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            truncated = not raw.endswith(b"\n") or exc.msg.startswith(("Expecting", "Unterminated"))
+            what = "truncated or malformed JSON" if truncated else "malformed JSON"
+            raise BundleError(f"{what} ({exc.msg} at column {exc.colno})", file=file, line=line_no) from None
+        event = validate_event(obj, line=line_no, file=file)
+        seq = event["seq"]
+        if last_seq is not None and seq <= last_seq:
+            raise BundleError(f"seq {seq} does not increase (previous {last_seq})", file=file, line=line_no, field="seq")
+        last_seq = seq
+        event_id = event["id"]
+        if event_id in seen or event_id in objects:
+            raise BundleError(f"duplicate id {event_id!r}", file=file, line=line_no, field="id")
+        seen.add(event_id)
+        introduced = v.introduced_object(event)
+        if introduced is not None:
+            obj_kind, obj_id = introduced
+            field = v.INTRODUCTIONS[event["kind"]]
+            if obj_id in seen or obj_id in objects:
+                prior = objects.get(obj_id, "event")
+                raise BundleError(f"duplicate id {obj_id!r} (already names a {prior})", file=file, line=line_no, field=field)
+            objects[obj_id] = obj_kind
+        yield line_no, event
+    if line_no == 0:
+        raise BundleError("no events", file=file)
+
+
+def hash_file(path: Path, *, chunk: int = 1 << 20) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(chunk)
+            if not block:
+                break
+            size += len(block)
+            h.update(block)
+    return "sha256:" + h.hexdigest(), size
+
+
+def verify_blobs(root: Path, manifest: Manifest) -> dict[str, Path]:
+    """Check every listed blob exists with its digest and size, and that nothing unlisted is there."""
+    blob_dir = root / "blobs" / "sha256"
+    found: dict[str, Path] = {}
+    for digest, entry in manifest.blobs.items():
+        where = f"blobs/sha256/{digest.removeprefix('sha256:')}"
+        path = blob_dir / digest.removeprefix("sha256:")
+        if not path.is_file() or path.is_symlink():
+            raise BundleError("missing blob listed in manifest.json", file=where)
+        actual, size = hash_file(path)
+        if actual != digest:
+            raise BundleError(f"bad digest: content hashes to {actual}", file=where)
+        if size != entry.size:
+            raise BundleError(f"size {size} differs from manifest.json's {entry.size}", file=where)
+        found[digest] = path
+    if blob_dir.is_dir():
+        for name in sorted(os.listdir(blob_dir)):
+            if "sha256:" + name not in manifest.blobs:
+                raise BundleError("blob not listed in manifest.json", file=f"blobs/sha256/{name}")
+    return found

@@ -1,0 +1,32 @@
+"""Digests exactly as DESIGN §3 defines them; every other module takes them from here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def digest_bytes(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def digest_json(value: Any) -> str:
+    return digest_bytes(canonical_json(value))
+
+
+def evidence_set_digest(admission_ids: Iterable[str]) -> str:
+    """The digest an approval must carry to bind an intent's exact evidence set."""
+    return digest_json(sorted(admission_ids))
+
+
+def is_digest(value: object) -> bool:
+    return isinstance(value, str) and DIGEST_RE.match(value) is not None

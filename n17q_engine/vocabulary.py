@@ -1,0 +1,357 @@
+"""The run bundle's event vocabulary (`n17q.run-bundle/1`, DESIGN §3): kinds, their fields, and references.
+
+This module is the single source of truth for what an event may say. The importer validates against it,
+the lineage checker reads through it, and the replay engine writes events that satisfy it.
+
+Validation is strict where a wrong value would change a verdict (enumerations, identifiers, digests)
+and lenient about extra fields: a harness may add keys (extend, don't rename), and they are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+BUNDLE_FORMAT = "n17q.run-bundle/1"
+
+ENVIRONMENTS = ("live", "fixture", "sandbox", "effect-capable")
+MODES = ("recorded", "reconstruction", "rerun", "counterfactual", "regression")
+ISOLATION_LEVELS = ("netns", "degraded")
+
+RECEIPT_COMPLETIONS = (
+    "not_started",
+    "started",
+    "partial",
+    "completed",
+    "canceled_confirmed",
+    "termination_requested",
+    "termination_unknown",
+    "harness_interrupted",
+)
+RESULT_OUTCOMES = ("ok", "not_found", "empty", "denied", "deleted", "error", "timeout", "unknown")
+RESULT_ORIGINS = ("historical", "fixture", "derived", "live")
+ABSENCE_KINDS = ("absent", "redacted", "unavailable", "not_applicable")
+WORKSPACE_STATES = ("active", "quarantined", "superseded", "uncertain", "torn_down")
+DERIVATION_RELATIONS = ("copy", "reconstruct", "branch")
+EXECUTION_STAGES = (
+    "before_send",
+    "after_acceptance",
+    "after_world_mutation",
+    "before_receipt",
+    "during_response",
+    "after_local_commit",
+    "completed",
+)
+FAULT_STAGES = EXECUTION_STAGES[:-1]
+EXECUTION_OUTCOMES = ("acknowledged", "lost_response", "rejected", "failed", "unknown")
+RUN_STATES = ("running", "paused", "incomplete_test_world", "completed", "stopped", "failed", "interrupted")
+CLAIM_KINDS = ("validation", "effect", "completion", "other")
+BUDGET_RESOURCES = ("tokens", "turns", "compute_s", "artifacts")
+PROPOSAL_TYPES = ("tool_call", "message", "stop")
+POLICY_OUTCOMES = ("allow", "deny", "needs_approval")
+APPROVAL_DECISIONS = ("approved", "rejected")
+APPROVAL_ORIGINS = ("human", "simulated", "historical")
+ADMISSION_DECISIONS = ("admitted", "rejected")
+VIOLATION_TARGETS = ("socket", "dns", "subprocess", "file")
+
+# Python types a field may hold. "number" admits int and float (never bool).
+STR, INT, NUMBER, BOOL, LIST, DICT, ANY = "string", "integer", "number", "boolean", "array", "object", "any"
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    type: str
+    required: bool = True
+    nullable: bool = False
+    enum: tuple[str, ...] | None = None
+    # For arrays: the type of each item.
+    items: str | None = None
+    # For namespaced values such as "replay:<world>": allowed prefixes besides the enum.
+    prefixes: tuple[str, ...] = ()
+
+
+def f(type_: str, **kw: Any) -> Field:
+    return Field(type_, **kw)
+
+
+def opt(type_: str, **kw: Any) -> Field:
+    return Field(type_, required=False, nullable=True, **kw)
+
+
+_RECEIPT_LIKE = {
+    "scenario": f(ANY, nullable=True),
+    "tool": f(STR),
+    "contract_revision": f(INT),
+    "request_digest": f(STR),
+    "world_revision": f(INT, nullable=True),
+    "checkpoint_id": f(STR, nullable=True),
+    "reason": f(STR),
+}
+
+KINDS: dict[str, dict[str, Field]] = {
+    "attempt.started": {
+        "number": f(INT),
+        "reason": f(STR),
+        "parent_attempt_id": f(STR, nullable=True),
+    },
+    "attempt.ended": {"outcome": f(STR)},
+    "workspace.created": {
+        "workspace_id": f(STR),
+        "base_digest": f(STR),
+        "overlay_digest": f(STR),
+        "environment_revision": f(STR),
+        "derived_from": f(DICT, nullable=True),
+        # Extension: the paths the initial overlay touched, the edits this workspace inherited and does
+        # not own. LIN010 needs them; a bundle without them simply cannot be checked for LIN010.
+        "overlay_files": opt(LIST, items=STR),
+    },
+    "workspace.changed": {
+        "workspace_id": f(STR),
+        "overlay_revision": f(ANY),
+        "tree_digest": f(STR),
+        "cause": f(STR, nullable=True),
+    },
+    "workspace.lifecycle": {
+        "workspace_id": f(STR),
+        "state": f(STR, enum=WORKSPACE_STATES),
+        "cause": f(STR, nullable=True),
+        "cleanup_receipt_id": opt(STR),
+    },
+    "artifact.created": {
+        "artifact_id": f(STR),
+        "digest": f(STR),
+        "media_type": f(STR),
+        "size": f(INT),
+        "role": f(STR),
+        "workspace_id": f(STR, nullable=True),
+        "tree_digest": f(STR, nullable=True),
+        "files": f(LIST, items=STR),
+    },
+    "model.proposal": {
+        "context_digest": f(STR),
+        "proposal": f(DICT),
+        "accepted": f(BOOL),
+    },
+    "tool.call": {
+        "tool": f(STR),
+        "contract_revision": f(INT),
+        "request": f(DICT),
+        "request_digest": f(STR),
+        "proposal_id": f(STR, nullable=True),
+        "workspace_id": f(STR, nullable=True),
+    },
+    "tool.result": {
+        "call_id": f(STR),
+        "origin": f(STR, enum=RESULT_ORIGINS),
+        "outcome": f(STR, enum=RESULT_OUTCOMES),
+        "blob": f(STR, nullable=True),
+        "absent": f(DICT),
+    },
+    "command.receipt": {
+        "call_id": f(STR, nullable=True),
+        "workspace_id": f(STR),
+        "command": f(STR),
+        "suites": f(LIST, items=STR),
+        "pre_tree": f(STR),
+        "post_tree": f(STR),
+        "environment_revision": f(STR),
+        "completion": f(STR, enum=RECEIPT_COMPLETIONS),
+        "exit_code": f(INT, nullable=True),
+        "results": f(DICT),
+        "output_blob": f(STR, nullable=True),
+    },
+    "evidence.observed": {
+        "source": f(STR),
+        "workspace_id": f(STR, nullable=True),
+        "tree_digest": f(STR, nullable=True),
+        "scope": f(ANY),
+    },
+    "evidence.admitted": {
+        "observation_id": f(STR),
+        "purpose": f(STR),
+        "artifact_id": f(STR, nullable=True),
+        "workspace_id": f(STR, nullable=True),
+        "tree_digest": f(STR, nullable=True),
+        "policy_revision": f(STR),
+        "decision": f(STR, enum=ADMISSION_DECISIONS),
+        "compatibility": f(DICT, nullable=True),
+        "rationale": f(STR, nullable=True),
+    },
+    "evidence.superseded": {"admission_id": f(STR), "cause": f(STR, nullable=True)},
+    "waiver.granted": {
+        "failure": f(STR),
+        "suite": f(STR),
+        "actor_role": f(STR),
+        "rationale": f(STR),
+    },
+    "policy.decision": {
+        "policy_revision": f(STR),
+        "subject": f(STR),
+        "input_ids": f(LIST, items=STR),
+        "required": f(LIST, items=STR),
+        "outcome": f(STR, enum=POLICY_OUTCOMES),
+        "reasons": f(LIST),
+    },
+    "approval.recorded": {
+        "subject": f(STR),
+        "evidence_set_digest": f(STR),
+        "decision": f(STR, enum=APPROVAL_DECISIONS),
+        "actor_role": f(STR),
+        "origin": f(STR, enum=APPROVAL_ORIGINS),
+        "run": f(STR),
+        "environment": f(STR, enum=ENVIRONMENTS),
+    },
+    "human.input": {
+        "actor_role": f(STR),
+        "visible_ids": f(LIST, items=STR),
+        "action": f(STR),
+        "note": f(STR, nullable=True),
+    },
+    "effect.intent": {
+        "effect_class": f(STR),
+        "destination": f(STR),
+        "artifact_id": f(STR, nullable=True),
+        "admission_ids": f(LIST, items=STR),
+        "approval_id": f(STR, nullable=True),
+        "idempotency_key": f(STR),
+        "namespace": f(STR, enum=("live",), prefixes=("replay:",)),
+        "historical_intent": f(STR, nullable=True),
+    },
+    "effect.execution": {
+        "intent_id": f(STR),
+        "attempt_no": f(INT),
+        "stage": f(STR, enum=EXECUTION_STAGES),
+        "outcome": f(STR, enum=EXECUTION_OUTCOMES),
+        "connection": f(STR),
+    },
+    "world.transition": {
+        "resource": f(STR),
+        "revision_before": f(INT, nullable=True),
+        "revision_after": f(INT),
+        "change": f(ANY),
+        "cause": f(STR, nullable=True),
+    },
+    "world.observation": {
+        "resource": f(STR),
+        "world_revision": f(INT),
+        "state": f(ANY),
+    },
+    "clock.advanced": {"from": f(STR), "to": f(STR), "cause": f(STR, nullable=True)},
+    "checkpoint": {
+        "world_revision": f(INT),
+        "workspaces": f(DICT),
+        "clock": f(STR),
+    },
+    "fixture.missing": dict(_RECEIPT_LIKE),
+    "fixture.ambiguous": {**_RECEIPT_LIKE, "candidates": f(LIST)},
+    "sandbox.violation": {
+        "attempted": f(STR, enum=VIOLATION_TARGETS),
+        "target": f(STR),
+        "stopped": f(BOOL),
+    },
+    "replay.scope": {
+        "scenario": f(DICT),
+        "scope": f(STR),
+        "recorded_between": f(ANY),
+        "synthetic": f(LIST, items=STR),
+        "uncovered": f(LIST),
+        "isolation": f(STR, enum=ISOLATION_LEVELS),
+    },
+    "run.state": {"state": f(STR, enum=RUN_STATES), "reason": f(STR, nullable=True)},
+    "account.claim": {
+        "text": f(STR),
+        "claim_kind": f(STR, enum=CLAIM_KINDS),
+        "supports": f(LIST, items=STR),
+        # Extension: the validation purposes or suites the claim speaks for (LIN008's required scope).
+        "scope": opt(LIST, items=STR),
+    },
+    "budget.charged": {"resource": f(STR, enum=BUDGET_RESOURCES), "amount": f(NUMBER)},
+}
+
+# The fields every event carries, whatever its kind.
+ENVELOPE = ("seq", "id", "kind", "at", "attempt")
+
+# Top-level fields whose value is a reference even though the name does not end in _id/_ids.
+NAMED_REFERENCES = frozenset({"subject", "source", "cause", "supports", "failure"})
+
+# Fields that carry someone else's data (a tool's request, a world's state): identifiers inside them
+# belong to the outside world, not to this run, so they are never read as references. The example
+# bundle's `{"request": {"request_id": "req-7781"}}` is such a case.
+OPAQUE_FIELDS = frozenset(
+    {"request", "proposal", "state", "change", "absent", "results", "reasons", "scope", "files",
+     "compatibility", "candidates", "scenario", "recorded_between", "uncovered", "synthetic", "at"}
+)
+
+# The events that introduce an object id of their own, and the field that names it.
+INTRODUCTIONS = {
+    "attempt.started": "attempt",
+    "workspace.created": "workspace_id",
+    "artifact.created": "artifact_id",
+}
+OBJECT_KINDS = {"attempt.started": "attempt", "workspace.created": "workspace", "artifact.created": "artifact"}
+
+# Fields whose value names a blob of the bundle.
+BLOB_FIELDS = {"tool.result": ("blob",), "command.receipt": ("output_blob",)}
+
+
+def _is_ref_name(name: str) -> bool:
+    return name.endswith("_id") or name.endswith("_ids")
+
+
+def iter_references(event: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """Yield (field path, target id) for every reference the event makes.
+
+    Paths are dotted with list indices, e.g. ``input_ids[1]`` or ``derived_from.workspace_id``, so a
+    finding or an edge can name exactly where the reference sits.
+    """
+    kind = event.get("kind")
+    introduced = INTRODUCTIONS.get(kind) if isinstance(kind, str) else None
+    attempt = event.get("attempt")
+    # The attempt an event belongs to is an edge of the graph; attempt.started introduces it instead.
+    if isinstance(attempt, str) and kind != "attempt.started":
+        yield "attempt", attempt
+    for name, value in event.items():
+        if name in ENVELOPE or name in OPAQUE_FIELDS or name == introduced:
+            continue
+        if name == "workspaces" and kind == "checkpoint" and isinstance(value, dict):
+            for key in value:
+                if isinstance(key, str):
+                    yield f"workspaces.{key}", key
+            continue
+        yield from _walk(name, value, top_level=True)
+
+
+def _walk(path: str, value: Any, *, top_level: bool = False, name: str | None = None) -> Iterator[tuple[str, str]]:
+    key = name if name is not None else path
+    is_ref = _is_ref_name(key) or (top_level and key in NAMED_REFERENCES)
+    if isinstance(value, str):
+        if is_ref and value:
+            yield path, value
+    elif isinstance(value, list):
+        if is_ref:
+            for i, item in enumerate(value):
+                if isinstance(item, str) and item:
+                    yield f"{path}[{i}]", item
+    elif isinstance(value, dict):
+        for sub, subvalue in value.items():
+            if isinstance(sub, str) and sub not in OPAQUE_FIELDS:
+                yield from _walk(f"{path}.{sub}", subvalue, name=sub)
+
+
+def introduced_object(event: dict[str, Any]) -> tuple[str, str] | None:
+    """(object kind, object id) for an event that creates an attempt, workspace or artifact."""
+    kind = event.get("kind")
+    field = INTRODUCTIONS.get(kind) if isinstance(kind, str) else None
+    if field is None:
+        return None
+    value = event.get(field)
+    if not isinstance(value, str):
+        return None
+    return OBJECT_KINDS[kind], value
+
+
+def event_workspace(event: dict[str, Any]) -> str | None:
+    """The workspace an event acts on or speaks about, if it names one."""
+    value = event.get("workspace_id")
+    return value if isinstance(value, str) else None
