@@ -1,0 +1,1 @@
+"""Captures, review decisions, fixture and scenario versions (DESIGN §7)."""

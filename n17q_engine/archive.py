@@ -1,0 +1,161 @@
+"""Safe unpacking of a bundle archive (`.zip` or `.tar.gz`) into a folder of our own.
+
+An archive is untrusted input. Rather than trusting a library's filter to skip what it dislikes, every
+member is checked and the whole archive is refused on the first member that could write outside the
+folder (absolute paths, `..`, links, devices), or on absurd counts and sizes, before or while bytes
+are written. Only regular files and folders are ever created.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tarfile
+import zipfile
+import zlib
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from .bundle import BundleError
+
+CHUNK = 1 << 20
+
+
+def _safe_member_path(name: str, root: Path) -> Path:
+    if not name or "\x00" in name:
+        raise BundleError(f"archive member {name!r} has an empty or invalid name")
+    normalized = name.replace("\\", "/")
+    pure = PurePosixPath(normalized)
+    if pure.is_absolute() or normalized.startswith("/") or (len(normalized) > 1 and normalized[1] == ":"):
+        raise BundleError(f"archive member {name!r} has an absolute path")
+    if any(part == ".." for part in pure.parts):
+        raise BundleError(f"archive member {name!r} escapes the bundle folder (path traversal)")
+    target = (root / Path(*pure.parts)).resolve() if pure.parts else root
+    if target != root and root not in target.parents:
+        raise BundleError(f"archive member {name!r} escapes the bundle folder (path traversal)")
+    return target
+
+
+def _copy_limited(src: BinaryIO, dst_path: Path, *, budget: list[int], name: str, max_bytes: int) -> None:
+    dst_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(dst_path, "xb") as dst:
+        while True:
+            block = src.read(CHUNK)
+            if not block:
+                break
+            budget[0] += len(block)
+            if budget[0] > max_bytes:
+                raise BundleError(f"archive unpacks to more than {max_bytes} bytes (at member {name!r})")
+            dst.write(block)
+
+
+def unpack(archive: Path, dest: Path, *, max_bytes: int, max_members: int) -> Path:
+    """Unpack `archive` into the empty folder `dest` and return the bundle's root folder.
+
+    The root is `dest` itself, or its single top-level folder when the archive wraps the bundle in one
+    (a zipped directory usually does).
+    """
+    dest = dest.resolve()
+    budget = [0]
+    name = archive.name.lower()
+    with open(archive, "rb") as fh:
+        magic = fh.read(4)
+    if magic.startswith(b"PK"):
+        _unpack_zip(archive, dest, budget=budget, max_bytes=max_bytes, max_members=max_members)
+    elif magic.startswith(b"\x1f\x8b") or name.endswith((".tar.gz", ".tgz")):
+        _unpack_tar(archive, dest, budget=budget, max_bytes=max_bytes, max_members=max_members)
+    else:
+        raise BundleError("not a bundle archive: expected a .zip or a .tar.gz")
+    return find_root(dest)
+
+
+def _unpack_zip(archive: Path, dest: Path, *, budget: list[int], max_bytes: int, max_members: int) -> None:
+    try:
+        zf = zipfile.ZipFile(archive)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise BundleError(f"not a readable zip archive ({exc})") from None
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > max_members:
+            raise BundleError(f"archive has {len(infos)} members, more than {max_members}")
+        declared = sum(i.file_size for i in infos)
+        if declared > max_bytes:
+            raise BundleError(f"archive declares {declared} bytes unpacked, more than {max_bytes}")
+        for info in infos:
+            target = _safe_member_path(info.filename, dest)
+            mode = (info.external_attr >> 16) & 0o170000
+            if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise BundleError(f"archive member {info.filename!r} is a link or special file; only files are allowed")
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            if target.exists():
+                raise BundleError(f"archive member {info.filename!r} appears twice")
+            try:
+                with zf.open(info) as src:
+                    _copy_limited(src, target, budget=budget, name=info.filename, max_bytes=max_bytes)
+            except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError) as exc:
+                if isinstance(exc, BundleError):
+                    raise
+                raise BundleError(f"archive member {info.filename!r} cannot be read ({exc})") from None
+
+
+def _unpack_tar(archive: Path, dest: Path, *, budget: list[int], max_bytes: int, max_members: int) -> None:
+    try:
+        tf = tarfile.open(archive, mode="r:*")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BundleError(f"not a readable tar archive ({exc})") from None
+    count = 0
+    try:
+        with tf:
+            # Iterating streams the members one at a time: memory does not grow with the archive.
+            for member in tf:
+                count += 1
+                if count > max_members:
+                    raise BundleError(f"archive has more than {max_members} members")
+                target = _safe_member_path(member.name, dest)
+                if member.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                if not member.isreg():
+                    raise BundleError(f"archive member {member.name!r} is a link or special file; only files are allowed")
+                if member.size > max_bytes:
+                    raise BundleError(f"archive member {member.name!r} is larger than {max_bytes} bytes")
+                if target.exists():
+                    raise BundleError(f"archive member {member.name!r} appears twice")
+                src = tf.extractfile(member)
+                if src is None:
+                    raise BundleError(f"archive member {member.name!r} cannot be read")
+                with src:
+                    _copy_limited(src, target, budget=budget, name=member.name, max_bytes=max_bytes)
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        if isinstance(exc, BundleError):
+            raise
+        raise BundleError(f"archive is truncated or corrupt ({exc})") from None
+
+
+def find_root(folder: Path) -> Path:
+    """The folder that holds manifest.json: `folder` itself or its only subfolder."""
+    if (folder / "manifest.json").is_file():
+        return folder
+    entries = [e for e in folder.iterdir() if not e.name.startswith("__MACOSX")]
+    if len(entries) == 1 and entries[0].is_dir() and (entries[0] / "manifest.json").is_file():
+        return entries[0]
+    raise BundleError("manifest.json is missing from the bundle")
+
+
+def check_directory(folder: Path) -> Path:
+    """A bundle given as a folder: refuse links, so that reading it cannot leave the folder."""
+    folder = folder.resolve()
+    root = find_root(folder)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for entry in dirnames + filenames:
+            path = Path(dirpath) / entry
+            if path.is_symlink():
+                raise BundleError(f"{path.relative_to(root)} is a symbolic link; bundles hold only files")
+    return root
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,189 @@
+"""N17Q settings: everything that differs between machines comes from environment variables.
+
+The embedded default (no variables set) is a working single-machine console: SQLite, a file-based
+Celery broker and the filesystem blob store under N17Q_DATA_DIR. Production sets DATABASE_URL,
+REDIS_URL, N17Q_SECRET_KEY and N17Q_DEBUG=0; see the README's configuration table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from .env import ConfigurationError, env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("N17Q_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+
+DEBUG = env_bool("N17Q_DEBUG", True)
+_DEV_KEY = "n17q-development-key-not-for-production"
+SECRET_KEY = env_str("N17Q_SECRET_KEY", _DEV_KEY if DEBUG else None)
+if not DEBUG and SECRET_KEY == _DEV_KEY:
+    raise ConfigurationError("N17Q_SECRET_KEY must be set when N17Q_DEBUG=0")
+ALLOWED_HOSTS = env_list("N17Q_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
+CSRF_TRUSTED_ORIGINS = env_list("N17Q_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "runs",
+    "fixtures_review",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Everything needs a login (DESIGN §8); views that must not (the login page) opt out explicitly.
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "n17q_site.urls"
+WSGI_APPLICATION = "n17q_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "runs.context_processors.roles",
+            ],
+        },
+    }
+]
+
+_default_db = f"sqlite:///{DATA_DIR / 'n17q.sqlite3'}"
+DATABASES = {"default": dj_database_url.parse(env_str("DATABASE_URL", _default_db), conn_max_age=60)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the worker write while the web process reads; the timeout rides out short write locks.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "runs:run-list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(env_str("N17Q_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+STATICFILES_DIRS = [BASE_DIR / "static"]
+
+# Content-addressed blob store. The filesystem is the default; any Django storage backend (an
+# S3-compatible one from django-storages, say) can serve by naming it in N17Q_BLOB_STORAGE_BACKEND.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": DATA_DIR / "media"}},
+    "blobs": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": DATA_DIR / "blobs"}},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if not DEBUG
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+if _blob_backend := env_str("N17Q_BLOB_STORAGE_BACKEND", ""):
+    # The named backend reads its own configuration (bucket, endpoint, keys) from its own variables.
+    STORAGES["blobs"] = {"BACKEND": _blob_backend, "OPTIONS": {}}
+
+# Bundle import limits: archives past these are refused before anything is written.
+N17Q_MAX_BUNDLE_BYTES = env_int("N17Q_MAX_BUNDLE_BYTES", 2 * 1024**3, minimum=1024)
+N17Q_MAX_BUNDLE_MEMBERS = env_int("N17Q_MAX_BUNDLE_MEMBERS", 200_000, minimum=3)
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024  # larger uploads stream to a temporary file
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "runs.auth.HarnessTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "runs.api.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "N17Q API",
+    "DESCRIPTION": "Run bundles, run graphs, lineage findings, captures and replays.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# Celery. Without REDIS_URL the broker is a folder on disk, so `make demo` needs no server at all.
+REDIS_URL = env_str("REDIS_URL", "")
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("N17Q_VISIBILITY_TIMEOUT_S", 3 * 3600)}
+else:
+    _broker_dir = DATA_DIR / "broker"
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True  # state lives in our own tables, not in a result backend
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("N17Q_REPLAY_TIME_LIMIT_S", 3600, minimum=10)
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie; kept default-compatible
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+if not DEBUG:
+    SESSION_COOKIE_SECURE = env_bool("N17Q_SECURE_COOKIES", True)
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+    SECURE_HSTS_SECONDS = env_int("N17Q_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env_bool("N17Q_HSTS_PRELOAD", False)
+    SECURE_SSL_REDIRECT = env_bool("N17Q_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("N17Q_LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,129 @@
+"""REST API for runs under /api/v1/ (DESIGN §8). One class per operation; each parses, calls, renders."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import exceptions, serializers, status
+from rest_framework.generics import get_object_or_404
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from n17q_engine.bundle import BundleError
+
+from . import selectors
+from .auth import requires_perm, scoped
+from .importer import run_import_from_upload
+from .models import HarnessToken, Run
+
+log = logging.getLogger(__name__)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Every API error is `{"error": "<one line>"}` with a 4xx status."""
+    response = drf_exception_handler(exc, context)
+    if response is not None:
+        detail = response.data.get("detail") if isinstance(response.data, dict) else None
+        if detail is None:
+            detail = _flatten(response.data)
+        response.data = {"error": str(detail)}
+    return response
+
+
+def _flatten(data: Any) -> str:
+    if isinstance(data, dict):
+        return "; ".join(f"{k}: {_flatten(v)}" for k, v in data.items())
+    if isinstance(data, list):
+        return "; ".join(_flatten(v) for v in data)
+    return str(data)
+
+
+FindingSerializer = inline_serializer(
+    "Finding",
+    {
+        "code": serializers.CharField(),
+        "severity": serializers.CharField(),
+        "from": serializers.CharField(),
+        "to": serializers.CharField(),
+        "message": serializers.CharField(),
+    },
+)
+
+
+class RunOutput(serializers.ModelSerializer):
+    id = serializers.CharField(source="run_id")
+    parent_run = serializers.CharField(source="parent_run_ref")
+
+    class Meta:
+        model = Run
+        fields = [
+            "id", "task_id", "task_revision", "environment", "mode", "scenario_name", "scenario_version",
+            "model_name", "model_version", "policy_revision", "created_at", "parent_run", "isolation",
+            "event_count", "finding_count", "error_count", "final_state", "imported_at",
+        ]
+
+
+class RunCollectionApi(APIView):
+    """GET lists runs; POST imports a bundle (.zip or .tar.gz, multipart field `bundle`)."""
+
+    parser_classes = [MultiPartParser, FormParser]
+
+    def get_permissions(self):
+        if self.request.method == "POST":
+            return [requires_perm("runs.import_run")(), scoped(HarnessToken.Scope.IMPORT_RUNS)()]
+        return [requires_perm("runs.view_run")()]
+
+    @extend_schema(responses=RunOutput(many=True))
+    def get(self, request: Request) -> Response:
+        from rest_framework.pagination import LimitOffsetPagination
+
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(Run.objects.order_by("-imported_at", "-id"), request, view=self)
+        return paginator.get_paginated_response(RunOutput(page, many=True).data)
+
+    class ImportInput(serializers.Serializer):
+        bundle = serializers.FileField()
+
+    @extend_schema(
+        request={"multipart/form-data": ImportInput},
+        responses={
+            201: inline_serializer(
+                "ImportResult",
+                {"run": serializers.CharField(), "events": serializers.IntegerField(), "findings": FindingSerializer(many=True)},
+            ),
+            400: inline_serializer("Error", {"error": serializers.CharField()}),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        data = self.ImportInput(data=request.data)
+        if not data.is_valid():
+            raise exceptions.ValidationError("send the bundle as a .zip or .tar.gz in the multipart field 'bundle'")
+        try:
+            result = run_import_from_upload(data.validated_data["bundle"], user=request.user)
+        except BundleError as exc:
+            return Response({"error": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(result.to_json(), status=status.HTTP_201_CREATED)
+
+
+class RunDetailApi(APIView):
+    permission_classes = [requires_perm("runs.view_run")]
+
+    @extend_schema(responses=RunOutput)
+    def get(self, request: Request, run_id: str) -> Response:
+        return Response(RunOutput(get_object_or_404(Run, run_id=run_id)).data)
+
+
+class RunLineageApi(APIView):
+    permission_classes = [requires_perm("runs.view_run")]
+
+    @extend_schema(
+        responses=inline_serializer("Lineage", {"run": serializers.CharField(), "findings": FindingSerializer(many=True)})
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = get_object_or_404(Run, run_id=run_id)
+        return Response(selectors.run_lineage_json(run))

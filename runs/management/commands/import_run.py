@@ -1,0 +1,21 @@
+from pathlib import Path
+from typing import Any
+
+from runs.importer import run_import_from_path
+from runs.management.base import JsonCommand
+
+
+class Command(JsonCommand):
+    help = "Import a run bundle (a folder, .zip or .tar.gz in n17q.run-bundle/1). All or nothing."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("path", type=Path)
+        super().add_arguments(parser)
+
+    def run(self, *, path: Path, **options: Any) -> dict[str, Any]:
+        return run_import_from_path(path).to_json()
+
+    def human(self, result: dict[str, Any]) -> str:
+        lines = [f"imported {result['run']}: {result['events']} events, {len(result['findings'])} lineage findings"]
+        lines += [f"  {f['code']} {f['severity']}: {f['message']} ({f['from']} -> {f['to']})" for f in result["findings"]]
+        return "\n".join(lines)

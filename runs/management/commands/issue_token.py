@@ -1,0 +1,27 @@
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import CommandError
+
+from runs.management.base import JsonCommand
+from runs.models import HarnessToken
+
+
+class Command(JsonCommand):
+    help = "Issue a scoped harness token for a user. The key is printed once; only its digest is kept."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("username")
+        parser.add_argument("--name", required=True)
+        parser.add_argument("--scope", action="append", choices=HarnessToken.Scope.values, required=True)
+        super().add_arguments(parser)
+
+    def run(self, *, username: str, name: str, scope: list[str], **options: Any) -> dict[str, Any]:
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"no user {username!r}")
+        key = HarnessToken.new_key()
+        HarnessToken.objects.create(
+            name=name, user=user, key_digest=HarnessToken.digest_key(key), prefix=key[:9], scopes=sorted(set(scope))
+        )
+        return {"name": name, "user": username, "scopes": sorted(set(scope)), "token": key}

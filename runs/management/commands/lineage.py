@@ -1,0 +1,30 @@
+from typing import Any
+
+from django.core.management.base import CommandError
+
+from runs import selectors
+from runs.management.base import JsonCommand
+from runs.models import Run
+
+
+class Command(JsonCommand):
+    help = "Check a stored run's lineage with today's rules (LIN001-LIN014)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("run", help="the run's id")
+        super().add_arguments(parser)
+
+    def run(self, *, run: str, **options: Any) -> dict[str, Any]:
+        try:
+            stored = selectors.run_get(run)
+        except Run.DoesNotExist:
+            raise CommandError(f"no run {run!r}") from None
+        return selectors.run_lineage_json(stored)
+
+    def human(self, result: dict[str, Any]) -> str:
+        if not result["findings"]:
+            return f"{result['run']}: no lineage findings"
+        return "\n".join(
+            [f"{result['run']}: {len(result['findings'])} lineage findings"]
+            + [f"  {f['code']} {f['severity']}: {f['message']} ({f['from']} -> {f['to']})" for f in result["findings"]]
+        )

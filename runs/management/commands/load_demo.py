@@ -1,0 +1,46 @@
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import transaction
+
+from n17q_engine import stories
+from runs.importer import run_import_from_path
+from runs.management.base import JsonCommand
+from runs.models import Run
+from runs.roles import ADMIN, ROLES
+
+
+class Command(JsonCommand):
+    help = "Load the demo: one user per role and the recorded runs that tell the three seed stories."
+
+    def run(self, **options: Any) -> dict[str, Any]:
+        users = [self._user(role) for role in ROLES]
+        runs = []
+        with tempfile.TemporaryDirectory(prefix="n17q-demo-") as tmp:
+            for story in stories.demo_bundles():
+                run_id = story.manifest["run"]["id"]
+                if not Run.objects.filter(run_id=run_id).exists():
+                    folder = stories.write_bundle(story, Path(tmp) / run_id)
+                    run_import_from_path(folder)
+                runs.append({"id": run_id, "story": story.story, "title": story.title})
+        return {"runs": runs, "users": users}
+
+    @transaction.atomic
+    def _user(self, role: str) -> dict[str, str]:
+        # A fresh password on every load: the demo's logins are printed, never kept in the repo.
+        password = secrets.token_urlsafe(12)
+        user, _ = get_user_model().objects.get_or_create(username=role)
+        user.set_password(password)
+        user.is_staff = user.is_superuser = role == ADMIN
+        user.save()
+        user.groups.set([Group.objects.get(name=role)])
+        return {"username": role, "role": role, "password": password}
+
+    def human(self, result: dict[str, Any]) -> str:
+        lines = ["Demo runs:"] + [f"  {r['id']}  ({r['story']}) {r['title']}" for r in result["runs"]]
+        lines += ["Logins:"] + [f"  {u['username']:<9} {u['password']}" for u in result["users"]]
+        return "\n".join(lines)

@@ -1,0 +1,250 @@
+"""The run graph as stored: runs, their append-only events, typed edges, objects and findings.
+
+A run is imported once and never edited (DESIGN §3: corrections are new events). The models refuse
+updates and deletes of history themselves; on PostgreSQL a trigger installed by a migration refuses
+them again at the database, so a raw SQL statement cannot slip past the ORM's guard either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+
+class HistoryIsAppendOnly(Exception):
+    """An attempt to update or delete an event, edge, object or finding of an imported run."""
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    def update(self, **kwargs: Any) -> int:
+        raise HistoryIsAppendOnly(f"{self.model.__name__} rows are append-only; record a correction as a new event")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise HistoryIsAppendOnly(f"{self.model.__name__} rows are append-only; history is never deleted")
+
+
+class AppendOnlyModel(models.Model):
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise HistoryIsAppendOnly(f"{type(self).__name__} {self.pk} is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise HistoryIsAppendOnly(f"{type(self).__name__} {self.pk} is append-only")
+
+
+class Environment(models.TextChoices):
+    LIVE = "live"
+    FIXTURE = "fixture"
+    SANDBOX = "sandbox"
+    EFFECT_CAPABLE = "effect-capable"
+
+
+class Mode(models.TextChoices):
+    RECORDED = "recorded"
+    RECONSTRUCTION = "reconstruction"
+    RERUN = "rerun"
+    COUNTERFACTUAL = "counterfactual"
+    REGRESSION = "regression"
+
+
+class Run(models.Model):
+    """One imported run. Its identity and environment are fixed at import; only its summary is derived."""
+
+    run_id = models.CharField(max_length=200, unique=True)
+    task_id = models.CharField(max_length=200)
+    task_revision = models.CharField(max_length=200)
+    environment = models.CharField(max_length=20, choices=Environment.choices)
+    mode = models.CharField(max_length=20, choices=Mode.choices)
+    scenario_name = models.CharField(max_length=200, blank=True, default="")
+    scenario_version = models.IntegerField(null=True, blank=True)
+    model_name = models.CharField(max_length=200)
+    model_version = models.CharField(max_length=200)
+    policy_revision = models.CharField(max_length=200)
+    created_at = models.DateTimeField()
+    parent_run_ref = models.CharField(max_length=200, blank=True, default="")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    isolation = models.CharField(max_length=20, blank=True, default="")
+    manifest_run = models.JSONField()
+    bundle_digest = models.CharField(max_length=71)
+    imported_at = models.DateTimeField(auto_now_add=True)
+    imported_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # Summary written once at the end of the import transaction.
+    event_count = models.IntegerField(default=0)
+    finding_count = models.IntegerField(default=0)
+    error_count = models.IntegerField(default=0)
+    final_state = models.CharField(max_length=30, blank=True, default="")
+    first_logical_at = models.DateTimeField(null=True)
+    last_logical_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["-imported_at", "-id"]
+        permissions = [
+            ("import_run", "Can import run bundles"),
+            ("launch_replay", "Can launch replays"),
+        ]
+        indexes = [
+            models.Index(fields=["environment", "mode"]),
+            models.Index(fields=["scenario_name", "scenario_version"]),
+            models.Index(fields=["final_state"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise HistoryIsAppendOnly(f"run {self.run_id} is history and cannot be deleted")
+
+
+class Blob(models.Model):
+    """A content-addressed blob in the blob store. Shared between runs that hold the same bytes."""
+
+    digest = models.CharField(max_length=71, unique=True)
+    size = models.BigIntegerField()
+    stored_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.digest
+
+    @property
+    def storage_name(self) -> str:
+        return blob_storage_name(self.digest)
+
+
+def blob_storage_name(digest: str) -> str:
+    return "sha256/" + digest.removeprefix("sha256:")
+
+
+class RunBlob(AppendOnlyModel):
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="blobs")
+    blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="+")
+    media_type = models.CharField(max_length=200)
+    role = models.CharField(max_length=200)
+    retention = models.CharField(max_length=100)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "blob"], name="runblob_unique")]
+
+
+class Event(AppendOnlyModel):
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    seq = models.BigIntegerField()
+    event_id = models.CharField(max_length=200)
+    kind = models.CharField(max_length=40)
+    attempt_ref = models.CharField(max_length=200, blank=True, default="")
+    workspace_ref = models.CharField(max_length=200, blank=True, default="")
+    logical_at = models.DateTimeField()
+    wall_at = models.DateTimeField()
+    # The event exactly as the bundle held it (all fields, extensions included).
+    body = models.JSONField()
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="event_run_seq_unique"),
+            models.UniqueConstraint(fields=["run", "event_id"], name="event_run_id_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["run", "kind", "seq"]),
+            models.Index(fields=["run", "attempt_ref", "seq"]),
+            models.Index(fields=["run", "workspace_ref", "seq"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} ({self.kind})"
+
+
+class RunObject(AppendOnlyModel):
+    """An attempt, workspace or artifact: the three kinds of object with an id of their own."""
+
+    class Kind(models.TextChoices):
+        ATTEMPT = "attempt"
+        WORKSPACE = "workspace"
+        ARTIFACT = "artifact"
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="run_objects")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    ref = models.CharField(max_length=200)
+    introduced_by = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "ref"], name="runobject_run_ref_unique")]
+        indexes = [models.Index(fields=["run", "kind"])]
+
+
+class Edge(AppendOnlyModel):
+    """A reference from one event to an event or object of the same run, at a named field.
+
+    `target_event` is the event the reference resolves to: the target itself, or for an object id the
+    event that introduced the object. Both are null for a dangling reference (LIN011), which is kept:
+    investigating those is the console's job.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="edges")
+    source = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="edges_out")
+    field = models.CharField(max_length=300)
+    target_ref = models.CharField(max_length=200)
+    target_event = models.ForeignKey(Event, null=True, on_delete=models.PROTECT, related_name="edges_in")
+    target_object = models.ForeignKey(RunObject, null=True, on_delete=models.PROTECT, related_name="edges_in")
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "target_ref"])]
+
+    @property
+    def is_dangling(self) -> bool:
+        return self.target_event_id is None
+
+
+class Finding(AppendOnlyModel):
+    """A lineage finding recorded when the run was imported (the checker can be re-run at any time)."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="findings")
+    code = models.CharField(max_length=10)
+    severity = models.CharField(max_length=10)
+    from_ref = models.CharField(max_length=200)
+    to_ref = models.CharField(max_length=200)
+    from_event = models.ForeignKey(Event, null=True, on_delete=models.PROTECT, related_name="+")
+    to_event = models.ForeignKey(Event, null=True, on_delete=models.PROTECT, related_name="+")
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["run", "id"]
+        indexes = [models.Index(fields=["run", "code"])]
+
+
+class HarnessToken(models.Model):
+    """A scoped API token for a harness. Only its SHA-256 is stored; the key is shown once."""
+
+    class Scope(models.TextChoices):
+        IMPORT_RUNS = "runs:import"
+        CAPTURE = "captures:create"
+
+    name = models.CharField(max_length=200)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="harness_tokens")
+    key_digest = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @staticmethod
+    def digest_key(key: str) -> str:
+        return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+    @staticmethod
+    def new_key() -> str:
+        return "n17q_" + secrets.token_urlsafe(32)

@@ -1,0 +1,10 @@
+from django.urls import path
+
+from . import views
+
+app_name = "runs"
+urlpatterns = [
+    path("", views.run_list, name="run-list"),
+    path("runs/import/", views.run_import, name="run-import"),
+    path("runs/<str:run_id>/", views.run_detail, name="run-detail"),
+]

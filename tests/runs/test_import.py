@@ -1,0 +1,265 @@
+"""Bundle import: all or nothing, every refusal one line naming where, nothing stored on refusal."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from n17q_engine.bundle import BundleError
+from n17q_engine.canonical import digest_bytes
+from runs.importer import run_import_from_path
+from runs.models import Blob, Edge, Event, Finding, HistoryIsAppendOnly, Run, RunObject
+from tests import bundles
+
+pytestmark = pytest.mark.django_db
+
+
+def assert_nothing_stored(blob_store: Path) -> None:
+    assert Run.objects.count() == 0
+    assert Event.objects.count() == 0
+    assert Edge.objects.count() == 0
+    assert Blob.objects.count() == 0
+    stored = [p for p in blob_store.rglob("*") if p.is_file()] if blob_store.exists() else []
+    assert stored == []
+
+
+def refused(path: Path, blob_store: Path) -> str:
+    with pytest.raises(BundleError) as info:
+        run_import_from_path(path)
+    assert_nothing_stored(blob_store)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.fixture
+def parts():
+    return bundles.example_parts()
+
+
+def test_it_imports_the_example_bundle_with_its_graph(tmp_path):
+    result = run_import_from_path(bundles.EXAMPLE)
+    assert result.to_json() == {"run": "run-example-docs", "events": 9, "findings": []}
+    run = Run.objects.get(run_id="run-example-docs")
+    assert run.event_count == 9 and run.final_state == "completed" and run.environment == "live"
+    assert list(Event.objects.filter(run=run).values_list("seq", flat=True)) == list(range(1, 10))
+    assert RunObject.objects.filter(run=run, kind="attempt", ref="a1").exists()
+    # The claim refers to both results; the result refers back to its call. Both directions are queryable.
+    claim = Event.objects.get(run=run, event_id="e-claim")
+    assert sorted(claim.edges_out.values_list("target_event__event_id", flat=True)) == ["e-res1", "e-res2"]
+    call = Event.objects.get(run=run, event_id="e-call1")
+    assert list(call.edges_in.values_list("source__event_id", flat=True)) == ["e-res1"]
+    blob = Blob.objects.get()
+    assert blob.digest == "sha256:e27d186caef5f985753e164829fd65c267f9bbcc653735c24b88c8da4708a90f"
+
+
+@pytest.mark.parametrize("packer", ["zip", "zip-wrapped", "tar"])
+def test_it_imports_archives(tmp_path, parts, packer):
+    folder = bundles.write_folder(tmp_path / "b", *parts)
+    if packer == "zip":
+        archive = bundles.zip_folder(folder, tmp_path / "b.zip")
+    elif packer == "zip-wrapped":
+        archive = bundles.zip_folder(folder, tmp_path / "b.zip", wrap="run-example-docs")
+    else:
+        archive = bundles.tar_folder(folder, tmp_path / "b.tar.gz")
+    assert run_import_from_path(archive).events == 9
+
+
+def test_it_keeps_a_dangling_reference_as_an_edge_and_a_finding(tmp_path, parts):
+    manifest, events, blobs = parts
+    events[6]["supports"].append("e-nowhere")
+    run_import_from_path(bundles.write_folder(tmp_path / "b", manifest, events, blobs))
+    edge = Edge.objects.get(target_ref="e-nowhere")
+    assert edge.is_dangling and edge.field == "supports[2]"
+    finding = Finding.objects.get(code="LIN011")
+    assert finding.from_ref == "e-claim" and "e-nowhere" in finding.message
+
+
+def test_it_refuses_a_second_import_of_the_same_run():
+    run_import_from_path(bundles.EXAMPLE)
+    with pytest.raises(BundleError, match="already imported"):
+        run_import_from_path(bundles.EXAMPLE)
+    assert Run.objects.count() == 1
+
+
+def _bad(tmp_path, manifest, events, blobs, **kw):
+    return bundles.write_folder(tmp_path / "bad", manifest, events, blobs, **kw)
+
+
+def test_it_refuses_a_bad_digest(tmp_path, parts, _blob_store):
+    manifest, events, blobs = parts
+    digest = next(iter(blobs))
+    blobs[digest] = blobs[digest].replace(b"Rotating", b"Rotatinq")
+    message = refused(_bad(tmp_path, manifest, events, blobs), _blob_store)
+    assert "bad digest" in message and digest.removeprefix("sha256:") in message
+
+
+def test_it_refuses_a_missing_blob(tmp_path, parts, _blob_store):
+    manifest, events, _ = parts
+    message = refused(_bad(tmp_path, manifest, events, {}), _blob_store)
+    assert "missing blob" in message
+
+
+def test_it_refuses_an_event_naming_an_unlisted_blob(tmp_path, parts, _blob_store):
+    manifest, events, blobs = parts
+    events[5]["blob"] = digest_bytes(b"not in the bundle")
+    message = refused(_bad(tmp_path, manifest, events, blobs), _blob_store)
+    assert message.startswith("events.jsonl line 6, field blob:")
+
+
+def test_it_refuses_an_unknown_kind(tmp_path, parts, _blob_store):
+    manifest, events, blobs = parts
+    events[3]["kind"] = "tool.reslut"
+    message = refused(_bad(tmp_path, manifest, events, blobs), _blob_store)
+    assert message == "events.jsonl line 4, field kind: unknown kind 'tool.reslut'"
+
+
+def test_it_refuses_an_unknown_format_version(tmp_path, parts, _blob_store):
+    manifest, events, blobs = parts
+    manifest["format"] = "n17q.run-bundle/2"
+    message = refused(_bad(tmp_path, manifest, events, blobs), _blob_store)
+    assert message.startswith("manifest.json, field format: unknown format 'n17q.run-bundle/2'")
+
+
+def test_it_refuses_a_duplicate_id(tmp_path, parts, _blob_store):
+    manifest, events, blobs = parts
+    events[4]["id"] = "e-call1"
+    message = refused(_bad(tmp_path, manifest, events, blobs), _blob_store)
+    assert message == "events.jsonl line 5, field id: duplicate id 'e-call1'"
+
+
+def test_it_refuses_a_non_increasing_seq(tmp_path, parts, _blob_store):
+    manifest, events, blobs = parts
+    events[2]["seq"] = 2
+    message = refused(_bad(tmp_path, manifest, events, blobs), _blob_store)
+    assert message == "events.jsonl line 3, field seq: seq 2 does not increase (previous 2)"
+
+
+def test_it_refuses_invalid_utf8(tmp_path, parts, _blob_store):
+    manifest, events, blobs = parts
+    lines = [json.dumps(e).encode() + b"\n" for e in events]
+    lines[6] = lines[6].replace(b"key rotation", b"key rot\xe2\x28tion")
+    message = refused(_bad(tmp_path, manifest, events, blobs, events_bytes=b"".join(lines)), _blob_store)
+    assert message.startswith("events.jsonl line 7: invalid UTF-8")
+
+
+def test_it_refuses_a_truncated_line(tmp_path, parts, _blob_store):
+    manifest, events, blobs = parts
+    data = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+    message = refused(_bad(tmp_path, manifest, events, blobs, events_bytes=data[:-40]), _blob_store)
+    assert message.startswith("events.jsonl line 9: truncated or malformed JSON")
+
+
+def test_it_refuses_a_bad_enumeration_naming_the_field(tmp_path, parts, _blob_store):
+    manifest, events, blobs = parts
+    events[3]["outcome"] = "fine"
+    message = refused(_bad(tmp_path, manifest, events, blobs), _blob_store)
+    assert message.startswith("events.jsonl line 4, field outcome: 'fine' is not one of ok | not_found")
+
+
+def test_it_refuses_an_unknown_environment(tmp_path, parts, _blob_store):
+    manifest, events, blobs = parts
+    manifest["run"]["environment"] = "production"
+    message = refused(_bad(tmp_path, manifest, events, blobs), _blob_store)
+    assert message.startswith("manifest.json, field run.environment:")
+
+
+@pytest.mark.parametrize(
+    "member",
+    ["../escape.txt", "blobs/../../escape.txt", "/etc/n17q-escape", "..\\escape.txt"],
+)
+def test_it_refuses_path_traversal_in_tar_and_zip(tmp_path, member, _blob_store):
+    for archive in (
+        bundles.tar_with_member(tmp_path / "evil.tar.gz", member),
+        bundles.zip_with_member(tmp_path / "evil.zip", member),
+    ):
+        message = refused(archive, _blob_store)
+        assert "path" in message and repr(member) in message
+    assert not (tmp_path.parent / "escape.txt").exists()
+    assert not Path("/etc/n17q-escape").exists()
+
+
+@pytest.mark.parametrize("kind", [tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.CHRTYPE, tarfile.FIFOTYPE])
+def test_it_refuses_links_and_special_files_in_tar(tmp_path, kind, _blob_store):
+    archive = bundles.tar_with_member(tmp_path / "evil.tar.gz", "manifest.json", kind=kind, linkname="/etc/passwd")
+    assert "link or special file" in refused(archive, _blob_store)
+
+
+def test_it_refuses_a_symlink_in_a_zip(tmp_path, _blob_store):
+    import zipfile
+
+    out = tmp_path / "link.zip"
+    with zipfile.ZipFile(out, "w") as zf:
+        info = zipfile.ZipInfo("manifest.json")
+        info.external_attr = (0o120777 << 16)
+        zf.writestr(info, "/etc/passwd")
+    assert "link or special file" in refused(out, _blob_store)
+
+
+def test_it_refuses_absurd_sizes_and_counts(tmp_path, parts, settings, _blob_store):
+    folder = bundles.write_folder(tmp_path / "b", *parts)
+    archive = bundles.tar_folder(folder, tmp_path / "b.tar.gz")
+    settings.N17Q_MAX_BUNDLE_BYTES = 1500
+    assert "than 1500 bytes" in refused(archive, _blob_store)
+    settings.N17Q_MAX_BUNDLE_BYTES = 10**9
+    settings.N17Q_MAX_BUNDLE_MEMBERS = 2
+    assert "more than 2 members" in refused(archive, _blob_store)
+
+
+def test_it_refuses_a_file_that_is_not_an_archive(tmp_path, _blob_store):
+    path = tmp_path / "bundle.zip"
+    path.write_bytes(b"hello")
+    assert refused(path, _blob_store) == "not a bundle archive: expected a .zip or a .tar.gz"
+
+
+def test_it_rolls_back_blobs_when_a_late_line_is_bad(tmp_path, parts, _blob_store):
+    """The blobs are verified and written before the events; a bad last line still leaves nothing."""
+    manifest, events, blobs = parts
+    events[-1]["kind"] = "attempt.finished"
+    refused(_bad(tmp_path, manifest, events, blobs), _blob_store)
+
+
+def test_it_keeps_history_append_only():
+    run_import_from_path(bundles.EXAMPLE)
+    event = Event.objects.first()
+    event.kind = "run.state"
+    with pytest.raises(HistoryIsAppendOnly):
+        event.save()
+    with pytest.raises(HistoryIsAppendOnly):
+        event.delete()
+    with pytest.raises(HistoryIsAppendOnly):
+        Event.objects.filter(pk=event.pk).update(kind="run.state")
+    with pytest.raises(HistoryIsAppendOnly):
+        Event.objects.all().delete()
+    with pytest.raises(HistoryIsAppendOnly):
+        Run.objects.get().delete()
+    assert Event.objects.get(pk=event.pk).kind == "attempt.started"
+
+
+def test_it_refuses_raw_sql_changes_to_history_on_postgresql():
+    from django.db import DatabaseError, connection, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the database trigger is PostgreSQL's; SQLite keeps the model-level guard")
+    run_import_from_path(bundles.EXAMPLE)
+    for statement in ("UPDATE runs_event SET kind = 'run.state'", "DELETE FROM runs_edge", "DELETE FROM runs_runobject"):
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cur:
+            cur.execute(statement)
+    assert Event.objects.filter(kind="run.state").count() == 1
+
+
+def test_it_prints_one_json_object_from_the_command(capsys):
+    call_command("import_run", str(bundles.EXAMPLE), "--json")
+    assert json.loads(capsys.readouterr().out) == {"run": "run-example-docs", "events": 9, "findings": []}
+
+
+def test_it_fails_the_command_with_one_line(tmp_path, parts):
+    manifest, events, blobs = parts
+    events[0]["seq"] = "one"
+    folder = _bad(tmp_path, manifest, events, blobs)
+    with pytest.raises(CommandError, match=r"^events.jsonl line 1, field seq: must be an integer$"):
+        call_command("import_run", str(folder), "--json")
