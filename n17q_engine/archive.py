@@ -15,7 +15,7 @@ import tarfile
 import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import IO
 
 from .bundle import BundleError
 
@@ -37,7 +37,7 @@ def _safe_member_path(name: str, root: Path) -> Path:
     return target
 
 
-def _copy_limited(src: BinaryIO, dst_path: Path, *, budget: list[int], name: str, max_bytes: int) -> None:
+def _copy_limited(src: IO[bytes], dst_path: Path, *, budget: list[int], name: str, max_bytes: int) -> None:
     dst_path.parent.mkdir(parents=True, exist_ok=True)
     with open(dst_path, "xb") as dst:
         while True:
@@ -103,7 +103,7 @@ def _unpack_zip(archive: Path, dest: Path, *, budget: list[int], max_bytes: int,
 
 def _unpack_tar(archive: Path, dest: Path, *, budget: list[int], max_bytes: int, max_members: int) -> None:
     try:
-        tf = tarfile.open(archive, mode="r:*")
+        tf = tarfile.open(archive, mode="r:*")  # noqa: SIM115 - closed by the `with tf` below
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BundleError(f"not a readable tar archive ({exc})") from None
     count = 0
@@ -119,7 +119,9 @@ def _unpack_tar(archive: Path, dest: Path, *, budget: list[int], max_bytes: int,
                     target.mkdir(parents=True, exist_ok=True)
                     continue
                 if not member.isreg():
-                    raise BundleError(f"archive member {member.name!r} is a link or special file; only files are allowed")
+                    raise BundleError(
+                        f"archive member {member.name!r} is a link or special file; only files are allowed"
+                    )
                 if member.size > max_bytes:
                     raise BundleError(f"archive member {member.name!r} is larger than {max_bytes} bytes")
                 if target.exists():

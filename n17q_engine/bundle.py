@@ -87,7 +87,7 @@ def check_field(value: Any, spec: v.Field, *, name: str, err: Any) -> None:
         return
     if not _type_ok(value, spec.type):
         raise err(name, f"must be {spec.type}, got {type(value).__name__}")
-    if spec.enum is not None and value not in spec.enum:
+    if spec.enum is not None and value not in spec.enum:  # noqa: SIM102 - the prefix test reads better apart
         if not any(isinstance(value, str) and value.startswith(p) and len(value) > len(p) for p in spec.prefixes):
             allowed = " | ".join(spec.enum + tuple(p + "<name>" for p in spec.prefixes))
             raise err(name, f"{value!r} is not one of {allowed}")
@@ -276,7 +276,9 @@ def iter_event_lines(stream: BinaryIO, *, file: str = "events.jsonl") -> Iterato
         event = validate_event(obj, line=line_no, file=file)
         seq = event["seq"]
         if last_seq is not None and seq <= last_seq:
-            raise BundleError(f"seq {seq} does not increase (previous {last_seq})", file=file, line=line_no, field="seq")
+            raise BundleError(
+                f"seq {seq} does not increase (previous {last_seq})", file=file, line=line_no, field="seq"
+            )
         last_seq = seq
         event_id = event["id"]
         if event_id in seen or event_id in objects:
@@ -288,7 +290,9 @@ def iter_event_lines(stream: BinaryIO, *, file: str = "events.jsonl") -> Iterato
             field = v.INTRODUCTIONS[event["kind"]]
             if obj_id in seen or obj_id in objects:
                 prior = objects.get(obj_id, "event")
-                raise BundleError(f"duplicate id {obj_id!r} (already names a {prior})", file=file, line=line_no, field=field)
+                raise BundleError(
+                    f"duplicate id {obj_id!r} (already names a {prior})", file=file, line=line_no, field=field
+                )
             objects[obj_id] = obj_kind
         yield line_no, event
     if line_no == 0:

@@ -279,8 +279,24 @@ NAMED_REFERENCES = frozenset({"subject", "source", "cause", "supports", "failure
 # belong to the outside world, not to this run, so they are never read as references. The example
 # bundle's `{"request": {"request_id": "req-7781"}}` is such a case.
 OPAQUE_FIELDS = frozenset(
-    {"request", "proposal", "state", "change", "absent", "results", "reasons", "scope", "files",
-     "compatibility", "candidates", "scenario", "recorded_between", "uncovered", "synthetic", "at"}
+    {
+        "request",
+        "proposal",
+        "state",
+        "change",
+        "absent",
+        "results",
+        "reasons",
+        "scope",
+        "files",
+        "compatibility",
+        "candidates",
+        "scenario",
+        "recorded_between",
+        "uncovered",
+        "synthetic",
+        "at",
+    }
 )
 
 # The events that introduce an object id of their own, and the field that names it.
@@ -342,10 +358,9 @@ def _walk(path: str, value: Any, *, top_level: bool = False, name: str | None = 
 def introduced_object(event: dict[str, Any]) -> tuple[str, str] | None:
     """(object kind, object id) for an event that creates an attempt, workspace or artifact."""
     kind = event.get("kind")
-    field = INTRODUCTIONS.get(kind) if isinstance(kind, str) else None
-    if field is None:
+    if not isinstance(kind, str) or kind not in INTRODUCTIONS:
         return None
-    value = event.get(field)
+    value = event.get(INTRODUCTIONS[kind])
     if not isinstance(value, str):
         return None
     return OBJECT_KINDS[kind], value

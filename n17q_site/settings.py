@@ -140,6 +140,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Run bundles, run graphs, lineage findings, captures and replays.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

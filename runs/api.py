@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.generics import get_object_or_404
@@ -43,16 +45,33 @@ def _flatten(data: Any) -> str:
     return str(data)
 
 
-FindingSerializer = inline_serializer(
-    "Finding",
-    {
-        "code": serializers.CharField(),
-        "severity": serializers.CharField(),
-        "from": serializers.CharField(),
-        "to": serializers.CharField(),
-        "message": serializers.CharField(),
-    },
-)
+@functools.cache
+def findings_schema() -> serializers.Serializer:
+    """The finding shape of DESIGN §8, for the schema (`from` cannot be a Python attribute name)."""
+    return inline_serializer(
+        "Finding",
+        {
+            "code": serializers.CharField(),
+            "severity": serializers.CharField(),
+            "from": serializers.CharField(),
+            "to": serializers.CharField(),
+            "message": serializers.CharField(),
+        },
+        many=True,
+    )
+
+
+class HarnessTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "runs.auth.HarnessTokenAuthentication"
+    name = "harnessToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "`Token <key>` for a scoped harness token issued by an admin",
+        }
 
 
 class RunOutput(serializers.ModelSerializer):
@@ -62,9 +81,24 @@ class RunOutput(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = [
-            "id", "task_id", "task_revision", "environment", "mode", "scenario_name", "scenario_version",
-            "model_name", "model_version", "policy_revision", "created_at", "parent_run", "isolation",
-            "event_count", "finding_count", "error_count", "final_state", "imported_at",
+            "id",
+            "task_id",
+            "task_revision",
+            "environment",
+            "mode",
+            "scenario_name",
+            "scenario_version",
+            "model_name",
+            "model_version",
+            "policy_revision",
+            "created_at",
+            "parent_run",
+            "isolation",
+            "event_count",
+            "finding_count",
+            "error_count",
+            "final_state",
+            "imported_at",
         ]
 
 
@@ -94,7 +128,7 @@ class RunCollectionApi(APIView):
         responses={
             201: inline_serializer(
                 "ImportResult",
-                {"run": serializers.CharField(), "events": serializers.IntegerField(), "findings": FindingSerializer(many=True)},
+                {"run": serializers.CharField(), "events": serializers.IntegerField(), "findings": findings_schema()},
             ),
             400: inline_serializer("Error", {"error": serializers.CharField()}),
         },
@@ -122,7 +156,7 @@ class RunLineageApi(APIView):
     permission_classes = [requires_perm("runs.view_run")]
 
     @extend_schema(
-        responses=inline_serializer("Lineage", {"run": serializers.CharField(), "findings": FindingSerializer(many=True)})
+        responses=inline_serializer("Lineage", {"run": serializers.CharField(), "findings": findings_schema()})
     )
     def get(self, request: Request, run_id: str) -> Response:
         run = get_object_or_404(Run, run_id=run_id)

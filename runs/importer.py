@@ -303,6 +303,13 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
     run.first_logical_at = first_at
     run.last_logical_at = last_at
     run.save(
-        update_fields=["event_count", "finding_count", "error_count", "final_state", "first_logical_at", "last_logical_at"]
+        update_fields=[
+            "event_count",
+            "finding_count",
+            "error_count",
+            "final_state",
+            "first_logical_at",
+            "last_logical_at",
+        ]
     )
     return ImportResult(run=run, events=count, findings=[f.to_json() for f in findings])

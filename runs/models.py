@@ -134,6 +134,9 @@ class RunBlob(AppendOnlyModel):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "blob"], name="runblob_unique")]
 
+    def __str__(self) -> str:
+        return f"{self.blob_id} in run {self.run_id}"
+
 
 class Event(AppendOnlyModel):
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
@@ -180,6 +183,9 @@ class RunObject(AppendOnlyModel):
         constraints = [models.UniqueConstraint(fields=["run", "ref"], name="runobject_run_ref_unique")]
         indexes = [models.Index(fields=["run", "kind"])]
 
+    def __str__(self) -> str:
+        return f"{self.kind} {self.ref}"
+
 
 class Edge(AppendOnlyModel):
     """A reference from one event to an event or object of the same run, at a named field.
@@ -198,6 +204,9 @@ class Edge(AppendOnlyModel):
 
     class Meta:
         indexes = [models.Index(fields=["run", "target_ref"])]
+
+    def __str__(self) -> str:
+        return f"{self.source_id}.{self.field} -> {self.target_ref}"
 
     @property
     def is_dangling(self) -> bool:
@@ -219,6 +228,9 @@ class Finding(AppendOnlyModel):
     class Meta:
         ordering = ["run", "id"]
         indexes = [models.Index(fields=["run", "code"])]
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.from_ref} -> {self.to_ref}"
 
 
 class HarnessToken(models.Model):

@@ -26,14 +26,27 @@ def run_lineage_json(run: Run) -> dict[str, Any]:
     return {"run": run.run_id, "findings": [f.to_json() for f in run_lineage_check(run)]}
 
 
-def run_list(*, q: str = "", state: str = "", mode: str = "", environment: str = "", scenario: str = "",
-             findings: str = ""):
+def run_list(
+    *, q: str = "", state: str = "", mode: str = "", environment: str = "", scenario: str = "", findings: str = ""
+):
     """Runs for the list page, filtered; one query however many runs match (paginated by the caller)."""
     from django.db.models import Q
 
     runs = Run.objects.only(
-        "run_id", "task_id", "environment", "mode", "scenario_name", "scenario_version", "model_name",
-        "model_version", "event_count", "finding_count", "error_count", "final_state", "imported_at", "created_at",
+        "run_id",
+        "task_id",
+        "environment",
+        "mode",
+        "scenario_name",
+        "scenario_version",
+        "model_name",
+        "model_version",
+        "event_count",
+        "finding_count",
+        "error_count",
+        "final_state",
+        "imported_at",
+        "created_at",
     ).order_by("-imported_at", "-id")
     if q:
         runs = runs.filter(Q(run_id__icontains=q) | Q(task_id__icontains=q))

@@ -36,8 +36,10 @@ def run_import(request: HttpRequest) -> HttpResponse:
         except BundleError as exc:
             form.add_error("bundle", str(exc))
         else:
-            messages.success(request, f"Imported {result.run.run_id}: {result.events} events, "
-                                      f"{len(result.findings)} lineage findings.")
+            messages.success(
+                request,
+                f"Imported {result.run.run_id}: {result.events} events, {len(result.findings)} lineage findings.",
+            )
             return redirect("runs:run-detail", run_id=result.run.run_id)
     return render(request, "runs/run_import.html", {"form": form}, status=400 if form.errors else 200)
 

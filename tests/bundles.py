@@ -22,8 +22,14 @@ def example_parts() -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, byt
     return manifest, events, blobs
 
 
-def write_folder(folder: Path, manifest: dict[str, Any], events: list[Any], blobs: dict[str, bytes], *,
-                 events_bytes: bytes | None = None) -> Path:
+def write_folder(
+    folder: Path,
+    manifest: dict[str, Any],
+    events: list[Any],
+    blobs: dict[str, bytes],
+    *,
+    events_bytes: bytes | None = None,
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "manifest.json").write_text(json.dumps(manifest))
     if events_bytes is None:
@@ -53,8 +59,9 @@ def tar_folder(folder: Path, out: Path) -> Path:
     return out
 
 
-def tar_with_member(out: Path, name: str, data: bytes = b"x", *, kind: bytes = tarfile.REGTYPE,
-                    linkname: str = "") -> Path:
+def tar_with_member(
+    out: Path, name: str, data: bytes = b"x", *, kind: bytes = tarfile.REGTYPE, linkname: str = ""
+) -> Path:
     """A tarball holding one hostile member (and nothing else)."""
     with tarfile.open(out, "w:gz") as tf:
         info = tarfile.TarInfo(name)

@@ -31,7 +31,9 @@ def pytest_sessionstart(session):
     if os.environ.get("N17Q_TEST_POSTGRES") == "1":
         from django.conf import settings
 
-        assert settings.DATABASES["default"]["ENGINE"].endswith("postgresql"), "N17Q_TEST_POSTGRES=1 without DATABASE_URL"
+        assert settings.DATABASES["default"]["ENGINE"].endswith("postgresql"), (
+            "N17Q_TEST_POSTGRES=1 without DATABASE_URL"
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -195,7 +195,7 @@ def test_it_refuses_a_symlink_in_a_zip(tmp_path, _blob_store):
     out = tmp_path / "link.zip"
     with zipfile.ZipFile(out, "w") as zf:
         info = zipfile.ZipInfo("manifest.json")
-        info.external_attr = (0o120777 << 16)
+        info.external_attr = 0o120777 << 16
         zf.writestr(info, "/etc/passwd")
     assert "link or special file" in refused(out, _blob_store)
 
@@ -246,7 +246,11 @@ def test_it_refuses_raw_sql_changes_to_history_on_postgresql():
     if connection.vendor != "postgresql":
         pytest.skip("the database trigger is PostgreSQL's; SQLite keeps the model-level guard")
     run_import_from_path(bundles.EXAMPLE)
-    for statement in ("UPDATE runs_event SET kind = 'run.state'", "DELETE FROM runs_edge", "DELETE FROM runs_runobject"):
+    for statement in (
+        "UPDATE runs_event SET kind = 'run.state'",
+        "DELETE FROM runs_edge",
+        "DELETE FROM runs_runobject",
+    ):
         with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cur:
             cur.execute(statement)
     assert Event.objects.filter(kind="run.state").count() == 1

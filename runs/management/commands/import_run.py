@@ -17,5 +17,7 @@ class Command(JsonCommand):
 
     def human(self, result: dict[str, Any]) -> str:
         lines = [f"imported {result['run']}: {result['events']} events, {len(result['findings'])} lineage findings"]
-        lines += [f"  {f['code']} {f['severity']}: {f['message']} ({f['from']} -> {f['to']})" for f in result["findings"]]
+        lines += [
+            f"  {f['code']} {f['severity']}: {f['message']} ({f['from']} -> {f['to']})" for f in result["findings"]
+        ]
         return "\n".join(lines)
