@@ -29,4 +29,5 @@ for r in demo["runs"]:
     print(f"  {r['id']:<28} {r['title']}")
 print(f"\nWorker log: {sys.argv[1].rsplit('/', 1)[0]}/worker.log   (Ctrl-C stops both)\n")
 PY
-exec $BIN/python manage.py runserver "127.0.0.1:$PORT" --noreload
+# Not exec: the shell stays to stop the worker when the server ends (Ctrl-C or a signal).
+$BIN/python manage.py runserver "127.0.0.1:$PORT" --noreload

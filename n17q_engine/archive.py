@@ -8,9 +8,11 @@ are written. Only regular files and folders are ever created.
 
 from __future__ import annotations
 
+import lzma
 import os
 import shutil
 import stat
+import struct
 import tarfile
 import zipfile
 import zlib
@@ -20,6 +22,25 @@ from typing import IO
 from .bundle import BundleError
 
 CHUNK = 1 << 20
+
+# What reading a hostile archive can raise from zipfile, tarfile and their decompressors, besides their own
+# error classes: a corrupt header gives struct.error or ValueError (a bad UTF-8 name is a UnicodeDecodeError),
+# a corrupt stream zlib.error, lzma.LZMAError or OSError (bz2), an encrypted zip member RuntimeError, an
+# unknown compression NotImplementedError. Each becomes a one-line BundleError.
+_READ_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    tarfile.TarError,
+    OSError,
+    EOFError,
+    ValueError,
+    RuntimeError,
+    NotImplementedError,
+    OverflowError,
+    struct.error,
+    zlib.error,
+    lzma.LZMAError,
+)
 
 
 def _safe_member_path(name: str, root: Path) -> Path:
@@ -73,8 +94,8 @@ def unpack(archive: Path, dest: Path, *, max_bytes: int, max_members: int) -> Pa
 def _unpack_zip(archive: Path, dest: Path, *, budget: list[int], max_bytes: int, max_members: int) -> None:
     try:
         zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise BundleError(f"not a readable zip archive ({exc})") from None
+    except _READ_ERRORS as exc:
+        raise BundleError(f"not a readable zip archive ({exc or exc.__class__.__name__})") from None
     with zf:
         infos = zf.infolist()
         if len(infos) > max_members:
@@ -87,25 +108,32 @@ def _unpack_zip(archive: Path, dest: Path, *, budget: list[int], max_bytes: int,
             mode = (info.external_attr >> 16) & 0o170000
             if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 raise BundleError(f"archive member {info.filename!r} is a link or special file; only files are allowed")
-            if info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            if target.exists():
-                raise BundleError(f"archive member {info.filename!r} appears twice")
             try:
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                if target.exists():
+                    raise BundleError(f"archive member {info.filename!r} appears twice")
                 with zf.open(info) as src:
                     _copy_limited(src, target, budget=budget, name=info.filename, max_bytes=max_bytes)
-            except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError) as exc:
+            except _READ_ERRORS as exc:
                 if isinstance(exc, BundleError):
                     raise
-                raise BundleError(f"archive member {info.filename!r} cannot be read ({exc})") from None
+                if isinstance(exc, FileExistsError):  # "a" and "a/", or a file where a folder must go
+                    raise BundleError(f"archive member {info.filename!r} appears twice") from None
+                raise BundleError(
+                    f"archive member {info.filename!r} cannot be read ({exc or exc.__class__.__name__})"
+                ) from None
 
 
 def _unpack_tar(archive: Path, dest: Path, *, budget: list[int], max_bytes: int, max_members: int) -> None:
     try:
         tf = tarfile.open(archive, mode="r:*")  # noqa: SIM115 - closed by the `with tf` below
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise BundleError(f"not a readable tar archive ({exc})") from None
+    except tarfile.ReadError:
+        # tarfile's own message lists every compression it tried, over several lines.
+        raise BundleError("not a readable tar archive (not a .tar.gz, or truncated or corrupt)") from None
+    except _READ_ERRORS as exc:
+        raise BundleError(f"not a readable tar archive ({exc or exc.__class__.__name__})") from None
     count = 0
     try:
         with tf:
@@ -131,10 +159,10 @@ def _unpack_tar(archive: Path, dest: Path, *, budget: list[int], max_bytes: int,
                     raise BundleError(f"archive member {member.name!r} cannot be read")
                 with src:
                     _copy_limited(src, target, budget=budget, name=member.name, max_bytes=max_bytes)
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+    except _READ_ERRORS as exc:
         if isinstance(exc, BundleError):
             raise
-        raise BundleError(f"archive is truncated or corrupt ({exc})") from None
+        raise BundleError(f"archive is truncated or corrupt ({exc or exc.__class__.__name__})") from None
 
 
 def find_root(folder: Path) -> Path:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -22,10 +25,31 @@ from .canonical import is_digest
 MAX_LINE_BYTES = 4 * 1024 * 1024
 MAX_EVENTS = 2_000_000
 MANIFEST_MAX_BYTES = 64 * 1024 * 1024
+# JSON nested deeper than this is refused: no event needs it, and everything that reads an event back
+# (the reference walk, the database's JSON encoder) recurses once per level.
+MAX_JSON_DEPTH = 100
+# Identifiers and the other short strings the database keeps in columns of this width.
+MAX_ID_CHARS = 200
+# A BIGINT column holds `seq`.
+_INT64 = (-(2**63), 2**63 - 1)
+MAX_MESSAGE_CHARS = 1000
+
+# What would break a refusal over lines (everything str.splitlines splits on), make it unprintable, or
+# unencodable as UTF-8 (lone surrogates): such characters in a name or value are shown escaped.
+_NOT_ONE_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def _one_line(text: str) -> str:
+    text = _NOT_ONE_LINE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), text)
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "\u2026"
 
 
 class BundleError(ValueError):
-    """A bundle was refused. `str()` is one line a person can act on."""
+    """A bundle was refused. `str()` is one line a person can act on.
+
+    Field names and messages can quote the bundle (keys, values, archive member names), so the line is
+    made printable here, once: control and line-separator characters are escaped, and it is capped.
+    """
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None, field: str | None = None):
         self.file, self.line, self.field, self.reason = file, line, field, message
@@ -33,8 +57,74 @@ class BundleError(ValueError):
         if file:
             where.append(file if line is None else f"{file} line {line}")
         if field:
-            where.append(f"field {field}")
-        super().__init__((": ".join([", ".join(where), message])) if where else message)
+            where.append("field " + (field if len(field) <= MAX_ID_CHARS else field[:MAX_ID_CHARS] + "\u2026"))
+        super().__init__(_one_line((": ".join([", ".join(where), message])) if where else message))
+
+
+class _NotJSON(ValueError):
+    """A value json.loads would accept but JSON (RFC 8259) and the database do not."""
+
+
+def _no_constants(name: str) -> Any:
+    raise _NotJSON(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotJSON(f"the number {text[:40]} is too large for a double")
+    return value
+
+
+# Escapes that decode to characters no database text column holds: NUL, and UTF-16 surrogates (a lone
+# one cannot be encoded as UTF-8). A raw NUL or surrogate cannot reach the decoder (strict JSON and
+# strict UTF-8 refuse them), so only a line with such an escape needs its strings checked.
+_SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def _check_decoded(value: Any, err: Any) -> None:
+    """Refuse values nested deeper than MAX_JSON_DEPTH and strings holding NUL or a lone surrogate."""
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+    while stack:
+        item, depth, where = stack.pop()
+        if isinstance(item, str):
+            if _UNSTORABLE.search(item):
+                raise err(where or None, "holds a NUL character or a lone UTF-16 surrogate, which is not text")
+            continue
+        if not isinstance(item, (dict, list)):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise err(where or None, f"nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                path = f"{where}.{key}" if where else key
+                if _UNSTORABLE.search(key):
+                    raise err(path, "the key holds a NUL character or a lone UTF-16 surrogate, which is not text")
+                stack.append((sub, depth + 1, path))
+        else:
+            stack.extend((sub, depth + 1, f"{where}[{i}]") for i, sub in enumerate(item))
+
+
+def load_json(text: str, err: Any, *, check: bool = True) -> Any:
+    """json.loads for untrusted text: every failure is `err(field, message)`, never another exception.
+
+    Also refused: NaN and infinities, nesting past MAX_JSON_DEPTH, NUL and lone surrogates. `check=False`
+    skips the walk over the decoded value when the text shows it cannot hold any of those.
+    """
+    try:
+        value = json.loads(text, parse_constant=_no_constants, parse_float=_finite_float)
+    except json.JSONDecodeError:
+        raise
+    except _NotJSON as exc:
+        raise err(None, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise err(None, f"not valid JSON (nested deeper than {MAX_JSON_DEPTH} levels)") from None
+    except ValueError as exc:  # an integer past Python's int/str digit limit
+        raise err(None, f"not valid JSON ({str(exc).split(':')[0]})") from None
+    if check or _SUSPECT_ESCAPE.search(text) or text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+        _check_decoded(value, err)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +149,11 @@ def parse_iso(value: Any) -> datetime:
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:
         raise ValueError("no timezone")
+    try:
+        # Stored as UTC: a time whose UTC form leaves years 1-9999 (0001-01-01T00:00+01:00) cannot be.
+        parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("out of range") from None
     return parsed
 
 
@@ -106,7 +201,7 @@ def parse_manifest(raw: bytes, *, file: str = "manifest.json") -> Manifest:
     except UnicodeDecodeError as exc:
         raise err(None, f"invalid UTF-8 at byte {exc.start}") from None
     try:
-        data = json.loads(text)
+        data = load_json(text, err)
     except json.JSONDecodeError as exc:
         raise err(None, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     if not isinstance(data, dict):
@@ -131,9 +226,11 @@ def parse_manifest(raw: bytes, *, file: str = "manifest.json") -> Manifest:
         size = meta.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise err(f"{where}.size", "must be a non-negative integer")
-        for key in ("media_type", "role", "retention"):
+        for key, longest in (("media_type", MAX_ID_CHARS), ("role", MAX_ID_CHARS), ("retention", 100)):
             if not isinstance(meta.get(key), str):
                 raise err(f"{where}.{key}", "must be a string")
+            if len(meta[key]) > longest:
+                raise err(f"{where}.{key}", f"must be at most {longest} characters")
         blobs[digest] = BlobEntry(digest, meta["media_type"], size, meta["role"], meta["retention"])
     return Manifest(run=run, blobs=blobs)
 
@@ -147,14 +244,21 @@ def validate_run(run: dict[str, Any], err: Any) -> None:
             raise err(f"run.{key}", "is required" if key not in run else f"has the wrong type ({type(value).__name__})")
         return value
 
+    def short(where: str, value: Any) -> None:
+        # Kept in a column of MAX_ID_CHARS characters.
+        if value is not None and len(value if isinstance(value, str) else str(value)) > MAX_ID_CHARS:
+            raise err(where, f"must be at most {MAX_ID_CHARS} characters")
+
     run_id = need("id", str)
     if not run_id or len(run_id) > 200 or any(c.isspace() for c in run_id) or "/" in run_id:
         raise err("run.id", "must be 1-200 characters without spaces or '/'")
     task = need("task", dict)
     if not isinstance(task.get("id"), str):
         raise err("run.task.id", "must be a string")
+    short("run.task.id", task["id"])
     if "revision" not in task:
         raise err("run.task.revision", "is required")
+    short("run.task.revision", task["revision"])
     env = need("environment", str)
     if env not in v.ENVIRONMENTS:
         raise err("run.environment", f"{env!r} is not one of {' | '.join(v.ENVIRONMENTS)}")
@@ -164,16 +268,19 @@ def validate_run(run: dict[str, Any], err: Any) -> None:
     scenario = need("scenario", dict, nullable=True)
     if scenario is not None and not isinstance(scenario.get("name"), str):
         raise err("run.scenario.name", "must be a string")
+    if scenario is not None:
+        short("run.scenario.name", scenario["name"])
     model = need("model", dict)
     for key in ("name", "version"):
         if not isinstance(model.get(key), str):
             raise err(f"run.model.{key}", "must be a string")
-    need("policy_revision", str)
+        short(f"run.model.{key}", model[key])
+    short("run.policy_revision", need("policy_revision", str))
     try:
         parse_iso(need("created_at", str))
     except ValueError:
         raise err("run.created_at", "must be an ISO-8601 time with a timezone") from None
-    need("parent_run", str, nullable=True)
+    short("run.parent_run", need("parent_run", str, nullable=True))
     isolation = run.get("isolation")
     if isolation is not None and isolation not in v.ISOLATION_LEVELS:
         raise err("run.isolation", f"{isolation!r} is not one of {' | '.join(v.ISOLATION_LEVELS)}")
@@ -190,6 +297,8 @@ def validate_event(obj: Any, *, line: int, file: str = "events.jsonl") -> dict[s
     seq = obj.get("seq")
     if not isinstance(seq, int) or isinstance(seq, bool):
         raise err("seq", "must be an integer")
+    if not _INT64[0] <= seq <= _INT64[1]:
+        raise err("seq", "must fit in 64 bits")
     event_id = obj.get("id")
     if not isinstance(event_id, str) or not event_id or len(event_id) > 200:
         raise err("id", "must be a non-empty string of at most 200 characters")
@@ -214,6 +323,9 @@ def validate_event(obj: Any, *, line: int, file: str = "events.jsonl") -> dict[s
         raise err("attempt", "must be an attempt id or null")
     if kind == "attempt.started" and attempt is None:
         raise err("attempt", "attempt.started must name the attempt it starts")
+    introduces = v.INTRODUCTIONS.get(kind)
+    if introduces is not None and isinstance(obj.get(introduces), str) and len(obj[introduces]) > MAX_ID_CHARS:
+        raise err(introduces, f"must be an id of at most {MAX_ID_CHARS} characters")
     for name, field_spec in spec.items():
         if name not in obj:
             if field_spec.required:
@@ -237,6 +349,10 @@ def validate_event(obj: Any, *, line: int, file: str = "events.jsonl") -> dict[s
         if not isinstance(derived.get("content_equal"), bool):
             raise err("derived_from.content_equal", "must be true or false")
     return obj
+
+
+def _line_error(file: str, line: int, field: str | None, message: str) -> BundleError:
+    return BundleError(message, file=file, line=line, field=field)
 
 
 def iter_event_lines(stream: BinaryIO, *, file: str = "events.jsonl") -> Iterator[tuple[int, dict[str, Any]]]:
@@ -268,7 +384,7 @@ def iter_event_lines(stream: BinaryIO, *, file: str = "events.jsonl") -> Iterato
         if not text.strip():
             raise BundleError("empty line (one event per line, no blank lines)", file=file, line=line_no)
         try:
-            obj = json.loads(text)
+            obj = load_json(text, partial(_line_error, file, line_no), check=False)
         except json.JSONDecodeError as exc:
             truncated = not raw.endswith(b"\n") or exc.msg.startswith(("Expecting", "Unterminated"))
             what = "truncated or malformed JSON" if truncated else "malformed JSON"

@@ -102,8 +102,13 @@ class Finding:
     message: str
 
     def to_json(self) -> dict[str, str]:
-        return {"code": self.code, "severity": self.severity, "from": self.from_, "to": self.to,
-                "message": self.message}
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "from": self.from_,
+            "to": self.to,
+            "message": self.message,
+        }
 
 
 def _finding(code: str, from_: str, to: str, message: str) -> Finding:
@@ -111,6 +116,7 @@ def _finding(code: str, from_: str, to: str, message: str) -> Finding:
 
 
 # Compact records: only what the rules read.
+
 
 @dataclass(slots=True)
 class _Workspace:
@@ -225,54 +231,6 @@ def _path(value: str) -> str:
     return value[2:] if value.startswith("./") else value
 
 
-_SKIPPED_FIELDS = frozenset(v.ENVELOPE) | v.OPAQUE_FIELDS
-_REF_SUFFIXES = ("_id", "_ids")
-
-
-def references(event: dict[str, Any]) -> list[tuple[str, str]]:
-    """Exactly `vocabulary.iter_references(event)` as a list, about twice as fast.
-
-    The checker reads every event's references, and the generator's nesting was half the cost of `add`
-    at 100,000 events; a test holds the two equal on random events.
-    """
-    kind = event.get("kind")
-    introduced = v.INTRODUCTIONS.get(kind) if isinstance(kind, str) else None
-    out: list[tuple[str, str]] = []
-    attempt = event.get("attempt")
-    if isinstance(attempt, str) and kind != "attempt.started":
-        out.append(("attempt", attempt))
-    for name, value in event.items():
-        if name in _SKIPPED_FIELDS or name == introduced:
-            continue
-        if isinstance(value, str):
-            if value and (name in v.NAMED_REFERENCES or name.endswith(_REF_SUFFIXES)):
-                out.append((name, value))
-        elif isinstance(value, list):
-            if name in v.NAMED_REFERENCES or name.endswith(_REF_SUFFIXES):
-                out.extend((f"{name}[{i}]", item) for i, item in enumerate(value) if isinstance(item, str) and item)
-        elif isinstance(value, dict):
-            if name == "workspaces" and kind == "checkpoint":
-                out.extend((f"workspaces.{key}", key) for key in value if isinstance(key, str))
-            else:
-                _nested_references(name, value, out)
-    return out
-
-
-def _nested_references(path: str, value: dict, out: list[tuple[str, str]]) -> None:
-    for name, sub in value.items():
-        if not isinstance(name, str) or name in v.OPAQUE_FIELDS:
-            continue
-        where = f"{path}.{name}"
-        if isinstance(sub, str):
-            if sub and name.endswith(_REF_SUFFIXES):
-                out.append((where, sub))
-        elif isinstance(sub, list):
-            if name.endswith(_REF_SUFFIXES):
-                out.extend((f"{where}[{i}]", item) for i, item in enumerate(sub) if isinstance(item, str) and item)
-        elif isinstance(sub, dict):
-            _nested_references(where, sub, out)
-
-
 def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
@@ -328,6 +286,10 @@ class LineageGraph:
         self._executions: dict[str, list[str]] = {}  # intent -> execution ids
         self._first_ack: dict[str, str] = {}
         self._claims: dict[str, _Claim] = {}
+        # Indexes derived at findings time, valid while no event is added (`_added` counts them).
+        self._added = 0
+        self._memo_store: dict[str, Any] = {}
+        self._memo_at = -1
 
         self._on = {
             "workspace.created": self._add_workspace,
@@ -353,12 +315,13 @@ class LineageGraph:
     def add(self, event: dict) -> None:
         event_id = event["id"]
         seq = event["seq"]
+        self._added += 1
         self._seq[event_id] = seq
         introduced = v.introduced_object(event)
         if introduced is not None:
             self._objects.add(introduced[1])
         known, objects = self._seq, self._objects
-        for path, target in references(event):
+        for path, target in v.references(event):
             if target not in known and target not in objects:
                 self._unresolved.setdefault(event_id, []).append((path, target))
         handler = self._on.get(event["kind"])
@@ -368,8 +331,9 @@ class LineageGraph:
     def _emit(self, finding: Finding) -> None:
         self._found.setdefault(finding.from_, []).append(finding)
 
-    def _use_workspace(self, event_id: str, workspace: str | None, what: str, *, source_seq: int | None = None,
-                       link: str | None = None) -> None:
+    def _use_workspace(
+        self, event_id: str, workspace: str | None, what: str, *, source_seq: int | None = None, link: str | None = None
+    ) -> None:
         if workspace is None:
             return
         marked = self._uncertain.get(workspace)
@@ -378,11 +342,15 @@ class LineageGraph:
         cause, cause_seq, why = marked
         if source_seq is not None and source_seq <= cause_seq:
             return
-        self._emit(_finding(
-            "LIN009", event_id, cause,
-            f"{what} {event_id} uses workspace {workspace} after {cause} left it {why}, with no cleanup receipt "
-            f"recorded in between; quarantine and clean it up, or continue in a fresh workspace.",
-        ))
+        self._emit(
+            _finding(
+                "LIN009",
+                event_id,
+                cause,
+                f"{what} {event_id} uses workspace {workspace} after {cause} left it {why}, with no cleanup receipt "
+                f"recorded in between; quarantine and clean it up, or continue in a fresh workspace.",
+            )
+        )
         self._reused.setdefault(workspace, []).append((event_id, link))
 
     def _cleaned(self, workspace: str, cleanup: str) -> None:
@@ -420,15 +388,20 @@ class LineageGraph:
             if known is not None:
                 failing_ancestor = (parent, seq) if self._failing.get(parent) else known.failing_ancestor
         self._workspaces[workspace] = _Workspace(
-            event_id, seq, parent, relation, overlay, failing_ancestor, parent is None or known is not None)
+            event_id, seq, parent, relation, overlay, failing_ancestor, parent is None or known is not None
+        )
         if relation == "copy" and parent is not None:
             marked = self._uncertain.get(parent)
             if marked is not None:
-                self._emit(_finding(
-                    "LIN009", event_id, marked[0],
-                    f"Workspace {workspace} ({event_id}) was copied from workspace {parent} after {marked[0]} left it "
-                    f"{marked[2]}, with no cleanup receipt in between; reconstruct it from a clean snapshot instead.",
-                ))
+                self._emit(
+                    _finding(
+                        "LIN009",
+                        event_id,
+                        marked[0],
+                        f"Workspace {workspace} ({event_id}) was copied from workspace {parent} after {marked[0]} left it "
+                        f"{marked[2]}, with no cleanup receipt in between; reconstruct it from a clean snapshot instead.",
+                    )
+                )
         for artifact_event, files in self._awaiting_overlay.pop(workspace, ()):
             self._check_overlay(artifact_event, workspace, files)
 
@@ -470,11 +443,15 @@ class LineageGraph:
         ws = self._workspaces[workspace]
         absorbed = _unique(p for p in files if p in ws.overlay)
         if absorbed:
-            self._emit(_finding(
-                "LIN010", artifact_event, ws.event,
-                f"Artifact {artifact_event} includes {_join(absorbed)}, which workspace {workspace}'s initial "
-                f"overlay already changed (an inherited edit the agent does not own); drop it from the artifact.",
-            ))
+            self._emit(
+                _finding(
+                    "LIN010",
+                    artifact_event,
+                    ws.event,
+                    f"Artifact {artifact_event} includes {_join(absorbed)}, which workspace {workspace}'s initial "
+                    f"overlay already changed (an inherited edit the agent does not own); drop it from the artifact.",
+                )
+            )
 
     def _add_tool_call(self, event_id: str, seq: int, event: dict) -> None:
         self._use_workspace(event_id, _str(event.get("workspace_id")), "Tool call")
@@ -482,11 +459,15 @@ class LineageGraph:
     def _add_tool_result(self, event_id: str, seq: int, event: dict) -> None:
         if event.get("origin") == "live" and not self.live:
             call = _str(event.get("call_id")) or event_id
-            self._emit(_finding(
-                "LIN014", event_id, call,
-                f"Result {event_id} of call {call} came from a live source in a {self.mode} run in environment "
-                f"{self.environment}: a replay must answer from fixtures and stop on a miss.",
-            ))
+            self._emit(
+                _finding(
+                    "LIN014",
+                    event_id,
+                    call,
+                    f"Result {event_id} of call {call} came from a live source in a {self.mode} run in environment "
+                    f"{self.environment}: a replay must answer from fixtures and stop on a miss.",
+                )
+            )
 
     def _add_receipt(self, event_id: str, seq: int, event: dict) -> None:
         workspace = _str(event.get("workspace_id"))
@@ -500,9 +481,15 @@ class LineageGraph:
         elif len(suites) == 1:
             failing = suites
         receipt = _Receipt(
-            seq, workspace, _str(event.get("completion")), _count(results.get("failed")),
+            seq,
+            workspace,
+            _str(event.get("completion")),
+            _count(results.get("failed")),
             exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
-            suites, failing, _str(event.get("pre_tree")), _str(event.get("post_tree")),
+            suites,
+            failing,
+            _str(event.get("pre_tree")),
+            _str(event.get("post_tree")),
         )
         self._use_workspace(event_id, workspace, "Receipt", link=_str(event.get("call_id")))
         self._receipts[event_id] = receipt
@@ -543,8 +530,12 @@ class LineageGraph:
         source = _str(event.get("source"))
         self._observations[event_id] = _Observation(seq, source)
         source_seq = self._seq.get(source) if source is not None else None
-        self._use_workspace(event_id, _str(event.get("workspace_id")), "Observation",
-                            source_seq=source_seq if source_seq is not None and source_seq < seq else None)
+        self._use_workspace(
+            event_id,
+            _str(event.get("workspace_id")),
+            "Observation",
+            source_seq=source_seq if source_seq is not None and source_seq < seq else None,
+        )
         scope = event.get("scope")
         purposes = set((scope,) if isinstance(scope, str) and scope else _strs(scope))
         purposes.update(self._obs_purposes.pop(event_id, ()))
@@ -558,8 +549,14 @@ class LineageGraph:
         compatibility = event.get("compatibility")
         compatible = isinstance(compatibility, dict) and bool(_str(compatibility.get("rule")))
         self._admissions[event_id] = _Admission(
-            seq, observation, purpose, _str(event.get("artifact_id")), _str(event.get("workspace_id")),
-            _str(event.get("tree_digest")), event.get("decision") == "admitted", compatible,
+            seq,
+            observation,
+            purpose,
+            _str(event.get("artifact_id")),
+            _str(event.get("workspace_id")),
+            _str(event.get("tree_digest")),
+            event.get("decision") == "admitted",
+            compatible,
         )
         if observation is None or not purpose:
             return
@@ -587,7 +584,8 @@ class LineageGraph:
         subject = _str(event.get("subject"))
         required = tuple(_unique(_strs(event.get("required"))))
         self._decisions[event_id] = _Decision(
-            seq, subject, _strs(event.get("input_ids")), required, _str(event.get("outcome")))
+            seq, subject, _strs(event.get("input_ids")), required, _str(event.get("outcome"))
+        )
         if subject is not None:
             self._decisions_on.setdefault(subject, []).append(event_id)
         if required:
@@ -595,28 +593,42 @@ class LineageGraph:
 
     def _add_approval(self, event_id: str, seq: int, event: dict) -> None:
         self._approvals[event_id] = _Approval(
-            seq, _str(event.get("subject")), _str(event.get("evidence_set_digest")), _str(event.get("decision")),
-            _str(event.get("origin")), _str(event.get("run")), _str(event.get("environment")),
+            seq,
+            _str(event.get("subject")),
+            _str(event.get("evidence_set_digest")),
+            _str(event.get("decision")),
+            _str(event.get("origin")),
+            _str(event.get("run")),
+            _str(event.get("environment")),
         )
 
     def _add_intent(self, event_id: str, seq: int, event: dict) -> None:
         self._intents[event_id] = _Intent(
-            seq, _str(event.get("artifact_id")), _strs(event.get("admission_ids")), _str(event.get("approval_id")))
+            seq, _str(event.get("artifact_id")), _strs(event.get("admission_ids")), _str(event.get("approval_id"))
+        )
         if event.get("namespace") == "live" and not self.live:
-            self._emit(_finding(
-                "LIN007", event_id, event_id,
-                f"Intent {event_id} targets the live namespace in a {self.mode} run in environment "
-                f"{self.environment}; effects of a non-live run must stay in a replay:<world> namespace.",
-            ))
+            self._emit(
+                _finding(
+                    "LIN007",
+                    event_id,
+                    event_id,
+                    f"Intent {event_id} targets the live namespace in a {self.mode} run in environment "
+                    f"{self.environment}; effects of a non-live run must stay in a replay:<world> namespace.",
+                )
+            )
         key = event.get("idempotency_key")
         if isinstance(key, str):
             first = self._first_key.setdefault(key, event_id)
             if first != event_id:
-                self._emit(_finding(
-                    "LIN012", event_id, first,
-                    f"Intent {event_id} reuses idempotency key {key} of intent {first}: one key must name one "
-                    f"consequence, so retry the first intent instead of declaring a second.",
-                ))
+                self._emit(
+                    _finding(
+                        "LIN012",
+                        event_id,
+                        first,
+                        f"Intent {event_id} reuses idempotency key {key} of intent {first}: one key must name one "
+                        f"consequence, so retry the first intent instead of declaring a second.",
+                    )
+                )
 
     def _add_execution(self, event_id: str, seq: int, event: dict) -> None:
         intent = _str(event.get("intent_id"))
@@ -624,19 +636,27 @@ class LineageGraph:
             self._executions.setdefault(intent, []).append(event_id)
         connection = event.get("connection")
         if not self.live and isinstance(connection, str) and not connection.startswith(CONTAINED_CONNECTIONS):
-            self._emit(_finding(
-                "LIN007", event_id, intent or event_id,
-                f"Execution {event_id} of intent {intent} went out on connection {connection}, which is not a "
-                f"fixture:, sim: or replay: connection, in a {self.mode} run in environment {self.environment}.",
-            ))
+            self._emit(
+                _finding(
+                    "LIN007",
+                    event_id,
+                    intent or event_id,
+                    f"Execution {event_id} of intent {intent} went out on connection {connection}, which is not a "
+                    f"fixture:, sim: or replay: connection, in a {self.mode} run in environment {self.environment}.",
+                )
+            )
         if intent is not None and event.get("outcome") == "acknowledged":
             first = self._first_ack.setdefault(intent, event_id)
             if first != event_id:
-                self._emit(_finding(
-                    "LIN012", event_id, first,
-                    f"Execution {event_id} is a second acknowledged execution of intent {intent} (the first was "
-                    f"{first}): the consequence happened twice.",
-                ))
+                self._emit(
+                    _finding(
+                        "LIN012",
+                        event_id,
+                        first,
+                        f"Execution {event_id} is a second acknowledged execution of intent {intent} (the first was "
+                        f"{first}): the consequence happened twice.",
+                    )
+                )
 
     def _add_claim(self, event_id: str, seq: int, event: dict) -> None:
         kind = event.get("claim_kind")
@@ -644,7 +664,8 @@ class LineageGraph:
             return
         scope = event.get("scope")
         self._claims[event_id] = _Claim(
-            seq, kind, _strs(event.get("supports")), _strs(scope) if isinstance(scope, list) else None)
+            seq, kind, _strs(event.get("supports")), _strs(scope) if isinstance(scope, list) else None
+        )
 
     # ------------------------------------------------------------------ asking
 
@@ -695,7 +716,9 @@ class LineageGraph:
         for path, target in self._unresolved.get(event_id, ()):
             if target not in self._seq and target not in self._objects:
                 yield _finding(
-                    "LIN011", event_id, target,
+                    "LIN011",
+                    event_id,
+                    target,
                     f"Event {event_id} refers at {path} to {target}, which this run does not hold; find the "
                     f"missing event or treat the edge as broken.",
                 )
@@ -748,7 +771,9 @@ class LineageGraph:
         receipt = self._receipts[receipt_id]
         if receipt.completion != "completed":
             yield _finding(
-                "LIN002", admission_id, receipt_id,
+                "LIN002",
+                admission_id,
+                receipt_id,
                 f"Admission {admission_id} counts receipt {receipt_id} (completion {receipt.completion}, "
                 f"workspace {receipt.workspace}) as completed evidence for {admission.purpose}; rerun the "
                 f"suite to completion or admit the output for diagnosis only.",
@@ -772,12 +797,17 @@ class LineageGraph:
         if decision.outcome != "allow" or artifact_id is None:
             return
         subject = decision.subject or artifact_id
-        used = [self._admissions[a] for a in _unique(decision.inputs + (intent.admissions if intent else ()))
-                if a in self._admissions]
+        used = [
+            self._admissions[a]
+            for a in _unique(decision.inputs + (intent.admissions if intent else ()))
+            if a in self._admissions
+        ]
         for purpose in decision.required:
             if not any(a.admitted and a.purpose == purpose and a.artifact == artifact_id for a in used):
                 yield _finding(
-                    "LIN013", decision_id, subject,
+                    "LIN013",
+                    decision_id,
+                    subject,
                     f"Decision {decision_id} allowed {subject} without any admitted {purpose} evidence for "
                     f"artifact {artifact_id}; admit a receipt for that purpose from the artifact's own workspace "
                     f"and tree, or deny.",
@@ -801,47 +831,67 @@ class LineageGraph:
         approval = self._approvals.get(approval_id)
         if approval is None:
             yield _finding(
-                "LIN004", intent_id, approval_id,
+                "LIN004",
+                intent_id,
+                approval_id,
                 f"Intent {intent_id} names {approval_id} as its approval, but that event is not an "
                 f"approval.recorded; record an approval of the intent's exact evidence set.",
             )
             return
         if approval.decision == "rejected":
             yield _finding(
-                "LIN004", intent_id, approval_id,
+                "LIN004",
+                intent_id,
+                approval_id,
                 f"Intent {intent_id} names approval {approval_id}, which rejected it, as its authority; "
                 f"an approval that says no cannot release the effect.",
             )
         if approval.subject != intent_id:
             yield _finding(
-                "LIN004", intent_id, approval_id,
+                "LIN004",
+                intent_id,
+                approval_id,
                 f"Approval {approval_id} approves {approval.subject}, not intent {intent_id}; record an approval "
                 f"whose subject is {intent_id}.",
             )
         expected = evidence_set_digest(intent.admissions)
         if approval.digest != expected:
             yield _finding(
-                "LIN004", intent_id, approval_id,
+                "LIN004",
+                intent_id,
+                approval_id,
                 f"Approval {approval_id} binds evidence set {approval.digest}, but intent {intent_id}'s "
                 f"admissions [{_join(sorted(intent.admissions))}] hash to {expected}; the reviewer approved "
                 f"different evidence, so ask for a new approval.",
             )
         yield from self._check_foreign(what, intent_id, approval_id, approval)
 
-    def _check_lineage(self, what: str, user: str, admission_id: str, admission: _Admission,
-                       artifact_id: str | None, artifact: _Artifact) -> Iterator[Finding]:
+    def _check_lineage(
+        self,
+        what: str,
+        user: str,
+        admission_id: str,
+        admission: _Admission,
+        artifact_id: str | None,
+        artifact: _Artifact,
+    ) -> Iterator[Finding]:
         if admission.compatible or (artifact.workspace is None and artifact.tree is None):
             return
         built = f"artifact {artifact_id} was built in workspace {artifact.workspace} at tree {artifact.tree}"
         advice = "rerun the validation there or record the compatibility rule that makes the evidence reusable"
-        if ((admission.workspace is not None or admission.tree is not None)
-                and (admission.workspace != artifact.workspace or admission.tree != artifact.tree)):
+        if (admission.workspace is not None or admission.tree is not None) and (
+            admission.workspace != artifact.workspace or admission.tree != artifact.tree
+        ):
             if admission.tree == artifact.tree:
                 # Seed 003: byte equality at one snapshot hid a different evidence history.
-                built = (f"artifact {artifact_id} was built in workspace {artifact.workspace}: the same tree under a "
-                         f"new workspace identity, with its own history")
+                built = (
+                    f"artifact {artifact_id} was built in workspace {artifact.workspace}: the same tree under a "
+                    f"new workspace identity, with its own history"
+                )
             yield _finding(
-                "LIN001", user, admission_id,
+                "LIN001",
+                user,
+                admission_id,
                 f"{what} relies on admission {admission_id} ({admission.purpose or 'no purpose'}) from workspace "
                 f"{admission.workspace} at tree {admission.tree}, but {built}, and no compatibility rule is "
                 f"recorded; {advice}.",
@@ -853,14 +903,17 @@ class LineageGraph:
         receipt = self._receipts[receipt_id]
         if receipt.workspace != artifact.workspace or artifact.tree not in (receipt.pre_tree, receipt.post_tree):
             yield _finding(
-                "LIN001", user, admission_id,
+                "LIN001",
+                user,
+                admission_id,
                 f"{what} relies on admission {admission_id} ({admission.purpose or 'no purpose'}), whose receipt "
                 f"{receipt_id} ran in workspace {receipt.workspace} at tree {receipt.pre_tree}, but {built}, and "
                 f"no compatibility rule is recorded; {advice}.",
             )
 
-    def _check_fresh(self, what: str, user: str, used_at: int, admission_id: str,
-                     admission: _Admission) -> Iterator[Finding]:
+    def _check_fresh(
+        self, what: str, user: str, used_at: int, admission_id: str, admission: _Admission
+    ) -> Iterator[Finding]:
         """LIN006: the earliest event before `used_at` that invalidated the admission, if any."""
         causes: list[tuple[int, str, str]] = []
         for seq, event_id in self._superseded.get(admission_id, ()):
@@ -876,7 +929,7 @@ class LineageGraph:
                     causes.append((seq, event_id, f"{event_id} marked workspace {workspace} {state}"))
                 break
             changes = self._changes.get(workspace, ())
-            for seq, event_id, tree in changes[bisect_right(changes, (admission.seq, "\uffff")):]:
+            for seq, event_id, tree in changes[bisect_right(changes, (admission.seq, "\uffff")) :]:
                 if seq >= used_at:
                     break
                 if tree != admission.tree:
@@ -885,7 +938,9 @@ class LineageGraph:
         if causes:
             _seq, _event, cause = min(causes)
             yield _finding(
-                "LIN006", user, admission_id,
+                "LIN006",
+                user,
+                admission_id,
                 f"{what} uses admission {admission_id} ({admission.purpose or 'no purpose'}) after {cause}; "
                 f"the evidence no longer describes the workspace, so validate again.",
             )
@@ -900,7 +955,9 @@ class LineageGraph:
             reasons.append(f"is historical, and this run is a {self.mode} replay")
         if reasons:
             yield _finding(
-                "LIN005", user, approval_id,
+                "LIN005",
+                user,
+                approval_id,
                 f"{what} takes its authority from approval {approval_id}, which {' and '.join(reasons)}; "
                 f"historical approvals are read-only evidence, so ask for an approval in this run.",
             )
@@ -969,8 +1026,16 @@ class LineageGraph:
         parts.append(f"completion {receipt.completion}")
         return f"receipt {receipt_id} in workspace {receipt.workspace} ({', '.join(parts)})"
 
-    def _check_failures(self, decision_id: str, decision: _Decision, subject: str, artifact_id: str,
-                        artifact: _Artifact, purpose: str, used: list[_Admission]) -> Iterator[Finding]:
+    def _check_failures(
+        self,
+        decision_id: str,
+        decision: _Decision,
+        subject: str,
+        artifact_id: str,
+        artifact: _Artifact,
+        purpose: str,
+        used: list[_Admission],
+    ) -> Iterator[Finding]:
         starts = [artifact.workspace, *(a.workspace for a in used if a.purpose == purpose)]
         latest = self._latest(starts, decision.seq, purpose)
         if latest is None:
@@ -984,7 +1049,9 @@ class LineageGraph:
             return
         suites = f" in {_join(unwaived)}" if unwaived else ""
         yield _finding(
-            "LIN003", decision_id, receipt_id,
+            "LIN003",
+            decision_id,
+            receipt_id,
             f"Decision {decision_id} allowed {subject} although the latest {purpose} receipt on the lineage of "
             f"artifact {artifact_id}, {self._failure_text(receipt_id, receipt)}, has failures{suites} that no "
             f"waiver covers; fix and rerun, or record a waiver.",
@@ -998,8 +1065,9 @@ class LineageGraph:
             return ()
         return self._decisions[self._requirements[i - 1][1]].required
 
-    def _check_claim(self, claim_id: str, claim: _Claim) -> Iterator[Finding]:
-        supported: dict[str, set[str]] = {}  # receipt -> what it was cited for
+    def _claim_supports(self, claim: _Claim) -> tuple[dict[str, set[str]], list[str]]:
+        """The receipts behind a claim's supports (with the purposes they were cited for), and their workspaces."""
+        supported: dict[str, set[str]] = {}
         for support in claim.supports:
             receipt_id, purpose = None, None
             if support in self._receipts:
@@ -1014,10 +1082,17 @@ class LineageGraph:
                 cited = supported.setdefault(receipt_id, set())
                 if purpose:
                     cited.add(purpose)
+        starts = _unique(w for w in (self._receipts[r].workspace for r in supported) if w is not None)
+        return supported, starts
+
+    def _check_claim(self, claim_id: str, claim: _Claim) -> Iterator[Finding]:
+        supported, starts = self._claim_supports(claim)
         label = f"Claim {claim_id} ({claim.kind})"
         if not supported:
             yield _finding(
-                "LIN008", claim_id, claim_id,
+                "LIN008",
+                claim_id,
+                claim_id,
                 f"{label} cites no command receipt; link it to the completed receipts that support it, or "
                 f"narrow it to what the evidence shows.",
             )
@@ -1029,14 +1104,18 @@ class LineageGraph:
             if receipt.completion != "completed":
                 reported.add(receipt_id)
                 yield _finding(
-                    "LIN008", claim_id, receipt_id,
+                    "LIN008",
+                    claim_id,
+                    receipt_id,
                     f"{label} rests on receipt {receipt_id}, whose completion is {receipt.completion}, not "
                     f"completed; partial output cannot support it.",
                 )
             elif receipt.has_failures and self._unwaived(receipt_id, receipt, claim.seq) is not None:
                 reported.add(receipt_id)
                 yield _finding(
-                    "LIN008", claim_id, receipt_id,
+                    "LIN008",
+                    claim_id,
+                    receipt_id,
                     f"{label} rests on {self._failure_text(receipt_id, receipt)}, which reports failures.",
                 )
             else:
@@ -1045,51 +1124,134 @@ class LineageGraph:
         for item in scope:
             if item not in covered:
                 yield _finding(
-                    "LIN008", claim_id, claim_id,
+                    "LIN008",
+                    claim_id,
+                    claim_id,
                     f"{label} speaks for {item}, but none of its supports is a completed, passing receipt for "
                     f"it; narrow the claim or run {item} to completion.",
                 )
-        starts = _unique(w for w in (self._receipts[r].workspace for r in supported) if w is not None)
-        spots: dict[tuple[str, int], None] = {}
-        for start in starts:
-            spots.update(dict.fromkeys(self._failing_lineage(start, claim.seq)))
         lineage: dict[tuple[str, int], None] | None = None  # the full one, only if a failure needs it
-        for workspace, cap in spots:
-            failing = self._failing.get(workspace, ())
-            for _seq, receipt_id in failing[:bisect_left(failing, (min(cap, claim.seq),))]:
-                if receipt_id in reported:
-                    continue
+        for receipt_id in self._open_failures().get(claim_id, ()):
+            if receipt_id in reported:
+                continue
+            receipt = self._receipts[receipt_id]
+            speaks_for = self._purposes.get(receipt_id, set()).union(receipt.suites)
+            if scope and speaks_for and speaks_for.isdisjoint(scope):
+                continue  # a failure outside the claim's scope: the claim was narrowed around it
+            if self._unwaived(receipt_id, receipt, claim.seq) is None:
+                continue
+            if lineage is None:
+                lineage = {}
+                for start in starts:
+                    lineage.update(dict.fromkeys(self._lineage(start, claim.seq)))
+            if self._rerun(receipt_id, receipt, lineage):
+                continue
+            reported.add(receipt_id)
+            yield _finding(
+                "LIN008",
+                claim_id,
+                receipt_id,
+                f"{label} is contradicted by {self._failure_text(receipt_id, receipt)}, which reports failures "
+                f"that were neither waived nor followed by a passing rerun before the claim.",
+            )
+
+    # Derived indexes, built on demand and kept until the next `add`.
+
+    def _memo(self) -> dict[str, Any]:
+        if self._memo_at != self._added:
+            self._memo_store, self._memo_at = {}, self._added
+        return self._memo_store
+
+    def _passing_after(self, workspace: str, key: str, seq: int) -> int | None:
+        """The seq of the first completed, passing receipt filed under (workspace, key) after `seq`."""
+        entries = self._by_purpose.get((workspace, key))
+        if not entries:
+            return None
+        memo = self._memo().setdefault("passing", {})
+        following = memo.get((workspace, key))
+        if following is None:
+            following = [None] * (len(entries) + 1)
+            nearest = None
+            for i in range(len(entries) - 1, -1, -1):
+                receipt = self._receipts[entries[i][1]]
+                if receipt.completion == "completed" and not receipt.has_failures:
+                    nearest = entries[i][0]
+                following[i] = nearest
+            memo[(workspace, key)] = following
+        return following[bisect_right(entries, (seq, "\uffff"))]
+
+    def _waived_at(self, receipt_id: str, receipt: _Receipt) -> int | None:
+        """The seq from which waivers cover every failing suite of the receipt (see `_unwaived`)."""
+        waivers = self._waivers.get(receipt_id)
+        if not waivers:
+            return None
+        if not receipt.failing_suites:
+            return min(seq for seq, _suite in waivers)
+        first: dict[str, int] = {}
+        for seq, suite in waivers:
+            first[suite] = min(seq, first.get(suite, seq))
+        if any(suite not in first for suite in receipt.failing_suites):
+            return None
+        return max(first[suite] for suite in receipt.failing_suites)
+
+    def _open_failures(self) -> dict[str, list[str]]:
+        """claim id -> the failing receipts on its lineage that its own workspace had not resolved by then.
+
+        One sweep per workspace over its failures (opened at their seq, closed by a full waiver or by the first
+        passing rerun of the same purpose or suite there) and the claims that look at it, so the cost follows
+        the failures still open rather than every failure times every claim. The claim check then applies the
+        exact tests (waivers up to the claim, reruns anywhere on its lineage) to these few.
+        """
+        memo = self._memo()
+        index = memo.get("open")
+        if index is not None:
+            return index
+        queries: dict[str, list[tuple[int, str]]] = {}
+        for claim_id, claim in self._claims.items():
+            for start in self._claim_supports(claim)[1]:
+                for workspace, cap in self._failing_lineage(start, claim.seq):
+                    if self._failing.get(workspace):
+                        queries.setdefault(workspace, []).append((min(cap, claim.seq), claim_id))
+        index = {}
+        never = float("inf")
+        for workspace, asked in queries.items():
+            asked.sort()
+            opened: list[tuple[int, str]] = []
+            closed: list[tuple[float, str]] = []
+            for seq, receipt_id in self._failing[workspace]:
                 receipt = self._receipts[receipt_id]
-                speaks_for = self._purposes.get(receipt_id, set()).union(receipt.suites)
-                if scope and speaks_for and speaks_for.isdisjoint(scope):
-                    continue  # a failure outside the claim's scope: the claim was narrowed around it
-                if self._unwaived(receipt_id, receipt, claim.seq) is None:
-                    continue
-                if lineage is None:
-                    lineage = {}
-                    for start in starts:
-                        lineage.update(dict.fromkeys(self._lineage(start, claim.seq)))
-                if self._rerun(receipt_id, receipt, lineage):
-                    continue
-                reported.add(receipt_id)
-                yield _finding(
-                    "LIN008", claim_id, receipt_id,
-                    f"{label} is contradicted by {self._failure_text(receipt_id, receipt)}, which reports failures "
-                    f"that were neither waived nor followed by a passing rerun before the claim.",
-                )
+                ends = [
+                    self._passing_after(workspace, key, seq)
+                    for key in (self._purposes.get(receipt_id) or (_ANY_PURPOSE,))
+                ]
+                ends.append(self._waived_at(receipt_id, receipt))
+                end = min((e for e in ends if e is not None), default=never)
+                if end > seq:
+                    opened.append((seq, receipt_id))
+                    closed.append((end, receipt_id))
+            closed.sort()
+            active: dict[str, None] = {}
+            i = j = 0
+            for at, claim_id in asked:
+                while i < len(opened) and opened[i][0] < at:
+                    active[opened[i][1]] = None
+                    i += 1
+                while j < len(closed) and closed[j][0] < at:
+                    active.pop(closed[j][1], None)
+                    j += 1
+                if active:
+                    index.setdefault(claim_id, []).extend(active)
+        memo["open"] = index
+        return index
 
     def _rerun(self, receipt_id: str, receipt: _Receipt, spots: dict[tuple[str, int], None]) -> bool:
         """Whether a completed, passing receipt for the same purpose or suite followed the failing one."""
         keys = self._purposes.get(receipt_id) or {_ANY_PURPOSE}
         for workspace, cap in spots:
             for key in keys:
-                entries = self._by_purpose.get((workspace, key), ())
-                for seq, other in entries[bisect_right(entries, (receipt.seq, "\uffff")):]:
-                    if seq >= cap:
-                        break
-                    later = self._receipts[other]
-                    if later.completion == "completed" and not later.has_failures:
-                        return True
+                later = self._passing_after(workspace, key, receipt.seq)
+                if later is not None and later < cap:
+                    return True
         return False
 
 

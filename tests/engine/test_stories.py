@@ -29,11 +29,19 @@ def _by_id(b: StoryBundle) -> dict[str, dict]:
 
 
 def _snapshot(bundles: list[StoryBundle]) -> bytes:
-    return canonical_json([
-        {"story": b.story, "title": b.title, "manifest": b.manifest, "events": b.events,
-         "blobs": {d: data.hex() for d, data in b.blobs.items()}, "expected": sorted(b.expected_codes)}
-        for b in bundles
-    ])
+    return canonical_json(
+        [
+            {
+                "story": b.story,
+                "title": b.title,
+                "manifest": b.manifest,
+                "events": b.events,
+                "blobs": {d: data.hex() for d, data in b.blobs.items()},
+                "expected": sorted(b.expected_codes),
+            }
+            for b in bundles
+        ]
+    )
 
 
 def test_it_lists_the_runs_of_the_three_stories_parents_first():
@@ -101,8 +109,9 @@ def test_blobs_are_content_addressed_and_all_referenced(run_id):
     for digest, data in b.blobs.items():
         assert digest_bytes(data) == digest
         assert b.manifest["blobs"][digest]["size"] == len(data)
-    referenced = {e.get("blob") or e.get("output_blob") for e in b.events if e["kind"] in ("tool.result",
-                                                                                             "command.receipt")}
+    referenced = {
+        e.get("blob") or e.get("output_blob") for e in b.events if e["kind"] in ("tool.result", "command.receipt")
+    }
     referenced |= {e["digest"] for e in _of_kind(b, "artifact.created")}
     assert referenced - {None} == set(b.blobs)
 
@@ -114,8 +123,9 @@ def test_tool_calls_carry_the_shared_fixture_key(run_id):
 
 
 def test_request_digest_depends_on_the_contract_revision():
-    assert request_digest("status.lookup", 2, {"request_id": "r"}) != request_digest("status.lookup", 3,
-                                                                                     {"request_id": "r"})
+    assert request_digest("status.lookup", 2, {"request_id": "r"}) != request_digest(
+        "status.lookup", 3, {"request_id": "r"}
+    )
 
 
 @pytest.mark.parametrize("run_id", list(BY_ID))
@@ -135,7 +145,10 @@ def test_003_recovers_in_a_second_attempt_on_a_reconstructed_workspace():
     b = BY_ID["run-003-review-request"]
     run = b.manifest["run"]
     assert (run["environment"], run["mode"], run["scenario"]) == (
-        "fixture", "recorded", {"name": "coding-review-request", "version": 1})
+        "fixture",
+        "recorded",
+        {"name": "coding-review-request", "version": 1},
+    )
     a1, a2 = _of_kind(b, "attempt.started")
     assert (a1["attempt"], a1["parent_attempt_id"]) == ("a1", None)
     assert (a2["attempt"], a2["parent_attempt_id"], a2["reason"]) == ("a2", "a1", "recovery after timeout")
@@ -145,8 +158,11 @@ def test_003_recovers_in_a_second_attempt_on_a_reconstructed_workspace():
     assert ws2["derived_from"] == {"workspace_id": "ws-1", "relation": "reconstruct", "content_equal": True}
     assert ws1["overlay_files"] == ws2["overlay_files"] == ["docs/NOTES.md"]
     lifecycle = _one(b, "workspace.lifecycle")
-    assert (lifecycle["workspace_id"], lifecycle["state"], lifecycle["cleanup_receipt_id"]) == ("ws-1", "uncertain",
-                                                                                               None)
+    assert (lifecycle["workspace_id"], lifecycle["state"], lifecycle["cleanup_receipt_id"]) == (
+        "ws-1",
+        "uncertain",
+        None,
+    )
 
 
 def test_003_broad_suite_failed_once_then_timed_out_with_termination_unknown():
@@ -172,7 +188,10 @@ def test_003_request_uses_workspace_ones_admission_for_workspace_twos_artifact()
     (admission_id,) = intent["admission_ids"]
     admission = events[admission_id]
     assert (admission["purpose"], admission["artifact_id"], admission["workspace_id"]) == (
-        "validation:focused", "art-2", "ws-1")
+        "validation:focused",
+        "art-2",
+        "ws-1",
+    )
     assert admission["tree_digest"] != artifact["tree_digest"] and admission["compatibility"] is None
     decision = _one(b, "policy.decision")
     assert decision["outcome"] == "allow" and decision["required"] == ["validation:focused", "validation:broad"]
@@ -206,8 +225,7 @@ def test_001_naive_replay_reused_the_historical_approval_and_the_live_provider()
     assert (run["environment"], run["mode"], run["parent_run"]) == ("sandbox", "rerun", "run-001-recorded")
     assert not _of_kind(replay, "human.input")
     approval = _one(replay, "approval.recorded")
-    assert (approval["origin"], approval["run"], approval["environment"]) == (
-        "historical", "run-001-recorded", "live")
+    assert (approval["origin"], approval["run"], approval["environment"]) == ("historical", "run-001-recorded", "live")
     intent, original_intent = _one(replay, "effect.intent"), _one(original, "effect.intent")
     assert intent["namespace"] == "live"
     assert intent["idempotency_key"] == original_intent["idempotency_key"]
