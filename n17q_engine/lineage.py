@@ -398,8 +398,9 @@ class LineageGraph:
                         "LIN009",
                         event_id,
                         marked[0],
-                        f"Workspace {workspace} ({event_id}) was copied from workspace {parent} after {marked[0]} left it "
-                        f"{marked[2]}, with no cleanup receipt in between; reconstruct it from a clean snapshot instead.",
+                        f"Workspace {workspace} ({event_id}) was copied from workspace {parent} after {marked[0]} "
+                        f"left it {marked[2]}, with no cleanup receipt in between; reconstruct it from a clean "
+                        "snapshot instead.",
                     )
                 )
         for artifact_event, files in self._awaiting_overlay.pop(workspace, ()):

@@ -9,7 +9,6 @@ and lenient about extra fields: a harness may add keys (extend, don't rename), a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
