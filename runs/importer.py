@@ -49,8 +49,12 @@ class ImportResult:
 
 def run_import_from_path(path: Path, *, user: Any = None) -> ImportResult:
     """Import a bundle given as a folder, a .zip or a .tar.gz on disk."""
-    path = Path(path)
-    if not path.exists():
+    try:
+        path = Path(path)
+        exists = path.exists()
+    except (OSError, ValueError):  # a NUL in the name, a name too long for the file system
+        exists = False
+    if not exists:
         raise BundleError(f"{path} does not exist")
     if path.is_dir():
         return _import_root(archive.check_directory(path), user=user)
@@ -162,6 +166,20 @@ def _remove_blobs(names: list[str]) -> None:
             log.warning("could not remove blob %s after a refused import", name)
 
 
+def _ref(value: str) -> str:
+    """A reference as its column holds it. Ids are at most MAX_ID_CHARS long (the reader refuses longer
+    ones), so a longer reference names nothing the run holds: it stays a dangling edge, cut to fit, and the
+    event's body keeps it whole."""
+    return value[: bundle.MAX_ID_CHARS]
+
+
+def _int32(value: Any) -> int | None:
+    """A scenario version for its integer column; one that is not a 32-bit integer stays only in the manifest."""
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31:
+        return value
+    return None
+
+
 def _events(events_path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with open(events_path, "rb") as fh:
         yield from bundle.iter_event_lines(fh)
@@ -177,7 +195,7 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
         environment=run_meta["environment"],
         mode=run_meta["mode"],
         scenario_name=scenario.get("name", "") or "",
-        scenario_version=scenario.get("version") if isinstance(scenario.get("version"), int) else None,
+        scenario_version=_int32(scenario.get("version")),
         model_name=run_meta["model"]["name"],
         model_version=run_meta["model"]["version"],
         policy_revision=run_meta["policy_revision"],
@@ -205,6 +223,7 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
     batch_objects: list[tuple[int, str, str]] = []  # (index in batch, kind, ref)
     count = 0
     last_state = ""
+    kind_counts: dict[str, int] = {}
     first_at = last_at = None
 
     def flush() -> None:
@@ -217,7 +236,7 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
             for obj in objs:
                 object_pk[obj.ref] = (obj.pk, obj.introduced_by_id)
         for ev in batch:
-            for path, target in v.iter_references(ev.body):
+            for path, target in v.references(ev.body):
                 if path != "attempt":  # the attempt is a column of its own, not an edge row
                     references.append((ev.pk, path, target))
         batch.clear()
@@ -245,14 +264,15 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
                 seq=event["seq"],
                 event_id=event["id"],
                 kind=event["kind"],
-                attempt_ref=event["attempt"] or "",
-                workspace_ref=v.event_workspace(event) or "",
+                attempt_ref=_ref(event["attempt"] or ""),
+                workspace_ref=_ref(v.event_workspace(event) or ""),
                 logical_at=logical,
                 wall_at=parse_iso(event["at"]["wall"]),
                 body=event,
             )
         )
         count += 1
+        kind_counts[event["kind"]] = kind_counts.get(event["kind"], 0) + 1
         if len(batch) >= EVENT_BATCH:
             flush()
     if batch:
@@ -269,7 +289,7 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
                 run=run,
                 source_id=source_pk,
                 field=path[:300],
-                target_ref=target,
+                target_ref=_ref(target),
                 target_event_id=target_event,
                 target_object_id=target_object,
             )
@@ -287,8 +307,8 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
                 run=run,
                 code=f.code,
                 severity=f.severity,
-                from_ref=f.from_,
-                to_ref=f.to,
+                from_ref=_ref(f.from_),
+                to_ref=_ref(f.to),
                 from_event_id=event_pk.get(f.from_),
                 to_event_id=event_pk.get(f.to),
                 message=f.message,
@@ -300,11 +320,13 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
     run.finding_count = len(findings)
     run.error_count = sum(1 for f in findings if f.severity == "error")
     run.final_state = last_state
+    run.kind_counts = kind_counts
     run.first_logical_at = first_at
     run.last_logical_at = last_at
     run.save(
         update_fields=[
             "event_count",
+            "kind_counts",
             "finding_count",
             "error_count",
             "final_state",

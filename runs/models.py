@@ -80,6 +80,8 @@ class Run(models.Model):
     imported_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     # Summary written once at the end of the import transaction.
     event_count = models.IntegerField(default=0)
+    # Events per kind, so that pane totals cost no scan of a large run.
+    kind_counts = models.JSONField(default=dict)
     finding_count = models.IntegerField(default=0)
     error_count = models.IntegerField(default=0)
     final_state = models.CharField(max_length=30, blank=True, default="")
