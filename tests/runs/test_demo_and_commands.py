@@ -26,7 +26,11 @@ def run_json(capsys, *args) -> dict:
 
 def test_it_loads_the_three_stories_and_a_user_per_role(capsys):
     demo = run_json(capsys, "load_demo")
-    assert {r["story"] for r in demo["runs"]} == {"000_fbd054b208c5f58c", "001_c6aee59ec1eb4bb8", "003_1dab681921caa907"}
+    assert {r["story"] for r in demo["runs"]} == {
+        "000_fbd054b208c5f58c",
+        "001_c6aee59ec1eb4bb8",
+        "003_1dab681921caa907",
+    }
     assert all(set(r) >= {"id", "story", "title"} and r["title"] for r in demo["runs"])
     assert [u["role"] for u in demo["users"]] == ["viewer", "operator", "reviewer", "admin"]
     for user in demo["users"]:
