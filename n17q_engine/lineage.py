@@ -312,7 +312,9 @@ class LineageGraph:
 
     # ------------------------------------------------------------------ building
 
-    def add(self, event: dict) -> None:
+    def add(self, event: dict, *, references: list[tuple[str, str]] | None = None) -> None:
+        """Take the next event in seq order. `references` may pass `vocabulary.references(event)` when the
+        caller has already computed it (the importer does, for its edges)."""
         event_id = event["id"]
         seq = event["seq"]
         self._added += 1
@@ -321,7 +323,7 @@ class LineageGraph:
         if introduced is not None:
             self._objects.add(introduced[1])
         known, objects = self._seq, self._objects
-        for path, target in v.references(event):
+        for path, target in v.references(event) if references is None else references:
             if target not in known and target not in objects:
                 self._unresolved.setdefault(event_id, []).append((path, target))
         handler = self._on.get(event["kind"])

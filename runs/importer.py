@@ -28,6 +28,7 @@ from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError, parse_iso
 from n17q_engine.lineage import LineageGraph
 
+from .bulk import Appender, BackgroundInserts, datetime_adapter
 from .models import Blob, Edge, Event, Finding, Run, RunBlob, RunObject, blob_storage_name
 
 log = logging.getLogger(__name__)
@@ -180,9 +181,9 @@ def _int32(value: Any) -> int | None:
     return None
 
 
-def _events(events_path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _events(events_path: Path) -> Iterator[bundle.EventRecord]:
     with open(events_path, "rb") as fh:
-        yield from bundle.iter_event_lines(fh)
+        yield from bundle.iter_event_records(fh)
 
 
 def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path: Path, digest: str, *, user: Any):
@@ -216,89 +217,111 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
     )
 
     graph = LineageGraph(run_meta)
+    events_out = Appender(
+        Event._meta.db_table,
+        ("id", "run_id", "seq", "event_id", "kind", "attempt_ref", "workspace_ref", "logical_at", "wall_at", "body"),
+        id_block=10 * EVENT_BATCH,
+    )
+    objects_out = Appender(RunObject._meta.db_table, ("id", "run_id", "kind", "ref", "introduced_by_id"), id_block=256)
+    edges_out = Appender(
+        Edge._meta.db_table, ("run_id", "source_id", "field", "target_ref", "target_event_id", "target_object_id")
+    )
+    db_datetime = datetime_adapter()
     event_pk: dict[str, int] = {}
     object_pk: dict[str, tuple[int, int]] = {}  # object ref -> (RunObject pk, introducing event pk)
-    references: list[tuple[int, str, str]] = []
-    batch: list[Event] = []
-    batch_objects: list[tuple[int, str, str]] = []  # (index in batch, kind, ref)
+    forward: list[tuple[int, str, str]] = []  # references to ids not seen yet, resolved at the end
+    # (event, its JSON text, logical, wall, its references)
+    batch: list[tuple[dict[str, Any], str, Any, Any, list[tuple[str, str]]]] = []
     count = 0
     last_state = ""
     kind_counts: dict[str, int] = {}
     first_at = last_at = None
+    writer = BackgroundInserts()
 
-    def flush() -> None:
-        Event.objects.bulk_create(batch)
-        for ev in batch:
-            event_pk[ev.event_id] = ev.pk
-        if batch_objects:
-            objs = [RunObject(run=run, kind=k, ref=r, introduced_by_id=batch[i].pk) for i, k, r in batch_objects]
-            RunObject.objects.bulk_create(objs)
-            for obj in objs:
-                object_pk[obj.ref] = (obj.pk, obj.introduced_by_id)
-        for ev in batch:
-            for path, target in v.references(ev.body):
-                if path != "attempt":  # the attempt is a column of its own, not an edge row
-                    references.append((ev.pk, path, target))
-        batch.clear()
-        batch_objects.clear()
-
-    for line_no, event in _events(events_path):
-        for name in v.BLOB_FIELDS.get(event["kind"], ()):
-            ref = event.get(name)
-            if ref is not None and ref not in manifest.blobs:
-                raise BundleError(
-                    f"names blob {ref} which manifest.json does not list", file="events.jsonl", line=line_no, field=name
-                )
-        graph.add(event)
-        logical = parse_iso(event["at"]["logical"])
-        first_at = first_at or logical
-        last_at = logical
-        if event["kind"] == "run.state":
-            last_state = event["state"]
-        introduced = v.introduced_object(event)
-        if introduced is not None:
-            batch_objects.append((len(batch), introduced[0], introduced[1]))
-        batch.append(
-            Event(
-                run=run,
-                seq=event["seq"],
-                event_id=event["id"],
-                kind=event["kind"],
-                attempt_ref=_ref(event["attempt"] or ""),
-                workspace_ref=_ref(v.event_workspace(event) or ""),
-                logical_at=logical,
-                wall_at=parse_iso(event["at"]["wall"]),
-                body=event,
-            )
-        )
-        count += 1
-        kind_counts[event["kind"]] = kind_counts.get(event["kind"], 0) + 1
-        if len(batch) >= EVENT_BATCH:
-            flush()
-    if batch:
-        flush()
-
-    edges: list[Edge] = []
-    for source_pk, path, target in references:
+    def edge(source_pk: int, path: str, target: str) -> tuple[Any, ...] | None:
         target_event = event_pk.get(target)
         target_object = None
-        if target_event is None and target in object_pk:
+        if target_event is None:
+            if target not in object_pk:
+                return None
             target_object, target_event = object_pk[target]
-        edges.append(
-            Edge(
-                run=run,
-                source_id=source_pk,
-                field=path[:300],
-                target_ref=_ref(target),
-                target_event_id=target_event,
-                target_object_id=target_object,
+        return (run.pk, source_pk, path[:300], _ref(target), target_event, target_object)
+
+    def flush() -> None:
+        ids = events_out.take_ids(len(batch))
+        rows, object_rows, edge_rows = [], [], []
+        for pk, (event, text, logical, wall, refs) in zip(ids, batch, strict=True):
+            event_pk[event["id"]] = pk
+            rows.append(
+                (
+                    pk,
+                    run.pk,
+                    event["seq"],
+                    event["id"],
+                    event["kind"],
+                    _ref(event["attempt"] or ""),
+                    _ref(v.event_workspace(event) or ""),
+                    db_datetime(logical),
+                    db_datetime(wall),
+                    text,
+                )
             )
-        )
-        if len(edges) >= EDGE_BATCH:
-            Edge.objects.bulk_create(edges)
-            edges.clear()
-    if edges:
-        Edge.objects.bulk_create(edges)
+            introduced = v.introduced_object(event)
+            if introduced is not None:
+                (object_id,) = objects_out.take_ids(1)
+                object_pk[introduced[1]] = (object_id, pk)
+                object_rows.append((object_id, run.pk, introduced[0], introduced[1], pk))
+            for path, target in refs:
+                if path == "attempt":  # the attempt is a column of its own, not an edge row
+                    continue
+                row = edge(pk, path, target)
+                if row is None:
+                    forward.append((pk, path, target))
+                else:
+                    edge_rows.append(row)
+        writer.submit(events_out, rows)
+        writer.submit(objects_out, object_rows)
+        writer.submit(edges_out, edge_rows)
+        batch.clear()
+
+    try:
+        for line_no, event, text, logical, wall in _events(events_path):
+            kind = event["kind"]
+            for name in v.BLOB_FIELDS.get(kind, ()):
+                ref = event.get(name)
+                if ref is not None and ref not in manifest.blobs:
+                    raise BundleError(
+                        f"names blob {ref} which manifest.json does not list",
+                        file="events.jsonl",
+                        line=line_no,
+                        field=name,
+                    )
+            refs = v.references(event)
+            graph.add(event, references=refs)
+            first_at = first_at or logical
+            last_at = logical
+            if kind == "run.state":
+                last_state = event["state"]
+            batch.append((event, text, logical, wall, refs))
+            count += 1
+            kind_counts[kind] = kind_counts.get(kind, 0) + 1
+            if len(batch) >= EVENT_BATCH:
+                flush()
+        if batch:
+            flush()
+    except BaseException:
+        writer.abandon()
+        raise
+    writer.close()
+
+    # What was named before it appeared: resolved now, or kept as a dangling edge (LIN011).
+    edge_rows: list[tuple[Any, ...]] = []
+    for source_pk, path, target in forward:
+        edge_rows.append(edge(source_pk, path, target) or (run.pk, source_pk, path[:300], _ref(target), None, None))
+        if len(edge_rows) >= EDGE_BATCH:
+            edges_out.insert(edge_rows)
+            edge_rows.clear()
+    edges_out.insert(edge_rows)
 
     findings = graph.findings()
     Finding.objects.bulk_create(

@@ -141,7 +141,9 @@ class RunBlob(AppendOnlyModel):
 
 
 class Event(AppendOnlyModel):
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    # No index of its own on run: (run, seq) and (run, event_id) lead with it. Every index costs the
+    # importer a B-tree insert per event, so only those the pages query are kept.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events", db_index=False)
     seq = models.BigIntegerField()
     event_id = models.CharField(max_length=200)
     kind = models.CharField(max_length=40)
@@ -158,11 +160,7 @@ class Event(AppendOnlyModel):
             models.UniqueConstraint(fields=["run", "seq"], name="event_run_seq_unique"),
             models.UniqueConstraint(fields=["run", "event_id"], name="event_run_id_unique"),
         ]
-        indexes = [
-            models.Index(fields=["run", "kind", "seq"]),
-            models.Index(fields=["run", "attempt_ref", "seq"]),
-            models.Index(fields=["run", "workspace_ref", "seq"]),
-        ]
+        indexes = [models.Index(fields=["run", "kind", "seq"])]
 
     def __str__(self) -> str:
         return f"{self.event_id} ({self.kind})"
@@ -197,15 +195,17 @@ class Edge(AppendOnlyModel):
     investigating those is the console's job.
     """
 
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="edges")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="edges", db_index=False)
     source = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="edges_out")
     field = models.CharField(max_length=300)
     target_ref = models.CharField(max_length=200)
     target_event = models.ForeignKey(Event, null=True, on_delete=models.PROTECT, related_name="edges_in")
-    target_object = models.ForeignKey(RunObject, null=True, on_delete=models.PROTECT, related_name="edges_in")
+    # Read through the edge, never searched by: no index (see Event.run).
+    target_object = models.ForeignKey(
+        RunObject, null=True, on_delete=models.PROTECT, related_name="edges_in", db_index=False
+    )
 
-    class Meta:
-        indexes = [models.Index(fields=["run", "target_ref"])]
+    # Queried from either end (edges_out, edges_in); not by target_ref, so that has no index (see Event.run).
 
     def __str__(self) -> str:
         return f"{self.source_id}.{self.field} -> {self.target_ref}"

@@ -267,3 +267,14 @@ def test_it_fails_the_command_with_one_line(tmp_path, parts):
     folder = _bad(tmp_path, manifest, events, blobs)
     with pytest.raises(CommandError, match=r"^events.jsonl line 1, field seq: must be an integer$"):
         call_command("import_run", str(folder), "--json")
+
+
+def test_it_stores_each_event_exactly_as_the_bundle_held_it(tmp_path, parts):
+    """Rows are written as raw text (COPY on PostgreSQL): escapes, tabs and unicode must survive."""
+    manifest, events, blobs = parts
+    events[6]["text"] = 'tab\there, newline\nthere, back\\slash, quote", \\N, é, 😀'
+    events[6]["extension"] = {"nested": ["\r", "\\t", None, 1.5, True]}
+    run_import_from_path(bundles.write_folder(tmp_path / "b", manifest, events, blobs))
+    stored = {e.event_id: e.body for e in Event.objects.all()}
+    assert stored == {e["id"]: e for e in events}
+    assert Event.objects.get(event_id="e-claim").logical_at.isoformat() == "2026-07-01T09:00:07+00:00"
