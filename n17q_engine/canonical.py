@@ -23,6 +23,15 @@ def digest_json(value: Any) -> str:
     return digest_bytes(canonical_json(value))
 
 
+def request_digest(normalized_request: Any) -> str:
+    """The digest a tool call records for its normalized request (the example bundle's rule).
+
+    A fixture is keyed by (tool, contract revision, this digest): the revision sits beside the digest,
+    so the same request under another contract revision is another key.
+    """
+    return digest_json(normalized_request)
+
+
 def evidence_set_digest(admission_ids: Iterable[str]) -> str:
     """The digest an approval must carry to bind an intent's exact evidence set."""
     return digest_json(sorted(admission_ids))

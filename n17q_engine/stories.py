@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from . import vocabulary as v
-from .canonical import canonical_json, digest_bytes, digest_json, evidence_set_digest
+from .canonical import canonical_json, digest_bytes, digest_json, evidence_set_digest, request_digest
 
 STORY_003 = "003_1dab681921caa907"
 STORY_001 = "001_c6aee59ec1eb4bb8"
@@ -62,15 +62,6 @@ class StoryBundle:
     events: list[dict]  # in append order, seq strictly increasing
     blobs: dict[str, bytes]  # digest -> bytes (digest = canonical.digest_bytes(bytes))
     expected_codes: frozenset[str]  # the LIN codes this run must produce (documentation + test oracle)
-
-
-def request_digest(tool: str, rev: int, request: dict[str, Any]) -> str:
-    """The fixture key of a normalized request: the same request under another contract revision is another key.
-
-    The replay engine computes the key of a live request with this same function, so a recorded call and its
-    replay agree by construction.
-    """
-    return digest_json({"tool": tool, "contract_revision": rev, "request": request})
 
 
 def demo_bundles() -> list[StoryBundle]:
@@ -330,7 +321,7 @@ class _Recorder:
             tool=tool,
             contract_revision=rev,
             request=request,
-            request_digest=request_digest(tool, rev, request),
+            request_digest=request_digest(request),
             proposal_id=proposal,
             workspace_id=workspace,
         )

@@ -7,9 +7,9 @@ import io
 import pytest
 
 from n17q_engine import bundle
-from n17q_engine.canonical import canonical_json, digest_bytes, evidence_set_digest
+from n17q_engine.canonical import canonical_json, digest_bytes, evidence_set_digest, request_digest
 from n17q_engine.lineage import check_events
-from n17q_engine.stories import StoryBundle, demo_bundles, request_digest, write_bundle
+from n17q_engine.stories import StoryBundle, demo_bundles, write_bundle
 
 BUNDLES = demo_bundles()
 BY_ID = {b.manifest["run"]["id"]: b for b in BUNDLES}
@@ -119,12 +119,12 @@ def test_blobs_are_content_addressed_and_all_referenced(run_id):
 @pytest.mark.parametrize("run_id", list(BY_ID))
 def test_tool_calls_carry_the_shared_fixture_key(run_id):
     for call in _of_kind(BY_ID[run_id], "tool.call"):
-        assert call["request_digest"] == request_digest(call["tool"], call["contract_revision"], call["request"])
+        assert call["request_digest"] == request_digest(call["request"])
 
 
-def test_request_digest_depends_on_the_contract_revision():
-    assert request_digest("status.lookup", 2, {"request_id": "r"}) != request_digest(
-        "status.lookup", 3, {"request_id": "r"}
+def test_request_digest_is_the_one_the_example_bundle_records():
+    assert request_digest({"request_id": "req-7781"}) == (
+        "sha256:d0064125feea2092a54902591291a20cea6ad348d0db31dc7e270a343928c49e"
     )
 
 
