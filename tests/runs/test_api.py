@@ -160,3 +160,28 @@ def test_it_issues_a_scoped_token_once(role_user, capsys):
     token = HarnessToken.objects.get()
     assert out["scopes"] == ["runs:import"]
     assert token.key_digest == HarnessToken.digest_key(out["token"]) and out["token"] not in token.key_digest
+
+
+def test_it_shows_runs_read_only_in_the_django_admin(client, role_user):
+    run_import_from_path(bundles.EXAMPLE)
+    client.force_login(role_user("admin"))
+    assert client.get("/admin/runs/run/").status_code == 200
+    run = Run.objects.get()
+    assert client.get(f"/admin/runs/run/{run.pk}/change/").status_code == 200  # a view, not a form
+    assert client.get("/admin/runs/run/add/").status_code == 403
+    assert client.post(f"/admin/runs/run/{run.pk}/delete/").status_code == 403
+    client.force_login(role_user("operator"))
+    assert client.get("/admin/").status_code == 302  # not staff: sent to the admin's login
+
+
+def test_it_revokes_a_token_from_the_admin(client, role_user):
+    admin_user = role_user("admin")
+    token_for(role_user("operator"), HarnessToken.Scope.IMPORT_RUNS)
+    client.force_login(admin_user)
+    token = HarnessToken.objects.get()
+    response = client.post(
+        "/admin/runs/harnesstoken/", {"action": "revoke", "_selected_action": [token.pk]}, follow=True
+    )
+    assert response.status_code == 200
+    token.refresh_from_db()
+    assert token.revoked_at is not None

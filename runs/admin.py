@@ -1,0 +1,63 @@
+"""The Django admin for admins: runs and their history are read-only here too; tokens can be revoked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.utils import timezone
+
+from .models import Event, Finding, HarnessToken, Run
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """History is append-only: the admin may look, never add, change or delete."""
+
+    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ["run_id", "task_id", "mode", "environment", "event_count", "finding_count", "imported_at"]
+    list_filter = ["mode", "environment", "final_state"]
+    search_fields = ["run_id", "task_id"]
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ["event_id", "kind", "seq", "run"]
+    list_filter = ["kind"]
+    search_fields = ["event_id"]
+    list_select_related = ["run"]
+    show_full_result_count = False  # counting every event of every run would be the slow part
+
+
+@admin.register(Finding)
+class FindingAdmin(ReadOnlyAdmin):
+    list_display = ["code", "severity", "from_ref", "to_ref", "run"]
+    list_filter = ["code", "severity"]
+    list_select_related = ["run"]
+
+
+@admin.register(HarnessToken)
+class HarnessTokenAdmin(admin.ModelAdmin):
+    """Tokens are issued with `manage.py issue_token` (the key is shown once); here they are revoked."""
+
+    list_display = ["name", "user", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["name", "user", "prefix", "scopes", "key_digest", "created_at", "created_by", "last_used_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: Any, queryset: Any) -> None:
+        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {revoked} token(s).")
