@@ -11,7 +11,7 @@ from django.views.decorators.http import require_http_methods
 
 from n17q_engine.bundle import BundleError
 
-from . import selectors
+from . import run_page, selectors
 from .forms import BundleUploadForm, RunFilterForm
 from .importer import run_import_from_upload
 from .models import Run
@@ -45,6 +45,20 @@ def run_import(request: HttpRequest) -> HttpResponse:
 
 
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The run page. With htmx, a focus change answers with the focus bar and every pane out of band."""
     run = get_object_or_404(Run, run_id=run_id)
-    findings = run.findings.all()[:200]
-    return render(request, "runs/run_detail.html", {"run": run, "findings": findings})
+    offsets = {key: request.GET.get(f"{key}_offset") for key in run_page.PANES}
+    offsets["timeline_offset"] = request.GET.get("timeline_offset")
+    only_pane = request.GET.get("pane") if request.htmx else None
+    page = run_page.page_build(
+        run,
+        focus_ref=request.GET.get("focus", ""),
+        offsets=offsets,
+        picture_start=request.GET.get("picture_start"),
+        only_pane=only_pane,
+    )
+    if only_pane in run_page.PANES:
+        return render(request, "runs/run_detail.html#pane", {"page": page, "pane": page.panes[0]})
+    if request.htmx:
+        return render(request, "runs/run_focus.html", {"page": page, "oob": True})
+    return render(request, "runs/run_detail.html", {"page": page})

@@ -1,0 +1,659 @@
+"""The run page's reads: synchronized panes, a focus and its causal neighbourhood, the lineage picture.
+
+Every read here is windowed. However many events a run has, the page issues the same fixed set of
+queries, each bounded by a LIMIT: a pane shows a window of its kinds plus the focused items of those
+kinds, and the neighbourhood walk takes a fixed number of hops with a cap on how much it collects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Q, Subquery
+from django.db.models.fields.json import KT
+
+from n17q_engine.lineage import CODES
+
+from .models import Edge, Event, Finding, Run, RunObject
+
+WINDOW = 40
+NEIGHBOURHOOD_CAP = 150
+OUT_HOPS = 4  # intent -> admission -> observation -> receipt; intent -> artifact -> workspace
+IN_HOPS = 2  # intent <- decision, execution <- world change
+
+# Which kinds each pane shows (DESIGN §3's vocabulary, grouped the way an investigator reads a run).
+PANES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "attempts": ("Attempts", ("attempt.started", "attempt.ended", "run.state", "checkpoint", "budget.charged")),
+    "workspaces": (
+        "Workspaces and artifacts",
+        ("workspace.created", "workspace.changed", "workspace.lifecycle", "artifact.created"),
+    ),
+    "evidence": (
+        "Evidence",
+        ("command.receipt", "evidence.observed", "evidence.admitted", "evidence.superseded", "waiver.granted"),
+    ),
+    "policy": ("Policy and approvals", ("policy.decision", "approval.recorded", "human.input")),
+    "effects": ("Effects", ("effect.intent", "effect.execution", "world.transition", "world.observation")),
+    "account": ("Final account", ("account.claim",)),
+}
+PANE_OF_KIND = {kind: pane for pane, (_, kinds) in PANES.items() for kind in kinds}
+
+# Kinds drawn in the lineage picture: the semantic skeleton, without the chatter of proposals and calls.
+PICTURE_KINDS = tuple(k for _, kinds in PANES.values() for k in kinds if k not in ("budget.charged",))
+PICTURE_WINDOW = 120
+
+
+@dataclass
+class Item:
+    """One event as a pane shows it."""
+
+    event: Event
+    focused: bool = False
+    related: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return self.event.body
+
+    @property
+    def raw(self) -> str:
+        return json.dumps(self.event.body, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+@dataclass
+class Pane:
+    key: str
+    title: str
+    total: int
+    offset: int
+    items: list[Item]
+    focused: list[Item]
+    has_more: bool
+
+    @property
+    def next_offset(self) -> int:
+        return self.offset + WINDOW
+
+    @property
+    def prev_offset(self) -> int:
+        return max(0, self.offset - WINDOW)
+
+
+@dataclass
+class Focus:
+    ref: str
+    event: Event | None
+    object_kind: str | None
+    neighbourhood: set[str]  # event ids
+    objects: set[str]  # attempt, workspace and artifact ids in the neighbourhood
+    truncated: bool
+    events: list[Event] = field(default_factory=list)  # the neighbourhood's events, in seq order
+
+
+def focus_resolve(run: Run, ref: str) -> Focus | None:
+    """The focused event (or object) and its causal neighbourhood: what it relies on, what relies on it."""
+    if not ref:
+        return None
+    event = Event.objects.filter(run=run, event_id=ref).first()
+    object_kind = None
+    if event is None:
+        obj = RunObject.objects.filter(run=run, ref=ref).select_related("introduced_by").first()
+        if obj is None:
+            return Focus(ref=ref, event=None, object_kind=None, neighbourhood=set(), objects=set(), truncated=False)
+        event, object_kind = obj.introduced_by, obj.kind
+    seen: dict[int, str] = {event.pk: event.event_id}
+    objects: set[str] = set()
+    if object_kind:
+        objects.add(ref)
+    truncated = False
+    frontier = {event.pk}
+    for _ in range(OUT_HOPS):
+        if not frontier:
+            break
+        rows = Edge.objects.filter(source_id__in=frontier, target_event__isnull=False).values_list(
+            "target_event_id", "target_event__event_id", "target_object__ref"
+        )[: NEIGHBOURHOOD_CAP + 1]
+        frontier = set()
+        for pk, event_id, obj_ref in rows:
+            if obj_ref:
+                objects.add(obj_ref)
+            if pk not in seen:
+                seen[pk] = event_id
+                frontier.add(pk)
+        if len(seen) > NEIGHBOURHOOD_CAP:
+            truncated = True
+            break
+    frontier = {event.pk}
+    for _ in range(IN_HOPS):
+        if not frontier or truncated:
+            break
+        rows = Edge.objects.filter(target_event_id__in=frontier).values_list("source_id", "source__event_id")[
+            : NEIGHBOURHOOD_CAP + 1
+        ]
+        frontier = set()
+        for pk, event_id in rows:
+            if pk not in seen:
+                seen[pk] = event_id
+                frontier.add(pk)
+        if len(seen) > NEIGHBOURHOOD_CAP:
+            truncated = True
+    # One query for the whole neighbourhood through the (run, event_id) unique index; the panes share it.
+    events = list(Event.objects.filter(run=run, event_id__in=sorted(seen.values())).order_by("seq"))
+    return Focus(
+        ref=ref,
+        event=event,
+        object_kind=object_kind,
+        neighbourhood=set(seen.values()),
+        objects=objects,
+        truncated=truncated,
+        events=events,
+    )
+
+
+def _kind_total(run: Run, kinds: Iterable[str]) -> int:
+    counts = run.kind_counts or {}
+    return sum(counts.get(k, 0) for k in kinds)
+
+
+def pane_build(run: Run, key: str, *, offset: int = 0, focus: Focus | None = None) -> Pane:
+    title, kinds = PANES[key]
+    window = list(Event.objects.filter(run=run, kind__in=kinds).order_by("seq")[offset : offset + WINDOW + 1])
+    has_more = len(window) > WINDOW
+    window = window[:WINDOW]
+    focused_ids = focus.neighbourhood if focus else set()
+    in_window = {e.event_id for e in window}
+    kind_set = set(kinds)
+    focused_extra = [e for e in (focus.events if focus else []) if e.kind in kind_set and e.event_id not in in_window]
+    items = [Item(e, focused=e.event_id in focused_ids) for e in window]
+    focused = [Item(e, focused=True) for e in focused_extra]
+    return Pane(
+        key=key,
+        title=title,
+        total=_kind_total(run, kinds),
+        offset=offset,
+        items=items,
+        focused=focused,
+        has_more=has_more,
+    )
+
+
+def panes_annotate(run: Run, panes: list[Pane]) -> None:
+    """Attach what each item needs from other events (a receipt's completion behind an admission, say).
+
+    One query for all panes together, bounded by the number of items on the page.
+    """
+    items = [i for p in panes for i in (*p.focused, *p.items)]
+    wanted: set[str] = set()
+    for item in items:
+        body = item.body
+        for name in ("observation_id", "source", "call_id", "intent_id", "admission_id", "failure", "subject"):
+            if isinstance(body.get(name), str):
+                wanted.add(body[name])
+        for name in ("supports", "admission_ids", "input_ids"):
+            if isinstance(body.get(name), list):
+                wanted.update(x for x in body[name] if isinstance(x, str))
+    if not wanted:
+        return
+    wanted_ids = sorted(wanted)[:2000]
+    # Admissions point at observations, which point at receipts: the receipts come in the same query
+    # through a subquery, so the page's query count does not depend on what the window happens to hold.
+    behind_observations = Event.objects.filter(run=run, kind="evidence.observed", event_id__in=wanted_ids).values(
+        source=KT("body__source")
+    )
+    by_id = {
+        e.event_id: e
+        for e in Event.objects.filter(run=run).filter(
+            Q(event_id__in=wanted_ids) | Q(event_id__in=Subquery(behind_observations))
+        )
+    }
+    for item in items:
+        item.related = _related(item.body, by_id)
+
+
+def _receipt_summary(receipt: Event | None) -> dict[str, Any] | None:
+    if receipt is None or receipt.kind != "command.receipt":
+        return None
+    body = receipt.body
+    results = body.get("results") or {}
+    return {
+        "id": receipt.event_id,
+        "completion": body.get("completion"),
+        "workspace": body.get("workspace_id"),
+        "tree": body.get("post_tree") or body.get("pre_tree"),
+        "failed": results.get("failed"),
+        "passed": results.get("passed"),
+        "suites": body.get("suites"),
+    }
+
+
+def _related(body: dict[str, Any], by_id: dict[str, Event]) -> dict[str, Any]:
+    kind = body.get("kind")
+    related: dict[str, Any] = {}
+    if kind == "evidence.admitted":
+        observation = by_id.get(body.get("observation_id") or "")
+        source = by_id.get(observation.body.get("source") or "") if observation else None
+        related["receipt"] = _receipt_summary(source)
+        related["source_kind"] = source.kind if source else None
+        related["source_id"] = source.event_id if source else None
+    elif kind == "evidence.observed":
+        related["receipt"] = _receipt_summary(by_id.get(body.get("source") or ""))
+    elif kind == "account.claim":
+        related["supports"] = [
+            {"id": ref, "kind": by_id[ref].kind if ref in by_id else None, "receipt": _receipt_summary(by_id.get(ref))}
+            for ref in body.get("supports") or []
+        ]
+    elif kind == "effect.intent":
+        related["admissions"] = [
+            {
+                "id": ref,
+                "workspace": by_id[ref].body.get("workspace_id") if ref in by_id else None,
+                "purpose": by_id[ref].body.get("purpose") if ref in by_id else None,
+            }
+            for ref in body.get("admission_ids") or []
+        ]
+    elif kind == "policy.decision":
+        related["inputs"] = [
+            {"id": ref, "purpose": by_id[ref].body.get("purpose") if ref in by_id else None}
+            for ref in body.get("input_ids") or []
+        ]
+    return related
+
+
+def findings_for(run: Run, *, focus: Focus | None, limit: int = 100) -> list[dict[str, Any]]:
+    rows = list(Finding.objects.filter(run=run).order_by("id")[:limit])
+    focused = focus.neighbourhood | focus.objects if focus else set()
+    return [
+        {
+            "finding": f,
+            "title": CODES.get(f.code, f.code),
+            "focused": bool(focus) and (f.from_ref in focused or f.to_ref in focused),
+        }
+        for f in rows
+    ]
+
+
+def timeline_window(run: Run, *, offset: int = 0, kind: str = "") -> tuple[list[Event], bool]:
+    """Every event, in append order, a window at a time (the raw log behind the panes)."""
+    events = Event.objects.filter(run=run)
+    if kind:
+        events = events.filter(kind=kind)
+    rows = list(events.order_by("seq")[offset : offset + WINDOW + 1])
+    return rows[:WINDOW], len(rows) > WINDOW
+
+
+# --- the lineage picture ------------------------------------------------------------------------------
+
+
+@dataclass
+class Node:
+    event_id: str
+    kind: str
+    label: str
+    lane: int
+    x: float
+    y: float
+    focused: bool
+    logical: str
+
+
+@dataclass
+class PictureEdge:
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+    field: str
+    broken: bool = False
+    code: str = ""
+    message: str = ""
+    label_x: float = 0
+    label_y: float = 0
+
+
+@dataclass
+class Picture:
+    lanes: list[dict[str, Any]]
+    nodes: list[Node]
+    edges: list[PictureEdge]
+    broken: list[PictureEdge]
+    width: int
+    height: int
+    start_seq: int
+    has_more: bool
+    total: int
+    next_start: int = 0
+
+
+LANE_H = 64
+COL_W = 48
+LEFT = 130
+TOP = 30
+
+
+def _label(event: Event) -> str:
+    body = event.body
+    kind = event.kind
+    short = {
+        "attempt.started": "attempt",
+        "attempt.ended": "ended",
+        "workspace.created": "workspace",
+        "workspace.changed": "changed",
+        "workspace.lifecycle": body.get("state", "lifecycle"),
+        "artifact.created": "artifact",
+        "command.receipt": "receipt",
+        "evidence.observed": "observed",
+        "evidence.admitted": "admitted" if body.get("decision") == "admitted" else "rejected",
+        "evidence.superseded": "superseded",
+        "waiver.granted": "waiver",
+        "policy.decision": body.get("outcome", "decision"),
+        "approval.recorded": body.get("decision", "approval"),
+        "human.input": "human",
+        "effect.intent": "intent",
+        "effect.execution": body.get("outcome", "execution"),
+        "world.transition": "world",
+        "world.observation": "observed",
+        "account.claim": "claim",
+        "run.state": body.get("state", "state"),
+        "checkpoint": "checkpoint",
+    }
+    return str(short.get(kind, kind))
+
+
+def picture_build(run: Run, *, focus: Focus | None, start_seq: int | None = None) -> Picture:
+    """An SVG swimlane of the semantic events in a window: one lane per attempt and per workspace.
+
+    The window starts at `start_seq`, or a little before the focused event, or at the run's start.
+    """
+    base = Event.objects.filter(run=run, kind__in=PICTURE_KINDS)
+    if start_seq is None and focus and focus.event is not None:
+        before = list(base.filter(seq__lte=focus.event.seq).order_by("-seq").values_list("seq", flat=True)[:20])
+        start_seq = before[-1] if before else focus.event.seq
+    rows = list(base.filter(seq__gte=start_seq or 0).order_by("seq")[: PICTURE_WINDOW + 1])
+    has_more = len(rows) > PICTURE_WINDOW
+    rows = rows[:PICTURE_WINDOW]
+    lanes: dict[str, int] = {}
+    lane_info: list[dict[str, Any]] = []
+
+    def lane_for(event: Event) -> int:
+        key = f"workspace:{event.workspace_ref}" if event.workspace_ref else f"attempt:{event.attempt_ref or '—'}"
+        if key not in lanes:
+            lanes[key] = len(lanes)
+            kind, _, name = key.partition(":")
+            lane_info.append({"key": key, "kind": kind, "name": name, "y": TOP + lanes[key] * LANE_H})
+        return lanes[key]
+
+    focused = focus.neighbourhood if focus else set()
+    nodes: list[Node] = []
+    by_pk: dict[int, Node] = {}
+    for col, event in enumerate(rows):
+        lane = lane_for(event)
+        node = Node(
+            event_id=event.event_id,
+            kind=event.kind,
+            label=_label(event),
+            lane=lane,
+            x=LEFT + col * COL_W + COL_W / 2,
+            y=TOP + lane * LANE_H + LANE_H / 2,
+            focused=event.event_id in focused,
+            logical=event.logical_at.isoformat().replace("+00:00", "Z"),
+        )
+        nodes.append(node)
+        by_pk[event.pk] = node
+    edges: list[PictureEdge] = []
+    if by_pk:
+        for source_id, target_id, field_name in Edge.objects.filter(
+            source_id__in=list(by_pk), target_event_id__in=list(by_pk)
+        ).values_list("source_id", "target_event_id", "field"):
+            a, b = by_pk[source_id], by_pk[target_id]
+            if a is not b:
+                edges.append(PictureEdge(a.x, a.y, b.x, b.y, field_name))
+    by_id = {n.event_id: n for n in nodes}
+    broken: list[PictureEdge] = []
+    if nodes:
+        for f in (
+            Finding.objects.filter(run=run)
+            .filter(Q(from_ref__in=list(by_id)) | Q(to_ref__in=list(by_id)))
+            .order_by("id")[:200]
+        ):
+            a, b = by_id.get(f.from_ref), by_id.get(f.to_ref)
+            if a is None or b is None or a is b:
+                continue
+            broken.append(
+                PictureEdge(
+                    a.x,
+                    a.y,
+                    b.x,
+                    b.y,
+                    "",
+                    broken=True,
+                    code=f.code,
+                    message=f.message,
+                    label_x=(a.x + b.x) / 2,
+                    label_y=min(a.y, b.y) - 10 - 14 * (len(broken) % 3),
+                )
+            )
+    width = LEFT + max(1, len(nodes)) * COL_W + 20
+    height = TOP + max(1, len(lanes)) * LANE_H + 20
+    return Picture(
+        lanes=lane_info,
+        nodes=nodes,
+        edges=edges,
+        broken=broken,
+        width=width,
+        height=height,
+        start_seq=rows[0].seq if rows else 0,
+        has_more=has_more,
+        total=_kind_total(run, PICTURE_KINDS),
+        next_start=rows[-1].seq + 1 if rows else 0,
+    )
+
+
+@dataclass
+class RunPage:
+    run: Run
+    focus: Focus | None
+    panes: list[Pane]
+    findings: list[dict[str, Any]]
+    picture: Picture
+    timeline: list[Event]
+    timeline_offset: int
+    timeline_more: bool
+
+    @property
+    def pane_map(self) -> dict[str, Pane]:
+        return {p.key: p for p in self.panes}
+
+    @property
+    def timeline_prev(self) -> int:
+        return max(0, self.timeline_offset - WINDOW)
+
+    @property
+    def timeline_next(self) -> int:
+        return self.timeline_offset + WINDOW
+
+
+def _offset(value: Any) -> int:
+    try:
+        return max(0, min(int(value), 10**9))
+    except (TypeError, ValueError):
+        return 0
+
+
+def page_build(
+    run: Run,
+    *,
+    focus_ref: str = "",
+    offsets: dict[str, Any] | None = None,
+    picture_start: Any = None,
+    only_pane: str | None = None,
+) -> RunPage:
+    offsets = offsets or {}
+    focus = focus_resolve(run, focus_ref[:200]) if focus_ref else None
+    keys = [only_pane] if only_pane in PANES else list(PANES)
+    panes = [pane_build(run, key, offset=_offset(offsets.get(key)), focus=focus) for key in keys]
+    panes_annotate(run, panes)
+    if only_pane in PANES:
+        return RunPage(run, focus, panes, [], Picture([], [], [], [], 0, 0, 0, False, 0), [], 0, False)
+    start = _offset(picture_start) if picture_start not in (None, "") else None
+    timeline_offset = _offset(offsets.get("timeline_offset"))
+    timeline, timeline_more = timeline_window(run, offset=timeline_offset)
+    return RunPage(
+        run=run,
+        focus=focus,
+        panes=panes,
+        findings=findings_for(run, focus=focus),
+        picture=picture_build(run, focus=focus, start_seq=start),
+        timeline=timeline,
+        timeline_offset=timeline_offset,
+        timeline_more=timeline_more,
+    )
+
+
+def _short(digest: Any) -> str:
+    text = str(digest or "")
+    return text[:15] + "…" if text.startswith("sha256:") and len(text) > 15 else text
+
+
+def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, str]]:
+    """The facts a pane shows for one event, as (label, value) pairs, in the product's own words."""
+    k = body.get("kind")
+    out: list[tuple[str, str]] = []
+
+    def add(label: str, value: Any) -> None:
+        if value not in (None, "", [], {}):
+            out.append((label, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)))
+
+    if k == "attempt.started":
+        add("attempt", f"{body.get('attempt')} (#{body.get('number')})")
+        add("reason", body.get("reason"))
+        add("parent attempt", body.get("parent_attempt_id"))
+    elif k == "attempt.ended":
+        add("attempt", body.get("attempt"))
+        add("outcome", body.get("outcome"))
+    elif k == "run.state":
+        add("state", body.get("state"))
+        add("reason", body.get("reason"))
+    elif k == "checkpoint":
+        add("world revision", body.get("world_revision"))
+        add("workspaces", ", ".join(f"{w} {_short(t)}" for w, t in (body.get("workspaces") or {}).items()))
+    elif k == "budget.charged":
+        add(str(body.get("resource")), body.get("amount"))
+    elif k == "workspace.created":
+        add("workspace", body.get("workspace_id"))
+        derived = body.get("derived_from")
+        if derived:
+            equal = "content equal" if derived.get("content_equal") else "content differs"
+            add("derived from", f"{derived.get('workspace_id')} by {derived.get('relation')} ({equal})")
+        add("base", _short(body.get("base_digest")))
+        add("initial overlay", _short(body.get("overlay_digest")))
+        add("inherited edits", ", ".join(body.get("overlay_files") or []))
+    elif k == "workspace.changed":
+        add("workspace", body.get("workspace_id"))
+        add("tree", _short(body.get("tree_digest")))
+        add("overlay revision", body.get("overlay_revision"))
+    elif k == "workspace.lifecycle":
+        add("workspace", body.get("workspace_id"))
+        add("state", body.get("state"))
+        add("cleanup receipt", body.get("cleanup_receipt_id") or "none")
+    elif k == "artifact.created":
+        add("artifact", body.get("artifact_id"))
+        add("workspace", body.get("workspace_id"))
+        add("tree", _short(body.get("tree_digest")))
+        add("files", ", ".join(body.get("files") or []))
+    elif k == "command.receipt":
+        results = body.get("results") or {}
+        add("command", body.get("command"))
+        add("workspace", body.get("workspace_id"))
+        add("tree", _short(body.get("post_tree")))
+        add("completion", body.get("completion"))
+        add(
+            "results",
+            f"{results.get('passed', '?')} passed, {results.get('failed', '?')} failed, "
+            f"{results.get('skipped', 0)} skipped",
+        )
+        add("exit code", "none" if body.get("exit_code") is None else str(body.get("exit_code")))
+    elif k == "evidence.observed":
+        add("source", body.get("source"))
+        add("workspace", body.get("workspace_id"))
+        add("tree", _short(body.get("tree_digest")))
+        add("scope", body.get("scope"))
+    elif k == "evidence.admitted":
+        add("purpose", body.get("purpose"))
+        add("decision", body.get("decision"))
+        add("for artifact", body.get("artifact_id"))
+        add("workspace", body.get("workspace_id"))
+        add("tree", _short(body.get("tree_digest")))
+        receipt = related.get("receipt")
+        if receipt:
+            add(
+                "receipt",
+                f"{receipt['id']} in {receipt['workspace']}: {receipt['completion']}, {receipt['failed']} failed",
+            )
+        compat = body.get("compatibility")
+        add("compatibility", f"{compat.get('rule')}: {compat.get('rationale')}" if compat else "none recorded")
+    elif k == "evidence.superseded":
+        add("admission", body.get("admission_id"))
+        add("cause", body.get("cause"))
+    elif k == "waiver.granted":
+        add("failure", body.get("failure"))
+        add("suite", body.get("suite"))
+        add("by", body.get("actor_role"))
+        add("rationale", body.get("rationale"))
+    elif k == "policy.decision":
+        add("outcome", body.get("outcome"))
+        add("subject", body.get("subject"))
+        add("required", ", ".join(body.get("required") or []) or "nothing")
+        add("inputs", ", ".join(f"{i['id']} ({i['purpose']})" for i in related.get("inputs", [])) or "none")
+        add("policy", body.get("policy_revision"))
+    elif k == "approval.recorded":
+        add("decision", body.get("decision"))
+        add("subject", body.get("subject"))
+        add("origin", body.get("origin"))
+        add("from run", f"{body.get('run')} ({body.get('environment')})")
+        add("evidence set", _short(body.get("evidence_set_digest")))
+    elif k == "human.input":
+        add("by", body.get("actor_role"))
+        add("action", body.get("action"))
+        add("note", body.get("note"))
+    elif k == "effect.intent":
+        add("effect", f"{body.get('effect_class')} to {body.get('destination')}")
+        add("artifact", body.get("artifact_id"))
+        add(
+            "admissions",
+            ", ".join(f"{a['id']} ({a['purpose']}, {a['workspace']})" for a in related.get("admissions", [])) or "none",
+        )
+        add("approval", body.get("approval_id") or "none")
+        add("namespace", body.get("namespace"))
+        add("idempotency key", body.get("idempotency_key"))
+        add("historical intent", body.get("historical_intent"))
+    elif k == "effect.execution":
+        add("intent", body.get("intent_id"))
+        add("attempt", body.get("attempt_no"))
+        add("stage", body.get("stage"))
+        add("outcome", body.get("outcome"))
+        add("connection", body.get("connection"))
+    elif k == "world.transition":
+        add("resource", body.get("resource"))
+        add("revision", f"{body.get('revision_before')} → {body.get('revision_after')}")
+        add("change", body.get("change"))
+        add("cause", body.get("cause"))
+    elif k == "world.observation":
+        add("resource", body.get("resource"))
+        add("world revision", body.get("world_revision"))
+    elif k == "account.claim":
+        add("claim", body.get("claim_kind"))
+        add("text", body.get("text"))
+        supports = related.get("supports", [])
+        add(
+            "supports",
+            ", ".join(
+                f"{s['id']}"
+                + (f" ({s['receipt']['completion']}, {s['receipt']['failed']} failed)" if s["receipt"] else "")
+                for s in supports
+            )
+            or "nothing",
+        )
+    return out
