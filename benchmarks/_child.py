@@ -154,8 +154,89 @@ def cmd_lineage_db(folder: str, repeat: str) -> dict[str, Any]:
     }
 
 
+def cmd_run_page(large_folder: str, small_folder: str, repeat: str) -> dict[str, Any]:
+    """Server time of the run page for a large and a small run, and the queries each issues.
+
+    Requests go through Django's test client: the whole request path (middleware, session, view, query,
+    template) without a socket, which is what "server time" means here.
+    """
+    # Production serves hashed, collected static files: collect them into this run's data folder.
+    os.environ["N17Q_STATIC_ROOT"] = os.path.join(os.environ["N17Q_DATA_DIR"], "static")
+    _setup(migrate=True)
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.core.management import call_command
+
+    call_command("collectstatic", "--noinput", verbosity=0)
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.importer import run_import_from_path
+    from runs.models import Event
+
+    large = run_import_from_path(Path(large_folder)).run
+    small = run_import_from_path(Path(small_folder)).run
+    user = get_user_model().objects.create_user("bench-viewer", password="bench-password-1")
+    user.groups.add(Group.objects.get(name="viewer"))
+    from django.conf import settings
+
+    # Production settings, but the requests come from no proxy: the host must be allowed, and the HTTPS
+    # redirect (a proxy's business in production) is off so that the page itself is measured.
+    settings.ALLOWED_HOSTS = ["localhost"]
+    settings.SECURE_SSL_REDIRECT = False
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(user)
+
+    def intent(run: Any) -> str:
+        return (
+            Event.objects.filter(run=run, kind="effect.intent").order_by("-seq").values_list("event_id", flat=True)[0]
+        )
+
+    pages = {
+        "run page": lambda run: f"/runs/{run.run_id}/",
+        "run page, focused on the last intent": lambda run: f"/runs/{run.run_id}/?focus={intent(run)}",
+        "run page, htmx focus swap": lambda run: f"/runs/{run.run_id}/?focus={intent(run)}",
+        "evidence pane, a window deep in the run": lambda run: (
+            f"/runs/{run.run_id}/?evidence_from={run.event_count // 2}&pane=evidence"
+        ),
+    }
+    htmx = {"run page, htmx focus swap", "evidence pane, a window deep in the run"}
+    out: dict[str, Any] = {}
+    for name, url_of in pages.items():
+        headers = {"HTTP_HX_REQUEST": "true"} if name in htmx else {}
+        entry: dict[str, Any] = {}
+        for label, run in (("large", large), ("small", small)):
+            url = url_of(run)
+            client.get(url, **headers)  # warm: template loading, the first connection
+            connection.queries_log.clear()  # a full log (it keeps 9,000) would make the count read 0
+            with CaptureQueriesContext(connection) as ctx:
+                response = client.get(url, **headers)
+            assert response.status_code == 200, (url, response.status_code)
+            # Read now: each later request's request_started signal empties the query log.
+            queries = len(ctx.captured_queries)
+            times = []
+            for _ in range(int(repeat)):
+                started = time.perf_counter()
+                client.get(url, **headers)
+                times.append(time.perf_counter() - started)
+            entry[label] = {
+                "url": url,
+                "queries": queries,
+                "times_s": times,
+                "bytes": len(response.content),
+            }
+        out[name] = entry
+    return {"pages": out, "large_events": large.event_count, "small_events": small.event_count}
+
+
 def main(argv: list[str]) -> int:
-    commands = {"migrate": cmd_migrate, "import": cmd_import, "lineage-db": cmd_lineage_db}
+    commands = {
+        "migrate": cmd_migrate,
+        "import": cmd_import,
+        "lineage-db": cmd_lineage_db,
+        "run-page": cmd_run_page,
+    }
     if not argv or argv[0] not in commands:
         print(f"usage: python -m benchmarks._child {{{'|'.join(commands)}}} ...", file=sys.stderr)
         return 2

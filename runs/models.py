@@ -155,7 +155,8 @@ class Event(AppendOnlyModel):
     body = models.JSONField()
 
     class Meta:
-        ordering = ["run", "seq"]
+        # No default ordering: ordering by the run would join runs_run and make SQLite walk a whole
+        # run's (run, seq) index to satisfy it. Every read that needs an order says so.
         constraints = [
             models.UniqueConstraint(fields=["run", "seq"], name="event_run_seq_unique"),
             models.UniqueConstraint(fields=["run", "event_id"], name="event_run_id_unique"),
@@ -228,7 +229,7 @@ class Finding(AppendOnlyModel):
     message = models.TextField()
 
     class Meta:
-        ordering = ["run", "id"]
+        ordering = ["id"]
         indexes = [models.Index(fields=["run", "code"])]
 
     def __str__(self) -> str:

@@ -68,18 +68,15 @@ class Pane:
     key: str
     title: str
     total: int
-    offset: int
+    from_seq: int  # the window starts at the first event of the pane's kinds with seq >= from_seq
     items: list[Item]
     focused: list[Item]
     has_more: bool
+    prev_from: int | None  # where the previous window starts; None on the first window
 
     @property
-    def next_offset(self) -> int:
-        return self.offset + WINDOW
-
-    @property
-    def prev_offset(self) -> int:
-        return max(0, self.offset - WINDOW)
+    def next_from(self) -> int:
+        return self.items[-1].event.seq + 1 if self.items else self.from_seq
 
 
 @dataclass
@@ -97,10 +94,12 @@ def focus_resolve(run: Run, ref: str) -> Focus | None:
     """The focused event (or object) and its causal neighbourhood: what it relies on, what relies on it."""
     if not ref:
         return None
-    event = Event.objects.filter(run=run, event_id=ref).first()
+    event = next(iter(Event.objects.filter(run=run, event_id=ref).order_by()[:1]), None)
     object_kind = None
     if event is None:
-        obj = RunObject.objects.filter(run=run, ref=ref).select_related("introduced_by").first()
+        obj = next(
+            iter(RunObject.objects.filter(run=run, ref=ref).select_related("introduced_by").order_by()[:1]), None
+        )
         if obj is None:
             return Focus(ref=ref, event=None, object_kind=None, neighbourhood=set(), objects=set(), truncated=False)
         event, object_kind = obj.introduced_by, obj.kind
@@ -141,7 +140,8 @@ def focus_resolve(run: Run, ref: str) -> Focus | None:
         if len(seen) > NEIGHBOURHOOD_CAP:
             truncated = True
     # One query for the whole neighbourhood through the (run, event_id) unique index; the panes share it.
-    events = list(Event.objects.filter(run=run, event_id__in=sorted(seen.values())).order_by("seq"))
+    # Sorted here, not by the database: ORDER BY seq would tempt SQLite onto the (run, seq) index.
+    events = sorted(Event.objects.filter(run=run, event_id__in=sorted(seen.values())), key=lambda e: e.seq)
     return Focus(
         ref=ref,
         event=event,
@@ -158,9 +158,15 @@ def _kind_total(run: Run, kinds: Iterable[str]) -> int:
     return sum(counts.get(k, 0) for k in kinds)
 
 
-def pane_build(run: Run, key: str, *, offset: int = 0, focus: Focus | None = None) -> Pane:
+def pane_build(run: Run, key: str, *, from_seq: int = 0, focus: Focus | None = None) -> Pane:
+    """A window of the pane's kinds, by seq (keyset paging: a deep window costs what the first does)."""
     title, kinds = PANES[key]
-    window = list(Event.objects.filter(run=run, kind__in=kinds).order_by("seq")[offset : offset + WINDOW + 1])
+    of_kinds = Event.objects.filter(run=run, kind__in=kinds)
+    window = list(of_kinds.filter(seq__gte=from_seq).order_by("seq")[: WINDOW + 1])
+    prev_from = None
+    if from_seq > 0:
+        before = list(of_kinds.filter(seq__lt=from_seq).order_by("-seq").values_list("seq", flat=True)[:WINDOW])
+        prev_from = before[-1] if len(before) == WINDOW else 0
     has_more = len(window) > WINDOW
     window = window[:WINDOW]
     focused_ids = focus.neighbourhood if focus else set()
@@ -173,10 +179,11 @@ def pane_build(run: Run, key: str, *, offset: int = 0, focus: Focus | None = Non
         key=key,
         title=title,
         total=_kind_total(run, kinds),
-        offset=offset,
+        from_seq=from_seq,
         items=items,
         focused=focused,
         has_more=has_more,
+        prev_from=prev_from,
     )
 
 
@@ -198,17 +205,18 @@ def panes_annotate(run: Run, panes: list[Pane]) -> None:
     if not wanted:
         return
     wanted_ids = sorted(wanted)[:2000]
-    # Admissions point at observations, which point at receipts: the receipts come in the same query
-    # through a subquery, so the page's query count does not depend on what the window happens to hold.
-    behind_observations = Event.objects.filter(run=run, kind="evidence.observed", event_id__in=wanted_ids).values(
-        source=KT("body__source")
+    by_id = {e.event_id: e for e in Event.objects.filter(run=run, event_id__in=wanted_ids).order_by()}
+    # Admissions point at observations, which point at receipts: the receipts come in a second query
+    # whose inner select always runs, so the page's query count does not depend on what the window
+    # holds. (One query with an OR of the two made SQLite give up the (run, event_id) index.)
+    behind_observations = (
+        Event.objects.filter(run=run, kind="evidence.observed", event_id__in=wanted_ids)
+        .order_by()
+        .values(source=KT("body__source"))
     )
-    by_id = {
-        e.event_id: e
-        for e in Event.objects.filter(run=run).filter(
-            Q(event_id__in=wanted_ids) | Q(event_id__in=Subquery(behind_observations))
-        )
-    }
+    by_id.update(
+        {e.event_id: e for e in Event.objects.filter(run=run, event_id__in=Subquery(behind_observations)).order_by()}
+    )
     for item in items:
         item.related = _related(item.body, by_id)
 
@@ -275,12 +283,9 @@ def findings_for(run: Run, *, focus: Focus | None, limit: int = 100) -> list[dic
     ]
 
 
-def timeline_window(run: Run, *, offset: int = 0, kind: str = "") -> tuple[list[Event], bool]:
-    """Every event, in append order, a window at a time (the raw log behind the panes)."""
-    events = Event.objects.filter(run=run)
-    if kind:
-        events = events.filter(kind=kind)
-    rows = list(events.order_by("seq")[offset : offset + WINDOW + 1])
+def timeline_window(run: Run, *, from_seq: int = 0) -> tuple[list[Event], bool]:
+    """Every event, in append order, a window at a time from `from_seq` (the raw log behind the panes)."""
+    rows = list(Event.objects.filter(run=run, seq__gte=from_seq).order_by("seq")[: WINDOW + 1])
     return rows[:WINDOW], len(rows) > WINDOW
 
 
@@ -459,7 +464,7 @@ class RunPage:
     findings: list[dict[str, Any]]
     picture: Picture
     timeline: list[Event]
-    timeline_offset: int
+    timeline_from: int
     timeline_more: bool
 
     @property
@@ -467,12 +472,8 @@ class RunPage:
         return {p.key: p for p in self.panes}
 
     @property
-    def timeline_prev(self) -> int:
-        return max(0, self.timeline_offset - WINDOW)
-
-    @property
     def timeline_next(self) -> int:
-        return self.timeline_offset + WINDOW
+        return self.timeline[-1].seq + 1 if self.timeline else self.timeline_from
 
 
 def _offset(value: Any) -> int:
@@ -493,13 +494,13 @@ def page_build(
     offsets = offsets or {}
     focus = focus_resolve(run, focus_ref[:200]) if focus_ref else None
     keys = [only_pane] if only_pane in PANES else list(PANES)
-    panes = [pane_build(run, key, offset=_offset(offsets.get(key)), focus=focus) for key in keys]
+    panes = [pane_build(run, key, from_seq=_offset(offsets.get(key)), focus=focus) for key in keys]
     panes_annotate(run, panes)
     if only_pane in PANES:
         return RunPage(run, focus, panes, [], Picture([], [], [], [], 0, 0, 0, False, 0), [], 0, False)
     start = _offset(picture_start) if picture_start not in (None, "") else None
-    timeline_offset = _offset(offsets.get("timeline_offset"))
-    timeline, timeline_more = timeline_window(run, offset=timeline_offset)
+    timeline_from = _offset(offsets.get("timeline"))
+    timeline, timeline_more = timeline_window(run, from_seq=timeline_from)
     return RunPage(
         run=run,
         focus=focus,
@@ -507,7 +508,7 @@ def page_build(
         findings=findings_for(run, focus=focus),
         picture=picture_build(run, focus=focus, start_seq=start),
         timeline=timeline,
-        timeline_offset=timeline_offset,
+        timeline_from=timeline_from,
         timeline_more=timeline_more,
     )
 

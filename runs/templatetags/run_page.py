@@ -40,5 +40,10 @@ def iso(value: Any) -> str:
 
 
 @register.simple_tag(takes_context=True)
-def pane_query(context: Any, pane: run_page.Pane, offset: int) -> str:
-    return query(context, **{f"{pane.key}_offset": offset or ""})
+def pane_query(context: Any, pane: run_page.Pane, from_seq: int | None) -> str:
+    return query(context, **{f"{pane.key}_from": from_seq or ""})
+
+
+@register.filter
+def attr_seq(item: run_page.Item) -> int:
+    return item.event.seq

@@ -53,11 +53,11 @@ def test_it_keeps_the_run_page_query_count_flat_from_10_to_10000_events(viewer_c
     run_import_from_path(large_bundle)
     small, _ = page_queries(viewer_client, "/runs/run-example-docs/")
     large, html = page_queries(viewer_client, "/runs/bench-run-10000/")
-    # 1 session, 2 user, 3 run; 4-9 the six panes' windows; 10 the events the shown items point at (with
-    # the receipts behind observations in a subquery); 11 the findings panel; 12 the picture's window,
-    # 13 its edges, 14 its broken edges; 15 the all-events window; 16 the user's groups (role badge);
-    # 17-18 the user's and the groups' permissions (import and launch controls).
-    assert small == large == 18
+    # 1 session, 2 user, 3 run; 4-9 the six panes' windows; 10 the events the shown items point at, 11 the
+    # receipts behind observations among them; 12 the findings panel; 13 the picture's window, 14 its
+    # edges, 15 its broken edges; 16 the all-events window; 17 the user's groups (role badge); 18-19 the
+    # user's and the groups' permissions (import and launch controls).
+    assert small == large == 19
     assert "of 10000" in html  # the all-events window says how much there is, and shows only a window
     assert len(re.findall(r'<li class="item[ "]', html)) <= 6 * 40
 
@@ -143,10 +143,18 @@ def test_it_pages_a_pane_on_its_own(viewer_client, large_bundle):
     run_import_from_path(large_bundle)
     first = viewer_client.get("/runs/bench-run-10000/").content.decode()
     assert "Next evidence" in first
-    response = viewer_client.get("/runs/bench-run-10000/?evidence_offset=40&pane=evidence", HTTP_HX_REQUEST="true")
+    next_from = re.search(r'href="\?evidence_from=(\d+)"', first).group(1)
+    response = viewer_client.get(
+        f"/runs/bench-run-10000/?evidence_from={next_from}&pane=evidence", HTTP_HX_REQUEST="true"
+    )
     html = response.content.decode()
     assert html.lstrip().startswith('<section id="pane-evidence"') and "Previous evidence" in html
-    assert '<ol class="items" start="41">' in html
+    shown = [int(s) for s in re.findall(r"· seq (\d+)", html)]
+    assert len(shown) == 40 and min(shown) >= int(next_from)
+    # The previous link leads back to the first window: it starts at the first window's first event.
+    first_pane = first[first.index('id="pane-evidence"') : first.index('id="pane-policy"')]
+    first_seq = re.search(r"· seq (\d+)", first_pane).group(1)
+    assert f'<a href="?evidence_from={first_seq}" hx-get="?evidence_from={first_seq}&pane=evidence"' in html
 
 
 def test_it_shows_logical_and_wall_time_apart(viewer_client, story_003):
@@ -158,3 +166,15 @@ def test_it_shows_logical_and_wall_time_apart(viewer_client, story_003):
 
 def test_it_needs_a_login_for_the_run_page(client, story_003):
     assert client.get(reverse("runs:run-detail", args=[STORY_003])).status_code == 302
+
+
+def test_it_keeps_the_filters_when_paging_the_run_list(viewer_client, tmp_path):
+    manifest, events, blobs = bundles.example_parts()
+    for i in range(51):
+        manifest["run"]["id"] = f"run-page-{i:02d}"
+        run_import_from_path(bundles.write_folder(tmp_path / str(i), manifest, events, blobs))
+    html = viewer_client.get("/?mode=recorded&findings=no").content.decode()
+    assert "Page 1 of 2" in html
+    assert 'href="?mode=recorded&amp;findings=no&amp;page=2"' in html
+    filtered = viewer_client.get("/?q=run-page-5").content.decode()
+    assert "run-page-50" in filtered and "run-page-49" not in filtered
