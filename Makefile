@@ -24,8 +24,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 check: lint
-	$(BIN)/python manage.py check
-	$(BIN)/python manage.py makemigrations --check --dry-run
+	N17Q_DATA_DIR=$$(mktemp -d) $(BIN)/python manage.py check
+	N17Q_DATA_DIR=$$(mktemp -d) $(BIN)/python manage.py makemigrations --check --dry-run
 
 # Every test on the embedded database (SQLite), then again on PostgreSQL: both are supported.
 test: check test-sqlite test-postgres
