@@ -24,7 +24,7 @@ DEFAULT_REPEAT = 30
 
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
 
 
 def run(config: Config) -> dict[str, Any]:

@@ -951,18 +951,18 @@ class LineageGraph:
     def _check_foreign(self, what: str, user: str, approval_id: str, approval: _Approval) -> Iterator[Finding]:
         reasons = []
         if self.run_id is not None and approval.run != self.run_id:
-            reasons.append(f"was recorded in run {approval.run}, not this run {self.run_id}")
+            reasons.append(f"recorded in run {approval.run} (this is {self.run_id})")
         if self.environment is not None and approval.environment != self.environment:
-            reasons.append(f"belongs to environment {approval.environment}, not {self.environment}")
+            reasons.append(f"given in environment {approval.environment} (this run is {self.environment})")
         if approval.origin == "historical" and self.mode != "recorded":
-            reasons.append(f"is historical, and this run is a {self.mode} replay")
+            reasons.append(f"historical, in a {self.mode} replay")
         if reasons:
             yield _finding(
                 "LIN005",
                 user,
                 approval_id,
-                f"{what} takes its authority from approval {approval_id}, which {' and '.join(reasons)}; "
-                f"historical approvals are read-only evidence, so ask for an approval in this run.",
+                f"{what} takes its authority from approval {approval_id}: {'; '.join(reasons)}. Historical "
+                "approvals are read-only evidence; ask for an approval in this run.",
             )
 
     def _lineage(self, workspace: str | None, cap: int) -> Iterator[tuple[str, int]]:

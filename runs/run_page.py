@@ -302,6 +302,7 @@ class Node:
     y: float
     focused: bool
     logical: str
+    label_y: float = 0  # labels alternate below and above the lane so neighbours do not overlap
 
 
 @dataclass
@@ -364,7 +365,8 @@ def _label(event: Event) -> str:
         "run.state": body.get("state", "state"),
         "checkpoint": "checkpoint",
     }
-    return str(short.get(kind, kind))
+    label = str(short.get(kind, kind)).replace("_", " ")
+    return label if len(label) <= 10 else label[:9] + "…"
 
 
 def picture_build(run: Run, *, focus: Focus | None, start_seq: int | None = None) -> Picture:
@@ -404,6 +406,7 @@ def picture_build(run: Run, *, focus: Focus | None, start_seq: int | None = None
             y=TOP + lane * LANE_H + LANE_H / 2,
             focused=event.event_id in focused,
             logical=event.logical_at.isoformat().replace("+00:00", "Z"),
+            label_y=TOP + lane * LANE_H + LANE_H / 2 + (24 if col % 2 == 0 else -16),
         )
         nodes.append(node)
         by_pk[event.pk] = node
@@ -518,6 +521,46 @@ def _short(digest: Any) -> str:
     return text[:15] + "…" if text.startswith("sha256:") and len(text) > 15 else text
 
 
+# The facts each pane item shows: (label, field) pairs read straight from the event, in the product's
+# own words; the few facts that combine fields or come from related events are added in `describe`.
+_FACTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "attempt.started": (("reason", "reason"), ("parent attempt", "parent_attempt_id")),
+    "attempt.ended": (("attempt", "attempt"), ("outcome", "outcome")),
+    "run.state": (("state", "state"), ("reason", "reason")),
+    "checkpoint": (("world revision", "world_revision"),),
+    "workspace.created": (("workspace", "workspace_id"),),
+    "workspace.changed": (("workspace", "workspace_id"), ("overlay revision", "overlay_revision")),
+    "workspace.lifecycle": (("workspace", "workspace_id"), ("state", "state")),
+    "artifact.created": (("artifact", "artifact_id"), ("workspace", "workspace_id")),
+    "command.receipt": (("command", "command"), ("workspace", "workspace_id")),
+    "evidence.observed": (("source", "source"), ("workspace", "workspace_id"), ("scope", "scope")),
+    "evidence.admitted": (
+        ("purpose", "purpose"),
+        ("decision", "decision"),
+        ("for artifact", "artifact_id"),
+        ("workspace", "workspace_id"),
+    ),
+    "evidence.superseded": (("admission", "admission_id"), ("cause", "cause")),
+    "waiver.granted": (("failure", "failure"), ("suite", "suite"), ("by", "actor_role"), ("rationale", "rationale")),
+    "policy.decision": (("outcome", "outcome"), ("subject", "subject")),
+    "approval.recorded": (("decision", "decision"), ("subject", "subject"), ("origin", "origin")),
+    "human.input": (("by", "actor_role"), ("action", "action"), ("note", "note")),
+    "effect.intent": (("artifact", "artifact_id"),),
+    "effect.execution": (
+        ("intent", "intent_id"),
+        ("attempt", "attempt_no"),
+        ("stage", "stage"),
+        ("outcome", "outcome"),
+        ("connection", "connection"),
+    ),
+    "world.transition": (("resource", "resource"),),
+    "world.observation": (("resource", "resource"), ("world revision", "world_revision")),
+    "account.claim": (("claim", "claim_kind"), ("text", "text")),
+}
+# Digests shown shortened, by field.
+_TREES = {"tree_digest": "tree", "post_tree": "tree", "evidence_set_digest": "evidence set"}
+
+
 def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, str]]:
     """The facts a pane shows for one event, as (label, value) pairs, in the product's own words."""
     k = body.get("kind")
@@ -529,21 +572,17 @@ def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, s
 
     if k == "attempt.started":
         add("attempt", f"{body.get('attempt')} (#{body.get('number')})")
-        add("reason", body.get("reason"))
-        add("parent attempt", body.get("parent_attempt_id"))
-    elif k == "attempt.ended":
-        add("attempt", body.get("attempt"))
-        add("outcome", body.get("outcome"))
-    elif k == "run.state":
-        add("state", body.get("state"))
-        add("reason", body.get("reason"))
-    elif k == "checkpoint":
-        add("world revision", body.get("world_revision"))
+    for label, name in _FACTS.get(str(k), ()):
+        add(label, body.get(name))
+    for name, label in _TREES.items():
+        if name in body:
+            add(label, _short(body.get(name)))
+
+    if k == "checkpoint":
         add("workspaces", ", ".join(f"{w} {_short(t)}" for w, t in (body.get("workspaces") or {}).items()))
     elif k == "budget.charged":
         add(str(body.get("resource")), body.get("amount"))
     elif k == "workspace.created":
-        add("workspace", body.get("workspace_id"))
         derived = body.get("derived_from")
         if derived:
             equal = "content equal" if derived.get("content_equal") else "content differs"
@@ -551,24 +590,12 @@ def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, s
         add("base", _short(body.get("base_digest")))
         add("initial overlay", _short(body.get("overlay_digest")))
         add("inherited edits", ", ".join(body.get("overlay_files") or []))
-    elif k == "workspace.changed":
-        add("workspace", body.get("workspace_id"))
-        add("tree", _short(body.get("tree_digest")))
-        add("overlay revision", body.get("overlay_revision"))
     elif k == "workspace.lifecycle":
-        add("workspace", body.get("workspace_id"))
-        add("state", body.get("state"))
         add("cleanup receipt", body.get("cleanup_receipt_id") or "none")
     elif k == "artifact.created":
-        add("artifact", body.get("artifact_id"))
-        add("workspace", body.get("workspace_id"))
-        add("tree", _short(body.get("tree_digest")))
         add("files", ", ".join(body.get("files") or []))
     elif k == "command.receipt":
         results = body.get("results") or {}
-        add("command", body.get("command"))
-        add("workspace", body.get("workspace_id"))
-        add("tree", _short(body.get("post_tree")))
         add("completion", body.get("completion"))
         add(
             "results",
@@ -576,17 +603,7 @@ def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, s
             f"{results.get('skipped', 0)} skipped",
         )
         add("exit code", "none" if body.get("exit_code") is None else str(body.get("exit_code")))
-    elif k == "evidence.observed":
-        add("source", body.get("source"))
-        add("workspace", body.get("workspace_id"))
-        add("tree", _short(body.get("tree_digest")))
-        add("scope", body.get("scope"))
     elif k == "evidence.admitted":
-        add("purpose", body.get("purpose"))
-        add("decision", body.get("decision"))
-        add("for artifact", body.get("artifact_id"))
-        add("workspace", body.get("workspace_id"))
-        add("tree", _short(body.get("tree_digest")))
         receipt = related.get("receipt")
         if receipt:
             add(
@@ -595,65 +612,31 @@ def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, s
             )
         compat = body.get("compatibility")
         add("compatibility", f"{compat.get('rule')}: {compat.get('rationale')}" if compat else "none recorded")
-    elif k == "evidence.superseded":
-        add("admission", body.get("admission_id"))
-        add("cause", body.get("cause"))
-    elif k == "waiver.granted":
-        add("failure", body.get("failure"))
-        add("suite", body.get("suite"))
-        add("by", body.get("actor_role"))
-        add("rationale", body.get("rationale"))
     elif k == "policy.decision":
-        add("outcome", body.get("outcome"))
-        add("subject", body.get("subject"))
         add("required", ", ".join(body.get("required") or []) or "nothing")
         add("inputs", ", ".join(f"{i['id']} ({i['purpose']})" for i in related.get("inputs", [])) or "none")
         add("policy", body.get("policy_revision"))
     elif k == "approval.recorded":
-        add("decision", body.get("decision"))
-        add("subject", body.get("subject"))
-        add("origin", body.get("origin"))
         add("from run", f"{body.get('run')} ({body.get('environment')})")
-        add("evidence set", _short(body.get("evidence_set_digest")))
-    elif k == "human.input":
-        add("by", body.get("actor_role"))
-        add("action", body.get("action"))
-        add("note", body.get("note"))
     elif k == "effect.intent":
         add("effect", f"{body.get('effect_class')} to {body.get('destination')}")
-        add("artifact", body.get("artifact_id"))
-        add(
-            "admissions",
-            ", ".join(f"{a['id']} ({a['purpose']}, {a['workspace']})" for a in related.get("admissions", [])) or "none",
-        )
+        admissions = related.get("admissions", [])
+        add("admissions", ", ".join(f"{a['id']} ({a['purpose']}, {a['workspace']})" for a in admissions) or "none")
         add("approval", body.get("approval_id") or "none")
         add("namespace", body.get("namespace"))
         add("idempotency key", body.get("idempotency_key"))
         add("historical intent", body.get("historical_intent"))
-    elif k == "effect.execution":
-        add("intent", body.get("intent_id"))
-        add("attempt", body.get("attempt_no"))
-        add("stage", body.get("stage"))
-        add("outcome", body.get("outcome"))
-        add("connection", body.get("connection"))
     elif k == "world.transition":
-        add("resource", body.get("resource"))
-        add("revision", f"{body.get('revision_before')} → {body.get('revision_after')}")
+        before = body.get("revision_before")
+        add("revision", f"{'new' if before is None else before} → {body.get('revision_after')}")
         add("change", body.get("change"))
         add("cause", body.get("cause"))
-    elif k == "world.observation":
-        add("resource", body.get("resource"))
-        add("world revision", body.get("world_revision"))
     elif k == "account.claim":
-        add("claim", body.get("claim_kind"))
-        add("text", body.get("text"))
-        supports = related.get("supports", [])
         add(
             "supports",
             ", ".join(
-                f"{s['id']}"
-                + (f" ({s['receipt']['completion']}, {s['receipt']['failed']} failed)" if s["receipt"] else "")
-                for s in supports
+                s["id"] + (f" ({s['receipt']['completion']}, {s['receipt']['failed']} failed)" if s["receipt"] else "")
+                for s in related.get("supports", [])
             )
             or "nothing",
         )
