@@ -34,7 +34,8 @@ test-sqlite: $(STAMP)
 	N17Q_DATA_DIR=$$(mktemp -d) $(BIN)/pytest -q
 
 test-postgres: $(STAMP)
-	N17Q_DATA_DIR=$$(mktemp -d) DATABASE_URL=$(PG_URL) N17Q_TEST_POSTGRES=1 $(BIN)/pytest -q -m "not browser"
+	N17Q_DATA_DIR=$$(mktemp -d) DATABASE_URL=$(PG_URL) N17Q_TEST_POSTGRES=1 \
+	  N17Q_TEST_DATABASE_NAME=test_n17q_$$$$ $(BIN)/pytest -q -m "not browser"
 
 # Performance budgets (DESIGN §9); see docs/benchmarks.md. Not part of make test: they measure, not assert.
 bench: $(STAMP)

@@ -85,6 +85,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+if _test_db := env_str("N17Q_TEST_DATABASE_NAME", ""):
+    # Two test runs against one PostgreSQL server (a developer's and a helper's) must not share a database.
+    DATABASES["default"]["TEST"] = {"NAME": _test_db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -46,7 +46,7 @@ def test_it_imports_the_example_bundle_with_its_graph(tmp_path):
     assert result.to_json() == {"run": "run-example-docs", "events": 9, "findings": []}
     run = Run.objects.get(run_id="run-example-docs")
     assert run.event_count == 9 and run.final_state == "completed" and run.environment == "live"
-    assert list(Event.objects.filter(run=run).values_list("seq", flat=True)) == list(range(1, 10))
+    assert list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True)) == list(range(1, 10))
     assert RunObject.objects.filter(run=run, kind="attempt", ref="a1").exists()
     # The claim refers to both results; the result refers back to its call. Both directions are queryable.
     claim = Event.objects.get(run=run, event_id="e-claim")
