@@ -1,0 +1,402 @@
+"""Tool contracts and request normalization (DESIGN §5).
+
+A contract (tool, revision) declares which fields of a request carry meaning, their types, defaults and
+canonical form, which fields are transport only (an attempt id, a trace id: they may vary and are dropped),
+the tool's effect class, the fault stages its adapter supports and the outcomes it can report.
+
+`normalize(contract, args)` turns what an agent sent into the normalized request: defaults resolved,
+values canonicalized, transport fields dropped. It fails closed: an unknown field, a wrong type, a missing
+required field or a null where none is allowed raises `ContractError` naming the field. Nothing is coerced
+("5" is not 5, 5.0 is not an integer, true is not a number). The normalized request does not carry the
+revision: a fixture key is (tool, contract revision, `request_digest(normalized)`), the revision beside the
+digest, as the example bundle records it (docs/decisions.md).
+
+A contract lives in a scenario package as a plain JSON-able dict (`Contract.from_dict`, `to_dict`):
+
+    {"tool": "docs.search", "revision": 1, "effect_class": "read",
+     "fields": {"query": {"type": "string", "canonical": ["strip"]},
+                "corpus": {"type": "string", "default": "public-docs"},
+                "limit": {"type": "integer", "default": 5},
+                "tags": {"type": "array", "items": "string", "canonical": ["lower", "unique", "sort"],
+                         "required": false}},
+     "transport": ["attempt_id", "trace_id"],
+     "fault_stages": ["before_send", "during_response"],
+     "outcomes": ["ok", "empty", "error", "timeout"]}
+
+Decisions:
+- A field with a default is optional and the default is filled in; a field without one is required unless
+  it says `"required": false`, in which case, when omitted, it is omitted from the normalized request too
+  (omission is not turned into a value). `nullable` admits an explicit null, which stays null.
+- Canonicalization is declared, never guessed: `strip` and `lower` apply to strings (or to each string
+  item of an array), `unique` and `sort` to arrays (an array declared unordered). Defaults pass through the
+  same canonicalization, so a default written " Public-Docs " cannot make two keys for one meaning.
+- `object` fields are JSON objects kept as given (their key order does not matter: the digest sorts keys);
+  numbers must be finite.
+- A read contract may not declare `after_world_mutation` (a read mutates nothing, so the stage cannot be
+  observed); every other stage of `vocabulary.FAULT_STAGES` is allowed for both classes.
+- A contract dict with a key this module does not know is refused: contracts are ours, a typo must not
+  silently become "no canonicalization".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import canonical
+from .vocabulary import FAULT_STAGES, RESULT_OUTCOMES
+
+EFFECT_CLASSES = ("read", "mutation")
+FIELD_TYPES = ("string", "integer", "number", "boolean", "array", "object")
+ITEM_TYPES = ("string", "integer", "number", "boolean", "object")
+STRING_OPS = ("strip", "lower")
+ARRAY_OPS = ("unique", "sort")
+_CONTRACT_KEYS = frozenset({"tool", "revision", "effect_class", "fields", "transport", "fault_stages", "outcomes"})
+_FIELD_KEYS = frozenset({"type", "items", "default", "required", "nullable", "canonical"})
+_NO_DEFAULT: Any = object()
+
+
+class ContractError(ValueError):
+    """A contract or a request that breaks one. `field` names the field at fault (None: the whole thing)."""
+
+    def __init__(self, field: str | None, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def check_json(value: Any, where: str) -> None:
+    """JSON only (string keys, finite numbers, no tuples or objects of other types); else ContractError."""
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ContractError(where, "a number must be finite")
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            check_json(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ContractError(where, f"object keys must be strings, got {_type_name(key)}")
+            check_json(item, f"{where}.{key}")
+        return
+    raise ContractError(where, f"not a JSON value ({_type_name(value)})")
+
+
+def _check_scalar(type_: str, value: Any, where: str) -> None:
+    ok = {
+        "string": isinstance(value, str),
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+        "number": isinstance(value, int | float) and not isinstance(value, bool),
+        "boolean": isinstance(value, bool),
+        "object": isinstance(value, dict),
+        "array": isinstance(value, list),
+    }[type_]
+    if not ok:
+        raise ContractError(where, f"expected {type_}, got {_type_name(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ContractError(where, "a number must be finite")
+    if type_ == "object":
+        check_json(value, where)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    name: str
+    type: str
+    items: str | None = None
+    default: Any = _NO_DEFAULT
+    required: bool = True
+    nullable: bool = False
+    canonical: tuple[str, ...] = ()
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not _NO_DEFAULT
+
+    @classmethod
+    def from_dict(cls, name: str, data: Any) -> FieldSpec:
+        where = f"fields.{name}"
+        if not isinstance(name, str) or not name:
+            raise ContractError("fields", f"a field name must be a non-empty string, got {name!r}")
+        if not isinstance(data, dict):
+            raise ContractError(where, f"a field spec must be an object, got {_type_name(data)}")
+        unknown = sorted(set(data) - _FIELD_KEYS)
+        if unknown:
+            raise ContractError(f"{where}.{unknown[0]}", "unknown key in a field spec")
+        type_ = data.get("type")
+        if type_ not in FIELD_TYPES:
+            raise ContractError(f"{where}.type", f"unknown type {type_!r}; one of {', '.join(FIELD_TYPES)}")
+        items = data.get("items")
+        if type_ == "array":
+            if items not in ITEM_TYPES:
+                raise ContractError(f"{where}.items", f"unknown item type {items!r}; one of {', '.join(ITEM_TYPES)}")
+        elif items is not None:
+            raise ContractError(f"{where}.items", "only an array has items")
+        ops = data.get("canonical", [])
+        if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
+            raise ContractError(f"{where}.canonical", "must be a list of operation names")
+        if len(set(ops)) != len(ops):
+            raise ContractError(f"{where}.canonical", "an operation is listed twice")
+        string_like = type_ == "string" or (type_ == "array" and items == "string")
+        for op in ops:
+            if op in STRING_OPS and not string_like:
+                raise ContractError(f"{where}.canonical", f"{op!r} applies to strings, not {type_}")
+            if op in ARRAY_OPS and type_ != "array":
+                raise ContractError(f"{where}.canonical", f"{op!r} applies to arrays, not {type_}")
+            if op not in STRING_OPS + ARRAY_OPS:
+                raise ContractError(
+                    f"{where}.canonical", f"unknown operation {op!r}; one of {', '.join(STRING_OPS + ARRAY_OPS)}"
+                )
+        for flag in ("required", "nullable"):
+            if flag in data and not isinstance(data[flag], bool):
+                raise ContractError(f"{where}.{flag}", "must be true or false")
+        nullable = data.get("nullable", False)
+        has_default = "default" in data
+        required = data.get("required", not has_default)
+        if required and has_default:
+            raise ContractError(f"{where}.required", "a field with a default is not required")
+        spec = cls(
+            name=name,
+            type=type_,
+            items=items,
+            default=data["default"] if has_default else _NO_DEFAULT,
+            required=required,
+            nullable=nullable,
+            canonical=tuple(ops),
+        )
+        if has_default:
+            # The default must itself satisfy the field; it is canonicalized when it is used.
+            spec.canonicalize(data["default"], f"{where}.default")
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        if self.items is not None:
+            out["items"] = self.items
+        if self.has_default:
+            out["default"] = self.default
+        else:
+            out["required"] = self.required
+        if self.nullable:
+            out["nullable"] = True
+        if self.canonical:
+            out["canonical"] = list(self.canonical)
+        return out
+
+    def canonicalize(self, value: Any, where: str | None = None) -> Any:
+        """Check `value` against this field and return its canonical form (a new value; input untouched)."""
+        where = where or self.name
+        if value is None:
+            if self.nullable:
+                return None
+            raise ContractError(where, "null is not allowed")
+        _check_scalar(self.type, value, where)
+        if self.type == "string":
+            return self._string(value)
+        if self.type == "array":
+            assert self.items is not None
+            out = []
+            for i, item in enumerate(value):
+                item_where = f"{where}[{i}]"
+                if item is None:
+                    raise ContractError(item_where, "null is not allowed in an array")
+                _check_scalar(self.items, item, item_where)
+                out.append(self._string(item) if self.items == "string" else copy_json(item))
+            if "unique" in self.canonical:
+                seen: dict[str, Any] = {}
+                for item in out:
+                    seen.setdefault(canonical.canonical_json(item).decode("utf-8"), item)
+                out = list(seen.values())
+            if "sort" in self.canonical:
+                out.sort(key=lambda item: canonical.canonical_json(item))
+            return out
+        return copy_json(value)
+
+    def _string(self, value: str) -> str:
+        if "strip" in self.canonical:
+            value = value.strip()
+        if "lower" in self.canonical:
+            value = value.lower()
+        return value
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON value (dicts and lists copied, scalars shared): cheaper than copy.deepcopy."""
+    if isinstance(value, dict):
+        return {k: copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_json(v) for v in value]
+    return value
+
+
+def _str_list(data: Mapping[str, Any], key: str, allowed: Iterable[str] | None = None) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ContractError(key, "must be a list of non-empty strings")
+    if len(set(value)) != len(value):
+        raise ContractError(key, "a value is listed twice")
+    if allowed is not None:
+        allowed = tuple(allowed)
+        for v in value:
+            if v not in allowed:
+                raise ContractError(key, f"unknown value {v!r}; one of {', '.join(allowed)}")
+    return tuple(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    tool: str
+    revision: int
+    effect_class: str
+    fields: Mapping[str, FieldSpec]
+    transport: frozenset[str] = frozenset()
+    fault_stages: tuple[str, ...] = ()
+    outcomes: tuple[str, ...] = ("ok",)
+    _order: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.tool, self.revision)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Contract:
+        if not isinstance(data, dict):
+            raise ContractError(None, f"a contract must be an object, got {_type_name(data)}")
+        unknown = sorted(set(data) - _CONTRACT_KEYS)
+        if unknown:
+            raise ContractError(unknown[0], "unknown key in a contract")
+        tool = data.get("tool")
+        if not isinstance(tool, str) or not tool.strip() or tool != tool.strip():
+            raise ContractError("tool", f"must be a non-empty name without surrounding spaces, got {tool!r}")
+        revision = data.get("revision")
+        if not isinstance(revision, int) or isinstance(revision, bool) or revision < 1:
+            raise ContractError("revision", f"must be a positive integer, got {revision!r}")
+        effect_class = data.get("effect_class")
+        if effect_class not in EFFECT_CLASSES:
+            raise ContractError("effect_class", f"must be one of {', '.join(EFFECT_CLASSES)}, got {effect_class!r}")
+        raw_fields = data.get("fields", {})
+        if not isinstance(raw_fields, dict):
+            raise ContractError("fields", "must be an object of field specs")
+        fields = {name: FieldSpec.from_dict(name, spec) for name, spec in raw_fields.items()}
+        transport = _str_list(data, "transport")
+        both = sorted(set(transport) & set(fields))
+        if both:
+            raise ContractError(f"transport.{both[0]}", "a field cannot be both semantic and transport-only")
+        fault_stages = _str_list(data, "fault_stages", FAULT_STAGES)
+        if effect_class == "read" and "after_world_mutation" in fault_stages:
+            raise ContractError("fault_stages", "a read contract cannot fail after a world mutation it never makes")
+        outcomes = _str_list(data, "outcomes", RESULT_OUTCOMES) if "outcomes" in data else ("ok",)
+        if not outcomes:
+            raise ContractError("outcomes", "a contract must name at least one outcome")
+        return cls(
+            tool=tool,
+            revision=revision,
+            effect_class=effect_class,
+            fields=fields,
+            transport=frozenset(transport),
+            fault_stages=fault_stages,
+            outcomes=outcomes,
+            _order=tuple(sorted(fields)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "revision": self.revision,
+            "effect_class": self.effect_class,
+            "fields": {name: self.fields[name].to_dict() for name in sorted(self.fields)},
+            "transport": sorted(self.transport),
+            "fault_stages": list(self.fault_stages),
+            "outcomes": list(self.outcomes),
+        }
+
+    def normalize(self, args: Any) -> dict[str, Any]:
+        return normalize(self, args)
+
+    def digest(self, args: Any) -> tuple[dict[str, Any], str]:
+        """(normalized request, its request digest)."""
+        normalized = normalize(self, args)
+        return normalized, canonical.request_digest(normalized)
+
+
+def normalize(contract: Contract, args: Any) -> dict[str, Any]:
+    """The normalized request for `args` under `contract`, or `ContractError` naming the field at fault."""
+    if not isinstance(args, dict):
+        raise ContractError(None, f"{contract.tool}: a request must be an object, got {_type_name(args)}")
+    for name in args:
+        if not isinstance(name, str):
+            raise ContractError(None, f"{contract.tool}: request keys must be strings, got {name!r}")
+        if name not in contract.fields and name not in contract.transport:
+            raise ContractError(name, f"unknown field for {contract.tool} revision {contract.revision}")
+    out: dict[str, Any] = {}
+    for name in contract._order or sorted(contract.fields):
+        spec = contract.fields[name]
+        if name in args:
+            out[name] = spec.canonicalize(args[name])
+        elif spec.has_default:
+            out[name] = spec.canonicalize(spec.default)
+        elif spec.required:
+            raise ContractError(name, f"required by {contract.tool} revision {contract.revision} and missing")
+    return out
+
+
+def request_digest(normalized_request: Any) -> str:
+    """The fixture-key digest of a normalized request: exactly `canonical.request_digest`."""
+    return canonical.request_digest(normalized_request)
+
+
+class ContractSet:
+    """The contracts a scenario pins: one revision per tool. An unknown tool is refused, never guessed."""
+
+    def __init__(self, contracts: Iterable[Contract]) -> None:
+        self._by_tool: dict[str, Contract] = {}
+        for contract in contracts:
+            if contract.tool in self._by_tool:
+                raise ContractError(
+                    "tool",
+                    f"{contract.tool} is pinned twice (revisions "
+                    f"{self._by_tool[contract.tool].revision} and {contract.revision})",
+                )
+            self._by_tool[contract.tool] = contract
+
+    @classmethod
+    def from_dicts(cls, items: Iterable[Any]) -> ContractSet:
+        return cls(Contract.from_dict(item) for item in items)
+
+    def get(self, tool: str) -> Contract:
+        contract = self._by_tool.get(tool)
+        if contract is None:
+            raise ContractError("tool", f"unknown tool {tool!r}: the scenario pins no contract for it")
+        return contract
+
+    def __contains__(self, tool: object) -> bool:
+        return tool in self._by_tool
+
+    def __iter__(self):
+        return iter(self._by_tool.values())
+
+    def __len__(self) -> int:
+        return len(self._by_tool)

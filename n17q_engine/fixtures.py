@@ -1,0 +1,609 @@
+"""The fixture registry (DESIGN §5): exact, world-aware, fail-closed lookup.
+
+A fixture answers one normalized request of one contract revision, in the world states its condition
+admits, with a recorded or authored response. `FixtureRegistry.lookup(tool, contract_revision,
+request_digest, world)` is one dict probe on (tool, revision, digest) and a filter of that key's few
+candidates by their world condition. It returns exactly one of:
+
+- `Hit(fixture)`: exactly one fixture matches;
+- `Miss`: nothing is defined for this request in this world (`fixture.missing`);
+- `Ambiguous`: more than one fixture matches (`fixture.ambiguous`, with the candidate ids);
+- `ContractMismatch`: fixtures exist for this (tool, digest) only under other contract revisions. It is
+  reported, never matched.
+
+Never a nearby fixture, a placeholder, a default response or a live call: the registry has no
+"fetch on miss" and no notion of similarity. `not_found`, `empty`, `denied` and `deleted` are responses a
+fixture declares (the simulated service's negative evidence), distinct from a `Miss` (the scenario does not
+define the request).
+
+Decisions:
+- **Two fixtures with the same key and overlapping conditions are kept**, and a lookup in a world both
+  admit is `Ambiguous`: there is no precedence (not "most specific wins", not "newest wins"). A duplicate
+  fixture *id* is refused at build time: ambiguity must be able to name its candidates.
+- **A condition** is a list of clauses that must all hold (empty or omitted: any world). A clause is
+  `{"resource": r, "revision": n}` (the world holds r at revision n) or `{"resource": r, "absent": true}`
+  (the world does not hold r). A single clause may be given without the list.
+- **A fixture is checked against its own contract revision when loaded**: its request must already be
+  normalized under it (a fixture recorded before a default changed fails to load under the new revision
+  rather than matching), its outcome must be one the contract reports, its fault stage one the contract
+  supports, and a world transition is allowed for mutation contracts only. A given `request_digest` must
+  equal the digest of the request.
+- **Provenance**: a synthetic fixture must carry a fidelity note (what was lost by synthesizing it).
+- **A contract mismatch is reported as a `fixture.missing` event** (the vocabulary has no kind of its own
+  for it) with a reason saying so and the revisions recorded (`recorded_revisions`, an extra field).
+- A mismatch of world state names, per candidate, the expected and the actual resource revision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from . import canonical
+from .contracts import Contract, ContractError, check_json, copy_json
+from .vocabulary import ABSENCE_KINDS, RESULT_OUTCOMES
+
+ABSENT = "absent"
+_FIXTURE_KEYS = frozenset(
+    {
+        "id",
+        "tool",
+        "contract_revision",
+        "request",
+        "request_digest",
+        "condition",
+        "response",
+        "transition",
+        "fault_stage",
+        "provenance",
+    }
+)
+_RESPONSE_KEYS = frozenset({"outcome", "body", "absent"})
+_TRANSITION_KEYS = frozenset({"resource", "revision_before", "revision_after", "change"})
+_PROVENANCE_KEYS = frozenset({"recorded_at", "source_revision", "connection", "synthetic", "fidelity_note"})
+
+
+class FixtureError(ValueError):
+    """A fixture that cannot be loaded. `field` names the field at fault; the message names the fixture."""
+
+    def __init__(self, fixture_id: str | None, field: str | None, message: str) -> None:
+        self.fixture_id = fixture_id
+        self.field = field
+        where = ".".join(p for p in (f"fixture {fixture_id!r}" if fixture_id else "fixture", field) if p)
+        super().__init__(f"{where}: {message}")
+
+
+# --- the world a lookup reads ------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class WorldView(Protocol):
+    """What a lookup needs of the simulated world: its revision and each resource's (revision, state)."""
+
+    @property
+    def revision(self) -> int: ...
+
+    def get(self, resource: str) -> tuple[int, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class DictWorld:
+    """A world held in a dict: {resource: (revision, state)}. Immutable; `applied` returns the next world."""
+
+    revision: int = 0
+    resources: Mapping[str, tuple[int, Any]] = field(default_factory=dict)
+
+    def get(self, resource: str) -> tuple[int, Any] | None:
+        return self.resources.get(resource)
+
+    def applied(self, transition: Transition) -> DictWorld:
+        """The world after `transition`; refused when the resource is not at the revision it starts from."""
+        current = self.resources.get(transition.resource)
+        before = None if current is None else current[0]
+        if before != transition.revision_before:
+            raise ValueError(
+                f"{transition.resource}: transition starts at revision {transition.revision_before}, "
+                f"the world holds {ABSENT if before is None else before}"
+            )
+        resources = dict(self.resources)
+        resources[transition.resource] = (transition.revision_after, copy_json(transition.change))
+        return DictWorld(self.revision + 1, resources)
+
+
+# --- what a fixture holds ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Clause:
+    resource: str
+    revision: int | None  # None: the resource must be absent
+
+    def holds(self, world: WorldView) -> bool:
+        current = world.get(self.resource)
+        if self.revision is None:
+            return current is None
+        return current is not None and current[0] == self.revision
+
+    def expected(self) -> int | str:
+        return ABSENT if self.revision is None else self.revision
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.revision is None:
+            return {"resource": self.resource, "absent": True}
+        return {"resource": self.resource, "revision": self.revision}
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    outcome: str
+    body: Any = None
+    # {path: absent | redacted | unavailable | not_applicable}: what the response does not hold, and why.
+    absent: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "body": copy_json(self.body), "absent": dict(self.absent)}
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    resource: str
+    revision_before: int | None
+    revision_after: int
+    change: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resource": self.resource,
+            "revision_before": self.revision_before,
+            "revision_after": self.revision_after,
+            "change": copy_json(self.change),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    recorded_at: str
+    source_revision: str | None
+    connection: str | None
+    synthetic: bool
+    fidelity_note: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recorded_at": self.recorded_at,
+            "source_revision": self.source_revision,
+            "connection": self.connection,
+            "synthetic": self.synthetic,
+            "fidelity_note": self.fidelity_note,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Fixture:
+    id: str
+    tool: str
+    contract_revision: int
+    request: Mapping[str, Any]
+    request_digest: str
+    condition: tuple[Clause, ...]
+    response: Response
+    transition: Transition | None
+    fault_stage: str | None
+    provenance: Provenance
+
+    @property
+    def key(self) -> tuple[str, int, str]:
+        return (self.tool, self.contract_revision, self.request_digest)
+
+    def admits(self, world: WorldView) -> bool:
+        return all(clause.holds(world) for clause in self.condition)
+
+    @classmethod
+    def from_dict(cls, data: Any, contract: Contract) -> Fixture:
+        """Load and check a fixture against the contract of its own (tool, revision)."""
+        if not isinstance(data, dict):
+            raise FixtureError(None, None, "must be an object")
+        fid = data.get("id")
+        if not isinstance(fid, str) or not fid:
+            raise FixtureError(None, "id", "must be a non-empty string")
+        unknown = sorted(set(data) - _FIXTURE_KEYS)
+        if unknown:
+            raise FixtureError(fid, unknown[0], "unknown key in a fixture")
+        tool, revision = data.get("tool"), data.get("contract_revision")
+        if (tool, revision) != contract.key:
+            raise FixtureError(
+                fid,
+                "contract_revision",
+                f"is for {tool} revision {revision}, checked against {contract.tool} revision {contract.revision}",
+            )
+        request = data.get("request")
+        try:
+            normalized = contract.normalize(request)
+        except ContractError as exc:
+            raise FixtureError(fid, f"request.{exc.field}" if exc.field else "request", str(exc))
+        # Compared as canonical JSON: in Python 5 == 5.0 == True, in a digest they differ.
+        normalized_json = canonical.canonical_json(normalized)
+        if normalized_json != canonical.canonical_json(request):
+            raise FixtureError(
+                fid,
+                "request",
+                f"is not normalized under {contract.tool} revision {contract.revision}: expected "
+                f"{normalized_json.decode()}",
+            )
+        digest = canonical.request_digest(normalized)
+        given = data.get("request_digest", digest)
+        if given != digest:
+            raise FixtureError(fid, "request_digest", f"{given} is not the digest of the request ({digest})")
+        condition = _condition(fid, data.get("condition"))
+        response = _response(fid, data.get("response"), contract)
+        transition = _transition(fid, data.get("transition"), contract, condition)
+        fault_stage = data.get("fault_stage")
+        if fault_stage is not None and fault_stage not in contract.fault_stages:
+            supported = ", ".join(contract.fault_stages) or "none"
+            raise FixtureError(
+                fid,
+                "fault_stage",
+                f"{fault_stage!r} is not supported by {contract.tool} revision {contract.revision} "
+                f"(supported: {supported})",
+            )
+        return cls(
+            id=fid,
+            tool=contract.tool,
+            contract_revision=contract.revision,
+            request=normalized,
+            request_digest=digest,
+            condition=condition,
+            response=response,
+            transition=transition,
+            fault_stage=fault_stage,
+            provenance=_provenance(fid, data.get("provenance")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "contract_revision": self.contract_revision,
+            "request": copy_json(dict(self.request)),
+            "request_digest": self.request_digest,
+            "condition": [clause.to_dict() for clause in self.condition],
+            "response": self.response.to_dict(),
+            "transition": self.transition.to_dict() if self.transition else None,
+            "fault_stage": self.fault_stage,
+            "provenance": self.provenance.to_dict(),
+        }
+
+
+def _unknown(fid: str, where: str, data: dict, allowed: frozenset[str]) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise FixtureError(fid, f"{where}.{unknown[0]}", "unknown key")
+
+
+def _revision(fid: str, where: str, value: Any, *, nullable: bool = False) -> int | None:
+    if value is None and nullable:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise FixtureError(fid, where, f"must be a non-negative integer revision, got {value!r}")
+    return value
+
+
+def _condition(fid: str, value: Any) -> tuple[Clause, ...]:
+    if value is None:
+        return ()
+    clauses = [value] if isinstance(value, dict) else value
+    if not isinstance(clauses, list):
+        raise FixtureError(fid, "condition", "must be a clause or a list of clauses")
+    out: list[Clause] = []
+    seen: set[str] = set()
+    for i, clause in enumerate(clauses):
+        where = f"condition[{i}]"
+        if not isinstance(clause, dict):
+            raise FixtureError(fid, where, "a clause must be an object")
+        _unknown(fid, where, clause, frozenset({"resource", "revision", "absent"}))
+        resource = clause.get("resource")
+        if not isinstance(resource, str) or not resource:
+            raise FixtureError(fid, f"{where}.resource", "must be a non-empty string")
+        if resource in seen:
+            raise FixtureError(fid, f"{where}.resource", f"{resource} is conditioned twice")
+        seen.add(resource)
+        if ("revision" in clause) == ("absent" in clause):
+            raise FixtureError(fid, where, 'needs exactly one of "revision" and "absent": true')
+        if "absent" in clause:
+            if clause["absent"] is not True:
+                raise FixtureError(fid, f"{where}.absent", "must be true")
+            out.append(Clause(resource, None))
+        else:
+            out.append(Clause(resource, _revision(fid, f"{where}.revision", clause["revision"])))
+    return tuple(out)
+
+
+def _response(fid: str, value: Any, contract: Contract) -> Response:
+    if not isinstance(value, dict):
+        raise FixtureError(fid, "response", "must be an object")
+    _unknown(fid, "response", value, _RESPONSE_KEYS)
+    outcome = value.get("outcome")
+    if outcome not in RESULT_OUTCOMES:
+        raise FixtureError(fid, "response.outcome", f"{outcome!r} is not one of {', '.join(RESULT_OUTCOMES)}")
+    if outcome not in contract.outcomes:
+        raise FixtureError(
+            fid,
+            "response.outcome",
+            f"{outcome!r} is not an outcome of {contract.tool} revision {contract.revision} "
+            f"({', '.join(contract.outcomes)})",
+        )
+    absent = value.get("absent", {})
+    if not isinstance(absent, dict):
+        raise FixtureError(fid, "response.absent", "must be an object {path: kind}")
+    for path, kind in absent.items():
+        if not isinstance(path, str) or not path:
+            raise FixtureError(fid, "response.absent", f"a path must be a non-empty string, got {path!r}")
+        if kind not in ABSENCE_KINDS:
+            raise FixtureError(fid, f"response.absent.{path}", f"{kind!r} is not one of {', '.join(ABSENCE_KINDS)}")
+    body = value.get("body")
+    try:
+        check_json(body, "body")
+    except ContractError as exc:
+        raise FixtureError(fid, f"response.{exc.field}", f"is not JSON: {exc}")
+    return Response(outcome=outcome, body=copy_json(body), absent=dict(absent))
+
+
+def _transition(fid: str, value: Any, contract: Contract, condition: tuple[Clause, ...]) -> Transition | None:
+    if value is None:
+        return None
+    if contract.effect_class != "mutation":
+        raise FixtureError(
+            fid, "transition", f"{contract.tool} revision {contract.revision} is a read: it cannot change the world"
+        )
+    if not isinstance(value, dict):
+        raise FixtureError(fid, "transition", "must be an object")
+    _unknown(fid, "transition", value, _TRANSITION_KEYS)
+    resource = value.get("resource")
+    if not isinstance(resource, str) or not resource:
+        raise FixtureError(fid, "transition.resource", "must be a non-empty string")
+    before = _revision(fid, "transition.revision_before", value.get("revision_before"), nullable=True)
+    after = _revision(fid, "transition.revision_after", value.get("revision_after"))
+    assert after is not None
+    if before is not None and after <= before:
+        raise FixtureError(fid, "transition.revision_after", f"{after} does not follow revision_before {before}")
+    for clause in condition:
+        if clause.resource == resource and clause.revision != before:
+            raise FixtureError(
+                fid,
+                "transition.revision_before",
+                f"the condition expects {resource} at {clause.expected()}, the transition starts at "
+                f"{ABSENT if before is None else before}",
+            )
+    change = value.get("change")
+    try:
+        check_json(change, "change")
+    except ContractError as exc:
+        raise FixtureError(fid, f"transition.{exc.field}", f"is not JSON: {exc}")
+    return Transition(resource, before, after, copy_json(change))
+
+
+def _provenance(fid: str, value: Any) -> Provenance:
+    if not isinstance(value, dict):
+        raise FixtureError(fid, "provenance", "must be an object")
+    _unknown(fid, "provenance", value, _PROVENANCE_KEYS)
+    recorded_at = value.get("recorded_at")
+    if not isinstance(recorded_at, str) or not recorded_at:
+        raise FixtureError(fid, "provenance.recorded_at", "must be a non-empty string")
+    for name in ("source_revision", "connection", "fidelity_note"):
+        if value.get(name) is not None and not isinstance(value[name], str):
+            raise FixtureError(fid, f"provenance.{name}", "must be a string or null")
+    synthetic = value.get("synthetic")
+    if not isinstance(synthetic, bool):
+        raise FixtureError(fid, "provenance.synthetic", "must be true or false")
+    note = value.get("fidelity_note")
+    if synthetic and not (note and note.strip()):
+        raise FixtureError(fid, "provenance.fidelity_note", "a synthetic fixture must say what fidelity it lost")
+    return Provenance(recorded_at, value.get("source_revision"), value.get("connection"), synthetic, note)
+
+
+# --- lookup results ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    fixture: Fixture
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """Nothing defined for this request in this world: the run pauses as `incomplete_test_world`."""
+
+    tool: str
+    contract_revision: int
+    request_digest: str
+    world_revision: int
+    reason: str
+    # Per candidate whose condition failed: {"fixture", "resource", "expected", "actual"}.
+    expected: tuple[Mapping[str, Any], ...] = ()
+    kind: str = "fixture.missing"
+
+    def record(self, *, scenario: Any = None, checkpoint_id: str | None = None) -> dict[str, Any]:
+        """The fields of the `fixture.missing` event this miss becomes."""
+        out = _record_fields(self, scenario, checkpoint_id)
+        if self.expected:
+            out["expected"] = [dict(e) for e in self.expected]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Ambiguous:
+    tool: str
+    contract_revision: int
+    request_digest: str
+    world_revision: int
+    reason: str
+    candidates: tuple[str, ...]
+    kind: str = "fixture.ambiguous"
+
+    def record(self, *, scenario: Any = None, checkpoint_id: str | None = None) -> dict[str, Any]:
+        out = _record_fields(self, scenario, checkpoint_id)
+        out["candidates"] = list(self.candidates)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ContractMismatch:
+    """Fixtures exist for this request only under other contract revisions: reported, never matched."""
+
+    tool: str
+    contract_revision: int
+    request_digest: str
+    world_revision: int
+    reason: str
+    recorded_revisions: tuple[int, ...]
+    kind: str = "fixture.missing"
+
+    def record(self, *, scenario: Any = None, checkpoint_id: str | None = None) -> dict[str, Any]:
+        out = _record_fields(self, scenario, checkpoint_id)
+        out["recorded_revisions"] = list(self.recorded_revisions)
+        return out
+
+
+LookupResult = Hit | Miss | Ambiguous | ContractMismatch
+
+
+def _record_fields(
+    result: Miss | Ambiguous | ContractMismatch, scenario: Any, checkpoint_id: str | None
+) -> dict[str, Any]:
+    return {
+        "kind": result.kind,
+        "scenario": scenario,
+        "tool": result.tool,
+        "contract_revision": result.contract_revision,
+        "request_digest": result.request_digest,
+        "world_revision": result.world_revision,
+        "checkpoint_id": checkpoint_id,
+        "reason": result.reason,
+    }
+
+
+# --- the registry ------------------------------------------------------------------------------------------
+
+
+class FixtureRegistry:
+    """Immutable once built. Lookups never fall back: see the module docstring."""
+
+    def __init__(self, fixtures: Iterable[Fixture]) -> None:
+        by_key: dict[tuple[str, int, str], list[Fixture]] = {}
+        revisions: dict[tuple[str, str], set[int]] = {}
+        ids: set[str] = set()
+        tool_revisions: dict[str, set[int]] = {}
+        for fixture in fixtures:
+            if fixture.id in ids:
+                raise FixtureError(fixture.id, "id", "two fixtures have this id")
+            ids.add(fixture.id)
+            tool_revisions.setdefault(fixture.tool, set()).add(fixture.contract_revision)
+            by_key.setdefault(fixture.key, []).append(fixture)
+            revisions.setdefault((fixture.tool, fixture.request_digest), set()).add(fixture.contract_revision)
+        self._by_key: dict[tuple[str, int, str], tuple[Fixture, ...]] = {k: tuple(v) for k, v in by_key.items()}
+        self._revisions = {k: tuple(sorted(v)) for k, v in revisions.items()}
+        self._tool_revisions = {k: tuple(sorted(v)) for k, v in tool_revisions.items()}
+        self._count = len(ids)
+
+    @classmethod
+    def from_dicts(cls, items: Iterable[Any], contracts: Iterable[Contract]) -> FixtureRegistry:
+        """Load fixtures, each checked against the contract of its own (tool, revision) among `contracts`."""
+        by_key = {c.key: c for c in contracts}
+        loaded = []
+        for item in items:
+            fid = item.get("id") if isinstance(item, dict) else None
+            key: Any = (item.get("tool"), item.get("contract_revision")) if isinstance(item, dict) else None
+            contract = by_key.get(key) if key is not None else None
+            if contract is None:
+                raise FixtureError(fid, "contract_revision", f"no contract {key} to check the fixture against")
+            loaded.append(Fixture.from_dict(item, contract))
+        return cls(loaded)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def lookup(self, tool: str, contract_revision: int, request_digest: str, world: WorldView) -> LookupResult:
+        candidates = self._by_key.get((tool, contract_revision, request_digest))
+        if candidates is not None:
+            if len(candidates) == 1:
+                only = candidates[0]
+                if only.admits(world):
+                    return Hit(only)
+            matching = [f for f in candidates if f.admits(world)]
+            if len(matching) == 1:
+                return Hit(matching[0])
+            if matching:
+                ids = tuple(sorted(f.id for f in matching))
+                return Ambiguous(
+                    tool,
+                    contract_revision,
+                    request_digest,
+                    world.revision,
+                    f"{len(ids)} fixtures match this request in world revision {world.revision}: {', '.join(ids)}",
+                    ids,
+                )
+            return self._world_mismatch(tool, contract_revision, request_digest, world, candidates)
+        return self._not_recorded(tool, contract_revision, request_digest, world)
+
+    def resolve(self, contract: Contract, args: Any, world: WorldView) -> LookupResult:
+        """Normalize `args` under `contract` (ContractError if they break it) and look the request up."""
+        _normalized, digest = contract.digest(args)
+        return self.lookup(contract.tool, contract.revision, digest, world)
+
+    def _world_mismatch(
+        self, tool: str, revision: int, digest: str, world: WorldView, candidates: tuple[Fixture, ...]
+    ) -> Miss:
+        expected: list[dict[str, Any]] = []
+        for fixture in candidates:
+            for clause in fixture.condition:
+                if not clause.holds(world):
+                    current = world.get(clause.resource)
+                    expected.append(
+                        {
+                            "fixture": fixture.id,
+                            "resource": clause.resource,
+                            "expected": clause.expected(),
+                            "actual": ABSENT if current is None else current[0],
+                        }
+                    )
+        detail = "; ".join(
+            f"{e['fixture']} expects {e['resource']} at {e['expected']}, the world has {e['actual']}" for e in expected
+        )
+        return Miss(
+            tool,
+            revision,
+            digest,
+            world.revision,
+            f"world state: no fixture for this request holds in world revision {world.revision} ({detail})",
+            tuple(expected),
+        )
+
+    def _not_recorded(self, tool: str, revision: int, digest: str, world: WorldView) -> Miss | ContractMismatch:
+        recorded = self._revisions.get((tool, digest))
+        if recorded:
+            listed = ", ".join(str(r) for r in recorded)
+            return ContractMismatch(
+                tool,
+                revision,
+                digest,
+                world.revision,
+                f"contract mismatch: this request has fixtures under {tool} revision {listed}, not {revision}; "
+                "migrate them or pin the older contract",
+                recorded,
+            )
+        held = self._tool_revisions.get(tool)
+        if held is None:
+            reason = f"unknown tool: the registry has no fixture for {tool}"
+        elif not canonical.is_digest(digest):
+            reason = f"malformed request digest {digest!r}"
+        elif revision not in held:
+            # Not a ContractMismatch (no fixture has this digest), but the likely cause is worth naming.
+            listed = ", ".join(str(r) for r in held)
+            reason = (
+                f"unrecorded request: no fixture for {tool} revision {revision} at all; the registry holds "
+                f"revision {listed} (did the contract change?)"
+            )
+        else:
+            reason = f"unrecorded request: no fixture for this request to {tool} revision {revision}"
+        return Miss(tool, revision, digest, world.revision, reason)
