@@ -15,7 +15,7 @@ def ensure_file_broker_folders() -> None:
     """The embedded file broker needs its folders before anything polls them (kombu does not make them)."""
     if str(app.conf.broker_url).startswith("filesystem://"):
         options = app.conf.broker_transport_options or {}
-        for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+        for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
             if options.get(key):
                 Path(options[key]).mkdir(parents=True, exist_ok=True)
 

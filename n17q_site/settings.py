@@ -162,6 +162,8 @@ else:
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        # Broadcast (pidbox) messages; kombu's default is ./control in whatever folder the worker started.
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True  # state lives in our own tables, not in a result backend

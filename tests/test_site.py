@@ -41,7 +41,8 @@ def test_it_makes_the_file_broker_folders_a_worker_polls(tmp_path):
     from n17q_site.celery import app, ensure_file_broker_folders
 
     previous = (app.conf.broker_url, app.conf.broker_transport_options)
-    folders = {k: str(tmp_path / k) for k in ("data_folder_in", "data_folder_out", "processed_folder")}
+    names = ("data_folder_in", "data_folder_out", "processed_folder", "control_folder")
+    folders = {k: str(tmp_path / k) for k in names}
     try:
         app.conf.broker_url, app.conf.broker_transport_options = "filesystem://", folders
         ensure_file_broker_folders()
