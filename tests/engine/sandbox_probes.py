@@ -1,0 +1,185 @@
+"""Probes for the sandbox tests and the CI egress check: NOT engine code, never shipped as a replay entry.
+
+Each probe is an entry ``tests.engine.sandbox_probes:<name>`` with the sandbox entry signature
+``(payload: bytes) -> bytes``; the payload is JSON. They live under ``tests/`` because they need ``socket``,
+which the import-linter contract forbids in ``n17q_engine``. ``run_sandboxed`` only accepts them with
+``allow_test_entries=True``. Every probe is also called in-process (without the sandbox) by the tests as
+the positive control: the same code must reach the canary there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import socket
+import subprocess
+import time
+
+
+def _args(payload: bytes) -> dict:
+    return json.loads(payload or b"{}")
+
+
+def _outcome(fn) -> bytes:
+    try:
+        fn()
+    except OSError as exc:
+        return f"denied:{type(exc).__name__}:{exc.errno}".encode()
+    return b"connected"
+
+
+def tcp_connect(payload: bytes) -> bytes:
+    """TCP connect to {"host", "port"} (IPv4 or IPv6), send one byte."""
+    a = _args(payload)
+    family = socket.AF_INET6 if ":" in a["host"] else socket.AF_INET
+
+    def go() -> None:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.connect((a["host"], a["port"]))
+            with contextlib.suppress(OSError):  # the canary may already have closed: connecting is the point
+                s.sendall(b"x")
+
+    return _outcome(go)
+
+
+def udp_send(payload: bytes) -> bytes:
+    """One UDP datagram to {"host", "port"}."""
+    a = _args(payload)
+
+    def go() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(b"probe", (a["host"], a["port"]))
+
+    return _outcome(go)
+
+
+def dns_lookup(payload: bytes) -> bytes:
+    """getaddrinfo({"name"}): "localhost" resolves from /etc/hosts outside the sandbox."""
+    a = _args(payload)
+    try:
+        infos = socket.getaddrinfo(a["name"], 80)
+    except OSError as exc:
+        return f"denied:{type(exc).__name__}".encode()
+    return ("resolved:" + ",".join(sorted({i[4][0] for i in infos}))).encode()
+
+
+def unix_abstract_connect(payload: bytes) -> bytes:
+    """Connect to the abstract unix socket {"name"} (abstract sockets belong to the network namespace)."""
+    a = _args(payload)
+
+    def go() -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.connect("\0" + a["name"])
+            with contextlib.suppress(OSError):  # the canary may already have closed: connecting is the point
+                s.sendall(b"x")
+
+    return _outcome(go)
+
+
+def raw_libc_connect(payload: bytes) -> bytes:
+    """TCP connect through libc directly, bypassing the audit hook: only the namespace can stop this."""
+    a = _args(payload)
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.socket(socket.AF_INET, socket.SOCK_STREAM, 0)
+    if fd < 0:
+        return f"denied:socket:{ctypes.get_errno()}".encode()
+    addr = (ctypes.c_ubyte * 16)()
+    addr[0:2] = list(socket.AF_INET.to_bytes(2, "little"))
+    addr[2:4] = list(a["port"].to_bytes(2, "big"))
+    addr[4:8] = list(socket.inet_aton(a["host"]))
+    rc = libc.connect(fd, addr, 16)
+    err = ctypes.get_errno()
+    if rc == 0:
+        libc.write(fd, b"x", 1)
+    libc.close(fd)
+    return b"connected" if rc == 0 else f"denied:connect:{err}".encode()
+
+
+def interfaces(payload: bytes) -> bytes:
+    """The interfaces of this process's network namespace (/proc/self/net/dev; /sys is the host's view)."""
+    with open("/proc/self/net/dev") as f:
+        names = [line.split(":", 1)[0].strip() for line in f.readlines()[2:]]
+    return json.dumps(sorted(names)).encode()
+
+
+def spawn_process(payload: bytes) -> bytes:
+    subprocess.run(["/bin/true"], check=False)
+    return b"spawned"
+
+
+def swallow_violation(payload: bytes) -> bytes:
+    """Try a connect, catch everything, carry on: the run must still count as stopped."""
+    with contextlib.suppress(BaseException):  # deliberately swallowing the sandbox's stop
+        socket.create_connection(("127.0.0.1", 9), timeout=1)
+    return b"carried on"
+
+
+def environment(payload: bytes) -> bytes:
+    return json.dumps(dict(os.environ), sort_keys=True).encode()
+
+
+def open_fds(payload: bytes) -> bytes:
+    return json.dumps(sorted(int(fd) for fd in os.listdir("/proc/self/fd"))).encode()
+
+
+def identity(payload: bytes) -> bytes:
+    """cwd, capabilities, and limits seen from inside."""
+    import resource
+
+    status = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in {"CapEff", "CapPrm", "CapBnd", "NoNewPrivs", "Uid"}:
+                status[key] = value.strip()
+    limits = {
+        name: resource.getrlimit(getattr(resource, name))[0]
+        for name in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_FSIZE")
+    }
+    return json.dumps({"cwd": os.getcwd(), "pid": os.getpid(), "status": status, "limits": limits}).encode()
+
+
+def write_file(payload: bytes) -> bytes:
+    """Write {"path"} (the marker file of the 'nothing ran' test)."""
+    a = _args(payload)
+    with open(a["path"], "w") as f:
+        f.write("ran")
+    return b"written"
+
+
+def write_in_cwd(payload: bytes) -> bytes:
+    with open("scratch.txt", "w") as f:
+        f.write("ok")
+    with open("scratch.txt") as f:
+        return f.read().encode()
+
+
+def allocate(payload: bytes) -> bytes:
+    a = _args(payload)
+    try:
+        block = bytearray(a["bytes"])
+    except MemoryError:
+        return b"MemoryError"
+    return f"allocated:{len(block)}".encode()
+
+
+def sleep(payload: bytes) -> bytes:
+    time.sleep(_args(payload).get("seconds", 60))
+    return b"woke"
+
+
+def chatty(payload: bytes) -> bytes:
+    print("a stray print from the entry")
+    return b"the output"
+
+
+def echo(payload: bytes) -> bytes:
+    return payload
+
+
+def fail(payload: bytes) -> bytes:
+    raise ValueError("probe failure")

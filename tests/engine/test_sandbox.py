@@ -1,0 +1,518 @@
+"""The replay sandbox launcher (DESIGN §6 "Sandbox"; n17q_engine.sandbox).
+
+Every egress probe has a positive control: the same probe function, called in this process without the
+sandbox, reaches a canary that this test started (so a "denied" inside is the sandbox's doing, not a dead
+canary). Probes live in tests/engine/sandbox_probes.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from n17q_engine import sandbox_child
+from n17q_engine.sandbox import (
+    REPO_ROOT,
+    IsolationUnavailable,
+    Limits,
+    SandboxResult,
+    child_environment,
+    run_sandboxed,
+)
+from tests.engine import sandbox_probes as probes
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
+
+LIMITS = Limits()
+
+
+def sandboxed(probe: str, args: dict | bytes | None = None, **kw) -> SandboxResult:
+    payload = args if isinstance(args, bytes) else json.dumps(args or {}).encode()
+    kw.setdefault("allow_degraded", False)
+    kw.setdefault("limits", LIMITS)
+    kw.setdefault("timeout_s", 20)
+    return run_sandboxed(f"tests.engine.sandbox_probes:{probe}", payload, allow_test_entries=True, **kw)
+
+
+def control(probe: str, args: dict) -> bytes:
+    """The positive control: the same probe, in this process, no sandbox."""
+    return getattr(probes, probe)(json.dumps(args).encode())
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+class Canary:
+    """A listener on loopback that counts what reaches it (TCP accepts, UDP datagrams, unix accepts)."""
+
+    def __init__(self, family: int, kind: int, address) -> None:
+        self.sock = socket.socket(family, kind)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(address)
+        self.kind = kind
+        if kind == socket.SOCK_STREAM:
+            self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self):
+        return self.sock.getsockname()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.kind == socket.SOCK_STREAM:
+                    conn, _ = self.sock.accept()
+                    conn.close()
+                else:
+                    self.sock.recv(64)
+            except (TimeoutError, OSError):
+                continue
+            self.count += 1
+
+    def settled_count(self, at_least: int = 0) -> int:
+        time.sleep(0.3)  # let the accept loop see anything in flight
+        deadline = time.monotonic() + 3
+        while self.count < at_least and time.monotonic() < deadline:  # a loaded machine: give it longer
+            time.sleep(0.05)
+        return self.count
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+@pytest.fixture
+def canaries():
+    made: list[Canary] = []
+
+    def make(family: int, kind: int, address) -> Canary:
+        c = Canary(family, kind, address)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def assert_stopped(result: SandboxResult, attempted: str) -> None:
+    assert result.isolation == "netns"
+    assert result.returncode == sandbox_child.EXIT_VIOLATION, result
+    assert result.output == b""
+    assert result.violations and result.violations[0]["attempted"] == attempted
+    assert all(v["stopped"] is True for v in result.violations)
+
+
+# --- egress -------------------------------------------------------------------------------------------
+
+
+def test_it_denies_tcp_ipv4_to_a_loopback_canary(canaries):
+    canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
+    target = {"host": "127.0.0.1", "port": canary.address[1]}
+    assert control("tcp_connect", target) == b"connected"
+    assert canary.settled_count(at_least=1) >= 1
+    before = canary.count
+
+    result = sandboxed("tcp_connect", target)
+
+    assert_stopped(result, "socket")
+    assert result.violations[0]["target"] == f"127.0.0.1:{target['port']}"
+    assert canary.settled_count() == before
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_it_denies_tcp_ipv6_to_a_loopback_canary(canaries):
+    canary = canaries(socket.AF_INET6, socket.SOCK_STREAM, ("::1", 0))
+    target = {"host": "::1", "port": canary.address[1]}
+    assert control("tcp_connect", target) == b"connected"
+    assert canary.settled_count(at_least=1) >= 1
+    before = canary.count
+
+    result = sandboxed("tcp_connect", target)
+
+    assert_stopped(result, "socket")
+    assert result.violations[0]["target"] == f"[::1]:{target['port']}"
+    assert canary.settled_count() == before
+
+
+def test_it_denies_udp_datagrams(canaries):
+    canary = canaries(socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 0))
+    target = {"host": "127.0.0.1", "port": canary.address[1]}
+    assert control("udp_send", target) == b"connected"
+    assert canary.settled_count(at_least=1) >= 1
+    before = canary.count
+
+    result = sandboxed("udp_send", target)
+
+    assert_stopped(result, "socket")
+    assert canary.settled_count() == before
+
+
+def test_it_denies_dns_lookups():
+    assert control("dns_lookup", {"name": "localhost"}).startswith(b"resolved:")
+
+    result = sandboxed("dns_lookup", {"name": "localhost"})
+
+    assert_stopped(result, "dns")
+    assert result.violations[0]["target"] == "localhost:80"
+
+
+def test_it_denies_abstract_unix_sockets(canaries):
+    name = f"n17q-canary-{uuid.uuid4().hex}"
+    canary = canaries(socket.AF_UNIX, socket.SOCK_STREAM, "\0" + name)
+    assert control("unix_abstract_connect", {"name": name}) == b"connected"
+    assert canary.settled_count(at_least=1) >= 1
+    before = canary.count
+
+    result = sandboxed("unix_abstract_connect", {"name": name})
+
+    assert_stopped(result, "socket")
+    assert result.violations[0]["target"] == "@" + name
+    assert canary.settled_count() == before
+
+
+@pytest.mark.parametrize("port", [5432, 6379], ids=["postgresql", "redis"])
+def test_it_denies_the_database_and_broker_ports(canaries, port):
+    canary = None
+    try:  # nothing listens there: put a canary there; otherwise the real service is the positive control
+        canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", port))
+    except OSError as exc:
+        assert exc.errno == errno.EADDRINUSE
+    target = {"host": "127.0.0.1", "port": port}
+    assert control("tcp_connect", target) == b"connected"
+    before = canary.settled_count(at_least=1) if canary else None
+    if canary:
+        assert before >= 1
+
+    inside = sandboxed("tcp_connect", target)
+    raw = sandboxed("raw_libc_connect", target)
+
+    assert_stopped(inside, "socket")
+    assert raw.output == f"denied:connect:{errno.ENETUNREACH}".encode()
+    if canary:
+        assert canary.settled_count() == before
+
+
+def test_it_blocks_a_connect_that_bypasses_the_audit_hook_by_the_namespace_alone(canaries):
+    canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
+    target = {"host": "127.0.0.1", "port": canary.address[1]}
+    assert control("raw_libc_connect", target) == b"connected"
+    assert canary.settled_count(at_least=1) >= 1
+    before = canary.count
+
+    result = sandboxed("raw_libc_connect", target)
+
+    assert result.returncode == 0 and result.violations == []  # the hook never saw it
+    assert result.output == f"denied:connect:{errno.ENETUNREACH}".encode()  # loopback is down
+    assert canary.settled_count() == before
+
+
+def test_it_gives_the_child_only_a_loopback_interface():
+    outside = json.loads(control("interfaces", {}))
+    assert outside != ["lo"]  # the host has more than loopback
+
+    assert json.loads(sandboxed("interfaces").output) == ["lo"]
+
+
+# --- processes and files ------------------------------------------------------------------------------
+
+
+def test_it_stops_subprocess_attempts():
+    result = sandboxed("spawn_process")
+
+    assert_stopped(result, "subprocess")
+    assert result.violations[0]["target"] == "/bin/true"
+
+
+def test_it_stops_the_run_even_when_the_entry_swallows_the_violation():
+    result = sandboxed("swallow_violation")
+
+    assert_stopped(result, "dns")
+    assert not result.ok
+
+
+def test_it_stops_file_writes_outside_its_working_folder(tmp_path):
+    marker = tmp_path / "outside.txt"
+
+    result = sandboxed("write_file", {"path": str(marker)})
+
+    assert_stopped(result, "file")
+    assert result.violations[0]["target"] == str(marker)
+    assert not marker.exists()
+
+
+def test_it_works_in_a_fresh_working_folder_that_is_removed_afterwards():
+    assert sandboxed("write_in_cwd").output == b"ok"
+
+    first = json.loads(sandboxed("identity").output)["cwd"]
+    second = json.loads(sandboxed("identity").output)["cwd"]
+
+    assert first != second
+    assert Path(first).name.startswith("n17q-sandbox-")
+    assert not Path(first).exists() and not Path(second).exists()
+
+
+# --- hygiene ------------------------------------------------------------------------------------------
+
+
+def test_it_passes_exactly_the_environment_allowlist(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgres://user:secret@db/n17q")
+    monkeypatch.setenv("REDIS_URL", "redis://:secret@broker:6379/0")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-the-sandbox")
+
+    env = json.loads(sandboxed("environment").output)
+
+    assert env == child_environment()
+    assert env == {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+
+
+def test_it_inherits_no_descriptors_beyond_stdio():
+    leaked = os.open("/dev/null", os.O_RDONLY)
+    os.set_inheritable(leaked, True)  # a careless parent descriptor, marked inheritable
+    try:
+        fds = json.loads(sandboxed("open_fds").output)
+    finally:
+        os.close(leaked)
+
+    assert fds == [0, 1, 2, 3]  # 3 is the directory handle listing /proc/self/fd
+
+
+def test_it_drops_every_capability_and_applies_the_limits():
+    limits = Limits(cpu_s=7, memory_bytes=512 << 20, open_files=32, processes=16, file_size_bytes=1 << 20)
+
+    seen = json.loads(sandboxed("identity", limits=limits).output)
+
+    assert seen["status"]["CapEff"] == seen["status"]["CapPrm"] == seen["status"]["CapBnd"] == "0" * 16
+    assert seen["status"]["NoNewPrivs"] == "1"
+    assert seen["limits"] == {
+        "RLIMIT_CPU": 7,
+        "RLIMIT_AS": 512 << 20,
+        "RLIMIT_NOFILE": 32,
+        "RLIMIT_NPROC": 16,
+        "RLIMIT_FSIZE": 1 << 20,
+    }
+
+
+def test_it_holds_the_memory_limit():
+    limits = Limits(memory_bytes=256 << 20)
+
+    assert sandboxed("allocate", {"bytes": 32 << 20}, limits=limits).output == b"allocated:33554432"
+    assert sandboxed("allocate", {"bytes": 512 << 20}, limits=limits).output == b"MemoryError"
+
+
+def test_it_kills_the_child_on_timeout():
+    started = time.monotonic()
+
+    result = sandboxed("sleep", {"seconds": 60}, timeout_s=1.0)
+
+    assert result.timed_out and not result.ok
+    assert result.returncode == -signal.SIGKILL
+    assert time.monotonic() - started < 10
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie waiting for its reaper is dead
+
+
+def test_it_dies_when_its_parent_is_killed():
+    script = (
+        "import json; from n17q_engine.sandbox import run_sandboxed, Limits; "
+        "run_sandboxed('tests.engine.sandbox_probes:sleep', json.dumps({'seconds': 60}).encode(), "
+        "allow_degraded=False, limits=Limits(), timeout_s=120, allow_test_entries=True)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    try:
+        deadline = time.monotonic() + 10
+        children: list[int] = []
+        while not children and time.monotonic() < deadline:
+            children = [
+                c for c in _children_of(parent.pid) if b"sandbox_child" in Path(f"/proc/{c}/cmdline").read_bytes()
+            ]
+            time.sleep(0.05)
+        assert children, "the sandbox child never appeared"
+        (child,) = children
+        time.sleep(0.3)
+        assert _alive(child)
+
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(5)
+
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+# --- isolation levels ---------------------------------------------------------------------------------
+
+
+def _no_namespace(flags: int) -> None:
+    raise PermissionError(errno.EPERM, "unshare: operation not permitted (forced by the test)")
+
+
+def test_it_refuses_to_run_when_no_namespace_can_be_made(tmp_path):
+    proof = tmp_path / "control.txt"
+    assert control("write_file", {"path": str(proof)}) == b"written" and proof.exists()  # the probe works
+    marker = tmp_path / "ran.txt"
+
+    with pytest.raises(IsolationUnavailable):
+        sandboxed("write_file", {"path": str(marker)}, _unshare=_no_namespace)
+
+    assert not marker.exists()  # zero replays ran
+
+
+def test_it_runs_degraded_only_when_allowed_and_says_so(canaries):
+    canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
+    target = {"host": "127.0.0.1", "port": canary.address[1]}
+
+    echoed = sandboxed("echo", b"hello", allow_degraded=True, _unshare=_no_namespace)
+    hooked = sandboxed("tcp_connect", target, allow_degraded=True, _unshare=_no_namespace)
+    raw = sandboxed("raw_libc_connect", target, allow_degraded=True, _unshare=_no_namespace)
+
+    assert echoed.isolation == hooked.isolation == raw.isolation == "degraded"
+    assert echoed.output == b"hello"
+    assert hooked.returncode == sandbox_child.EXIT_VIOLATION  # the hook still stops what it can see
+    assert raw.output == b"connected"  # ...but without a namespace nothing stops the rest: hence the label
+    assert canary.settled_count(at_least=1) == 1
+    assert sandboxed("echo", b"x", allow_degraded=True).isolation == "netns"  # degraded only when forced
+
+
+# --- protocol -----------------------------------------------------------------------------------------
+
+
+def test_it_round_trips_binary_payloads():
+    payload = bytes(range(256)) * 4096  # 1 MiB
+
+    result = sandboxed("echo", payload)
+
+    assert result.ok and result.output == payload
+    assert result.isolation == "netns" and result.wall_s > 0 and result.start_s is not None
+
+
+def test_it_keeps_stray_prints_out_of_the_output():
+    result = sandboxed("chatty")
+
+    assert result.ok and result.output == b"the output"
+    assert "a stray print from the entry" in result.stderr
+
+
+def test_it_reports_a_failing_entry():
+    result = sandboxed("fail")
+
+    assert result.returncode == sandbox_child.EXIT_ENTRY_FAILED
+    errors = [e for e in result.events if e["event"] == "sandbox.error"]
+    assert errors == [{"event": "sandbox.error", "type": "ValueError", "message": "probe failure"}]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ["os:system", "subprocess:run", "n17q_engine", "n17q_engine.sandbox", "tests.engine.sandbox_probes:echo"],
+)
+def test_it_accepts_only_engine_entries(entry):
+    with pytest.raises(ValueError):
+        run_sandboxed(entry, b"", allow_degraded=False, limits=LIMITS, timeout_s=5)
+
+
+def test_it_starts_within_budget():
+    starts = [sandboxed("echo", b"").start_s for _ in range(20)]
+
+    median = statistics.median(s for s in starts if s is not None)
+    print(f"sandbox start median over 20 runs: {median * 1000:.1f} ms (max {max(starts) * 1000:.1f} ms)")
+    assert len(starts) == 20 and all(s is not None and s > 0 for s in starts)
+    assert median < 0.150
+
+
+def _system_python_for_nobody() -> str | None:
+    """A Python that an unprivileged user can run here (the venv's interpreter may sit under /root)."""
+    if os.geteuid() != 0 or not Path("/usr/bin/python3").exists():
+        return None
+    probe = subprocess.run(
+        ["/usr/bin/python3", "-c", "import sys; print(sys.version_info >= (3, 11))"],
+        capture_output=True,
+        text=True,
+        check=False,
+        user=65534,
+        group=65534,
+        extra_groups=[],
+    )
+    return "/usr/bin/python3" if probe.stdout.strip() == "True" else None
+
+
+@pytest.mark.skipif(_system_python_for_nobody() is None, reason="needs root and a system Python 3.11+ for nobody")
+def test_it_makes_the_namespace_without_root_through_a_user_namespace(canaries):
+    canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
+    target = json.dumps({"host": "127.0.0.1", "port": canary.address[1]})
+    script = (
+        "import json, sys; from n17q_engine.sandbox import run_sandboxed, Limits; "
+        "r = run_sandboxed('tests.engine.sandbox_probes:raw_libc_connect', sys.argv[1].encode(), "
+        "allow_degraded=False, limits=Limits(), timeout_s=20, allow_test_entries=True); "
+        "print(json.dumps({'isolation': r.isolation, 'output': r.output.decode()}))"
+    )
+    launched = subprocess.run(
+        ["/usr/bin/python3", "-c", script, target],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/tmp",
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)},
+        user=65534,
+        group=65534,
+        extra_groups=[],
+    )
+
+    assert json.loads(launched.stdout) == {"isolation": "netns", "output": f"denied:connect:{errno.ENETUNREACH}"}
+    assert canary.settled_count() == 0
+    assert control("raw_libc_connect", json.loads(target)) == b"connected"  # positive control
+    assert canary.settled_count(at_least=1) == 1
