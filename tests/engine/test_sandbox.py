@@ -10,11 +10,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -490,8 +492,23 @@ def _system_python_for_nobody() -> str | None:
     return "/usr/bin/python3" if probe.stdout.strip() == "True" else None
 
 
+@pytest.fixture
+def engine_copy():
+    """The engine and the probes in a folder `nobody` can read: a checkout may sit under a private folder
+    (a CI clone in a mode-0700 temporary folder, /root), which an unprivileged launcher could not import."""
+    base = Path(tempfile.mkdtemp(prefix="n17q-nobody-", dir="/tmp"))
+    shutil.copytree(REPO_ROOT / "n17q_engine", base / "n17q_engine", ignore=shutil.ignore_patterns("__pycache__"))
+    (base / "tests" / "engine").mkdir(parents=True)
+    for name in ("tests/__init__.py", "tests/engine/__init__.py", "tests/engine/sandbox_probes.py"):
+        shutil.copy(REPO_ROOT / name, base / name)
+    for path in [base, *base.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.mark.skipif(_system_python_for_nobody() is None, reason="needs root and a system Python 3.11+ for nobody")
-def test_it_makes_the_namespace_without_root_through_a_user_namespace(canaries):
+def test_it_makes_the_namespace_without_root_through_a_user_namespace(canaries, engine_copy):
     canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
     target = json.dumps({"host": "127.0.0.1", "port": canary.address[1]})
     script = (
@@ -506,7 +523,7 @@ def test_it_makes_the_namespace_without_root_through_a_user_namespace(canaries):
         text=True,
         check=True,
         cwd="/tmp",
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(engine_copy)},
         user=65534,
         group=65534,
         extra_groups=[],
