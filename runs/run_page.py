@@ -479,7 +479,8 @@ class RunPage:
         return self.timeline[-1].seq + 1 if self.timeline else self.timeline_from
 
 
-def _offset(value: Any) -> int:
+def _seq_param(value: Any) -> int:
+    """A seq from a query parameter; anything that is not a non-negative integer means the start."""
     try:
         return max(0, min(int(value), 10**9))
     except (TypeError, ValueError):
@@ -490,19 +491,19 @@ def page_build(
     run: Run,
     *,
     focus_ref: str = "",
-    offsets: dict[str, Any] | None = None,
+    starts: dict[str, Any] | None = None,
     picture_start: Any = None,
     only_pane: str | None = None,
 ) -> RunPage:
-    offsets = offsets or {}
+    starts = starts or {}
     focus = focus_resolve(run, focus_ref[:200]) if focus_ref else None
     keys = [only_pane] if only_pane in PANES else list(PANES)
-    panes = [pane_build(run, key, from_seq=_offset(offsets.get(key)), focus=focus) for key in keys]
+    panes = [pane_build(run, key, from_seq=_seq_param(starts.get(key)), focus=focus) for key in keys]
     panes_annotate(run, panes)
     if only_pane in PANES:
         return RunPage(run, focus, panes, [], Picture([], [], [], [], 0, 0, 0, False, 0), [], 0, False)
-    start = _offset(picture_start) if picture_start not in (None, "") else None
-    timeline_from = _offset(offsets.get("timeline"))
+    start = _seq_param(picture_start) if picture_start not in (None, "") else None
+    timeline_from = _seq_param(starts.get("timeline"))
     timeline, timeline_more = timeline_window(run, from_seq=timeline_from)
     return RunPage(
         run=run,

@@ -47,13 +47,13 @@ def run_import(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     """The run page. With htmx, a focus change answers with the focus bar and every pane out of band."""
     run = get_object_or_404(Run, run_id=run_id)
-    offsets = {key: request.GET.get(f"{key}_from") for key in run_page.PANES}
-    offsets["timeline"] = request.GET.get("timeline_from")
+    starts = {key: request.GET.get(f"{key}_from") for key in run_page.PANES}
+    starts["timeline"] = request.GET.get("timeline_from")
     only_pane = request.GET.get("pane") if request.htmx else None
     page = run_page.page_build(
         run,
         focus_ref=request.GET.get("focus", ""),
-        offsets=offsets,
+        starts=starts,
         picture_start=request.GET.get("picture_start"),
         only_pane=only_pane,
     )
