@@ -78,6 +78,7 @@ def test_it_shows_a_viewer_no_import_control(page, login, live_server):
     assert page.locator("a", has_text="Import run").count() == 0
     response = page.goto(f"{live_server.url}/runs/import/")
     assert response.status == 403
+    assert "does not allow this page" in page.locator("main").inner_text()
     shot(page, "viewer-import-refused")
 
 

@@ -60,7 +60,8 @@ def test_it_refuses_an_import_by_a_viewer(client, role_user, tmp_path):
     response = upload(client, example_zip(tmp_path))
     assert response.status_code == 403
     assert Run.objects.count() == 0
-    assert client.get(reverse("runs:run-import")).status_code == 403
+    refused = client.get(reverse("runs:run-import"))
+    assert refused.status_code == 403 and b"does not allow this page" in refused.content
 
 
 def test_it_hides_the_import_control_from_a_viewer(client, role_user):
