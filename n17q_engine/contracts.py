@@ -53,7 +53,11 @@ FIELD_TYPES = ("string", "integer", "number", "boolean", "array", "object")
 ITEM_TYPES = ("string", "integer", "number", "boolean", "object")
 STRING_OPS = ("strip", "lower")
 ARRAY_OPS = ("unique", "sort")
-_CONTRACT_KEYS = frozenset({"tool", "revision", "effect_class", "fields", "transport", "fault_stages", "outcomes"})
+_CONTRACT_KEYS = frozenset(
+    {"tool", "revision", "effect_class", "fields", "transport", "fault_stages", "outcomes", "produces"}
+)
+# What a call of the tool leaves in the run: a `tool.result`, or (a command run in a workspace) a `command.receipt`.
+PRODUCES = ("result", "receipt")
 _FIELD_KEYS = frozenset({"type", "items", "default", "required", "nullable", "canonical"})
 _NO_DEFAULT: Any = object()
 
@@ -275,6 +279,7 @@ class Contract:
     transport: frozenset[str] = frozenset()
     fault_stages: tuple[str, ...] = ()
     outcomes: tuple[str, ...] = ("ok",)
+    produces: str = "result"
     _order: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
@@ -311,6 +316,9 @@ class Contract:
         outcomes = _str_list(data, "outcomes", RESULT_OUTCOMES) if "outcomes" in data else ("ok",)
         if not outcomes:
             raise ContractError("outcomes", "a contract must name at least one outcome")
+        produces = data.get("produces", "result")
+        if produces not in PRODUCES:
+            raise ContractError("produces", f"must be one of {', '.join(PRODUCES)}, got {produces!r}")
         return cls(
             tool=tool,
             revision=revision,
@@ -319,6 +327,7 @@ class Contract:
             transport=frozenset(transport),
             fault_stages=fault_stages,
             outcomes=outcomes,
+            produces=produces,
             _order=tuple(sorted(fields)),
         )
 
@@ -331,6 +340,7 @@ class Contract:
             "transport": sorted(self.transport),
             "fault_stages": list(self.fault_stages),
             "outcomes": list(self.outcomes),
+            "produces": self.produces,
         }
 
     def normalize(self, args: Any) -> dict[str, Any]:

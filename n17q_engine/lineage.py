@@ -46,6 +46,9 @@ Decisions taken where DESIGN §4 is silent (the project docs should cite this li
 - `intent_findings` covers the intent, the decisions whose subject it is, its approval, its executions,
   its artifact's creation, the admissions it or those decisions use, and the observations and receipts
   behind them.
+- A run whose mode is `reconstruction` and whose manifest names the run it `reconstructs` ({id,
+  environment, mode}) is judged as that run: a reconstruction re-projects recorded events through today's
+  checks, and the recorded run's own approval is not foreign to its own history.
 """
 
 from __future__ import annotations
@@ -244,6 +247,11 @@ class LineageGraph:
 
     def __init__(self, run: dict) -> None:
         run = run if isinstance(run, dict) else {}
+        # A reconstruction re-projects another run's recorded events: the run-relative rules (whose approval,
+        # which environment, live or not) judge them as the run that recorded them, not as the viewer.
+        subject = run.get("reconstructs")
+        if run.get("mode") == "reconstruction" and isinstance(subject, dict):
+            run = subject
         self.run_id: str | None = _str(run.get("id"))
         self.environment: str | None = _str(run.get("environment"))
         self.mode: str | None = _str(run.get("mode"))

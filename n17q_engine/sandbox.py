@@ -103,14 +103,19 @@ class SandboxResult:
         return self.returncode == 0 and not self.violations and not self.timed_out
 
 
-def child_environment() -> dict[str, str]:
-    """The complete environment of a sandbox child: an allowlist, nothing inherited."""
+def child_environment(isolation: str = "netns") -> dict[str, str]:
+    """The complete environment of a sandbox child: an allowlist, nothing inherited.
+
+    `N17Q_SANDBOX_ISOLATION` tells the engine the isolation level the launcher made, so the replay's own
+    log can name it; it is written by the launcher, never by anything the model or a fixture controls.
+    """
     return {
         "PATH": "/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "PYTHONHASHSEED": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONPATH": str(REPO_ROOT),
+        "N17Q_SANDBOX_ISOLATION": isolation,
     }
 
 
@@ -245,7 +250,7 @@ def _spawn(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=workdir,
-            env=child_environment(),
+            env=child_environment("netns" if isolate else "degraded"),
             close_fds=True,
             start_new_session=True,
             preexec_fn=preexec,

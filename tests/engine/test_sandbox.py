@@ -288,8 +288,9 @@ def test_it_passes_exactly_the_environment_allowlist(monkeypatch):
 
     env = json.loads(sandboxed("environment").output)
 
-    assert env == child_environment()
+    assert env == child_environment("netns")
     assert env == {
+        "N17Q_SANDBOX_ISOLATION": "netns",
         "PATH": "/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "PYTHONHASHSEED": "0",

@@ -1,0 +1,816 @@
+"""Packages: the scenario package and the portable replay package (docs/packages.md has the schema).
+
+A package is a set of named files and a manifest, `package.json`, that lists every file with the SHA-256 of
+its bytes. The same package travels three ways, each verified the same way on load:
+
+- a directory (`package.json` beside the files),
+- a `.zip` or `.tar.gz` of that directory (unpacked by `archive.py`, which refuses unsafe members),
+- the wire form a replay sandbox reads on stdin: one JSON object `{"package.json": <manifest>, "files":
+  {name: <base64 of the bytes>}}`.
+
+Loading refuses, with the file's name: a file the manifest does not list, a listed file that is missing, a
+digest that differs (one changed byte), a name that is not a plain relative path, a manifest of another
+format. Files are UTF-8 JSON, written in canonical form, so a package's bytes depend only on its content.
+
+Two formats use this:
+
+- `n17q.scenario-package/1` (`ScenarioPackage`): an immutable scenario version. Files `scenario.json`,
+  `contracts.json`, `fixtures.json`, `world.json`, `workspaces.json`, `policy.json`. Everything is data:
+  contracts, fixtures, snapshots, policy rules. There is no key that could hold an endpoint, a credential
+  or code, and a key that names one (`url`, `endpoint`, `host`, `password`, `secret`, `token`, `api_key`,
+  `credentials`, `authorization`, `code`, `script`) is refused anywhere outside fixture response bodies
+  and recorded requests (which are evidence: a captured page may well contain a link).
+- `n17q.replay-package/1` (`ReplayPackage`): what one replay reads. `replay.json` (the replay's identity,
+  mode, the one declared variation, decider, launch instant), the scenario package's files under
+  `scenario/` (its own manifest included and verified again), and the source run as a bundle under
+  `source/` (`manifest.json`, `events.jsonl`, `blobs/sha256/<hex>`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import canonical
+from .bundle import BundleError, load_json
+from .contracts import ContractError, ContractSet
+from .fixtures import Fixture, FixtureError, FixtureRegistry
+from .vocabulary import FAULT_STAGES
+from .world import SimulatedWorld, WorldError, parse_time
+
+MANIFEST = "package.json"
+SCENARIO_FORMAT = "n17q.scenario-package/1"
+REPLAY_FORMAT = "n17q.replay-package/1"
+SCENARIO_FILES = ("contracts.json", "fixtures.json", "policy.json", "scenario.json", "workspaces.json", "world.json")
+SCOPES = ("adapter", "segment", "scenario")
+MODES = ("reconstruction", "rerun", "counterfactual")
+MAX_FILES = 100_000
+MAX_PACKAGE_BYTES = 2 << 30
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
+_SCENARIO_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
+# Keys that would let a package carry an endpoint, a credential or code. Fixture bodies and recorded
+# requests are evidence and are not searched (a captured page may contain a link).
+FORBIDDEN_KEYS = frozenset(
+    {
+        "url",
+        "urls",
+        "endpoint",
+        "endpoints",
+        "host",
+        "hostname",
+        "password",
+        "secret",
+        "token",
+        "api_key",
+        "apikey",
+        "credential",
+        "credentials",
+        "authorization",
+        "code",
+        "script",
+        "command_line",
+    }
+)
+
+
+class PackageError(ValueError):
+    """A package that cannot be loaded; the message names the file (and the field) at fault."""
+
+
+# --- the container ---------------------------------------------------------------------------------------------
+
+
+def dump(value: Any) -> bytes:
+    """A package file's bytes: canonical JSON, so equal content is equal bytes."""
+    return canonical.canonical_json(value)
+
+
+@dataclass(frozen=True)
+class Package:
+    """A verified manifest and its files (name -> bytes)."""
+
+    manifest: dict[str, Any]
+    files: dict[str, bytes]
+
+    @property
+    def digest(self) -> str:
+        """The package's identity: the digest of its manifest, which pins every file's digest."""
+        return canonical.digest_json(self.manifest)
+
+    @classmethod
+    def build(cls, fmt: str, header: Mapping[str, Any], files: Mapping[str, bytes]) -> Package:
+        for name in files:
+            _check_name(name)
+        manifest = {
+            **header,
+            "format": fmt,
+            "files": {name: canonical.digest_bytes(data) for name, data in sorted(files.items())},
+        }
+        return cls(manifest, dict(files))
+
+    def json(self, name: str) -> Any:
+        if name not in self.files:
+            raise PackageError(f"{name}: not in the package")
+        return parse_json(self.files[name], name)
+
+    # directory
+    def write_dir(self, directory: Path) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, data in self.files.items():
+            target = directory / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        (directory / MANIFEST).write_bytes(dump(self.manifest))
+        return directory
+
+    @classmethod
+    def read_dir(cls, directory: Path, fmt: str) -> Package:
+        manifest_path = directory / MANIFEST
+        if not manifest_path.is_file():
+            raise PackageError(f"{MANIFEST}: missing (not a package directory: {directory})")
+        manifest = _manifest(manifest_path.read_bytes(), fmt)
+        present = {
+            p.relative_to(directory).as_posix()
+            for p in directory.rglob("*")
+            if (p.is_file() or p.is_symlink()) and p != manifest_path
+        }
+        listed = set(manifest["files"])
+        extra = sorted(present - listed)
+        if extra:
+            raise PackageError(f"{extra[0]}: in the package but not listed in {MANIFEST}")
+        files = {}
+        for name in sorted(listed):
+            path = directory / name
+            if path.is_symlink() or not path.is_file():
+                raise PackageError(f"{name}: listed in {MANIFEST} but missing (or not a regular file)")
+            files[name] = path.read_bytes()
+        return _verified(manifest, files)
+
+    # wire
+    def to_wire(self) -> bytes:
+        files = {name: base64.b64encode(data).decode("ascii") for name, data in sorted(self.files.items())}
+        return dump({MANIFEST: self.manifest, "files": files})
+
+    @classmethod
+    def from_wire(cls, data: bytes, fmt: str) -> Package:
+        try:
+            outer = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PackageError(f"the package is not JSON: {exc}") from None
+        if not isinstance(outer, dict) or set(outer) != {MANIFEST, "files"} or not isinstance(outer["files"], dict):
+            raise PackageError(f'the wire form is {{"{MANIFEST}": ..., "files": {{name: base64}}}}')
+        manifest = _manifest(dump(outer[MANIFEST]), fmt)
+        files = {}
+        for name, text in outer["files"].items():
+            try:
+                files[name] = base64.b64decode(text, validate=True)
+            except (binascii.Error, TypeError, ValueError):
+                raise PackageError(f"{name}: not base64") from None
+        extra = sorted(set(files) - set(manifest["files"]))
+        if extra:
+            raise PackageError(f"{extra[0]}: in the package but not listed in {MANIFEST}")
+        return _verified(manifest, files)
+
+    def subpackage(self, prefix: str, fmt: str) -> Package:
+        """The package stored under `prefix/` (its own manifest included), verified on its own."""
+        inner_manifest = self.files.get(f"{prefix}/{MANIFEST}")
+        if inner_manifest is None:
+            raise PackageError(f"{prefix}/{MANIFEST}: missing")
+        manifest = _manifest(inner_manifest, fmt, where=f"{prefix}/{MANIFEST}")
+        files = {name[len(prefix) + 1 :]: data for name, data in self.files.items() if name.startswith(prefix + "/")}
+        files.pop(MANIFEST)
+        extra = sorted(set(files) - set(manifest["files"]))
+        if extra:
+            raise PackageError(f"{prefix}/{extra[0]}: not listed in {prefix}/{MANIFEST}")
+        return _verified(manifest, files, prefix=prefix + "/")
+
+
+def parse_json(raw: bytes, name: str) -> Any:
+    """Strict JSON (the bundle's rules: no NaN, no NUL, bounded depth); every failure names the file."""
+
+    def err(field: str | None, message: str) -> PackageError:
+        return PackageError(f"{name}: {field + ': ' if field else ''}{message}")
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PackageError(f"{name}: not UTF-8 (byte {exc.start})") from None
+    try:
+        return load_json(text, err)
+    except json.JSONDecodeError as exc:
+        raise PackageError(f"{name}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from None
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name.split("/") or name == MANIFEST:
+        raise PackageError(f"{name!r}: a package file name is a plain relative path")
+
+
+def _manifest(raw: bytes, fmt: str, *, where: str = MANIFEST) -> dict[str, Any]:
+    manifest = parse_json(raw, where)
+    if not isinstance(manifest, dict):
+        raise PackageError(f"{where}: must be a JSON object")
+    if manifest.get("format") != fmt:
+        raise PackageError(f"{where}: format is {manifest.get('format')!r}, expected {fmt!r}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise PackageError(f"{where}: files must list every file with its digest")
+    if len(files) > MAX_FILES:
+        raise PackageError(f"{where}: more than {MAX_FILES} files")
+    for name, digest in files.items():
+        _check_name(name)
+        if not canonical.is_digest(digest):
+            raise PackageError(f"{where}: files.{name}: {digest!r} is not a sha256: digest")
+    return manifest
+
+
+def _verified(manifest: dict[str, Any], files: dict[str, bytes], *, prefix: str = "") -> Package:
+    for name, digest in sorted(manifest["files"].items()):
+        data = files.get(name)
+        if data is None:
+            raise PackageError(f"{prefix}{name}: listed in {MANIFEST} but missing")
+        actual = canonical.digest_bytes(data)
+        if actual != digest:
+            raise PackageError(f"{prefix}{name}: digest mismatch: {MANIFEST} says {digest}, the file is {actual}")
+    return Package(manifest, files)
+
+
+def read_package(path: Path, fmt: str) -> Package:
+    """A package from a directory, a .zip or a .tar.gz (safely unpacked to a temporary folder)."""
+    import shutil
+    import tempfile
+
+    from .archive import unpack
+
+    if path.is_dir():
+        return Package.read_dir(path, fmt)
+    if not path.is_file():
+        raise PackageError(f"{path}: no such file or directory")
+    dest = Path(tempfile.mkdtemp(prefix="n17q-package-"))
+    try:
+        root = unpack(path, dest, max_bytes=MAX_PACKAGE_BYTES, max_members=MAX_FILES + 1)
+        return Package.read_dir(root, fmt)
+    except BundleError as exc:
+        raise PackageError(f"{path.name}: {exc}") from None
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)
+
+
+def write_archive(package: Package, out: Path) -> Path:
+    """Write `package` as a directory, or as .zip / .tar.gz when `out` ends so."""
+    name = out.name
+    if not (name.endswith(".zip") or name.endswith(".tar.gz") or name.endswith(".tgz")):
+        return package.write_dir(out)
+    import io
+    import tarfile
+    import zipfile
+
+    members = sorted([(MANIFEST, dump(package.manifest)), *package.files.items()])
+    tmp = out.with_name(out.name + ".partial")
+    if name.endswith(".zip"):
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for member, data in members:
+                info = zipfile.ZipInfo(member, date_time=(1980, 1, 1, 0, 0, 0))
+                info.external_attr = 0o644 << 16
+                zf.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+    else:
+        with tarfile.open(tmp, "w:gz", format=tarfile.PAX_FORMAT) as tf:
+            for member, data in members:
+                entry = tarfile.TarInfo(member)
+                entry.size, entry.mode, entry.mtime = len(data), 0o644, 0
+                tf.addfile(entry, io.BytesIO(data))
+    tmp.replace(out)
+    return out
+
+
+# --- the scenario package ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EffectRoute:
+    """How an effect on a destination is carried out in the fixture world."""
+
+    destination_prefix: str
+    tool: str  # the mutation contract an execution goes through
+    status_tool: str | None  # the read a careful agent asks before resending after an unknown outcome
+    status_args: tuple[str, ...]  # which of the effect's arguments the status read takes
+
+
+@dataclass(frozen=True)
+class Fault:
+    tool: str
+    stage: str
+    request_digest: str | None  # None: every request of the tool
+
+
+@dataclass(frozen=True)
+class PolicyRule:
+    destination_prefix: str
+    required: tuple[str, ...]
+    approval: str  # "required" | "none"
+
+
+@dataclass(frozen=True)
+class Policy:
+    revision: str
+    rules: tuple[PolicyRule, ...]
+    require_all: bool  # every required purpose must have admitted evidence (False: any one suffices)
+    lineage_gate: bool  # the final gate re-checks lineage before an intent is activated
+
+    def rule_for(self, destination: str) -> PolicyRule | None:
+        for rule in self.rules:
+            if destination.startswith(rule.destination_prefix):
+                return rule
+        return None
+
+
+@dataclass(frozen=True)
+class ScenarioPackage:
+    """A loaded, checked scenario version. Built only by `load_scenario`, which refuses anything inconsistent."""
+
+    package: Package
+    name: str
+    version: int
+    seed: str
+    world_name: str
+    clock_start: str
+    scope: str
+    source_runs: tuple[str, ...]
+    recorded_between: list[str] | None
+    excluded_tools: tuple[dict[str, str], ...]
+    uncovered: tuple[str, ...]
+    invariants: tuple[dict[str, Any], ...]
+    delays: Mapping[str, float]
+    faults: tuple[Fault, ...]
+    effects: tuple[EffectRoute, ...]
+    contracts: ContractSet
+    registry: FixtureRegistry
+    fixtures: tuple[Fixture, ...]
+    world: dict[str, Any]  # the snapshot; each replay builds its own SimulatedWorld from it
+    workspaces: Mapping[str, dict[str, Any]]
+    policies: Mapping[str, Policy]
+    current_policy: str
+    approvals: str  # "simulated": a recorded human decision is replayed as a simulated approval; "none"
+
+    @property
+    def digest(self) -> str:
+        return self.package.digest
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version}
+
+    def route_for(self, destination: str) -> EffectRoute | None:
+        for route in self.effects:
+            if destination.startswith(route.destination_prefix):
+                return route
+        return None
+
+    def excluded(self, tool: str) -> str | None:
+        for item in self.excluded_tools:
+            if item["tool"] == tool:
+                return item["reason"]
+        return None
+
+
+def build_scenario(files: Mapping[str, Any]) -> Package:
+    """A scenario package from its files' JSON values (the seed script and the tests build them so)."""
+    missing = sorted(set(SCENARIO_FILES) - set(files))
+    if missing:
+        raise PackageError(f"{missing[0]}: a scenario package needs it")
+    scenario = files["scenario.json"]
+    header = {"scenario": {"name": scenario.get("name"), "version": scenario.get("version")}}
+    package = Package.build(SCENARIO_FORMAT, header, {name: dump(value) for name, value in files.items()})
+    load_scenario(package)  # refuse to build what could not be loaded
+    return package
+
+
+def load_scenario(package: Package) -> ScenarioPackage:
+    """Check a scenario package whole: every file, every fixture against its contract, every cross-reference."""
+    if package.manifest.get("format") != SCENARIO_FORMAT:
+        raise PackageError(f"{MANIFEST}: not a scenario package")
+    names = set(package.files)
+    for name in SCENARIO_FILES:
+        if name not in names:
+            raise PackageError(f"{name}: a scenario package needs it")
+    extra = sorted(names - set(SCENARIO_FILES))
+    if extra:
+        raise PackageError(f"{extra[0]}: not a file of {SCENARIO_FORMAT}")
+    values = {name: package.json(name) for name in SCENARIO_FILES}
+    for name, value in values.items():
+        _no_endpoints(value, name)
+
+    meta = _obj(values["scenario.json"], "scenario.json")
+    _keys(
+        meta,
+        "scenario.json",
+        required={"name", "version", "seed", "clock_start", "scope"},
+        optional={
+            "world",
+            "source_runs",
+            "recorded_between",
+            "excluded_tools",
+            "uncovered",
+            "invariants",
+            "delays",
+            "faults",
+            "effects",
+            "approvals",
+            "description",
+        },
+    )
+    name = meta["name"]
+    if not isinstance(name, str) or not _SCENARIO_NAME_RE.match(name):
+        raise PackageError(f"scenario.json: name {name!r} must be lowercase letters, digits and '-'")
+    version = meta["version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise PackageError(f"scenario.json: version must be a positive integer, got {version!r}")
+    header = package.manifest.get("scenario")
+    if header != {"name": name, "version": version}:
+        raise PackageError(f"{MANIFEST}: scenario {header!r} differs from scenario.json ({name}@{version})")
+    seed = meta["seed"]
+    if not isinstance(seed, str) or not seed:
+        raise PackageError("scenario.json: seed must be a non-empty string")
+    clock_start = _time(meta["clock_start"], "scenario.json: clock_start")
+    scope = meta["scope"]
+    if scope not in SCOPES:
+        raise PackageError(f"scenario.json: scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    world_name = meta.get("world", f"{name}-w{version}")
+    source_runs = tuple(_strs(meta.get("source_runs", []), "scenario.json: source_runs"))
+    recorded = meta.get("recorded_between")
+    if recorded is not None:
+        if not isinstance(recorded, list) or len(recorded) != 2:
+            raise PackageError("scenario.json: recorded_between must be [first, last] or null")
+        for i, moment in enumerate(recorded):
+            _time(moment, f"scenario.json: recorded_between[{i}]")
+
+    try:
+        contracts = ContractSet.from_dicts(_list(values["contracts.json"], "contracts.json"))
+    except ContractError as exc:
+        raise PackageError(f"contracts.json: {exc}") from None
+    by_key = {c.key: c for c in contracts}
+    fixture_items = _list(values["fixtures.json"], "fixtures.json")
+    fixtures = []
+    for i, item in enumerate(fixture_items):
+        key = (item.get("tool"), item.get("contract_revision")) if isinstance(item, dict) else None
+        contract = by_key.get(key) if key else None
+        if contract is None:
+            raise PackageError(f"fixtures.json[{i}]: no contract {key} in contracts.json for this fixture")
+        try:
+            fixtures.append(Fixture.from_dict(item, contract))
+        except FixtureError as exc:
+            raise PackageError(f"fixtures.json[{i}]: {exc}") from None
+    try:
+        registry = FixtureRegistry(fixtures)
+    except FixtureError as exc:
+        raise PackageError(f"fixtures.json: {exc}") from None
+
+    try:
+        world = SimulatedWorld.from_snapshot(values["world.json"])
+    except WorldError as exc:
+        raise PackageError(f"world.json: {exc}") from None
+    workspaces = _workspaces(values["workspaces.json"])
+    policies, current = _policies(values["policy.json"])
+
+    excluded = []
+    for i, item in enumerate(_list(meta.get("excluded_tools", []), "scenario.json: excluded_tools")):
+        where = f"scenario.json: excluded_tools[{i}]"
+        _keys(_obj(item, where), where, required={"tool", "reason"})
+        if not isinstance(item["reason"], str) or not item["reason"].strip():
+            raise PackageError(f"{where}: an excluded tool needs its reason")
+        excluded.append({"tool": str(item["tool"]), "reason": item["reason"]})
+    uncovered = tuple(_strs(meta.get("uncovered", []), "scenario.json: uncovered"))
+    invariants = tuple(_invariants(meta.get("invariants", [])))
+    delays = {}
+    for tool, seconds in _obj(meta.get("delays", {}), "scenario.json: delays").items():
+        if tool not in contracts or contracts.get(tool).effect_class != "mutation":
+            raise PackageError(f"scenario.json: delays.{tool}: not a mutation contract of this scenario")
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
+            raise PackageError(f"scenario.json: delays.{tool}: must be a non-negative number of seconds")
+        delays[tool] = float(seconds)
+    faults = tuple(
+        check_fault(contracts, f, f"scenario.json: faults[{i}]") for i, f in enumerate(meta.get("faults", []))
+    )
+    effects = tuple(_effects(meta.get("effects", []), contracts))
+    approvals = meta.get("approvals", "simulated")
+    if approvals not in ("simulated", "none"):
+        raise PackageError(f"scenario.json: approvals must be simulated or none, got {approvals!r}")
+
+    return ScenarioPackage(
+        package=package,
+        name=name,
+        version=version,
+        seed=seed,
+        world_name=world_name,
+        clock_start=clock_start,
+        scope=scope,
+        source_runs=source_runs,
+        recorded_between=recorded,
+        excluded_tools=tuple(excluded),
+        uncovered=uncovered,
+        invariants=invariants,
+        delays=delays,
+        faults=faults,
+        effects=effects,
+        contracts=contracts,
+        registry=registry,
+        fixtures=tuple(fixtures),
+        world=world.snapshot(),
+        workspaces=workspaces,
+        policies=policies,
+        current_policy=current,
+        approvals=approvals,
+    )
+
+
+def check_fault(contracts: ContractSet, item: Any, where: str) -> Fault:
+    """A fault declared for a tool; refused unless that tool's contract supports the stage."""
+    _keys(_obj(item, where), where, required={"tool", "stage"}, optional={"request_digest"})
+    tool, stage = item["tool"], item["stage"]
+    if tool not in contracts:
+        raise PackageError(f"{where}: no contract for {tool!r} in this scenario")
+    if stage not in FAULT_STAGES:
+        raise PackageError(f"{where}: stage {stage!r} is not one of {', '.join(FAULT_STAGES)}")
+    contract = contracts.get(tool)
+    if stage not in contract.fault_stages:
+        supported = ", ".join(contract.fault_stages) or "none"
+        raise PackageError(
+            f"{where}: {tool} revision {contract.revision} does not support fault stage {stage} "
+            f"(supported: {supported})"
+        )
+    digest = item.get("request_digest")
+    if digest is not None and not canonical.is_digest(digest):
+        raise PackageError(f"{where}: request_digest must be a sha256: digest")
+    return Fault(tool, stage, digest)
+
+
+def _workspaces(value: Any) -> dict[str, dict[str, Any]]:
+    out = {}
+    for ws, snap in _obj(value, "workspaces.json").items():
+        where = f"workspaces.json: {ws}"
+        _keys(
+            _obj(snap, where),
+            where,
+            required={"base_digest", "overlay_digest", "environment_revision", "tree_digest", "overlay_revision"},
+            optional={"derived_from", "overlay_files"},
+        )
+        for key in ("base_digest", "overlay_digest", "tree_digest"):
+            if not canonical.is_digest(snap[key]):
+                raise PackageError(f"{where}: {key} must be a sha256: digest")
+        rev = snap["overlay_revision"]
+        if not isinstance(rev, int) or isinstance(rev, bool) or rev < 0:
+            raise PackageError(f"{where}: overlay_revision must be a non-negative integer")
+        derived = snap.get("derived_from")
+        if derived is not None:
+            _keys(
+                _obj(derived, f"{where}.derived_from"),
+                f"{where}.derived_from",
+                required={"workspace_id", "relation", "content_equal"},
+            )
+        out[ws] = dict(snap)
+    for ws, snap in out.items():
+        parent = (snap.get("derived_from") or {}).get("workspace_id")
+        if parent is not None and parent not in out:
+            raise PackageError(f"workspaces.json: {ws} is derived from {parent}, which the snapshot does not hold")
+    return out
+
+
+def _policies(value: Any) -> tuple[dict[str, Policy], str]:
+    data = _obj(value, "policy.json")
+    _keys(data, "policy.json", required={"current", "revisions"})
+    revisions = _obj(data["revisions"], "policy.json: revisions")
+    policies = {}
+    for revision, body in revisions.items():
+        where = f"policy.json: revisions.{revision}"
+        _keys(_obj(body, where), where, required={"rules", "require_all", "lineage_gate"})
+        rules = []
+        for i, rule in enumerate(_list(body["rules"], f"{where}.rules")):
+            rw = f"{where}.rules[{i}]"
+            _keys(_obj(rule, rw), rw, required={"destination_prefix", "required", "approval"})
+            if rule["approval"] not in ("required", "none"):
+                raise PackageError(f"{rw}: approval must be required or none")
+            rules.append(
+                PolicyRule(
+                    str(rule["destination_prefix"]), tuple(_strs(rule["required"], f"{rw}.required")), rule["approval"]
+                )
+            )
+        for key in ("require_all", "lineage_gate"):
+            if not isinstance(body[key], bool):
+                raise PackageError(f"{where}: {key} must be true or false")
+        policies[revision] = Policy(revision, tuple(rules), body["require_all"], body["lineage_gate"])
+    current = data["current"]
+    if current not in policies:
+        raise PackageError(f"policy.json: current {current!r} is not one of the revisions")
+    return policies, current
+
+
+def _effects(value: Any, contracts: ContractSet) -> Iterator[EffectRoute]:
+    for i, item in enumerate(_list(value, "scenario.json: effects")):
+        where = f"scenario.json: effects[{i}]"
+        _keys(
+            _obj(item, where), where, required={"destination_prefix", "tool"}, optional={"status_tool", "status_args"}
+        )
+        tool = item["tool"]
+        if tool not in contracts or contracts.get(tool).effect_class != "mutation":
+            raise PackageError(f"{where}: {tool!r} is not a mutation contract of this scenario")
+        status = item.get("status_tool")
+        if status is not None and (status not in contracts or contracts.get(status).effect_class != "read"):
+            raise PackageError(f"{where}: status_tool {status!r} is not a read contract of this scenario")
+        yield EffectRoute(
+            str(item["destination_prefix"]),
+            tool,
+            status,
+            tuple(_strs(item.get("status_args", []), f"{where}.status_args")),
+        )
+
+
+INVARIANT_CHECKS = ("no_live_effect", "max_transitions", "approval_before_effect")
+
+
+def _invariants(value: Any) -> Iterator[dict[str, Any]]:
+    for i, item in enumerate(_list(value, "scenario.json: invariants")):
+        where = f"scenario.json: invariants[{i}]"
+        _keys(_obj(item, where), where, required={"id", "check", "text"}, optional={"resource_prefix", "max"})
+        if item["check"] not in INVARIANT_CHECKS:
+            raise PackageError(f"{where}: check must be one of {', '.join(INVARIANT_CHECKS)}")
+        if item["check"] == "max_transitions" and not (
+            isinstance(item.get("resource_prefix"), str) and isinstance(item.get("max"), int)
+        ):
+            raise PackageError(f"{where}: max_transitions needs resource_prefix and max")
+        yield dict(item)
+
+
+def _no_endpoints(value: Any, where: str) -> None:
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                if isinstance(key, str) and key.lower() in FORBIDDEN_KEYS:
+                    raise PackageError(
+                        f"{path}.{key}: a package holds no endpoints, credentials or code (key {key!r} is refused)"
+                    )
+                # Evidence is opaque: a fixture's recorded request and response body, a world state.
+                if key in ("request", "body", "state", "change") and path.startswith(("fixtures.json", "world.json")):
+                    continue
+                stack.append((child, f"{path}.{key}"))
+        elif isinstance(node, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(node))
+
+
+def _obj(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise PackageError(f"{where}: must be a JSON object")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise PackageError(f"{where}: must be a JSON list")
+    return value
+
+
+def _strs(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise PackageError(f"{where}: must be a list of strings")
+    return value
+
+
+def _keys(value: dict[str, Any], where: str, *, required: set[str], optional: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    missing = sorted(required - set(value))
+    if missing:
+        raise PackageError(f"{where}: {missing[0]} is required")
+    unknown = sorted(set(value) - required - optional)
+    if unknown:
+        raise PackageError(f"{where}: unknown key {unknown[0]!r}")
+
+
+def _time(value: Any, where: str) -> str:
+    try:
+        parse_time(value)
+    except (TypeError, ValueError) as exc:
+        raise PackageError(f"{where}: {exc}") from None
+    return value
+
+
+# --- the replay package ----------------------------------------------------------------------------------------------
+
+
+VARY_KEYS = ("policy", "decider", "human", "fault", "clock", "budget", "delay")
+
+
+@dataclass(frozen=True)
+class ReplayPackage:
+    package: Package
+    replay_id: str
+    run_id: str  # the id the replay's run will have
+    mode: str
+    vary: dict[str, str]
+    decider: str
+    launched_at: str
+    scenario: ScenarioPackage | None  # None only for a reconstruction of a run that names no scenario
+    source_manifest: dict[str, Any]
+    source_events: bytes  # events.jsonl of the source run
+    source_blobs: dict[str, bytes]
+
+    @property
+    def digest(self) -> str:
+        return self.package.digest
+
+
+def build_replay(
+    *,
+    replay_id: str,
+    run_id: str,
+    mode: str,
+    vary: Mapping[str, str],
+    decider: str,
+    launched_at: str,
+    scenario: Package | None,
+    source_manifest: Mapping[str, Any],
+    source_events: bytes,
+    source_blobs: Mapping[str, bytes],
+) -> Package:
+    """The portable replay package a worker hands to the sandbox. Checked as it will be loaded."""
+    files: dict[str, bytes] = {
+        "replay.json": dump(
+            {
+                "id": replay_id,
+                "run_id": run_id,
+                "mode": mode,
+                "vary": dict(vary),
+                "decider": decider,
+                "launched_at": launched_at,
+            }
+        ),
+        "source/manifest.json": dump(dict(source_manifest)),
+        "source/events.jsonl": source_events,
+    }
+    for digest, data in source_blobs.items():
+        if not canonical.is_digest(digest):
+            raise PackageError(f"source blob {digest!r}: not a sha256: digest")
+        files[f"source/blobs/sha256/{digest.removeprefix('sha256:')}"] = data
+    if scenario is not None:
+        files["scenario/package.json"] = dump(scenario.manifest)
+        for name, data in scenario.files.items():
+            files[f"scenario/{name}"] = data
+    package = Package.build(REPLAY_FORMAT, {"replay": replay_id}, files)
+    load_replay(package)
+    return package
+
+
+def load_replay(package: Package) -> ReplayPackage:
+    meta = package.json("replay.json")
+    _keys(_obj(meta, "replay.json"), "replay.json", required={"id", "run_id", "mode", "vary", "decider", "launched_at"})
+    mode = meta["mode"]
+    if mode not in MODES:
+        raise PackageError(f"replay.json: mode must be one of {', '.join(MODES)}, got {mode!r}")
+    vary = _obj(meta["vary"], "replay.json: vary")
+    for key, value in vary.items():
+        if key.split(".", 1)[0] not in VARY_KEYS or not isinstance(value, str):
+            raise PackageError(f"replay.json: vary.{key}: not a variable a counterfactual can change")
+    if mode == "counterfactual" and len(vary) != 1:
+        raise PackageError(f"replay.json: a counterfactual changes exactly one declared variable, not {len(vary)}")
+    if mode != "counterfactual" and vary:
+        raise PackageError(f"replay.json: a {mode} changes nothing; vary belongs to a counterfactual")
+    _time(meta["launched_at"], "replay.json: launched_at")
+    for key in ("id", "run_id", "decider"):
+        if not isinstance(meta[key], str) or not meta[key]:
+            raise PackageError(f"replay.json: {key} must be a non-empty string")
+    scenario = None
+    if "scenario/package.json" in package.files:
+        scenario = load_scenario(package.subpackage("scenario", SCENARIO_FORMAT))
+    elif mode != "reconstruction":
+        raise PackageError(f"scenario/{MANIFEST}: a {mode} needs a scenario")
+    source_manifest = package.json("source/manifest.json")
+    if not isinstance(source_manifest, dict) or not isinstance(source_manifest.get("run"), dict):
+        raise PackageError("source/manifest.json: not a run bundle manifest")
+    blobs = {}
+    prefix = "source/blobs/sha256/"
+    for name, data in package.files.items():
+        if name.startswith(prefix):
+            digest = "sha256:" + name[len(prefix) :]
+            if canonical.digest_bytes(data) != digest:
+                raise PackageError(f"{name}: the blob's bytes do not hash to its name")
+            blobs[digest] = data
+    if "source/events.jsonl" not in package.files:
+        raise PackageError("source/events.jsonl: missing")
+    return ReplayPackage(
+        package=package,
+        replay_id=meta["id"],
+        run_id=meta["run_id"],
+        mode=mode,
+        vary=dict(vary),
+        decider=meta["decider"],
+        launched_at=meta["launched_at"],
+        scenario=scenario,
+        source_manifest=source_manifest,
+        source_events=package.files["source/events.jsonl"],
+        source_blobs=blobs,
+    )

@@ -1,0 +1,1364 @@
+"""The replay loop (DESIGN §5, §6): one portable replay package in, one run bundle out.
+
+`run_replay(package, isolation=...)` reads a `ReplayPackage` and returns a `ReplayOutput` (a manifest, the
+events as JSON lines, the blobs) that imports like any run. `sandbox_main` is the same thing as the sandbox
+child's entry point (`n17q_engine.replay:sandbox_main`): the package arrives in wire form on stdin, the
+output leaves on stdout. Nothing here reads process time, randomness, the environment (except the isolation
+level the launcher wrote), the network or a database, so one package gives byte-identical logs.
+
+Modes:
+
+- `reconstruction` (exact): the source run's events re-projected, in order and unchanged (ids, times,
+  origins), after a `replay.scope` note. No model, no tools, no world. The manifest names the run it
+  `reconstructs`, so today's lineage checks judge the events as the run that recorded them.
+- `rerun` (comparable) and `counterfactual` (experiment): a decider (`deciders.py`) proposes steps; the
+  engine performs them against the scenario's contracts, fixtures, simulated world and policy. A
+  counterfactual changes exactly one declared variable (`replay.json` `vary`) and runs in a child world.
+
+What the engine does with a step, and the decisions behind it:
+
+- **Tool calls** go through the scenario's contract (normalized, digested) and the fixture registry, with the
+  world as it is now and the call's workspace visible as the pseudo-resource `call.workspace:<id>` (at that
+  workspace's revision), so a fixture can select "this command in workspace two at overlay revision 2". An
+  unknown or excluded tool, a request the contract refuses, a contract revision other than the recorded one,
+  no match, or more than one match: `fixture.missing` / `fixture.ambiguous` with scenario, tool, contract
+  revision, request digest, world revision and the latest checkpoint, then `run.state incomplete_test_world`.
+  Never a placeholder, never a nearby fixture, never a live call: there is no live client to call.
+- **Results** are labelled `origin: fixture`; a `produces: receipt` contract yields a `command.receipt` whose
+  trees and environment come from the simulated workspace, not from the fixture. A fixture's `elapsed_s`
+  advances the clock before the receipt; `termination_unknown` marks the workspace `uncertain`.
+- **World transitions** of a mutation fixture change the simulated world and are recorded as
+  `world.transition` (op create when it starts from absent, delete when its change is null, else update).
+  A scenario (or counterfactual) `delay` holds them until scenario time passes (a provider's visibility
+  window). A transition on `workspace:<id>` is also the `workspace.changed` of that workspace.
+- **Effects**: the policy of the scenario (or the varied revision) judges an intent: approval required and
+  none simulated → `needs_approval`; required purposes without admitted evidence for the artifact → `deny`;
+  otherwise `allow`. Historical approvals are emitted as `approval.recorded` with `origin: historical` and
+  the source run's identity, subject the replay's proposal, and are never authority. When the scenario says
+  `approvals: simulated`, a recorded human decision is replayed as an `approval.recorded` with `origin:
+  simulated`, binding the replay's own evidence set. The **final gate**, inside the activation step, builds
+  the lineage graph of everything so far plus the approval, decision and intent about to be written and asks
+  `intent_findings`; any error-severity finding turns the step into a `deny` naming the codes, and the intent
+  is never written. An allowed intent gets the replay namespace `replay:<world>`, an idempotency key derived
+  from the seed and the historical key (never the live key), and `historical_intent` naming the source.
+- **Executions** go through the destination's mutation contract and fixture on connection
+  `fixture:<tool>`. Fault stages (a scenario fault, a counterfactual `fault`, or a fixture's own
+  `fault_stage`) apply once per request: `before_send` fails with no world change; `after_acceptance` and
+  `before_receipt` mutate the world and lose the response; `after_world_mutation` and `during_response`
+  mutate it with an unknown outcome; `after_local_commit` acknowledges and then interrupts the run. A second
+  execution of an intent whose effect already happened is `rejected` (the simulated provider knows the key):
+  at most one consequence per intent by construction.
+- **Time**: the logical clock starts at the scenario's `clock_start` (or the varied `clock`) and moves only
+  by `clock.advanced`: to the recorded time of the step a decider replays (shifted with the clock), by a
+  fixture's elapsed time, by a decider's wait, and at the end to let scheduled transitions settle. `at.wall`
+  of every event is the launch instant from the package: the engine reads no clock, and the elapsed wall
+  time is measured by the launcher and stored beside the run, so the log itself stays deterministic.
+- **Ids** of replay events are derived from the scenario seed and the replay id (`IdSource`); attempt,
+  workspace and artifact ids keep their recorded names so the comparison can pair them.
+- **The scope note** (`replay.scope`, first event) is computed from the manifest alone: scenario version,
+  scope, fixture world and its digest, recording dates, synthetic fixtures, and what is uncovered (declared,
+  excluded tools with reasons, contracts without a fixture).
+- **Invariants** declared by the scenario are checked on the log at the end and reported on the final
+  `run.state` (`invariants`); a violated one makes a run that otherwise completed `failed`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from . import canonical
+from .contracts import Contract, ContractError
+from .deciders import (
+    DECIDERS,
+    Action,
+    Activate,
+    Admit,
+    CallTool,
+    Charge,
+    Checkpoint,
+    Claim,
+    CreateArtifact,
+    CreateWorkspace,
+    Decide,
+    Decider,
+    EndAttempt,
+    Execute,
+    HumanInput,
+    Observe,
+    Propose,
+    RecordedApproval,
+    SourceRun,
+    StartAttempt,
+    Stop,
+    Supersede,
+    Wait,
+    Waive,
+)
+from .fixtures import Ambiguous, ContractMismatch, Fixture, Hit, Miss
+from .lineage import LineageGraph
+from .package import (
+    REPLAY_FORMAT,
+    Fault,
+    Package,
+    PackageError,
+    Policy,
+    ReplayPackage,
+    ScenarioPackage,
+    check_fault,
+    load_replay,
+)
+from .vocabulary import BUNDLE_FORMAT, references
+from .world import IdSource, LogicalClock, SimulatedWorld, WorldError, iso, namespace_for, parse_time
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+TRUTH = {"reconstruction": "exact", "rerun": "comparable", "counterfactual": "experiment"}
+ISOLATION_ENV = "N17Q_SANDBOX_ISOLATION"
+
+
+class ReplayError(ValueError):
+    """A replay that cannot start (a bad package or variation). Never raised mid-run: a run stops with a state."""
+
+
+@dataclass(frozen=True)
+class ReplayOutput:
+    manifest: dict[str, Any]
+    events: bytes  # events.jsonl
+    blobs: dict[str, bytes]
+
+    def to_wire(self) -> bytes:
+        return canonical.canonical_json(
+            {
+                "manifest": self.manifest,
+                "events": self.events.decode("utf-8"),
+                "blobs": {d: base64.b64encode(b).decode("ascii") for d, b in sorted(self.blobs.items())},
+            }
+        )
+
+    @classmethod
+    def from_wire(cls, data: bytes) -> ReplayOutput:
+        try:
+            outer = json.loads(data)
+            blobs = {d: base64.b64decode(b, validate=True) for d, b in outer["blobs"].items()}
+            return cls(outer["manifest"], outer["events"].encode("utf-8"), blobs)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ReplayError(f"the sandbox's output is not a replay output: {exc}") from None
+
+    def write_bundle(self, directory: Any) -> Any:
+        """Write as a run bundle directory (manifest.json, events.jsonl, blobs/sha256/<hex>)."""
+        from pathlib import Path
+
+        root = Path(directory)
+        (root / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+        for digest, data in self.blobs.items():
+            (root / "blobs" / "sha256" / digest.removeprefix("sha256:")).write_bytes(data)
+        (root / "events.jsonl").write_bytes(self.events)
+        (root / "manifest.json").write_bytes(canonical.canonical_json(self.manifest))
+        return root
+
+
+def sandbox_main(payload: bytes) -> bytes:
+    """The sandbox entry: a replay package in wire form on stdin, a `ReplayOutput` on stdout."""
+    isolation = os.environ.get(ISOLATION_ENV, "degraded")
+    package = Package.from_wire(payload, REPLAY_FORMAT)
+    return run_replay(load_replay(package), isolation=isolation).to_wire()
+
+
+def run_replay(package: ReplayPackage, *, isolation: str) -> ReplayOutput:
+    if isolation not in ("netns", "degraded"):
+        raise ReplayError(f"isolation must be netns or degraded, got {isolation!r}")
+    source = SourceRun.parse(package.source_manifest, package.source_events)
+    if package.mode == "reconstruction":
+        return _Reconstruction(package, source, isolation).run()
+    return _Engine(package, source, isolation).run()
+
+
+# --- the log -----------------------------------------------------------------------------------------------------
+
+
+class _Log:
+    def __init__(self, ids: IdSource, wall: str) -> None:
+        self.ids = ids
+        self.wall = wall
+        self.events: list[dict[str, Any]] = []
+        self.lines: list[bytes] = []
+        self.blobs: dict[str, bytes] = {}
+        self.blob_meta: dict[str, dict[str, Any]] = {}
+        self.by_id: dict[str, dict[str, Any]] = {}
+        self.last: dict[str, dict[str, Any]] = {}
+
+    def new_id(self, kind: str) -> str:
+        return self.ids.next(kind.replace(".", "_"))
+
+    def append(self, event: dict[str, Any]) -> str:
+        event["seq"] = len(self.events) + 1
+        self.events.append(event)
+        self.lines.append(canonical.canonical_json(event))
+        self.by_id[event["id"]] = event
+        self.last[event["kind"]] = event
+        return event["id"]
+
+    def emit(self, kind: str, logical: str, attempt: str | None, *, event_id: str | None = None, **fields: Any) -> str:
+        event = {
+            "seq": 0,
+            "id": event_id or self.new_id(kind),
+            "kind": kind,
+            "at": {"logical": logical, "wall": self.wall},
+            "attempt": attempt,
+            **fields,
+        }
+        return self.append(event)
+
+    def blob(self, data: bytes, media_type: str, role: str) -> str:
+        digest = canonical.digest_bytes(data)
+        self.blobs[digest] = data
+        self.blob_meta.setdefault(
+            digest, {"media_type": media_type, "size": len(data), "role": role, "retention": "standard"}
+        )
+        return digest
+
+    def jsonl(self) -> bytes:
+        return b"".join(line + b"\n" for line in self.lines)
+
+
+def _run_meta(package: ReplayPackage, source: SourceRun, **fields: Any) -> dict[str, Any]:
+    src = source.run
+    return {
+        "id": package.run_id,
+        "task": src.get("task"),
+        "model": src.get("model"),
+        "policy_revision": src.get("policy_revision"),
+        "created_at": package.launched_at,
+        "parent_run": src.get("id"),
+        **fields,
+    }
+
+
+# --- reconstruction --------------------------------------------------------------------------------------------------
+
+
+class _Reconstruction:
+    def __init__(self, package: ReplayPackage, source: SourceRun, isolation: str) -> None:
+        self.package, self.source, self.isolation = package, source, isolation
+
+    def run(self) -> ReplayOutput:
+        pkg, src = self.package, self.source
+        run = src.run
+        ids = IdSource(pkg.scenario.seed if pkg.scenario else pkg.replay_id, pkg.replay_id)
+        log = _Log(ids, pkg.launched_at)
+        taken = set(src.by_id)
+        scope_id = log.new_id("replay.scope")
+        while scope_id in taken:  # never collide with a recorded id
+            scope_id = log.new_id("replay.scope")
+        first = src.events[0]["at"]["logical"] if src.events else pkg.launched_at
+        last = src.events[-1]["at"]["logical"] if src.events else pkg.launched_at
+        missing_blobs = sorted(d for d in src.manifest.get("blobs", {}) if d not in pkg.source_blobs)
+        uncovered = [f"blob {d}: not carried by the package (expired or withheld)" for d in missing_blobs]
+        log.emit(
+            "replay.scope",
+            first,
+            None,
+            event_id=scope_id,
+            scenario=run.get("scenario") or {},
+            scope="reconstruction",
+            recorded_between=[first, last],
+            synthetic=[],
+            uncovered=uncovered,
+            isolation=self.isolation,
+            mode="reconstruction",
+            truth="exact",
+            reconstructs=run.get("id"),
+            package=pkg.digest,
+        )
+        for event in src.events:
+            copy = dict(event)
+            log.append(copy)
+        blobs = {}
+        meta = {}
+        for digest, entry in src.manifest.get("blobs", {}).items():
+            if digest in pkg.source_blobs:
+                blobs[digest] = pkg.source_blobs[digest]
+                meta[digest] = entry
+        manifest = {
+            "format": BUNDLE_FORMAT,
+            "run": _run_meta(
+                pkg,
+                src,
+                environment="sandbox",
+                mode="reconstruction",
+                scenario=run.get("scenario"),
+                isolation=self.isolation,
+                reconstructs={"id": run.get("id"), "environment": run.get("environment"), "mode": run.get("mode")},
+                replay={"id": pkg.replay_id, "decider": None, "vary": {}, "package": pkg.digest},
+            ),
+            "blobs": meta,
+        }
+        return ReplayOutput(manifest, log.jsonl(), blobs)
+
+
+# --- rerun and counterfactual ---------------------------------------------------------------------------------------
+
+
+class _Stopped(Exception):
+    pass
+
+
+class _CallView:
+    """The world as a fixture lookup sees it for one call: the world plus the call's workspace."""
+
+    def __init__(self, world: SimulatedWorld, workspace: str | None) -> None:
+        self._world, self._workspace = world, workspace
+
+    @property
+    def revision(self) -> int:
+        return self._world.revision
+
+    def get(self, resource: str) -> tuple[int, Any] | None:
+        if resource.startswith("call.workspace:"):
+            ws = resource[len("call.workspace:") :]
+            return self._world.get(f"workspace:{ws}") if ws == self._workspace else None
+        return self._world.get(resource)
+
+
+class _Engine:
+    def __init__(self, package: ReplayPackage, source: SourceRun, isolation: str) -> None:
+        assert package.scenario is not None
+        self.package, self.source, self.isolation = package, source, isolation
+        sc: ScenarioPackage = package.scenario
+        self.sc = sc
+        vary = package.vary
+        self.decider: Decider = self._decider(vary.get("decider", package.decider))
+        self.policy: Policy = self._policy(vary.get("policy"))
+        self.faults: list[Fault] = list(sc.faults)
+        if "fault" in vary:
+            tool, _, stage = vary["fault"].partition(":")
+            try:
+                self.faults.append(check_fault(sc.contracts, {"tool": tool, "stage": stage}, "vary fault"))
+            except PackageError as exc:
+                raise ReplayError(str(exc)) from None
+        self.delays = dict(sc.delays)
+        self.budget_limits: dict[str, float] = {}
+        self.human_override: str | None = None
+        for key, value in vary.items():
+            head, _, rest = key.partition(".")
+            if head == "delay":
+                if rest not in sc.contracts or sc.contracts.get(rest).effect_class != "mutation":
+                    raise ReplayError(f"vary delay.{rest}: not a mutation contract of the scenario")
+                self.delays[rest] = _number(value, key)
+            elif head == "budget":
+                if rest not in ("tokens", "turns", "compute_s", "artifacts"):
+                    raise ReplayError(f"vary budget.{rest}: not a budget resource")
+                self.budget_limits[rest] = _number(value, key)
+            elif head == "human":
+                if value not in ("approved", "rejected"):
+                    raise ReplayError("vary human: approved or rejected")
+                self.human_override = value
+            elif head == "clock":
+                try:
+                    parse_time(value)
+                except (TypeError, ValueError) as exc:
+                    raise ReplayError(f"vary clock: {exc}") from None
+        recorded_start = source.events[0]["at"]["logical"] if source.events else sc.clock_start
+        start = vary.get("clock", sc.clock_start)
+        self.shift = parse_time(start) - parse_time(sc.clock_start)
+        self.clock = LogicalClock(parse_time(start))
+        self._recorded_start = recorded_start
+
+        world = SimulatedWorld.from_snapshot(sc.world)
+        if package.mode == "counterfactual":
+            world = world.child(f"{world.name}.cf-{canonical.digest_json(package.replay_id)[7:15]}")
+        self.world = world
+        self.namespace = namespace_for(world.name)
+        self.ids = IdSource(sc.seed, package.replay_id)
+        self.log = _Log(self.ids, package.launched_at)
+        self.map: dict[str, str] = {}  # source id -> replay id
+        self.objects: set[str] = set()
+        self.attempt: str | None = None
+        self.open_attempts: list[str] = []
+        self.stopped = False
+        self.final: tuple[str, str] | None = None
+        self.checkpoint_id: str | None = None
+        self.seen_since_proposal: list[str] = []
+        self.artifacts: dict[str, dict[str, Any]] = {}
+        self.admissions: dict[str, dict[str, Any]] = {}
+        self.intents: dict[str, dict[str, Any]] = {}  # replay intent id -> intent event + args
+        self.intent_of: dict[str, str] = {}  # source (or decider) intent ref -> replay intent id
+        self.execs: dict[str, list[dict[str, Any]]] = {}
+        self.effect_done: set[str] = set()
+        self.approved: dict[str, tuple[str, str]] = {}  # source intent -> (decision, actor role)
+        self.fired: set[tuple[str, str | None, str]] = set()
+        self.spent: dict[str, float] = {}
+        self.missing: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ set-up
+
+    @staticmethod
+    def _decider(name: str) -> Decider:
+        decider = DECIDERS.get(name)
+        if decider is None:
+            raise ReplayError(f"unknown decider {name!r} (known: {', '.join(sorted(DECIDERS))})")
+        return decider
+
+    def _policy(self, revision: str | None) -> Policy:
+        revision = revision or self.sc.current_policy
+        policy = self.sc.policies.get(revision)
+        if policy is None:
+            known = ", ".join(sorted(self.sc.policies))
+            raise ReplayError(f"policy revision {revision!r} is not in the scenario (it holds {known})")
+        return policy
+
+    # ------------------------------------------------------------------ the View deciders read
+
+    def resolve(self, ref: str | None) -> str | None:
+        if ref is None:
+            return None
+        return self.map.get(ref, ref)
+
+    def last(self, kind: str) -> dict[str, Any] | None:
+        return self.log.last.get(kind)
+
+    def event(self, event_id: str | None) -> dict[str, Any] | None:
+        return self.log.by_id.get(event_id) if event_id else None
+
+    def artifact(self, artifact_id: str | None) -> dict[str, Any] | None:
+        return self.artifacts.get(artifact_id) if artifact_id else None
+
+    def admissions_for(self, artifact_id: str) -> list[str]:
+        return [
+            a["id"] for a in self.admissions.values() if a["artifact_id"] == artifact_id and a["decision"] == "admitted"
+        ]
+
+    def has_admitted(self, purpose: str, artifact_id: str) -> bool:
+        return any(self.admissions[a]["purpose"] == purpose for a in self.admissions_for(artifact_id))
+
+    def required_for(self, destination: str) -> tuple[str, ...]:
+        rule = self.policy.rule_for(destination)
+        return rule.required if rule else ()
+
+    def status_route(self, destination: str) -> tuple[str, tuple[str, ...]] | None:
+        route = self.sc.route_for(destination)
+        if route is None or route.status_tool is None:
+            return None
+        return route.status_tool, route.status_args
+
+    def executions(self, intent_ref: str) -> list[dict[str, Any]]:
+        intent = self.intent_of.get(intent_ref, intent_ref)
+        return list(self.execs.get(intent, []))
+
+    # ------------------------------------------------------------------ emitting
+
+    @property
+    def now(self) -> str:
+        return iso(self.clock.now)
+
+    def emit(self, kind: str, *, ref: Any = None, event_id: Any = None, **fields: Any) -> str:
+        new = self.log.emit(kind, self.now, self.attempt, event_id=event_id, **fields)
+        if ref is not None:
+            self.map[ref] = new
+        return new
+
+    def _r(self, ref: str | None) -> str | None:
+        return self.resolve(ref)
+
+    def _rs(self, refs: list[str]) -> list[str]:
+        return [self.map.get(r, r) for r in refs]
+
+    def advance_to(self, moment: Any, cause: str | None, reason: str) -> None:
+        if moment <= self.clock.now:
+            return
+        body = self.clock.advance(moment, cause)
+        self.emit("clock.advanced", **{"from": body["from"], "to": body["to"], "cause": cause}, reason=reason)
+        self._settle_due()
+
+    def _settle_due(self) -> None:
+        try:
+            applied = self.world.due(self.clock.now)
+        except WorldError as exc:
+            self.stop("failed", f"a scheduled world transition was refused: {exc}")
+        for t in applied:
+            self._world_event(t, t.get("cause"))
+
+    def _world_event(self, t: dict[str, Any], cause: str | None) -> None:
+        self.emit(
+            "world.transition",
+            resource=t["resource"],
+            revision_before=t["revision_before"],
+            revision_after=t["revision_after"],
+            change=t["change"],
+            cause=cause,
+        )
+        resource = t["resource"]
+        if resource.startswith("workspace:") and t["change"]["op"] != "delete":
+            state = t["change"]["state"]
+            self.emit(
+                "workspace.changed",
+                workspace_id=resource[len("workspace:") :],
+                overlay_revision=t["revision_after"],
+                tree_digest=state.get("tree_digest") if isinstance(state, dict) else None,
+                cause=cause,
+            )
+
+    def pace(self, action: Action) -> None:
+        if action.at is None:
+            return
+        try:
+            target = parse_time(action.at) + self.shift
+        except (TypeError, ValueError):
+            return
+        self.advance_to(target, None, "recorded timing of the replayed step")
+
+    def stop(self, state: str, reason: str) -> NoReturn:
+        self.stopped = True
+        self.final = (state, reason)
+        raise _Stopped()
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> ReplayOutput:
+        self._scope_note()
+        self._checkpoint(None)
+        actions = self.decider.actions(self.source, self)
+        try:
+            for action in actions:
+                self.pace(action)
+                self.perform(action)
+            self._settle_all()
+        except _Stopped:
+            pass
+        finally:
+            actions.close()
+        self._finish()
+        return self._output()
+
+    def _scope_note(self) -> None:
+        sc = self.sc
+        uncovered = list(sc.uncovered)
+        for item in sc.excluded_tools:
+            uncovered.append(f"{item['tool']}: excluded: {item['reason']}")
+        with_fixtures = {f.tool for f in sc.fixtures}
+        for contract in sc.contracts:
+            if contract.tool not in with_fixtures:
+                uncovered.append(f"{contract.tool} revision {contract.revision}: no fixture in this scenario version")
+        self.emit(
+            "replay.scope",
+            scenario=sc.ref,
+            scope=sc.scope,
+            recorded_between=sc.recorded_between,
+            synthetic=sorted(f.id for f in sc.fixtures if f.provenance.synthetic),
+            uncovered=uncovered,
+            isolation=self.isolation,
+            mode=self.package.mode,
+            truth=TRUTH[self.package.mode],
+            fixture_world={
+                "name": self.world.name,
+                "parent": self.world.parent,
+                "snapshot": canonical.digest_json(sc.world),
+            },
+            decider=self.decider.name,
+            vary=dict(self.package.vary),
+            policy_revision=self.policy.revision,
+            package=self.package.digest,
+            scenario_digest=sc.digest,
+        )
+
+    def _checkpoint(self, ref: str | None) -> None:
+        workspaces = {}
+        for resource in self.world.resources():
+            if resource.startswith("workspace:"):
+                held = self.world.get(resource)
+                if held and isinstance(held[1], dict):
+                    workspaces[resource[len("workspace:") :]] = held[1].get("tree_digest")
+        self.checkpoint_id = self.emit(
+            "checkpoint", ref=ref, world_revision=self.world.revision, workspaces=workspaces, clock=self.now
+        )
+
+    def perform(self, a: Action) -> None:
+        handler = _HANDLERS.get(type(a))
+        if handler is None:
+            raise ReplayError(f"the engine cannot perform {type(a).__name__}")
+        handler(self, a)
+        if self.stopped:
+            raise _Stopped()
+
+    def _settle_all(self) -> None:
+        pending = self.world.pending()
+        if pending:
+            last = max(parse_time(p["at"]) for p in pending)
+            self.advance_to(last, None, "scheduled transitions settle before the replay ends")
+
+    def _finish(self) -> None:
+        invariants = self._invariants()
+        broken = [i for i in invariants if not i["held"]]
+        state, reason = self.final or ("completed", f"{self.decider.name} decisions exhausted")
+        if broken and state == "completed":
+            state = "failed"
+            reason = "invariant violated: " + "; ".join(f"{i['id']}: {i['detail']}" for i in broken)
+        for attempt in reversed(self.open_attempts):
+            self.attempt = attempt
+            self.emit("attempt.ended", outcome=f"{state}: {reason}")
+        self.open_attempts = []
+        self.emit("run.state", state=state, reason=reason, invariants=invariants, missing=self.missing)
+
+    def _invariants(self) -> list[dict[str, Any]]:
+        out = []
+        events = self.log.events
+        for inv in self.sc.invariants:
+            check = inv["check"]
+            if check == "no_live_effect":
+                bad = [
+                    e["id"]
+                    for e in events
+                    if (e["kind"] == "effect.intent" and e["namespace"] == "live")
+                    or (e["kind"] == "effect.execution" and not str(e["connection"]).startswith("fixture:"))
+                ]
+                detail = (
+                    f"live effects: {', '.join(bad)}" if bad else "no intent in the live namespace, no live connection"
+                )
+            elif check == "max_transitions":
+                hits = [
+                    e["id"]
+                    for e in events
+                    if e["kind"] == "world.transition" and e["resource"].startswith(inv["resource_prefix"])
+                ]
+                bad = hits if len(hits) > inv["max"] else []
+                detail = f"{len(hits)} transitions on {inv['resource_prefix']}* (at most {inv['max']})"
+            else:  # approval_before_effect
+                bad = []
+                for e in events:
+                    if e["kind"] != "effect.execution":
+                        continue
+                    intent = self.log.by_id.get(e["intent_id"]) or {}
+                    approval = self.log.by_id.get(intent.get("approval_id") or "")
+                    rule = self.policy.rule_for(intent.get("destination", ""))
+                    needs = rule is None or rule.approval == "required"
+                    if needs and (approval is None or approval["seq"] > e["seq"] or approval["origin"] == "historical"):
+                        bad.append(e["id"])
+                detail = (
+                    f"executions without a prior approval of this run: {', '.join(bad)}"
+                    if bad
+                    else "every execution approved first"
+                )
+            out.append({"id": inv["id"], "text": inv["text"], "held": not bad, "detail": detail})
+        return out
+
+    def _output(self) -> ReplayOutput:
+        pkg, src = self.package, self.source
+        model = dict(self.decider.model) if self.decider.model else src.run.get("model")
+        manifest = {
+            "format": BUNDLE_FORMAT,
+            "run": {
+                **_run_meta(
+                    pkg,
+                    src,
+                    environment="fixture",
+                    mode=pkg.mode,
+                    scenario=self.sc.ref,
+                    isolation=self.isolation,
+                    replay={
+                        "id": pkg.replay_id,
+                        "decider": self.decider.name,
+                        "vary": dict(pkg.vary),
+                        "package": pkg.digest,
+                        "world": self.world.name,
+                    },
+                ),
+                "model": model,
+                "policy_revision": self.policy.revision,
+            },
+            "blobs": self.log.blob_meta,
+        }
+        return ReplayOutput(manifest, self.log.jsonl(), dict(self.log.blobs))
+
+    # ------------------------------------------------------------------ steps
+
+    def _start_attempt(self, a: StartAttempt) -> None:
+        self.attempt = a.attempt
+        self.open_attempts.append(a.attempt)
+        self.objects.add(a.attempt)
+        self.seen_since_proposal = []
+        self.emit("attempt.started", ref=a.ref, number=a.number, reason=a.reason, parent_attempt_id=a.parent)
+
+    def _end_attempt(self, a: EndAttempt) -> None:
+        if self.attempt in self.open_attempts:
+            self.open_attempts.remove(self.attempt)
+        self.emit("attempt.ended", ref=a.ref, outcome=a.outcome, recorded_outcome=True)
+
+    def _create_workspace(self, a: CreateWorkspace) -> None:
+        snap = self.sc.workspaces.get(a.workspace)
+        if snap is None:
+            self._missing_world(f"workspace snapshot {a.workspace} is not in the scenario", a.workspace)
+        try:
+            t = self.world.apply(
+                {
+                    "resource": f"workspace:{a.workspace}",
+                    "revision_before": None,
+                    "revision_after": snap["overlay_revision"],
+                    "change": {
+                        "op": "create",
+                        "state": {
+                            "tree_digest": snap["tree_digest"],
+                            "environment_revision": snap["environment_revision"],
+                        },
+                    },
+                },
+                None,
+            )
+        except WorldError as exc:
+            self.stop("failed", f"workspace {a.workspace} could not be created: {exc}")
+        fields: dict[str, Any] = {
+            "workspace_id": a.workspace,
+            "base_digest": snap["base_digest"],
+            "overlay_digest": snap["overlay_digest"],
+            "environment_revision": snap["environment_revision"],
+            "derived_from": snap.get("derived_from"),
+        }
+        if "overlay_files" in snap:
+            fields["overlay_files"] = snap["overlay_files"]
+        self.objects.add(a.workspace)
+        self.emit("workspace.created", ref=a.ref, **fields, world_revision=t["revision_after"])
+
+    def _propose(self, a: Propose) -> None:
+        context = canonical.digest_json(
+            {
+                "task": (self.source.run.get("task") or {}).get("id"),
+                "attempt": self.attempt,
+                "seen": self.seen_since_proposal,
+            }
+        )
+        self.seen_since_proposal = []
+        fields: dict[str, Any] = {"context_digest": context, "proposal": a.proposal, "accepted": a.accepted}
+        fields["origin"] = "recorded" if a.ref is not None else f"scripted:{self.decider.name}"
+        if a.recorded_context:
+            fields["recorded_context_digest"] = a.recorded_context
+        self.emit("model.proposal", ref=a.ref, **fields)
+
+    # tool calls
+
+    def _call(self, a: CallTool) -> None:
+        sc = self.sc
+        proposal = self._r(a.proposal)
+        workspace = a.workspace
+        reason = sc.excluded(a.tool)
+        if reason is not None:
+            self._missing_call(a, None, canonical.digest_json(a.args), f"excluded tool: {a.tool} ({reason})")
+        if a.tool not in sc.contracts:
+            self._missing_call(
+                a, None, canonical.digest_json(a.args), f"unknown tool: the scenario has no contract for {a.tool}"
+            )
+        contract: Contract = sc.contracts.get(a.tool)
+        if a.recorded_revision is not None and a.recorded_revision != contract.revision:
+            self._missing_call(
+                a,
+                contract,
+                canonical.digest_json(a.args),
+                f"contract mismatch: the recorded call used {a.tool} revision {a.recorded_revision}, the scenario pins "
+                f"revision {contract.revision}",
+                recorded_revisions=[a.recorded_revision],
+            )
+        try:
+            normalized, digest = contract.digest(a.args)
+        except ContractError as exc:
+            self._missing_call(
+                a,
+                contract,
+                canonical.digest_json(a.args),
+                f"request does not fit {a.tool} revision {contract.revision}: {exc}",
+            )
+        if workspace is not None and self.world.get(f"workspace:{workspace}") is None:
+            self._missing_call(a, contract, digest, f"workspace {workspace} does not exist in the fixture world")
+        call = self.emit(
+            "tool.call",
+            ref=a.ref,
+            tool=a.tool,
+            contract_revision=contract.revision,
+            request=normalized,
+            request_digest=digest,
+            proposal_id=proposal,
+            workspace_id=workspace,
+        )
+        result = sc.registry.lookup(a.tool, contract.revision, digest, _CallView(self.world, workspace))
+        if not isinstance(result, Hit):
+            self._lookup_failed(result, call)
+        fixture = result.fixture
+        stage = self._fault(fixture, digest)
+        mutated = False
+        if stage != "before_send" and fixture.transition is not None:
+            mutated = self._mutate(fixture, call, a.tool)
+        outcome = fixture.response.outcome
+        if stage in ("after_acceptance", "before_receipt"):
+            outcome = "timeout"
+        elif stage in ("after_world_mutation", "during_response"):
+            outcome = "unknown"
+        elif stage == "before_send":
+            outcome = "error"
+        recorded_result = self.source.result_of.get(a.ref) if a.ref is not None else None
+        if contract.produces == "receipt" and stage is None:
+            self._receipt(fixture, call, workspace, recorded_result)
+        else:
+            body = fixture.response.body if stage in (None, "after_local_commit") else None
+            blob = self.log.blob(canonical.canonical_json(body), JSON, "tool-output") if body is not None else None
+            extra: dict[str, Any] = {"fixture": fixture.id}
+            if stage is not None:
+                extra["fault_stage"] = stage
+                extra["world_mutated"] = mutated
+            res = self.emit(
+                "tool.result",
+                ref=recorded_result,
+                call_id=call,
+                origin="fixture",
+                outcome=outcome,
+                blob=blob,
+                absent=dict(fixture.response.absent),
+                **extra,
+            )
+            self.seen_since_proposal.append(blob or res)
+        if stage == "after_local_commit":
+            self.stop(
+                "interrupted", f"fault after_local_commit injected on {a.tool}: the harness stopped after committing"
+            )
+
+    def _receipt(self, fixture: Fixture, call: str, workspace: str | None, recorded: str | None) -> None:
+        body = fixture.response.body if isinstance(fixture.response.body, dict) else {}
+        if workspace is None:
+            self.stop("failed", f"fixture {fixture.id} answers with a command receipt but the call names no workspace")
+        held = self.world.get(f"workspace:{workspace}")
+        state = held[1] if held else {}
+        elapsed = body.get("elapsed_s")
+        if isinstance(elapsed, int | float) and elapsed > 0:
+            self.advance_to(self.clock.now + timedelta(seconds=elapsed), call, f"{fixture.id} ran for {elapsed} s")
+        output = body.get("output")
+        output_blob = self.log.blob(output.encode("utf-8"), TEXT, "command-output") if isinstance(output, str) else None
+        receipt = self.emit(
+            "command.receipt",
+            ref=recorded,
+            call_id=call,
+            workspace_id=workspace,
+            command=body.get("command", ""),
+            suites=list(body.get("suites", [])),
+            pre_tree=state.get("tree_digest"),
+            post_tree=state.get("tree_digest"),
+            environment_revision=state.get("environment_revision"),
+            completion=body.get("completion", "completed"),
+            exit_code=body.get("exit_code"),
+            results=body.get("results", {}),
+            output_blob=output_blob,
+            fixture=fixture.id,
+            origin="fixture",
+        )
+        self.seen_since_proposal.append(output_blob or receipt)
+        if body.get("completion") == "termination_unknown":
+            self.emit("workspace.lifecycle", workspace_id=workspace, state="uncertain", cause=receipt)
+
+    def _fault(self, fixture: Fixture, digest: str) -> str | None:
+        stage = fixture.fault_stage
+        for fault in self.faults:
+            if fault.tool == fixture.tool and fault.request_digest in (None, digest):
+                stage = fault.stage
+        if stage is None:
+            return None
+        key = (fixture.tool, digest, stage)
+        if key in self.fired:  # a fault happens once; the retry meets the world as the fault left it
+            return None
+        self.fired.add(key)
+        return stage
+
+    def _mutate(self, fixture: Fixture, cause: str, tool: str) -> bool:
+        t = fixture.transition
+        assert t is not None
+        op = "create" if t.revision_before is None else ("delete" if t.change is None else "update")
+        transition = {
+            "resource": t.resource,
+            "revision_before": t.revision_before,
+            "revision_after": t.revision_after,
+            "change": {"op": op, "state": t.change},
+        }
+        delay = self.delays.get(tool, 0.0)
+        try:
+            if delay > 0:
+                self.world.schedule(self.clock.now + timedelta(seconds=delay), transition, cause)
+                return True
+            applied = self.world.apply(transition, cause)
+        except WorldError as exc:
+            self._missing_world(f"fixture {fixture.id}'s transition does not fit the world: {exc}", t.resource)
+        self._world_event(applied, cause)
+        return True
+
+    def _missing_call(self, a: CallTool, contract: Contract | None, digest: str, reason: str, **extra: Any) -> NoReturn:
+        record = {
+            "scenario": self.sc.ref,
+            "tool": a.tool,
+            "contract_revision": contract.revision if contract else (a.recorded_revision or 0),
+            "request_digest": digest,
+            "world_revision": self.world.revision,
+            "checkpoint_id": self.checkpoint_id,
+            "reason": reason,
+            "proposal_id": self._r(a.proposal),
+            **extra,
+        }
+        self._record_missing("fixture.missing", record)
+
+    def _lookup_failed(self, result: Miss | Ambiguous | ContractMismatch, call: str) -> NoReturn:
+        record = result.record(scenario=self.sc.ref, checkpoint_id=self.checkpoint_id)
+        kind = record.pop("kind")
+        record["call_id"] = call
+        if isinstance(result, Miss) and not any(f.tool == result.tool for f in self.sc.fixtures):
+            record["reason"] = (
+                f"unrecorded: the scenario has a contract for {result.tool} revision {result.contract_revision} and no "
+                "fixture for it at all (this request was never recorded)"
+            )
+        self._record_missing(kind, record)
+
+    def _missing_world(self, reason: str, resource: str) -> NoReturn:
+        record = {
+            "scenario": self.sc.ref,
+            "tool": "world",
+            "contract_revision": 0,
+            "request_digest": canonical.digest_json({"resource": resource}),
+            "world_revision": self.world.revision,
+            "checkpoint_id": self.checkpoint_id,
+            "reason": reason,
+        }
+        self._record_missing("fixture.missing", record)
+
+    def _record_missing(self, kind: str, record: dict[str, Any]) -> NoReturn:
+        event_id = self.emit(kind, **record)
+        self.missing.append({"event": event_id, "kind": kind, **record})
+        what = "ambiguous fixtures" if kind == "fixture.ambiguous" else "missing fixture"
+        self.stop(
+            "incomplete_test_world",
+            f"{what} for {record['tool']} revision {record['contract_revision']} "
+            f"(request {record['request_digest']}, world revision {record['world_revision']}): {record['reason']}",
+        )
+
+    # artifacts and evidence
+
+    def _create_artifact(self, a: CreateArtifact) -> None:
+        tree = None
+        if a.workspace is not None:
+            held = self.world.get(f"workspace:{a.workspace}")
+            if held is None:
+                self._missing_world(
+                    f"artifact {a.artifact} is built in workspace {a.workspace}, which does not exist", a.workspace
+                )
+            tree = held[1].get("tree_digest")
+        data = self.package.source_blobs.get(a.blob)
+        if data is None:
+            self._missing_world(f"the bytes of artifact {a.artifact} ({a.blob}) are not in the package", a.blob)
+        self.log.blob(data, a.media_type, a.role)
+        self.objects.add(a.artifact)
+        fields = {
+            "artifact_id": a.artifact,
+            "digest": a.blob,
+            "media_type": a.media_type,
+            "size": len(data),
+            "role": a.role,
+            "workspace_id": a.workspace,
+            "tree_digest": tree,
+            "files": a.files,
+        }
+        self.artifacts[a.artifact] = dict(fields)
+        self.emit("artifact.created", ref=a.ref, **fields)
+
+    def _observe(self, a: Observe) -> None:
+        source_id = self._r(a.source)
+        source = self.log.by_id.get(source_id or "")
+        if source is None:
+            self.stop("stopped", f"the replayed step observes {a.source}, which this replay never produced")
+        workspace = source.get("workspace_id")
+        tree = source.get("post_tree") if source["kind"] == "command.receipt" else None
+        if source["kind"] == "tool.result":
+            call = self.log.by_id.get(source.get("call_id") or "") or {}
+            workspace = call.get("workspace_id")
+            if workspace is not None:
+                held = self.world.get(f"workspace:{workspace}")
+                tree = held[1].get("tree_digest") if held else None
+        self.emit(
+            "evidence.observed", ref=a.ref, source=source_id, workspace_id=workspace, tree_digest=tree, scope=a.scope
+        )
+
+    def _admit(self, a: Admit) -> None:
+        observation = self.log.by_id.get(self._r(a.observation) or "")
+        if observation is None or observation["kind"] != "evidence.observed":
+            self.stop("stopped", f"the replayed admission uses {a.observation}, which this replay never observed")
+        fields = {
+            "observation_id": observation["id"],
+            "purpose": a.purpose,
+            "artifact_id": a.artifact,
+            "workspace_id": observation["workspace_id"],
+            "tree_digest": observation["tree_digest"],
+            "policy_revision": self.policy.revision,
+            "decision": a.decision,
+            "compatibility": a.compatibility,
+            "rationale": a.rationale,
+        }
+        event_id = self.emit("evidence.admitted", ref=a.ref, **fields)
+        self.admissions[event_id] = {"id": event_id, **fields}
+
+    def _supersede(self, a: Supersede) -> None:
+        self.emit("evidence.superseded", ref=a.ref, admission_id=self._r(a.admission), cause=self._r(a.cause))
+
+    def _waive(self, a: Waive) -> None:
+        self.emit(
+            "waiver.granted",
+            ref=a.ref,
+            failure=self._r(a.failure),
+            suite=a.suite,
+            actor_role=a.actor_role,
+            rationale=a.rationale,
+            origin="recorded",
+        )
+
+    def _human(self, a: HumanInput) -> None:
+        visible = [self.map.get(v, v) for v in a.visible if v in self.map or v in self.objects]
+        unmapped = [v for v in a.visible if v not in self.map and v not in self.objects]
+        self.emit(
+            "human.input",
+            ref=a.ref,
+            actor_role=a.actor_role,
+            visible_ids=visible,
+            action=a.action,
+            note=a.note,
+            origin="recorded",
+            unmapped_visible=unmapped,
+        )
+
+    def _recorded_approval(self, a: RecordedApproval) -> None:
+        e = a.event
+        decision = e["decision"]
+        if a.intent is not None and e["origin"] in ("human", "simulated") and decision in ("approved", "rejected"):
+            self.approved[a.intent] = (self.human_override or decision, e["actor_role"])
+        proposal = self.source.effect_proposal.get(a.intent or "")
+        self.emit(
+            "approval.recorded",
+            ref=a.ref,
+            subject=self._r(proposal) if proposal else self._r(e["subject"]),
+            evidence_set_digest=e["evidence_set_digest"],
+            decision=decision,
+            actor_role=e["actor_role"],
+            origin="historical",
+            run=e["run"],
+            environment=e["environment"],
+            historical_event=e["id"],
+            historical_origin=e["origin"],
+            historical_subject=e["subject"],
+            authority="none: historical approvals are read-only evidence in a replay",
+        )
+
+    # policy and effects
+
+    def _evaluate(
+        self, destination: str, artifact: str | None, admissions: list[str], intent_ref: str
+    ) -> tuple[str, list[str], list[str], tuple[str, str] | None]:
+        """(outcome, required, reasons, simulated approval (decision, role) or None)."""
+        policy = self.policy
+        rule = policy.rule_for(destination)
+        if rule is None:
+            return "deny", [], [f"{policy.revision} has no rule for destination {destination}: refused"], None
+        admitted = {
+            self.admissions[a]["purpose"]
+            for a in admissions
+            if a in self.admissions
+            and self.admissions[a]["decision"] == "admitted"
+            and self.admissions[a]["artifact_id"] == artifact
+        }
+        missing = [p for p in rule.required if p not in admitted]
+        approval = None
+        if rule.approval == "required":
+            recorded = self.approved.get(intent_ref)
+            if self.sc.approvals == "simulated" and recorded is not None:
+                approval = recorded
+            if approval is None or approval[0] != "approved":
+                why = (
+                    f"the reviewer's recorded decision was {approval[0]}"
+                    if approval
+                    else "a reviewer's approval is required and none has been given in this run yet"
+                )
+                return (
+                    "needs_approval",
+                    list(rule.required),
+                    [why] + [f"{p}: no admitted evidence" for p in missing],
+                    approval,
+                )
+        if missing and (policy.require_all or len(missing) == len(rule.required)):
+            return "deny", list(rule.required), [f"{p}: no admitted evidence for {artifact}" for p in missing], approval
+        reasons = [f"{p} admitted for {artifact}" for p in rule.required if p in admitted]
+        if approval is not None:
+            reasons.append(f"simulated approval replaying the recorded decision of the {approval[1]}")
+        return "allow", list(rule.required), reasons or ["no evidence required"], approval
+
+    def _decide(self, a: Decide) -> None:
+        intent = self.source.by_id.get(a.intent) or {}
+        admissions = self._rs(a.admissions)
+        outcome, required, reasons, _approval = self._evaluate(
+            intent.get("destination", ""), intent.get("artifact_id"), admissions, a.intent
+        )
+        if outcome == "allow":
+            return  # the activation step records the allow together with the intent it allows
+        proposal = self.source.effect_proposal.get(a.intent)
+        self.emit(
+            "policy.decision",
+            ref=a.ref,
+            policy_revision=self.policy.revision,
+            subject=self._r(proposal) if proposal else self.map.get(a.intent, a.intent),
+            input_ids=[x for x in admissions if x in self.admissions],
+            required=required,
+            outcome=outcome,
+            reasons=reasons,
+        )
+
+    def _activate(self, a: Activate) -> None:
+        proposal = self._r(a.proposal)
+        admissions = [x for x in self._rs(a.admissions) if x in self.admissions]
+        outcome, required, reasons, approval = self._evaluate(a.destination, a.artifact, admissions, a.intent)
+        decision_fields = {"policy_revision": self.policy.revision, "input_ids": admissions, "required": required}
+        if outcome != "allow":
+            self.emit(
+                "policy.decision", subject=proposal or a.intent, outcome=outcome, reasons=reasons, **decision_fields
+            )
+            if outcome == "needs_approval":
+                self.stop(
+                    "paused", f"intent for {a.destination} needs an approval the replay cannot simulate: {reasons[0]}"
+                )
+            self.stop(
+                "stopped",
+                f"{self.policy.revision} denied the intent for {a.destination} ({'; '.join(reasons)}); the recorded "
+                "run went on to activate it, so the recorded decisions end here",
+            )
+        intent_id = self.log.new_id("effect.intent")
+        prospective: list[dict[str, Any]] = []
+        approval_id = None
+        if approval is not None:
+            approval_id = self.log.new_id("approval.recorded")
+            prospective.append(
+                self._draft(
+                    "approval.recorded",
+                    approval_id,
+                    subject=intent_id,
+                    evidence_set_digest=canonical.evidence_set_digest(admissions),
+                    decision="approved",
+                    actor_role=approval[1],
+                    origin="simulated",
+                    run=self.package.run_id,
+                    environment="fixture",
+                    basis="the recorded decision of the human, replayed; proves a branch, not consent",
+                )
+            )
+        decision_id = self.log.new_id("policy.decision")
+        prospective.append(
+            self._draft(
+                "policy.decision", decision_id, subject=intent_id, outcome="allow", reasons=reasons, **decision_fields
+            )
+        )
+        key = (
+            self.ids.replay_key(a.historical_key, self.world.name) if a.historical_key else self.ids.next("effect_key")
+        )
+        key = key if key.startswith("replay:") else f"{self.namespace}:{key}"
+        prospective.append(
+            self._draft(
+                "effect.intent",
+                intent_id,
+                effect_class=a.effect_class,
+                destination=a.destination,
+                artifact_id=a.artifact,
+                admission_ids=admissions,
+                approval_id=approval_id,
+                idempotency_key=key,
+                namespace=self.namespace,
+                historical_intent=a.intent if a.ref is not None else None,
+            )
+        )
+        if self.policy.lineage_gate:
+            blocking = self._gate(prospective, intent_id)
+            if blocking:
+                self.emit(
+                    "policy.decision",
+                    subject=proposal or a.intent,
+                    outcome="deny",
+                    reasons=[f"{f.code}: {f.message}" for f in blocking],
+                    gate="lineage",
+                    **decision_fields,
+                )
+                codes = ", ".join(sorted({f.code for f in blocking}))
+                self.stop(
+                    "stopped",
+                    f"the final gate of {self.policy.revision} denied the intent for {a.destination} ({codes}); the "
+                    "recorded run went on to activate it, so the recorded decisions end here",
+                )
+        for event in prospective:
+            event["at"]["logical"] = self.now
+            self.log.append(event)
+        self.map[a.intent] = intent_id
+        if a.ref is not None:
+            self.map[a.ref] = intent_id
+        self.intent_of[a.intent] = intent_id
+        self.intents[intent_id] = {"args": a.args, "destination": a.destination}
+
+    def _draft(self, kind: str, event_id: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "seq": 0,
+            "id": event_id,
+            "kind": kind,
+            "at": {"logical": self.now, "wall": self.log.wall},
+            "attempt": self.attempt,
+            **fields,
+        }
+
+    def _gate(self, prospective: list[dict[str, Any]], intent_id: str) -> list[Any]:
+        graph = LineageGraph(self._manifest_run())
+        for seq, event in enumerate([*self.log.events, *prospective], start=1):
+            graph.add({**event, "seq": seq}, references=references(event))
+        return [f for f in graph.intent_findings(intent_id) if f.severity == "error"]
+
+    def _manifest_run(self) -> dict[str, Any]:
+        return {"id": self.package.run_id, "environment": "fixture", "mode": self.package.mode}
+
+    def _execute(self, a: Execute) -> None:
+        intent_id = self.intent_of.get(a.intent) or self.map.get(a.intent)
+        intent = self.log.by_id.get(intent_id or "")
+        if intent is None or intent["kind"] != "effect.intent":
+            return  # the recorded execution belongs to an intent this replay never activated
+        info = self.intents[intent["id"]]
+        route = self.sc.route_for(intent["destination"])
+        attempts = self.execs.setdefault(intent["id"], [])
+        attempt_no = len(attempts) + 1
+        connection = f"fixture:{route.tool}" if route else "fixture:none"
+        if intent["id"] in self.effect_done:
+            ev = self.emit(
+                "effect.execution",
+                ref=a.ref,
+                intent_id=intent["id"],
+                attempt_no=attempt_no,
+                stage="before_send",
+                outcome="rejected",
+                connection=connection,
+                reason="the simulated provider already holds an effect for idempotency key "
+                f"{intent['idempotency_key']}",
+            )
+            attempts.append(self.log.by_id[ev])
+            return
+        if route is None:
+            self._missing_world(
+                f"the scenario routes no contract for effects on {intent['destination']}", intent["destination"]
+            )
+        contract = self.sc.contracts.get(route.tool)
+        try:
+            _normalized, digest = contract.digest(info["args"])
+        except ContractError as exc:
+            self._missing_call(
+                CallTool(a.ref, None, route.tool, info["args"], None, None),
+                contract,
+                canonical.digest_json(info["args"]),
+                f"the effect's request does not fit {route.tool} revision {contract.revision}: {exc}",
+            )
+        result = self.sc.registry.lookup(route.tool, contract.revision, digest, self.world)
+        if not isinstance(result, Hit):
+            record = result.record(scenario=self.sc.ref, checkpoint_id=self.checkpoint_id)
+            kind = record.pop("kind")
+            record["intent_id"] = intent["id"]
+            self._record_missing(kind, record)
+        fixture = result.fixture
+        stage = self._fault(fixture, digest)
+        outcome = {
+            None: "acknowledged",
+            "before_send": "failed",
+            "after_acceptance": "lost_response",
+            "before_receipt": "lost_response",
+            "after_world_mutation": "unknown",
+            "during_response": "unknown",
+            "after_local_commit": "acknowledged",
+        }[stage]
+        ev = self.emit(
+            "effect.execution",
+            ref=a.ref,
+            intent_id=intent["id"],
+            attempt_no=attempt_no,
+            stage=stage or "completed",
+            outcome=outcome,
+            connection=connection,
+            fixture=fixture.id,
+            idempotency_key=intent["idempotency_key"],
+        )
+        attempts.append(self.log.by_id[ev])
+        if stage != "before_send":
+            self.effect_done.add(intent["id"])
+            if fixture.transition is not None:
+                self._mutate(fixture, ev, route.tool)
+        if stage == "after_local_commit":
+            self.stop(
+                "interrupted",
+                f"fault after_local_commit injected on {route.tool}: the harness stopped after committing",
+            )
+
+    # account and the rest
+
+    def _claim(self, a: Claim) -> None:
+        supports = [self.map[s] for s in a.supports if s in self.map] + [s for s in a.supports if s in self.log.by_id]
+        unmapped = [s for s in a.supports if s not in self.map and s not in self.log.by_id]
+        fields: dict[str, Any] = {"text": a.text, "claim_kind": a.kind, "supports": supports}
+        if a.scope is not None:
+            fields["scope"] = a.scope
+        fields["origin"] = "recorded" if a.ref is not None else f"scripted:{self.decider.name}"
+        if unmapped:
+            fields["unsupported_in_replay"] = unmapped
+        self.emit("account.claim", ref=a.ref, **fields)
+
+    def _charge(self, a: Charge) -> None:
+        self.emit("budget.charged", ref=a.ref, resource=a.resource, amount=a.amount, origin="recorded")
+        self.spent[a.resource] = self.spent.get(a.resource, 0) + a.amount
+        limit = self.budget_limits.get(a.resource)
+        if limit is not None and self.spent[a.resource] > limit:
+            self.stop("stopped", f"budget exhausted: {a.resource} {self.spent[a.resource]:g} > {limit:g}")
+
+    def _checkpoint_action(self, a: Checkpoint) -> None:
+        self._checkpoint(a.ref)
+
+    def _wait(self, a: Wait) -> None:
+        self.advance_to(self.clock.now + timedelta(seconds=a.seconds), None, a.reason)
+
+    def _stop(self, a: Stop) -> NoReturn:
+        self.stop(a.state, a.reason)
+
+
+def _number(value: str, key: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ReplayError(f"vary {key}: {value!r} is not a number") from None
+    if number < 0 or number != number or number in (float("inf"),):
+        raise ReplayError(f"vary {key}: must be a non-negative number")
+    return number
+
+
+_HANDLERS: dict[type, Any] = {
+    StartAttempt: _Engine._start_attempt,
+    EndAttempt: _Engine._end_attempt,
+    CreateWorkspace: _Engine._create_workspace,
+    Propose: _Engine._propose,
+    CallTool: _Engine._call,
+    CreateArtifact: _Engine._create_artifact,
+    Observe: _Engine._observe,
+    Admit: _Engine._admit,
+    Supersede: _Engine._supersede,
+    Waive: _Engine._waive,
+    HumanInput: _Engine._human,
+    RecordedApproval: _Engine._recorded_approval,
+    Decide: _Engine._decide,
+    Activate: _Engine._activate,
+    Execute: _Engine._execute,
+    Claim: _Engine._claim,
+    Charge: _Engine._charge,
+    Checkpoint: _Engine._checkpoint_action,
+    Wait: _Engine._wait,
+    Stop: _Engine._stop,
+}
+
+
+def iter_output_events(output: ReplayOutput) -> Iterator[dict[str, Any]]:
+    for line in output.events.splitlines():
+        yield json.loads(line)
