@@ -125,6 +125,11 @@ if _blob_backend := env_str("N17Q_BLOB_STORAGE_BACKEND", ""):
 # Bundle import limits: archives past these are refused before anything is written.
 N17Q_MAX_BUNDLE_BYTES = env_int("N17Q_MAX_BUNDLE_BYTES", 2 * 1024**3, minimum=1024)
 N17Q_MAX_BUNDLE_MEMBERS = env_int("N17Q_MAX_BUNDLE_MEMBERS", 200_000, minimum=3)
+# Replays (n17q_engine.sandbox): a sandbox without its own network namespace is refused unless this is set,
+# and then every replay it runs is labelled isolation "degraded".
+N17Q_ALLOW_DEGRADED_ISOLATION = env_bool("N17Q_ALLOW_DEGRADED_ISOLATION", False)
+N17Q_REPLAY_TIMEOUT_S = env_int("N17Q_REPLAY_TIMEOUT_S", 300, minimum=1)
+N17Q_REPLAY_MEMORY_MB = env_int("N17Q_REPLAY_MEMORY_MB", 1024, minimum=128)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024  # larger uploads stream to a temporary file
 

@@ -263,3 +263,49 @@ class HarnessToken(models.Model):
     @staticmethod
     def new_key() -> str:
         return "n17q_" + secrets.token_urlsafe(32)
+
+
+class Replay(models.Model):
+    """One launch of a replay: what was asked, and (once run) the child run it produced.
+
+    Operational state, not history: `state` moves queued -> running -> finished | refused | failed. The run
+    it produced is imported like any other and is append-only.
+    """
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        FINISHED = "finished"
+        REFUSED = "refused"
+        FAILED = "failed"
+
+    source_run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="replays")
+    mode = models.CharField(max_length=20, choices=Mode.choices)
+    vary = models.JSONField(default=dict)
+    decider = models.CharField(max_length=50, default="recorded")
+    scenario_version = models.ForeignKey(
+        "fixtures_review.ScenarioVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
+    )
+    state = models.CharField(max_length=20, choices=State.choices, default=State.QUEUED)
+    run = models.OneToOneField(Run, null=True, blank=True, on_delete=models.PROTECT, related_name="replay_of")
+    isolation = models.CharField(max_length=20, blank=True, default="")
+    package_digest = models.CharField(max_length=71, blank=True, default="")
+    missing = models.JSONField(default=list)
+    violations = models.JSONField(default=list)
+    error = models.TextField(blank=True, default="")
+    wall_s = models.FloatField(null=True, blank=True)  # measured by the launcher, outside the event log
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"replay {self.pk} of {self.source_run.run_id} ({self.mode})"
+
+    @property
+    def run_id_for(self) -> str:
+        """The id the replay's run gets: the source's id, the mode and this replay's number."""
+        return f"{self.source_run.run_id}~{self.mode}-{self.pk}"

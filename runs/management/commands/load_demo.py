@@ -7,7 +7,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
 
-from n17q_engine import stories
+from fixtures_review.scenarios import scenario_import
+from n17q_engine import seed_scenarios, stories
 from runs.importer import run_import_from_path
 from runs.management.base import JsonCommand
 from runs.models import Run
@@ -27,7 +28,11 @@ class Command(JsonCommand):
                     folder = stories.write_bundle(story, Path(tmp) / run_id)
                     run_import_from_path(folder)
                 runs.append({"id": run_id, "story": story.story, "title": story.title})
-        return {"runs": runs, "users": users}
+        scenarios = []
+        for package in seed_scenarios.seed_packages():
+            version, _created = scenario_import(package, source="demo")
+            scenarios.append({"scenario": version.ref, "digest": version.digest})
+        return {"runs": runs, "users": users, "scenarios": scenarios}
 
     @transaction.atomic
     def _user(self, role: str) -> dict[str, str]:
@@ -42,5 +47,6 @@ class Command(JsonCommand):
 
     def human(self, result: dict[str, Any]) -> str:
         lines = ["Demo runs:"] + [f"  {r['id']}  ({r['story']}) {r['title']}" for r in result["runs"]]
+        lines += ["Scenario versions:"] + [f"  {s['scenario']}  {s['digest']}" for s in result["scenarios"]]
         lines += ["Logins:"] + [f"  {u['username']:<9} {u['password']}" for u in result["users"]]
         return "\n".join(lines)

@@ -1,0 +1,28 @@
+"""`manage.py import_package PATH`: store a scenario package (dir, .zip, .tar.gz) as an immutable version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError
+
+from fixtures_review.scenarios import ScenarioRefused, scenario_import
+from n17q_engine.package import SCENARIO_FORMAT, PackageError, read_package
+from runs.management.base import JsonCommand
+
+
+class Command(JsonCommand):
+    help = "Import a scenario package; every file is digest-verified and one changed byte refuses it."
+
+    def add_arguments(self, parser: Any) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("path")
+
+    def run(self, **options: Any) -> dict[str, Any]:
+        try:
+            package = read_package(Path(options["path"]), SCENARIO_FORMAT)
+            version, created = scenario_import(package)
+        except (PackageError, ScenarioRefused) as exc:
+            raise CommandError(" ".join(str(exc).splitlines())) from None
+        return {"scenario": version.ref, "digest": version.digest, "created": created}
