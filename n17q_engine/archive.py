@@ -71,7 +71,7 @@ def _copy_limited(src: IO[bytes], dst_path: Path, *, budget: list[int], name: st
             dst.write(block)
 
 
-def unpack(archive: Path, dest: Path, *, max_bytes: int, max_members: int) -> Path:
+def unpack(archive: Path, dest: Path, *, max_bytes: int, max_members: int, marker: str = "manifest.json") -> Path:
     """Unpack `archive` into the empty folder `dest` and return the bundle's root folder.
 
     The root is `dest` itself, or its single top-level folder when the archive wraps the bundle in one
@@ -88,7 +88,7 @@ def unpack(archive: Path, dest: Path, *, max_bytes: int, max_members: int) -> Pa
         _unpack_tar(archive, dest, budget=budget, max_bytes=max_bytes, max_members=max_members)
     else:
         raise BundleError("not a bundle archive: expected a .zip or a .tar.gz")
-    return find_root(dest)
+    return find_root(dest, marker)
 
 
 def _unpack_zip(archive: Path, dest: Path, *, budget: list[int], max_bytes: int, max_members: int) -> None:
@@ -165,14 +165,15 @@ def _unpack_tar(archive: Path, dest: Path, *, budget: list[int], max_bytes: int,
         raise BundleError(f"archive is truncated or corrupt ({exc or exc.__class__.__name__})") from None
 
 
-def find_root(folder: Path) -> Path:
-    """The folder that holds manifest.json: `folder` itself or its only subfolder."""
-    if (folder / "manifest.json").is_file():
+def find_root(folder: Path, marker: str = "manifest.json") -> Path:
+    """The folder that holds `marker` (a bundle's manifest.json, a package's package.json): `folder` itself
+    or its only subfolder."""
+    if (folder / marker).is_file():
         return folder
     entries = [e for e in folder.iterdir() if not e.name.startswith("__MACOSX")]
-    if len(entries) == 1 and entries[0].is_dir() and (entries[0] / "manifest.json").is_file():
+    if len(entries) == 1 and entries[0].is_dir() and (entries[0] / marker).is_file():
         return entries[0]
-    raise BundleError("manifest.json is missing from the bundle")
+    raise BundleError(f"{marker} is missing from the {'bundle' if marker == 'manifest.json' else 'package'}")
 
 
 def check_directory(folder: Path) -> Path:

@@ -254,7 +254,7 @@ def read_package(path: Path, fmt: str) -> Package:
         raise PackageError(f"{path}: no such file or directory")
     dest = Path(tempfile.mkdtemp(prefix="n17q-package-"))
     try:
-        root = unpack(path, dest, max_bytes=MAX_PACKAGE_BYTES, max_members=MAX_FILES + 1)
+        root = unpack(path, dest, max_bytes=MAX_PACKAGE_BYTES, max_members=MAX_FILES + 1, marker=MANIFEST)
         return Package.read_dir(root, fmt)
     except BundleError as exc:
         raise PackageError(f"{path.name}: {exc}") from None
