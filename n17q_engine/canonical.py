@@ -11,8 +11,14 @@ from typing import Any
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
+# One encoder, built once: json.dumps with these arguments builds a new JSONEncoder on every call, which is a
+# third of the cost for the small values digested per event.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    """DESIGN §3: json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False), UTF-8."""
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def digest_bytes(data: bytes) -> str:

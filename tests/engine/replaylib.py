@@ -24,13 +24,29 @@ SEARCH = {
 }
 
 
-def fixture(fid: str, request: dict, body: Any = None, *, tool: str = "docs.search", rev: int = 1,
-            outcome: str = "ok", condition: Any = None) -> dict:
+def fixture(
+    fid: str,
+    request: dict,
+    body: Any = None,
+    *,
+    tool: str = "docs.search",
+    rev: int = 1,
+    outcome: str = "ok",
+    condition: Any = None,
+) -> dict:
     out = {
-        "id": fid, "tool": tool, "contract_revision": rev, "request": request,
+        "id": fid,
+        "tool": tool,
+        "contract_revision": rev,
+        "request": request,
         "response": {"outcome": outcome, "body": body if body is not None else {"hits": [fid]}},
-        "provenance": {"recorded_at": T0, "source_revision": None, "connection": "docs-api", "synthetic": False,
-                       "fidelity_note": None},
+        "provenance": {
+            "recorded_at": T0,
+            "source_revision": None,
+            "connection": "docs-api",
+            "synthetic": False,
+            "fidelity_note": None,
+        },
     }
     if condition is not None:
         out["condition"] = condition
@@ -41,23 +57,46 @@ def search_request(query: str, limit: int = 5) -> dict:
     return {"query": query, "corpus": "public-docs", "limit": limit}
 
 
-def scenario(*, contracts: list[dict] | None = None, fixtures: list[dict], resources: dict | None = None,
-             name: str = "test-scenario", version: int = 1, **meta: Any) -> Package:
+def scenario(
+    *,
+    contracts: list[dict] | None = None,
+    fixtures: list[dict],
+    resources: dict | None = None,
+    name: str = "test-scenario",
+    version: int = 1,
+    **meta: Any,
+) -> Package:
     world = {
-        "format": SNAPSHOT_FORMAT, "name": f"{name}-w{version}", "parent": None, "revision": 0,
+        "format": SNAPSHOT_FORMAT,
+        "name": f"{name}-w{version}",
+        "parent": None,
+        "revision": 0,
         "resources": {r: {"revision": rev, "state": st} for r, (rev, st) in (resources or {}).items()},
-        "deleted": {}, "pending": [],
+        "deleted": {},
+        "pending": [],
     }
-    return build_scenario({
-        "scenario.json": {"name": name, "version": version, "seed": f"{name}/{version}", "clock_start": T0,
-                          "scope": "scenario", "source_runs": [], "recorded_between": [T0, T0], **meta},
-        "contracts.json": contracts if contracts is not None else [SEARCH],
-        "fixtures.json": fixtures,
-        "world.json": world,
-        "workspaces.json": {},
-        "policy.json": {"current": "p@1", "revisions": {"p@1": {"rules": [], "require_all": True,
-                                                              "lineage_gate": True}}},
-    })
+    return build_scenario(
+        {
+            "scenario.json": {
+                "name": name,
+                "version": version,
+                "seed": f"{name}/{version}",
+                "clock_start": T0,
+                "scope": "scenario",
+                "source_runs": [],
+                "recorded_between": [T0, T0],
+                **meta,
+            },
+            "contracts.json": contracts if contracts is not None else [SEARCH],
+            "fixtures.json": fixtures,
+            "world.json": world,
+            "workspaces.json": {},
+            "policy.json": {
+                "current": "p@1",
+                "revisions": {"p@1": {"rules": [], "require_all": True, "lineage_gate": True}},
+            },
+        }
+    )
 
 
 def source_run(calls: list[tuple[str, int, dict]], *, run_id: str = "run-src") -> tuple[dict, bytes]:
@@ -67,30 +106,66 @@ def source_run(calls: list[tuple[str, int, dict]], *, run_id: str = "run-src") -
     def add(kind: str, **fields: Any) -> str:
         n = len(events) + 1
         eid = f"e{n}"
-        events.append({"seq": n, "id": eid, "kind": kind, "at": {"logical": T0, "wall": T0}, "attempt": "a1",
-                       **fields})
+        events.append({"seq": n, "id": eid, "kind": kind, "at": {"logical": T0, "wall": T0}, "attempt": "a1", **fields})
         return eid
 
     add("attempt.started", number=1, reason="test", parent_attempt_id=None)
     for tool, rev, request in calls:
-        p = add("model.proposal", context_digest=digest_json(len(events)), proposal={"type": "tool_call",
-                "tool": tool}, accepted=True)
-        c = add("tool.call", tool=tool, contract_revision=rev, request=request,
-                request_digest=digest_json(request), proposal_id=p, workspace_id=None)
+        p = add(
+            "model.proposal",
+            context_digest=digest_json(len(events)),
+            proposal={"type": "tool_call", "tool": tool},
+            accepted=True,
+        )
+        c = add(
+            "tool.call",
+            tool=tool,
+            contract_revision=rev,
+            request=request,
+            request_digest=digest_json(request),
+            proposal_id=p,
+            workspace_id=None,
+        )
         add("tool.result", call_id=c, origin="historical", outcome="ok", blob=None, absent={})
     add("run.state", state="completed", reason="done")
     add("attempt.ended", outcome="completed")
-    manifest = {"format": "n17q.run-bundle/1", "blobs": {}, "run": {
-        "id": run_id, "task": {"id": "task-1", "revision": "r1"}, "environment": "live", "mode": "recorded",
-        "scenario": None, "model": {"name": "m", "version": "1"}, "policy_revision": "p@1", "created_at": T0,
-        "parent_run": None}}
+    manifest = {
+        "format": "n17q.run-bundle/1",
+        "blobs": {},
+        "run": {
+            "id": run_id,
+            "task": {"id": "task-1", "revision": "r1"},
+            "environment": "live",
+            "mode": "recorded",
+            "scenario": None,
+            "model": {"name": "m", "version": "1"},
+            "policy_revision": "p@1",
+            "created_at": T0,
+            "parent_run": None,
+        },
+    }
     return manifest, b"".join(canonical_json(e) + b"\n" for e in events)
 
 
-def replay_package(scenario_pkg: Package | None, manifest: dict, events: bytes, *, blobs: dict | None = None,
-                   mode: str = "rerun", vary: dict | None = None, replay_id: str = "replay-1") -> Package:
+def replay_package(
+    scenario_pkg: Package | None,
+    manifest: dict,
+    events: bytes,
+    *,
+    blobs: dict | None = None,
+    mode: str = "rerun",
+    vary: dict | None = None,
+    replay_id: str = "replay-1",
+) -> Package:
     return build_replay(
-        replay_id=replay_id, run_id=f"{manifest['run']['id']}~{mode}", mode=mode, vary=vary or {},
-        decider="recorded", launched_at="2026-12-02T12:00:00Z", scenario=scenario_pkg, source_manifest=manifest,
-        source_events=events, source_blobs=blobs or {},
+        replay_id=replay_id,
+        run_id=f"{manifest['run']['id']}~{mode}",
+        mode=mode,
+        vary=vary or {},
+        decider="recorded",
+        launched_at="2026-12-02T12:00:00Z",
+        scenario=scenario_pkg,
+        source_manifest=manifest,
+        source_events=events,
+        source_blobs=blobs or {},
     )

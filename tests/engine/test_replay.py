@@ -43,7 +43,11 @@ def story(run_id: str, scenario: str | None, mode: str = "rerun", vary: dict | N
     b = BUNDLES[run_id]
     events = b"".join(canonical_json(e) + b"\n" for e in b.events)
     pkg = rl.replay_package(
-        scenario_pkg or (SEEDS[scenario] if scenario else None), b.manifest, events, blobs=b.blobs, mode=mode,
+        scenario_pkg or (SEEDS[scenario] if scenario else None),
+        b.manifest,
+        events,
+        blobs=b.blobs,
+        mode=mode,
         vary=vary,
     )
     return replay(pkg)
@@ -57,7 +61,7 @@ def final(events: list[dict]) -> dict:
     return kinds(events, "run.state")[-1]
 
 
-# --- fail closed ---------------------------------------------------------------------------------------------------
+# --- fail closed --------------------------------------------------------------------------------------------
 
 
 class LiveAccess:
@@ -114,25 +118,68 @@ SEARCH_REV2 = {**rl.SEARCH, "revision": 2}
 @pytest.mark.parametrize(
     ("case", "calls", "contracts", "fixtures", "kind", "reason"),
     [
-        ("unknown tool", [("tickets.search", 1, {"q": "x"})], None, SEARCH_FIXTURES, "fixture.missing",
-         "unknown tool: the scenario has no contract for tickets.search"),
-        ("unseen argument", [("docs.search", 1, rl.search_request("rotate keys"))], None, SEARCH_FIXTURES,
-         "fixture.missing", "unrecorded request: no fixture for this request to docs.search revision 1"),
-        ("changed default", [("docs.search", 1, {"query": "rotate signing keys"})],
-         [{**rl.SEARCH, "fields": {**rl.SEARCH["fields"], "limit": {"type": "integer", "default": 10}}}],
-         SEARCH_FIXTURES, "fixture.missing", "unrecorded request"),
-        ("unknown field", [("docs.search", 1, {**rl.search_request("rotate signing keys"), "colour": "red"})], None,
-         SEARCH_FIXTURES, "fixture.missing", "request does not fit docs.search revision 1"),
-        ("ambiguous match", [("docs.search", 1, rl.search_request("rotate signing keys"))], None,
-         [*SEARCH_FIXTURES, rl.fixture("f-rotate-again", rl.search_request("rotate signing keys"))],
-         "fixture.ambiguous", "2 fixtures match this request"),
-        ("contract revision mismatch", [("docs.search", 1, rl.search_request("rotate signing keys"))], [SEARCH_REV2],
-         [rl.fixture("f-rotate", rl.search_request("rotate signing keys"), rev=2)], "fixture.missing",
-         "contract mismatch: the recorded call used docs.search revision 1, the scenario pins revision 2"),
-        ("world-state mismatch", [("docs.search", 1, rl.search_request("rotate signing keys"))], None,
-         [rl.fixture("f-rotate", rl.search_request("rotate signing keys"),
-                     condition=[{"resource": "docs:index", "revision": 3}])], "fixture.missing",
-         "f-rotate expects docs:index at 3, the world has 2"),
+        (
+            "unknown tool",
+            [("tickets.search", 1, {"q": "x"})],
+            None,
+            SEARCH_FIXTURES,
+            "fixture.missing",
+            "unknown tool: the scenario has no contract for tickets.search",
+        ),
+        (
+            "unseen argument",
+            [("docs.search", 1, rl.search_request("rotate keys"))],
+            None,
+            SEARCH_FIXTURES,
+            "fixture.missing",
+            "unrecorded request: no fixture for this request to docs.search revision 1",
+        ),
+        (
+            "changed default",
+            [("docs.search", 1, {"query": "rotate signing keys"})],
+            [{**rl.SEARCH, "fields": {**rl.SEARCH["fields"], "limit": {"type": "integer", "default": 10}}}],
+            SEARCH_FIXTURES,
+            "fixture.missing",
+            "unrecorded request",
+        ),
+        (
+            "unknown field",
+            [("docs.search", 1, {**rl.search_request("rotate signing keys"), "colour": "red"})],
+            None,
+            SEARCH_FIXTURES,
+            "fixture.missing",
+            "request does not fit docs.search revision 1",
+        ),
+        (
+            "ambiguous match",
+            [("docs.search", 1, rl.search_request("rotate signing keys"))],
+            None,
+            [*SEARCH_FIXTURES, rl.fixture("f-rotate-again", rl.search_request("rotate signing keys"))],
+            "fixture.ambiguous",
+            "2 fixtures match this request",
+        ),
+        (
+            "contract revision mismatch",
+            [("docs.search", 1, rl.search_request("rotate signing keys"))],
+            [SEARCH_REV2],
+            [rl.fixture("f-rotate", rl.search_request("rotate signing keys"), rev=2)],
+            "fixture.missing",
+            "contract mismatch: the recorded call used docs.search revision 1, the scenario pins revision 2",
+        ),
+        (
+            "world-state mismatch",
+            [("docs.search", 1, rl.search_request("rotate signing keys"))],
+            None,
+            [
+                rl.fixture(
+                    "f-rotate",
+                    rl.search_request("rotate signing keys"),
+                    condition=[{"resource": "docs:index", "revision": 3}],
+                )
+            ],
+            "fixture.missing",
+            "f-rotate expects docs:index at 3, the world has 2",
+        ),
     ],
 )
 def test_a_lookup_that_cannot_be_answered_stops_the_run_with_its_precise_record(
@@ -191,7 +238,7 @@ def test_the_unrecorded_status_lookup_of_seed_000_stops_as_incomplete_test_world
     assert live_access.calls == []
 
 
-# --- the stories -----------------------------------------------------------------------------------------------------
+# --- the stories --------------------------------------------------------------------------------------------
 
 
 def test_seed_001_rerun_delivers_once_in_the_replay_namespace_and_never_uses_the_historical_approval(live_access):
@@ -210,8 +257,11 @@ def test_seed_001_rerun_delivers_once_in_the_replay_namespace_and_never_uses_the
     used = {intent["approval_id"]} | {i for d in kinds(log, "policy.decision") for i in d["input_ids"]}
     assert historical[0]["id"] not in used
     approval = log[[e["id"] for e in log].index(intent["approval_id"])]
-    assert (approval["origin"], approval["run"], approval["environment"]) == ("simulated", out.manifest["run"]["id"],
-                                                                              "fixture")
+    assert (approval["origin"], approval["run"], approval["environment"]) == (
+        "simulated",
+        out.manifest["run"]["id"],
+        "fixture",
+    )
     (execution,) = kinds(log, "effect.execution")
     assert (execution["outcome"], execution["connection"]) == ("acknowledged", "fixture:email.send")
     state = final(log)
@@ -249,8 +299,9 @@ def test_seed_003_rerun_with_recorded_decisions_and_current_policy_denies_the_re
 
 
 def test_seed_003_under_the_recordings_own_policy_reaches_the_lineage_gate():
-    _out, log = story("run-003-review-request", "coding-review-request", "counterfactual",
-                      {"policy": "review-policy@7"})
+    _out, log = story(
+        "run-003-review-request", "coding-review-request", "counterfactual", {"policy": "review-policy@7"}
+    )
     # review-policy@7 allows on one purpose and has no gate: the request opens, the lineage checker flags it.
     assert len(kinds(log, "effect.intent")) == 1
 
@@ -283,7 +334,7 @@ def test_seed_003_careful_decider_reruns_the_broad_suite_in_workspace_two_and_st
     assert "test_adapter_roundtrip_preserves_cursor" in state["reason"]
 
 
-# --- faults ---------------------------------------------------------------------------------------------------------------
+# --- faults -------------------------------------------------------------------------------------------------
 
 
 def _email_with(**meta):
@@ -295,7 +346,7 @@ def _email_with(**meta):
 def test_a_fault_the_contract_does_not_support_is_refused_when_the_scenario_is_built():
     with pytest.raises(PackageError, match="does not support fault stage after_world_mutation"):
         _email_with(faults=[{"tool": "email.draft_get", "stage": "after_world_mutation"}])
-    with pytest.raises(PackageError, match="email.draft_update revision 3 does not support fault stage"):
+    with pytest.raises(PackageError, match=r"email.draft_update revision 3 does not support fault stage"):
         _email_with(faults=[{"tool": "email.draft_update", "stage": "after_local_commit"}])
 
 
@@ -331,7 +382,9 @@ def test_the_careful_decider_asks_for_status_after_an_unknown_outcome_and_does_n
     assert [e["outcome"] for e in kinds(log, "effect.execution")] == ["unknown"]
     status = [c for c in kinds(log, "tool.call") if c["tool"] == "email.delivery_status"]
     assert len(status) == 1
-    assert [t for t in kinds(log, "world.transition") if t["resource"].startswith("mailbox:")][0]["revision_after"] == 42
+    assert next(t for t in kinds(log, "world.transition") if t["resource"].startswith("mailbox:"))[
+        "revision_after"
+    ] == 42
     assert final(log)["state"] == "completed"
 
 
@@ -357,7 +410,7 @@ def test_a_visibility_delay_makes_the_recorded_read_see_the_stale_draft():
     assert len([t for t in kinds(log, "world.transition") if t["resource"].startswith("mailbox:")]) == 1
 
 
-# --- time, identity, determinism ---------------------------------------------------------------------------------------
+# --- time, identity, determinism ----------------------------------------------------------------------------
 
 
 def test_logical_time_moves_only_by_explicit_events_and_wall_time_is_the_launch_instant():
@@ -373,8 +426,14 @@ def test_logical_time_moves_only_by_explicit_events_and_wall_time_is_the_launch_
 def test_one_package_replayed_twice_gives_byte_identical_logs():
     b = BUNDLES["run-003-review-request"]
     events = b"".join(canonical_json(e) + b"\n" for e in b.events)
-    pkg = rl.replay_package(SEEDS["coding-review-request"], b.manifest, events, blobs=b.blobs, mode="counterfactual",
-                            vary={"decider": "careful"})
+    pkg = rl.replay_package(
+        SEEDS["coding-review-request"],
+        b.manifest,
+        events,
+        blobs=b.blobs,
+        mode="counterfactual",
+        vary={"decider": "careful"},
+    )
     first, _ = replay(pkg)
     second, _ = replay(pkg)
     assert first.events == second.events and first.to_wire() == second.to_wire()
@@ -386,8 +445,9 @@ def test_the_same_package_in_the_sandbox_twice_gives_byte_identical_logs():
     pkg = rl.replay_package(SEEDS["email-delivery"], b.manifest, events, blobs=b.blobs)
     outputs = []
     for _ in range(2):
-        result = run_sandboxed("n17q_engine.replay:sandbox_main", pkg.to_wire(), allow_degraded=False,
-                               limits=Limits(), timeout_s=60)
+        result = run_sandboxed(
+            "n17q_engine.replay:sandbox_main", pkg.to_wire(), allow_degraded=False, limits=Limits(), timeout_s=60
+        )
         assert result.ok, result.stderr
         assert result.isolation == "netns"
         outputs.append(ReplayOutput.from_wire(result.output))
@@ -419,7 +479,7 @@ def test_every_replay_event_is_valid_bundle_vocabulary_and_imports_cleanly(tmp_p
     assert all(e["origin"] == "fixture" for e in kinds([r.event for r in records], "tool.result"))
 
 
-# --- packages -----------------------------------------------------------------------------------------------------------
+# --- packages -----------------------------------------------------------------------------------------------
 
 
 def test_a_scenario_package_round_trips_through_a_directory_and_one_changed_byte_is_refused(tmp_path):
@@ -430,14 +490,14 @@ def test_a_scenario_package_round_trips_through_a_directory_and_one_changed_byte
     data = bytearray(target.read_bytes())
     data[len(data) // 2] ^= 0x01
     target.write_bytes(bytes(data))
-    with pytest.raises(PackageError, match="fixtures.json: digest mismatch"):
+    with pytest.raises(PackageError, match=r"fixtures.json: digest mismatch"):
         read_package(folder, SCENARIO_FORMAT)
 
 
 def test_a_file_the_manifest_does_not_list_is_refused(tmp_path):
     folder = SEEDS["docs-research"].write_dir(tmp_path / "pkg")
     (folder / "extra.py").write_text("import socket\n")
-    with pytest.raises(PackageError, match="extra.py: in the package but not listed"):
+    with pytest.raises(PackageError, match=r"extra.py: in the package but not listed"):
         read_package(folder, SCENARIO_FORMAT)
 
 
@@ -459,7 +519,7 @@ def test_a_replay_package_tampered_in_transit_is_refused():
     raw = bytearray(base64.b64decode(wire["files"][name]))
     raw[10] ^= 0x20
     wire["files"][name] = base64.b64encode(bytes(raw)).decode()
-    with pytest.raises(PackageError, match="scenario/fixtures.json: digest mismatch"):
+    with pytest.raises(PackageError, match=r"scenario/fixtures.json: digest mismatch"):
         Package.from_wire(json.dumps(wire).encode(), REPLAY_FORMAT)
 
 

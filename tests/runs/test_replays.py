@@ -55,8 +55,15 @@ def test_replay_inline_of_seed_000_reports_the_missing_status_lookup(demo, capsy
     out = run_json(capsys, "replay", "run-000-recorded", "--mode", "rerun", "--inline")
     assert out["state"] == "incomplete_test_world"
     (missing,) = out["missing"]
-    assert set(missing) >= {"scenario", "tool", "contract_revision", "request_digest", "world_revision",
-                            "checkpoint_id", "reason"}
+    assert set(missing) >= {
+        "scenario",
+        "tool",
+        "contract_revision",
+        "request_digest",
+        "world_revision",
+        "checkpoint_id",
+        "reason",
+    }
     assert (missing["tool"], missing["contract_revision"], missing["world_revision"]) == ("status.lookup", 2, 0)
 
 
@@ -68,12 +75,14 @@ def test_replay_inline_of_seed_003_in_each_mode(demo, capsys):
     child = Run.objects.get(run_id=rerun["run"])
     assert Event.objects.filter(run=child, kind="policy.decision", body__outcome="deny").exists()
     assert not Event.objects.filter(run=child, kind="effect.intent").exists()
-    careful = run_json(capsys, "replay", "run-003-review-request", "--mode", "counterfactual", "--vary",
-                       "decider=careful", "--inline")
+    careful = run_json(
+        capsys, "replay", "run-003-review-request", "--mode", "counterfactual", "--vary", "decider=careful", "--inline"
+    )
     assert careful["state"] == "stopped"
     child = Run.objects.get(run_id=careful["run"])
-    assert Event.objects.filter(run=child, kind="command.receipt", workspace_ref="ws-2",
-                                body__command="pytest -q tests").exists()
+    assert Event.objects.filter(
+        run=child, kind="command.receipt", workspace_ref="ws-2", body__command="pytest -q tests"
+    ).exists()
     assert not Event.objects.filter(run=child, kind="effect.intent").exists()
 
 
@@ -91,9 +100,7 @@ def test_no_namespace_means_no_replay_runs(demo, monkeypatch):
 
     monkeypatch.setattr(replays, "run_sandboxed", partial(sandbox.run_sandboxed, _unshare=cannot))
     before = Run.objects.count()
-    replay = replays.replay_execute(
-        replays.replay_create(Run.objects.get(run_id="run-001-recorded"), mode="rerun").pk
-    )
+    replay = replays.replay_execute(replays.replay_create(Run.objects.get(run_id="run-001-recorded"), mode="rerun").pk)
     assert replay.state == "refused" and "namespace" in replay.error
     assert Run.objects.count() == before
 
@@ -104,9 +111,7 @@ def test_degraded_isolation_when_allowed_is_recorded_on_the_run(demo, monkeypatc
 
     settings.N17Q_ALLOW_DEGRADED_ISOLATION = True
     monkeypatch.setattr(replays, "run_sandboxed", partial(sandbox.run_sandboxed, _unshare=cannot))
-    replay = replays.replay_execute(
-        replays.replay_create(Run.objects.get(run_id="run-000-recorded"), mode="rerun").pk
-    )
+    replay = replays.replay_execute(replays.replay_create(Run.objects.get(run_id="run-000-recorded"), mode="rerun").pk)
     assert replay.isolation == "degraded" and replay.run.isolation == "degraded"
     scope = Event.objects.get(run=replay.run, kind="replay.scope")
     assert scope.body["isolation"] == "degraded"
@@ -117,11 +122,23 @@ def test_degraded_isolation_when_allowed_is_recorded_on_the_run(demo, monkeypatc
     [
         (["run-nope", "--mode", "rerun"], "no run 'run-nope'"),
         (["run-003-review-request", "--mode", "counterfactual"], "exactly one declared variable"),
-        (["run-003-review-request", "--mode", "counterfactual", "--vary", "decider=careful", "--vary",
-          "policy=review-policy@7"], "exactly one declared variable"),
+        (
+            [
+                "run-003-review-request",
+                "--mode",
+                "counterfactual",
+                "--vary",
+                "decider=careful",
+                "--vary",
+                "policy=review-policy@7",
+            ],
+            "exactly one declared variable",
+        ),
         (["run-003-review-request", "--mode", "rerun", "--vary", "decider=careful"], "changes nothing"),
-        (["run-003-review-request", "--mode", "counterfactual", "--vary", "environment=live"],
-         "not a declared variable"),
+        (
+            ["run-003-review-request", "--mode", "counterfactual", "--vary", "environment=live"],
+            "not a declared variable",
+        ),
         (["run-003-review-request", "--mode", "counterfactual", "--vary", "decider=reckless"], "unknown decider"),
         (["run-001-recorded", "--mode", "rerun", "--scenario", "email-delivery@9"], "no scenario version"),
     ],
@@ -152,7 +169,7 @@ def test_export_then_import_round_trips_and_one_changed_byte_is_refused(demo, ca
     data = bytearray(target.read_bytes())
     data[5] ^= 0x01
     target.write_bytes(bytes(data))
-    with pytest.raises(CommandError, match="contracts.json: digest mismatch"):
+    with pytest.raises(CommandError, match=r"contracts.json: digest mismatch"):
         call_command("import_package", str(tmp_path / "pkg"))
 
 
@@ -171,7 +188,7 @@ def test_a_different_package_under_a_held_version_is_refused(demo, capsys, tmp_p
     files = {n: json.loads(d) for n, d in read_package(tmp_path / "pkg", SCENARIO_FORMAT).files.items()}
     files["scenario.json"]["description"] = "edited in place"
     build_scenario(files).write_dir(tmp_path / "edited")
-    with pytest.raises(CommandError, match="docs-research@1 is already held .* immutable"):
+    with pytest.raises(CommandError, match=r"docs-research@1 is already held .* immutable"):
         call_command("import_package", str(tmp_path / "edited"))
 
 
