@@ -546,3 +546,31 @@ def test_the_seed_script_writes_the_three_packages(tmp_path, capsys):
     printed = capsys.readouterr().out
     for folder in tmp_path.iterdir():
         assert read_package(Path(folder), SCENARIO_FORMAT).digest in printed
+
+
+# --- the documented schema ---------------------------------------------------------------------------------------
+
+
+def test_the_seed_packages_match_the_schema_in_the_docs():
+    import jsonschema
+
+    root = Path(__file__).resolve().parents[2]
+    schema = json.loads((root / "docs" / "schemas" / "scenario-package-1.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    defs = {"scenario.json": "scenario", "world.json": "world", "workspaces.json": "workspaces", "policy.json": "policy"}
+
+    def check(value, name):
+        jsonschema.validate(value, {**schema, "$ref": f"#/$defs/{name}"})
+
+    for pkg in SEEDS.values():
+        check(pkg.manifest, "manifest")
+        for file, name in defs.items():
+            check(json.loads(pkg.files[file]), name)
+        for contract in json.loads(pkg.files["contracts.json"]):
+            check(contract, "contract")
+        for item in json.loads(pkg.files["fixtures.json"]):
+            check(item, "fixture")
+    b = BUNDLES["run-000-recorded"]
+    events = b"".join(canonical_json(e) + b"\n" for e in b.events)
+    replay_pkg = rl.replay_package(SEEDS["docs-research"], b.manifest, events, blobs=b.blobs)
+    check(json.loads(replay_pkg.files["replay.json"]), "replay")
