@@ -557,7 +557,12 @@ def test_the_seed_packages_match_the_schema_in_the_docs():
     root = Path(__file__).resolve().parents[2]
     schema = json.loads((root / "docs" / "schemas" / "scenario-package-1.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    defs = {"scenario.json": "scenario", "world.json": "world", "workspaces.json": "workspaces", "policy.json": "policy"}
+    defs = {
+        "scenario.json": "scenario",
+        "world.json": "world",
+        "workspaces.json": "workspaces",
+        "policy.json": "policy",
+    }
 
     def check(value, name):
         jsonschema.validate(value, {**schema, "$ref": f"#/$defs/{name}"})
