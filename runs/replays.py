@@ -109,7 +109,11 @@ def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
 def replay_execute(replay_id: int) -> Replay:
     """Run one replay to its end (the Celery task's body). Idempotent; see the module docstring."""
     with transaction.atomic():
-        replay = Replay.objects.select_for_update().select_related("source_run", "scenario_version").get(pk=replay_id)
+        replay = (
+            Replay.objects.select_for_update(of=("self",))
+            .select_related("source_run", "scenario_version")
+            .get(pk=replay_id)
+        )
         if replay.state in (Replay.State.FINISHED, Replay.State.REFUSED):
             return replay
         replay.state, replay.started_at = Replay.State.RUNNING, timezone.now()
