@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -51,9 +52,8 @@ def scenario_import(package: Package, *, user: Any = None, source: str = "import
 def scenario_package(version: ScenarioVersion) -> Package:
     """The stored version as a package, verified again (a tampered row is refused, not exported)."""
     try:
-        return Package.from_wire(
-            Package(version.manifest, {n: t.encode("utf-8") for n, t in version.files.items()}).to_wire(),
-            SCENARIO_FORMAT,
+        return Package.verify(
+            version.manifest, {n: t.encode("utf-8") for n, t in version.files.items()}, SCENARIO_FORMAT
         )
     except PackageError as exc:
         raise ScenarioRefused(f"{version.ref}: the stored package no longer verifies: {exc}") from None
@@ -71,23 +71,11 @@ def scenario_resolve(ref: str) -> ScenarioVersion:
 
 
 def scenario_for_run(run: Any) -> ScenarioVersion | None:
-    """The version a run names, or else the newest version recorded from it (its `source_runs`)."""
+    """The version a run names, or else the latest stored version recorded from it (its `source_runs`)."""
     if run.scenario_name and run.scenario_version:
         return ScenarioVersion.objects.filter(name=run.scenario_name, version=run.scenario_version).first()
-    for version in ScenarioVersion.objects.order_by("name", "-version"):
-        try:
-            meta = version.files.get("scenario.json", "")
-        except AttributeError:
-            continue
-        if f'"{run.run_id}"' in meta and run.run_id in _source_runs(meta):
+    for version in ScenarioVersion.objects.order_by("-imported_at", "-id"):
+        meta = json.loads(version.files["scenario.json"])  # verified when the version was stored
+        if run.run_id in meta.get("source_runs", []):
             return version
     return None
-
-
-def _source_runs(meta_text: str) -> list[str]:
-    import json
-
-    try:
-        return list(json.loads(meta_text).get("source_runs", []))
-    except (ValueError, AttributeError):
-        return []

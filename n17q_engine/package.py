@@ -165,17 +165,22 @@ class Package:
             raise PackageError(f"the package is not JSON: {exc}") from None
         if not isinstance(outer, dict) or set(outer) != {MANIFEST, "files"} or not isinstance(outer["files"], dict):
             raise PackageError(f'the wire form is {{"{MANIFEST}": ..., "files": {{name: base64}}}}')
-        manifest = _manifest(dump(outer[MANIFEST]), fmt)
-        files = {}
+        manifest, files = outer[MANIFEST], {}
         for name, text in outer["files"].items():
             try:
                 files[name] = base64.b64decode(text, validate=True)
             except (binascii.Error, TypeError, ValueError):
                 raise PackageError(f"{name}: not base64") from None
+        return cls.verify(manifest, files, fmt)
+
+    @classmethod
+    def verify(cls, manifest: Any, files: Mapping[str, bytes], fmt: str) -> Package:
+        """A package from a manifest and files held elsewhere (a database row, say), checked as on any load."""
+        manifest = _manifest(dump(manifest), fmt)
         extra = sorted(set(files) - set(manifest["files"]))
         if extra:
             raise PackageError(f"{extra[0]}: in the package but not listed in {MANIFEST}")
-        return _verified(manifest, files)
+        return _verified(manifest, dict(files))
 
     def subpackage(self, prefix: str, fmt: str) -> Package:
         """The package stored under `prefix/` (its own manifest included), verified on its own."""

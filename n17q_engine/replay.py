@@ -70,6 +70,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, NoReturn
 
 from . import canonical
@@ -150,10 +151,8 @@ class ReplayOutput:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ReplayError(f"the sandbox's output is not a replay output: {exc}") from None
 
-    def write_bundle(self, directory: Any) -> Any:
+    def write_bundle(self, directory: Path) -> Path:
         """Write as a run bundle directory (manifest.json, events.jsonl, blobs/sha256/<hex>)."""
-        from pathlib import Path
-
         root = Path(directory)
         (root / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
         for digest, data in self.blobs.items():
@@ -371,12 +370,10 @@ class _Engine:
                     parse_time(value)
                 except (TypeError, ValueError) as exc:
                     raise ReplayError(f"vary clock: {exc}") from None
-        recorded_start = source.events[0]["at"]["logical"] if source.events else sc.clock_start
         start = vary.get("clock", sc.clock_start)
         self.shift = parse_time(start) - parse_time(sc.clock_start)
         self.clock = LogicalClock(parse_time(start))
         self._now_at, self._now_s = self.clock.now, iso(self.clock.now)
-        self._recorded_start = recorded_start
         self._paced: str | None = None
 
         world = SimulatedWorld.from_snapshot(sc.world)
@@ -474,9 +471,6 @@ class _Engine:
         if ref is not None:
             self.map[ref] = new
         return new
-
-    def _r(self, ref: str | None) -> str | None:
-        return self.resolve(ref)
 
     def _rs(self, refs: list[str]) -> list[str]:
         return [self.map.get(r, r) for r in refs]
@@ -757,7 +751,7 @@ class _Engine:
 
     def _call(self, a: CallTool) -> None:
         sc = self.sc
-        proposal = self._r(a.proposal)
+        proposal = self.resolve(a.proposal)
         workspace = a.workspace
         reason = sc.excluded(a.tool)
         if reason is not None:
@@ -913,7 +907,7 @@ class _Engine:
             "world_revision": self.world.revision,
             "checkpoint_id": self.checkpoint_id,
             "reason": reason,
-            "proposal_id": self._r(a.proposal),
+            "proposal_id": self.resolve(a.proposal),
             **extra,
         }
         self._record_missing("fixture.missing", record)
@@ -981,7 +975,7 @@ class _Engine:
         self.emit("artifact.created", ref=a.ref, **fields)
 
     def _observe(self, a: Observe) -> None:
-        source_id = self._r(a.source)
+        source_id = self.resolve(a.source)
         source = self.log.by_id.get(source_id or "")
         if source is None:
             self.stop("stopped", f"the replayed step observes {a.source}, which this replay never produced")
@@ -998,7 +992,7 @@ class _Engine:
         )
 
     def _admit(self, a: Admit) -> None:
-        observation = self.log.by_id.get(self._r(a.observation) or "")
+        observation = self.log.by_id.get(self.resolve(a.observation) or "")
         if observation is None or observation["kind"] != "evidence.observed":
             self.stop("stopped", f"the replayed admission uses {a.observation}, which this replay never observed")
         fields = {
@@ -1016,13 +1010,13 @@ class _Engine:
         self.admissions[event_id] = {"id": event_id, **fields}
 
     def _supersede(self, a: Supersede) -> None:
-        self.emit("evidence.superseded", ref=a.ref, admission_id=self._r(a.admission), cause=self._r(a.cause))
+        self.emit("evidence.superseded", ref=a.ref, admission_id=self.resolve(a.admission), cause=self.resolve(a.cause))
 
     def _waive(self, a: Waive) -> None:
         self.emit(
             "waiver.granted",
             ref=a.ref,
-            failure=self._r(a.failure),
+            failure=self.resolve(a.failure),
             suite=a.suite,
             actor_role=a.actor_role,
             rationale=a.rationale,
@@ -1052,7 +1046,7 @@ class _Engine:
         self.emit(
             "approval.recorded",
             ref=a.ref,
-            subject=self._r(proposal) if proposal else self._r(e["subject"]),
+            subject=self.resolve(proposal) if proposal else self.resolve(e["subject"]),
             evidence_set_digest=e["evidence_set_digest"],
             decision=decision,
             actor_role=e["actor_role"],
@@ -1120,7 +1114,7 @@ class _Engine:
             "policy.decision",
             ref=a.ref,
             policy_revision=self.policy.revision,
-            subject=self._r(proposal) if proposal else self.map.get(a.intent, a.intent),
+            subject=self.resolve(proposal) if proposal else self.map.get(a.intent, a.intent),
             input_ids=[x for x in admissions if x in self.admissions],
             required=required,
             outcome=outcome,
@@ -1128,7 +1122,7 @@ class _Engine:
         )
 
     def _activate(self, a: Activate) -> None:
-        proposal = self._r(a.proposal)
+        proposal = self.resolve(a.proposal)
         admissions = [x for x in self._rs(a.admissions) if x in self.admissions]
         outcome, required, reasons, approval = self._evaluate(a.destination, a.artifact, admissions, a.intent)
         decision_fields = {"policy_revision": self.policy.revision, "input_ids": admissions, "required": required}

@@ -210,9 +210,11 @@ def _coding_review_request() -> Package:
                 connection=conn,
             )
         )
-    fixtures += [
-        _fixture(
-            "focused-ws-1",
+
+    def focused_fixture(ws: str, synthetic: str | None) -> dict:
+        """The focused suite passes on the patched tree of either workspace (recorded in ws-1)."""
+        return _fixture(
+            f"focused-{ws}",
             "shell.run",
             1,
             focused,
@@ -228,10 +230,14 @@ def _coding_review_request() -> Package:
                     "elapsed_s": 8,
                 },
             },
-            condition=[{"resource": "call.workspace:ws-1", "revision": 2}],
+            condition=[{"resource": f"call.workspace:{ws}", "revision": 2}],
             recorded_at=at,
             connection=conn,
-        ),
+            synthetic=synthetic,
+        )
+
+    fixtures += [
+        focused_fixture("ws-1", None),
         _fixture(
             "broad-ws-1",
             "shell.run",
@@ -259,28 +265,7 @@ def _coding_review_request() -> Package:
             recorded_at=at,
             connection=conn,
         ),
-        _fixture(
-            "focused-ws-2",
-            "shell.run",
-            1,
-            focused,
-            {
-                "outcome": "ok",
-                "body": {
-                    "command": "pytest -q tests/test_adapter.py",
-                    "suites": ["adapter"],
-                    "completion": "completed",
-                    "exit_code": 0,
-                    "results": {"passed": 14, "failed": 0, "skipped": 0},
-                    "output": stories._FOCUSED_OUTPUT,
-                    "elapsed_s": 8,
-                },
-            },
-            condition=[{"resource": "call.workspace:ws-2", "revision": 2}],
-            recorded_at=at,
-            connection=conn,
-            synthetic=synthetic_ws2,
-        ),
+        focused_fixture("ws-2", synthetic_ws2),
         _fixture(
             "broad-ws-2",
             "shell.run",
