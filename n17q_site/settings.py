@@ -7,6 +7,7 @@ REDIS_URL, N17Q_SECRET_KEY and N17Q_DEBUG=0; see the README's configuration tabl
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -88,6 +89,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 if _test_db := env_str("N17Q_TEST_DATABASE_NAME", ""):
     # Two test runs against one PostgreSQL server (a developer's and a helper's) must not share a database.
     DATABASES["default"]["TEST"] = {"NAME": _test_db}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not memory: the replay integration tests start a real Celery worker process that must open the
+    # test database too. One file per test process, removed by the test runner at the end.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -192,6 +197,8 @@ else:
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
+# The queue replays are sent to (a worker started without -Q consumes "celery"); tests use one of their own.
+N17Q_REPLAY_QUEUE = env_str("N17Q_REPLAY_QUEUE", "celery")
 CELERY_TASK_IGNORE_RESULT = True  # state lives in our own tables, not in a result backend
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -154,13 +154,16 @@ def replay_launch(
 def replay_enqueue(replay_id: int) -> bool:
     """Send the task. A broker that cannot be reached loses nothing: the replay stays queued and the
     recovery pass (`replays_recover`) sends it again."""
+    from n17q_site.celery import ensure_file_broker_folders
+
     from .tasks import replay_run
 
     Replay.objects.filter(pk=replay_id, state=Replay.State.QUEUED).update(enqueued_at=timezone.now())
     try:
-        replay_run.apply_async((replay_id,), retry=False)
-    except Exception:  # kombu's connection errors have no common base worth naming here
-        log.warning("replay %s: the broker could not be reached; it stays queued for the recovery pass", replay_id)
+        ensure_file_broker_folders()  # the embedded broker's folders, in whichever process sends first
+        replay_run.apply_async((replay_id,), queue=settings.N17Q_REPLAY_QUEUE, retry=False)
+    except Exception as exc:  # kombu's connection errors have no common base worth naming here
+        log.warning("replay %s: the broker could not be reached (%s); it stays queued for recovery", replay_id, exc)
         return False
     return True
 

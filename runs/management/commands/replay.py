@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import CommandError
 
 from runs.management.base import JsonCommand
@@ -98,14 +99,16 @@ def _worker_answers(timeout: float) -> None:
     """Refuse before queueing anything when no worker is there to take it."""
     from n17q_site.celery import app
 
+    queue = settings.N17Q_REPLAY_QUEUE
     try:
-        replies = app.control.ping(timeout=timeout)
+        answers = app.control.inspect(timeout=timeout).active_queues() or {}
     except Exception as exc:  # kombu's connection errors: the broker itself is unreachable
         raise CommandError(f"the broker at {_broker()} cannot be reached ({exc}); nothing was queued") from None
-    if not replies:
+    if not any(q.get("name") == queue for queues in answers.values() for q in queues or []):
+        heard = f" ({len(answers)} answered, none consuming it)" if answers else ""
         raise CommandError(
-            f"no Celery worker answered within {timeout:g} s on {_broker()}; nothing was queued. "
-            "Start one with `celery -A n17q_site worker` (or use --inline)"
+            f"no Celery worker consuming queue {queue!r} answered within {timeout:g} s on {_broker()}{heard}; "
+            "nothing was queued. Start one with `celery -A n17q_site worker` (or use --inline)"
         )
 
 
