@@ -314,6 +314,7 @@ class _Progress:
         self.replay_id, self.token = replay_id, token
         self.last_write = 0.0
         self.lost = False
+        self.pending: dict[str, Any] | None = None  # the latest line not yet written
 
     def renew(self, **fields: Any) -> None:
         updated = Replay.objects.filter(pk=self.replay_id, state=Replay.State.RUNNING, claim_token=self.token).update(
@@ -325,13 +326,23 @@ class _Progress:
     def __call__(self, event: dict[str, Any]) -> None:
         if event.get("event") != "replay.progress":
             return
-        if time.monotonic() - self.last_write < self.PROGRESS_WRITE_S and event.get("events", 0) > 2:
+        self.pending = event
+        if time.monotonic() - self.last_write >= self.PROGRESS_WRITE_S or event.get("events", 0) <= 2:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the latest line (the sandbox ended: the import may take a while, show where it got)."""
+        event, self.pending = self.pending, None
+        if event is None:
             return
-        self.renew(
-            progress_events=int(event.get("events") or 0),
-            progress_logical=str(event.get("logical") or "")[:40],
-            progress_checkpoint=str(event.get("checkpoint") or "")[:200],
-        )
+        try:
+            self.renew(
+                progress_events=int(event.get("events") or 0),
+                progress_logical=str(event.get("logical") or "")[:40],
+                progress_checkpoint=str(event.get("checkpoint") or "")[:200],
+            )
+        except Exception:  # progress is for people watching; the replay goes on without it
+            log.exception("replay %s: progress could not be recorded", self.replay_id)
 
 
 # --- running ----------------------------------------------------------------------------------------------------
@@ -387,6 +398,7 @@ def _execute_claimed(replay: Replay, token: str) -> Replay:
             else f"exited {result.returncode}: {'; '.join(errors) or result.stderr[-500:]}"
         )
         return _end(replay, token, Replay.State.FAILED, f"the sandbox {why}")
+    progress.flush()
     progress.renew()
     if progress.lost:  # another worker took it over (our lease ran out): its run is the one that counts
         log.warning("replay %s: the claim was lost while the sandbox ran; leaving it to its holder", replay.pk)
