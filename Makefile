@@ -31,10 +31,10 @@ check: lint
 test: check test-sqlite test-postgres
 
 test-sqlite: $(STAMP)
-	N17Q_DATA_DIR=$$(mktemp -d) $(BIN)/pytest -q
+	N17Q_DATA_DIR=$$(mktemp -d) N17Q_TEST_REDIS_URL=$(REDIS_TEST_URL) $(BIN)/pytest -q
 
 test-postgres: $(STAMP)
-	N17Q_DATA_DIR=$$(mktemp -d) DATABASE_URL=$(PG_URL) N17Q_TEST_POSTGRES=1 \
+	N17Q_DATA_DIR=$$(mktemp -d) DATABASE_URL=$(PG_URL) N17Q_TEST_POSTGRES=1 N17Q_TEST_REDIS_URL=$(REDIS_TEST_URL) \
 	  N17Q_TEST_DATABASE_NAME=test_n17q_$$$$ $(BIN)/pytest -q -m "not browser"
 
 # Performance budgets (DESIGN §9); see docs/benchmarks.md. Not part of make test: they measure, not assert.
