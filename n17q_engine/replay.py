@@ -189,48 +189,59 @@ def run_replay(package: ReplayPackage, *, isolation: str) -> ReplayOutput:
 
 
 class _Log:
+    """The events of a replay, each encoded once, as it is appended, into the line the output will hold."""
+
     def __init__(self, ids: IdSource, wall: str) -> None:
         self.ids = ids
         self.wall = wall
         self.events: list[dict[str, Any]] = []
-        self.lines: list[bytes] = []
+        self.lines: list[str] = []  # canonical JSON of each event, newline included; encoded to UTF-8 once
         self.blobs: dict[str, bytes] = {}
         self.blob_meta: dict[str, dict[str, Any]] = {}
         self.by_id: dict[str, dict[str, Any]] = {}
         self.last: dict[str, dict[str, Any]] = {}
+        self._id_kinds: dict[str, str] = {}
 
     def new_id(self, kind: str) -> str:
-        return self.ids.next(kind.replace(".", "_"))
+        id_kind = self._id_kinds.get(kind)
+        if id_kind is None:
+            id_kind = self._id_kinds[kind] = kind.replace(".", "_")
+        return self.ids.next(id_kind)
 
     def append(self, event: dict[str, Any]) -> str:
         event["seq"] = len(self.events) + 1
         self.events.append(event)
-        self.lines.append(canonical.canonical_json(event))
-        self.by_id[event["id"]] = event
+        self.lines.append(canonical.canonical_line(event))
+        event_id = event["id"]
+        self.by_id[event_id] = event
         self.last[event["kind"]] = event
-        return event["id"]
+        return event_id
 
     def emit(self, kind: str, logical: str, attempt: str | None, *, event_id: str | None = None, **fields: Any) -> str:
-        event = {
-            "seq": 0,
-            "id": event_id or self.new_id(kind),
-            "kind": kind,
-            "at": {"logical": logical, "wall": self.wall},
-            "attempt": attempt,
-            **fields,
-        }
-        return self.append(event)
+        return self.add(kind, logical, attempt, event_id, fields)
+
+    def add(self, kind: str, logical: str, attempt: str | None, event_id: str | None, fields: dict[str, Any]) -> str:
+        """Append an event made of `fields` (the dict becomes the event: callers pass a dict of their own)."""
+        fields["id"] = event_id or self.new_id(kind)
+        fields["kind"] = kind
+        fields["at"] = {"logical": logical, "wall": self.wall}
+        fields["attempt"] = attempt
+        return self.append(fields)
 
     def blob(self, data: bytes, media_type: str, role: str) -> str:
         digest = canonical.digest_bytes(data)
         self.blobs[digest] = data
-        self.blob_meta.setdefault(
-            digest, {"media_type": media_type, "size": len(data), "role": role, "retention": "standard"}
-        )
+        if digest not in self.blob_meta:
+            self.blob_meta[digest] = {
+                "media_type": media_type,
+                "size": len(data),
+                "role": role,
+                "retention": "standard",
+            }
         return digest
 
     def jsonl(self) -> bytes:
-        return b"".join(line + b"\n" for line in self.lines)
+        return "".join(self.lines).encode("utf-8")
 
 
 def _run_meta(package: ReplayPackage, source: SourceRun, **fields: Any) -> dict[str, Any]:
@@ -467,7 +478,7 @@ class _Engine:
         return self._now_s
 
     def emit(self, kind: str, *, ref: Any = None, event_id: Any = None, **fields: Any) -> str:
-        new = self.log.emit(kind, self.now, self.attempt, event_id=event_id, **fields)
+        new = self.log.add(kind, self.now, self.attempt, event_id, fields)
         if ref is not None:
             self.map[ref] = new
         return new
