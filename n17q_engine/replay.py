@@ -121,6 +121,11 @@ JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
 TRUTH = {"reconstruction": "exact", "rerun": "comparable", "counterfactual": "experiment"}
 ISOLATION_ENV = "N17Q_SANDBOX_ISOLATION"
+# Progress lines for a watching console: `sandbox_main` sets this to write one `replay.progress` line on the
+# sandbox's stderr event channel every PROGRESS_EVERY steps. Counting steps, not reading a clock, keeps the log
+# byte-identical; nothing in the run depends on whether anyone is listening.
+PROGRESS: Any = None
+PROGRESS_EVERY = 64
 
 
 class ReplayError(ValueError):
@@ -188,13 +193,20 @@ class ReplayOutput:
 
 def sandbox_main(payload: bytes) -> bytes:
     """The sandbox entry: a replay package in wire form on stdin, a `ReplayOutput` on stdout."""
+    global PROGRESS
     # The child runs this one replay and exits, under the sandbox's memory limit. The engine makes no reference
     # cycles worth collecting (reference counting frees what it drops), so the cyclic collector would only walk
     # the ever larger log, fixtures and source run again and again: about a tenth of a large replay's time.
     gc.disable()
     isolation = os.environ.get(ISOLATION_ENV, "degraded")
+    PROGRESS = _progress_line
     package = Package.from_wire(payload, REPLAY_FORMAT)
     return run_replay(load_replay(package), isolation=isolation).to_wire()
+
+
+def _progress_line(events: int, logical: str) -> None:
+    line = json.dumps({"event": "replay.progress", "events": events, "logical": logical}) + "\n"
+    os.write(2, line.encode("utf-8"))
 
 
 def run_replay(package: ReplayPackage, *, isolation: str) -> ReplayOutput:
@@ -571,11 +583,16 @@ class _Engine:
     def run(self) -> ReplayOutput:
         self._scope_note()
         self._checkpoint(None)
+        progress = PROGRESS
+        if progress is not None:
+            progress(len(self.log.events), self.now)
         actions = self.decider.actions(self.source, self)
         try:
-            for action in actions:
+            for step, action in enumerate(actions, 1):
                 self.pace(action)
                 self.perform(action)
+                if progress is not None and step % PROGRESS_EVERY == 0:
+                    progress(len(self.log.events), self.now)
             self._settle_all()
         except _Stopped:
             pass

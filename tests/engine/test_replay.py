@@ -673,3 +673,32 @@ def test_the_seed_packages_match_the_schema_in_the_docs():
     events = b"".join(canonical_json(e) + b"\n" for e in b.events)
     replay_pkg = rl.replay_package(SEEDS["docs-research"], b.manifest, events, blobs=b.blobs)
     check(json.loads(replay_pkg.files["replay.json"]), "replay")
+
+
+def test_a_sandboxed_replay_reports_progress_while_it_runs_and_the_log_does_not_change():
+    calls = 300
+    fixtures = [rl.fixture(f"f{i}", rl.search_request(f"query {i}"), {"hits": [f"doc {i}"]}) for i in range(calls)]
+    manifest, events = rl.source_run([("docs.search", 1, {"query": f"query {i}"}) for i in range(calls)])
+    pkg = rl.replay_package(rl.scenario(fixtures=fixtures), manifest, events)
+    seen: list[dict] = []
+    streamed = run_sandboxed(
+        "n17q_engine.replay:sandbox_main",
+        pkg.to_wire(),
+        allow_degraded=False,
+        limits=Limits(),
+        timeout_s=60,
+        on_event=seen.append,
+    )
+    quiet = run_sandboxed(
+        "n17q_engine.replay:sandbox_main", pkg.to_wire(), allow_degraded=False, limits=Limits(), timeout_s=60
+    )
+    assert streamed.ok and quiet.ok, streamed.stderr
+    progress = [e for e in seen if e["event"] == "replay.progress"]
+    # one line after the scope note and first checkpoint, then one every PROGRESS_EVERY steps
+    assert len(progress) >= 1 + (calls * 2) // 64 - 1
+    counts = [p["events"] for p in progress]
+    assert counts[0] == 2 and counts == sorted(counts) and len(set(counts)) == len(counts)
+    assert all(p["logical"].endswith("Z") for p in progress)
+    final_events = ReplayOutput.from_wire(streamed.output).events
+    assert final_events == ReplayOutput.from_wire(quiet.output).events
+    assert counts[-1] < final_events.count(b"\n")
