@@ -214,7 +214,9 @@ def parse_capture(raw: bytes | str | dict) -> dict[str, Any]:
     for name in ("contract_revision", "world_revision"):
         value = data.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "contract_revision" else 0):
-            raise CaptureError(f"{name}: required, a {'positive' if name == 'contract_revision' else 'non-negative'} integer")
+            raise CaptureError(
+                f"{name}: required, a {'positive' if name == 'contract_revision' else 'non-negative'} integer"
+            )
     if data.get("effect_class") not in EFFECT_CLASSES:
         raise CaptureError(f"effect_class: one of {', '.join(EFFECT_CLASSES)}, got {data.get('effect_class')!r}")
     request, response = data.get("request"), data.get("response")
@@ -481,7 +483,10 @@ def _regex(pattern: str, group: int = 0, flags: int = 0) -> Callable[[str], Iter
 # The project's own rules, for what detect-secrets lacks (each has a labelled corpus in the tests).
 N17Q_RULES: tuple[tuple[str, Callable[[str], Iterator[str]]], ...] = (
     # A whole PEM block, so that masking removes the key material and not just the header detect-secrets names.
-    ("pem-private-key", _regex(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]{0,16384}?-----END[A-Z0-9 ]*PRIVATE KEY-----")),
+    (
+        "pem-private-key",
+        _regex(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]{0,16384}?-----END[A-Z0-9 ]*PRIVATE KEY-----"),
+    ),
     ("n17q-harness-token", _regex(r"n17q_[A-Za-z0-9_-]{43}")),
     ("bearer-token", _regex(r"\b[Bb]earer\s+([A-Za-z0-9._~+/-]{16,}=*)", 1)),
     # Credentials in any URL or connection string: scheme://user:password@host.
@@ -549,8 +554,20 @@ HINTS: dict[str, tuple[str, ...]] = {
     "azure-storage-key": ("accountkey=",),
     "basic-auth": ("://",),
     "git-hub-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
-    "git-lab-token": ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "gr1348941", "glcbt-", "glimt-", "glptt-",
-                      "glagent-", "gloas-", "glsa-"),
+    "git-lab-token": (
+        "glpat-",
+        "gldt-",
+        "glft-",
+        "glsoat-",
+        "glrt-",
+        "gr1348941",
+        "glcbt-",
+        "glimt-",
+        "glptt-",
+        "glagent-",
+        "gloas-",
+        "glsa-",
+    ),
     "jwt": ("eyj",),
     "mailchimp": ("-us",),
     "npm": ("_authtoken",),
@@ -602,8 +619,29 @@ def _detect_secrets_rules() -> tuple[Rule, ...]:
             rules.append(Rule("jwt", _jwt_finder(plugin), "detect-secrets"))
         else:
             anchor = "keyword" if name in _KEYWORD_ANCHORED else "token"
-            rules.append(Rule(_slug(name), plugin.analyze_string, "detect-secrets", anchor))
+            find = _denylist_finder(plugin) if hasattr(plugin, "denylist") else plugin.analyze_string
+            rules.append(Rule(_slug(name), find, "detect-secrets", anchor))
     return tuple(rules)
+
+
+def _denylist_finder(plugin: Any) -> Callable[[str], Iterator[str]]:
+    """The detector's own regexes, yielding what to mask.
+
+    detect-secrets' analyze_string yields a regex's groups when it has any, which for some detectors is a
+    prefix (`ghp`), not the secret; a mask needs the secret. The last non-empty group is taken when it is at
+    least 8 characters long (a password after `user:`, a key after its keyword), else the whole match.
+    """
+    patterns = tuple(plugin.denylist)
+
+    def find(text: str) -> Iterator[str]:
+        for regex in patterns:
+            for m in regex.finditer(text):
+                groups = [g for g in m.groups() if g]
+                value = groups[-1] if groups and len(groups[-1]) >= 8 else m.group(0)
+                if value:
+                    yield value
+
+    return find
 
 
 def _jwt_finder(plugin: Any) -> Callable[[str], Iterator[str]]:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.files.base import ContentFile
@@ -255,7 +255,9 @@ def _forget_blob(digest: str, recording: StagedRecording) -> None:
 
 
 def _event(recording: StagedRecording, action: str, actor: Any, **fields: Any) -> ReviewEvent:
-    event = ReviewEvent.objects.create(recording=recording, action=action, actor=actor, revision=recording.revision, **fields)
+    event = ReviewEvent.objects.create(
+        recording=recording, action=action, actor=actor, revision=recording.revision, **fields
+    )
     _audit(actor, f"recording.{action}", recording.public_id, fields.get("detail"))
     return event
 
@@ -304,7 +306,7 @@ def leaf_paths(recording: StagedRecording) -> list[str]:
 
 def _locate(content: dict[str, Any], path: str) -> tuple[Any, str | int]:
     parts = intake.split_path(path)
-    if parts[0] not in EDITABLE_ROOTS or len(parts) < 2 and parts[0] != "proposed_transition":
+    if parts[0] not in EDITABLE_ROOTS or (len(parts) < 2 and parts[0] != "proposed_transition"):
         raise ReviewRefused(f"{path}: pick a value inside request, response or proposed_transition")
     if len(parts) == 1:
         return content, parts[0]
@@ -363,8 +365,21 @@ def _change(recording: StagedRecording, revision: int | None, mutate: Any) -> St
     written: list[str] = []
     try:
         locked.body_blobs = _write_bodies(locked, written)
-        locked.save(update_fields=["request", "response", "proposed_transition", "revision", "body_blobs", "synthetic",
-                                   "fidelity_note", "outcome", "normalized_request", "request_digest", "key_note"])
+        locked.save(
+            update_fields=[
+                "request",
+                "response",
+                "proposed_transition",
+                "revision",
+                "body_blobs",
+                "synthetic",
+                "fidelity_note",
+                "outcome",
+                "normalized_request",
+                "request_digest",
+                "key_note",
+            ]
+        )
     except Exception:
         _remove_blobs(written)
         raise
@@ -605,8 +620,12 @@ def recording_approve(*, recording: StagedRecording, user: Any, revision: int | 
         except ReviewRefused as exc:
             refusal = str(exc)
     with transaction.atomic():
-        _event(recording, ReviewEvent.Action.REFUSED, user if getattr(user, "is_authenticated", False) else None,
-               reason=f"approve refused: {refusal}")
+        _event(
+            recording,
+            ReviewEvent.Action.REFUSED,
+            user if getattr(user, "is_authenticated", False) else None,
+            reason=f"approve refused: {refusal}",
+        )
     raise ReviewRefused(refusal)
 
 
@@ -635,17 +654,19 @@ def _approve(recording: StagedRecording, user: Any, revision: int | None) -> Sta
                 fixture=fixture,
                 approved_by=user,
             )
-        scenario = scenario_version_mint(
-            base=base, add_fixtures=[fixture], user=user, source="promotion", _locked=True
-        )
+        scenario = scenario_version_mint(base=base, add_fixtures=[fixture], user=user, source="promotion", _locked=True)
         StagedRecording.objects.filter(pk=recording.pk).update(fixture_version=version, scenario_version=scenario)
         recording.refresh_from_db()
         _event(
             recording,
             ReviewEvent.Action.APPROVE,
             user,
-            detail={"fixture": version.fixture_id, "fixture_digest": version.digest, "scenario": scenario.ref,
-                    "based_on": base.ref},
+            detail={
+                "fixture": version.fixture_id,
+                "fixture_digest": version.digest,
+                "scenario": scenario.ref,
+                "based_on": base.ref,
+            },
         )
     log.info("approved %s: fixture %s in %s", recording.public_id, version.fixture_id, scenario.ref)
     return recording
@@ -701,8 +722,10 @@ def scenario_version_mint(
             f
             for f in fixtures
             if f.get("id") != fixture["id"]
-            and not ((f.get("tool"), f.get("contract_revision"), _digest_of(f)) == key
-                     and (f.get("condition") or None) == (fixture.get("condition") or None))
+            and not (
+                (f.get("tool"), f.get("contract_revision"), _digest_of(f)) == key
+                and (f.get("condition") or None) == (fixture.get("condition") or None)
+            )
         ]
         fixtures.append(fixture)
     files["fixtures.json"] = fixtures
@@ -749,7 +772,9 @@ def _digest_of(fixture: Mapping[str, Any]) -> str | None:
 # --- copy similar ------------------------------------------------------------------------------------------------
 
 
-def recording_copy_similar(*, replay_run: Any, missing_event_id: str, like_fixture_id: str | None, user: Any) -> StagedRecording:
+def recording_copy_similar(
+    *, replay_run: Any, missing_event_id: str, like_fixture_id: str | None, user: Any
+) -> StagedRecording:
     """'Copy similar' on a fixture.missing event of a replay's run: a staged candidate with its own identity,
     keyed by the missing call's normalized request (read from the run's tool.call that `call_id` names), whose
     response is copied from fixture `like_fixture_id` of the run's scenario version (or empty when None),
@@ -770,7 +795,9 @@ def recording_copy_similar(*, replay_run: Any, missing_event_id: str, like_fixtu
             f"{body.get('reason', '')}".rstrip(": ")
         )
     scenario_ref = body.get("scenario") or {}
-    scenario = ScenarioVersion.objects.filter(name=scenario_ref.get("name"), version=scenario_ref.get("version")).first()
+    scenario = ScenarioVersion.objects.filter(
+        name=scenario_ref.get("name"), version=scenario_ref.get("version")
+    ).first()
     if scenario is None:
         raise ReviewRefused(f"the run's scenario version {scenario_ref!r} is not held")
     tool = call.body.get("tool")
@@ -780,7 +807,10 @@ def recording_copy_similar(*, replay_run: Any, missing_event_id: str, like_fixtu
     response_body: Any = None
     outcome = "empty"
     transition = None
-    note = f"synthetic: no response was recorded for this request; the response is empty (copy similar in {replay_run.run_id})"
+    note = (
+        "synthetic: no response was recorded for this request; the response is empty "
+        f"(copy similar in {replay_run.run_id})"
+    )
     like = None
     if like_fixture_id:
         like = next((f for f in scenario.fixture_items if f.get("id") == like_fixture_id), None)
@@ -802,7 +832,13 @@ def recording_copy_similar(*, replay_run: Any, missing_event_id: str, like_fixtu
         "captured_at": timezone.now().isoformat().replace("+00:00", "Z"),
         "source_revision": None,
         "effect_class": effect_class,
-        "request": {"method": "TOOL", "url": f"tool:{tool}", "headers": {}, "body": None, "args": call.body.get("request") or {}},
+        "request": {
+            "method": "TOOL",
+            "url": f"tool:{tool}",
+            "headers": {},
+            "body": None,
+            "args": call.body.get("request") or {},
+        },
         "response": {"status": 200, "headers": {}, "body": response_body},
         "proposed_transition": transition if effect_class == "mutation" else None,
         "world_revision": body.get("world_revision") or 0,

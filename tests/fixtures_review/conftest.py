@@ -45,7 +45,9 @@ def search_capture(query: str = "rotate signing keys", body=None, **changes) -> 
         response={
             "status": 200,
             "headers": {"Content-Type": "application/json"},
-            "body": body if body is not None else {"items": [{"title": "Key rotation", "url": "https://docs.example/k"}]},
+            "body": body
+            if body is not None
+            else {"items": [{"title": "Key rotation", "url": "https://docs.example/k"}]},
         },
     )
     capture.update(changes)

@@ -57,5 +57,7 @@ class Command(JsonCommand):
         lines = [f"Staged {result['staged']} ({result['scenario']} {result['tool']})"]
         lines += [f"  redacted {r['path']} ({r['rule']})" for r in result["redactions"]]
         lines += [f"  finding {f['rule']} at {f['path']}: {f['preview']} (masked)" for f in result["findings"]]
-        lines.append("  promotable" if result["promotable"] else "  not promotable yet: " + "; ".join(result["blockers"]))
+        lines.append(
+            "  promotable" if result["promotable"] else "  not promotable yet: " + "; ".join(result["blockers"])
+        )
         return "\n".join(lines)
