@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -235,6 +236,7 @@ def _spawn(
     timeout_s: float,
     unshare: Callable[[int], None] | None,
     allow_test_entries: bool,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[int, bytes, bytes, float, int, bool]:
     argv = [sys.executable, "-P", "-S", "-c", CHILD_CODE, entry]
     if allow_test_entries:
@@ -256,12 +258,15 @@ def _spawn(
             preexec_fn=preexec,
         )
         try:
-            try:
-                out, err = proc.communicate(payload, timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc)
-                out, err = proc.communicate()
+            if on_event is not None:
+                out, err, timed_out = _communicate_streaming(proc, payload, timeout_s, on_event)
+            else:
+                try:
+                    out, err = proc.communicate(payload, timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    _kill_group(proc)
+                    out, err = proc.communicate()
         except BaseException:
             _kill_group(proc)
             proc.wait()
@@ -271,6 +276,60 @@ def _spawn(
         return proc.returncode, out, err, wall_s, spawn_ns, timed_out
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _communicate_streaming(
+    proc: subprocess.Popen[bytes], payload: bytes, timeout_s: float, on_event: Callable[[dict[str, Any]], None]
+) -> tuple[bytes, bytes, bool]:
+    """`communicate`, but each JSON event line on stderr reaches `on_event` as it arrives (in this thread).
+
+    stdin and stdout are served by two threads so a large payload or output never blocks the pipe; a timer
+    kills the child's group at the deadline. An exception from `on_event` is not the child's fault: it is
+    dropped, and the line is kept with the rest of stderr either way.
+    """
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+    chunks: list[bytes] = []
+
+    def feed() -> None:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            stdin.write(payload)
+        with contextlib.suppress(BrokenPipeError, OSError):
+            stdin.close()
+
+    def drain() -> None:
+        chunks.append(stdout.read())
+
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        _kill_group(proc)
+
+    threads = [threading.Thread(target=feed, daemon=True), threading.Thread(target=drain, daemon=True)]
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    for t in threads:
+        t.start()
+    timer.start()
+    err_lines: list[bytes] = []
+    try:
+        for line in stderr:
+            err_lines.append(line)
+            if line.startswith(b"{"):
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict):
+                    with contextlib.suppress(Exception):
+                        on_event(event)
+        proc.wait()
+    finally:
+        timer.cancel()
+    for t in threads:
+        t.join()
+    return b"".join(chunks), b"".join(err_lines), expired.is_set()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -286,11 +345,14 @@ def run_sandboxed(
     limits: Limits,
     timeout_s: float,
     allow_test_entries: bool = False,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
     _unshare: Callable[[int], None] | None = None,
 ) -> SandboxResult:
     """Run ``entry`` ("n17q_engine.module:function") on ``payload`` in a sandboxed child process.
 
     ``allow_test_entries`` lets entries under ``tests.`` run (the test suite's probes only).
+    ``on_event`` receives every JSON event line of the child's stderr as it is written (the replay's
+    ``replay.progress`` lines, say), in the calling thread, while the child runs.
     ``_unshare`` replaces the ``unshare(2)`` call, so tests can make namespace creation fail.
     Raises :class:`IsolationUnavailable` when no namespace can be made and ``allow_degraded`` is false.
     """
@@ -302,6 +364,7 @@ def run_sandboxed(
         "timeout_s": timeout_s,
         "unshare": _unshare,
         "allow_test_entries": allow_test_entries,
+        "on_event": on_event,
     }
     rc, out, err, wall_s, spawn_ns, timed_out = _spawn(entry, payload, isolate=True, **common)
     events, other = _parse_stderr(err)

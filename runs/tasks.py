@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from .audit import audit_via
 from .replays import replay_execute
 
 
 @shared_task(name="runs.replay_run", acks_late=True)
 def replay_run(replay_id: int) -> str:
-    return replay_execute(replay_id).state
+    with audit_via("worker"):
+        return replay_execute(replay_id).state
