@@ -263,11 +263,8 @@ def _event(recording: StagedRecording, action: str, actor: Any, **fields: Any) -
 
 
 def _audit(actor: Any, action: str, target: str, detail: Any) -> None:
-    """Helper D's site-wide audit log, when it is there (runs/audit.py)."""
-    try:
-        from runs.audit import audit_record  # type: ignore[import-not-found]
-    except ImportError:
-        return
+    from runs.audit import audit_record
+
     audit_record(actor=actor, action=action, target=target, detail=detail if isinstance(detail, dict) else None)
 
 
