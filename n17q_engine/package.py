@@ -5,8 +5,9 @@ its bytes. The same package travels three ways, each verified the same way on lo
 
 - a directory (`package.json` beside the files),
 - a `.zip` or `.tar.gz` of that directory (unpacked by `archive.py`, which refuses unsafe members),
-- the wire form a replay sandbox reads on stdin: one JSON object `{"package.json": <manifest>, "files":
-  {name: <base64 of the bytes>}}`.
+- the wire form a replay sandbox reads on stdin (`WIRE_MAGIC`): a first line naming the form, a second line
+  `{"files": [[name, size], ...], "package.json": <manifest>}` (canonical JSON), then each file's bytes in that
+  order, as they are: nothing to escape or decode on the way in.
 
 Loading refuses, with the file's name: a file the manifest does not list, a listed file that is missing, a
 digest that differs (one changed byte), a name that is not a plain relative path, a manifest of another
@@ -28,8 +29,6 @@ Two formats use this:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -45,6 +44,7 @@ from .vocabulary import FAULT_STAGES
 from .world import SimulatedWorld, WorldError, parse_time
 
 MANIFEST = "package.json"
+WIRE_MAGIC = b"n17q.package-wire/2\n"  # /1 was one JSON object with every file in base64
 SCENARIO_FORMAT = "n17q.scenario-package/1"
 REPLAY_FORMAT = "n17q.replay-package/1"
 SCENARIO_FILES = ("contracts.json", "fixtures.json", "policy.json", "scenario.json", "workspaces.json", "world.json")
@@ -154,24 +154,37 @@ class Package:
 
     # wire
     def to_wire(self) -> bytes:
-        files = {name: base64.b64encode(data).decode("ascii") for name, data in sorted(self.files.items())}
-        return dump({MANIFEST: self.manifest, "files": files})
+        names = sorted(self.files)
+        header = {MANIFEST: self.manifest, "files": [[name, len(self.files[name])] for name in names]}
+        return b"".join([WIRE_MAGIC, dump(header), b"\n", *(self.files[name] for name in names)])
 
     @classmethod
     def from_wire(cls, data: bytes, fmt: str) -> Package:
+        if not data.startswith(WIRE_MAGIC):
+            raise PackageError(f"the package's wire form starts with {WIRE_MAGIC!r}")
+        end = data.find(b"\n", len(WIRE_MAGIC))
+        view = memoryview(data)
         try:
-            outer = json.loads(data)
+            outer = json.loads(view[len(WIRE_MAGIC) : end].tobytes()) if end >= 0 else None
         except (ValueError, UnicodeDecodeError) as exc:
-            raise PackageError(f"the package is not JSON: {exc}") from None
-        if not isinstance(outer, dict) or set(outer) != {MANIFEST, "files"} or not isinstance(outer["files"], dict):
-            raise PackageError(f'the wire form is {{"{MANIFEST}": ..., "files": {{name: base64}}}}')
-        manifest, files = outer[MANIFEST], {}
-        for name, text in outer["files"].items():
-            try:
-                files[name] = base64.b64decode(text, validate=True)
-            except (binascii.Error, TypeError, ValueError):
-                raise PackageError(f"{name}: not base64") from None
-        return cls.verify(manifest, files, fmt)
+            raise PackageError(f"the package's wire header is not JSON: {exc}") from None
+        if not isinstance(outer, dict) or set(outer) != {MANIFEST, "files"} or not isinstance(outer["files"], list):
+            raise PackageError(f'the wire header is {{"{MANIFEST}": ..., "files": [[name, size], ...]}}')
+        files: dict[str, bytes] = {}
+        offset = end + 1
+        for item in outer["files"]:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+                raise PackageError(f"the wire header lists {item!r}, not [name, size]")
+            name, size = item
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(data):
+                raise PackageError(f"{name}: the wire form does not hold its {size!r} bytes")
+            if name in files:
+                raise PackageError(f"{name}: twice in the wire form")
+            files[name] = view[offset : offset + size].tobytes()
+            offset += size
+        if offset != len(data):
+            raise PackageError(f"the wire form holds {len(data) - offset} bytes its header does not account for")
+        return cls.verify(outer[MANIFEST], files, fmt)
 
     @classmethod
     def verify(cls, manifest: Any, files: Mapping[str, bytes], fmt: str) -> Package:
@@ -412,8 +425,13 @@ def build_scenario(files: Mapping[str, Any]) -> Package:
     return package
 
 
-def load_scenario(package: Package) -> ScenarioPackage:
-    """Check a scenario package whole: every file, every fixture against its contract, every cross-reference."""
+def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> ScenarioPackage:
+    """Check a scenario package whole: every file, every fixture against its contract, every cross-reference.
+
+    `fixtures_normalized=True` (only `load_replay`, for a scenario its builder checked in full under
+    `CHECK_REVISION`) skips re-normalizing each fixture's request; every other check still runs, and each
+    fixture's key is still computed from its request (see `Fixture.from_dict`).
+    """
     if package.manifest.get("format") != SCENARIO_FORMAT:
         raise PackageError(f"{MANIFEST}: not a scenario package")
     names = set(package.files)
@@ -486,7 +504,7 @@ def load_scenario(package: Package) -> ScenarioPackage:
         if contract is None:
             raise PackageError(f"fixtures.json[{i}]: no contract {key} in contracts.json for this fixture")
         try:
-            fixtures.append(Fixture.from_dict(item, contract))
+            fixtures.append(Fixture.from_dict(item, contract, parsed=True, normalized=fixtures_normalized))
         except FixtureError as exc:
             raise PackageError(f"fixtures.json[{i}]: {exc}") from None
     try:
@@ -724,6 +742,15 @@ def _time(value: Any, where: str) -> str:
 
 VARY_KEYS = ("policy", "decider", "human", "fault", "clock", "budget", "delay")
 
+# What `load_scenario` checks, versioned. `build_replay` checks the scenario in full and records in replay.json
+# `"scenario_checked": {"revision": CHECK_REVISION, "scenario": <the scenario package's digest>}`; a sandbox
+# loading that package under the same revision skips the one check that costs most and proves least: re-
+# normalizing every fixture request (see `Fixture.from_dict` for why skipping it cannot make a lookup answer
+# wrongly). A package without the record, or with another revision, is checked in full (and refused if a
+# fixture is not normalized); a record naming another scenario is refused. Bump this whenever what
+# `load_scenario` or `Fixture.from_dict` checks changes, so packages built before are checked in full again.
+CHECK_REVISION = "n17q.scenario-check/1"
+
 
 @dataclass(frozen=True)
 class ReplayPackage:
@@ -757,18 +784,19 @@ def build_replay(
     source_events: bytes,
     source_blobs: Mapping[str, bytes],
 ) -> Package:
-    """The portable replay package a worker hands to the sandbox. Checked as it will be loaded."""
+    """The portable replay package a worker hands to the sandbox. Checked (in full) as it will be loaded."""
+    meta: dict[str, Any] = {
+        "id": replay_id,
+        "run_id": run_id,
+        "mode": mode,
+        "vary": dict(vary),
+        "decider": decider,
+        "launched_at": launched_at,
+    }
+    if scenario is not None:
+        meta["scenario_checked"] = {"revision": CHECK_REVISION, "scenario": scenario.digest}
     files: dict[str, bytes] = {
-        "replay.json": dump(
-            {
-                "id": replay_id,
-                "run_id": run_id,
-                "mode": mode,
-                "vary": dict(vary),
-                "decider": decider,
-                "launched_at": launched_at,
-            }
-        ),
+        "replay.json": dump(meta),
         "source/manifest.json": dump(dict(source_manifest)),
         "source/events.jsonl": source_events,
     }
@@ -781,13 +809,20 @@ def build_replay(
         for name, data in scenario.files.items():
             files[f"scenario/{name}"] = data
     package = Package.build(REPLAY_FORMAT, {"replay": replay_id}, files)
-    load_replay(package)
+    load_replay(package, full_check=True)  # what makes the scenario_checked record true
     return package
 
 
-def load_replay(package: Package) -> ReplayPackage:
+def load_replay(package: Package, *, full_check: bool = False) -> ReplayPackage:
+    """A replay package, checked. Its scenario is checked in full unless replay.json records that its builder
+    did so under this `CHECK_REVISION` (and `full_check` is false); see `CHECK_REVISION`."""
     meta = package.json("replay.json")
-    _keys(_obj(meta, "replay.json"), "replay.json", required={"id", "run_id", "mode", "vary", "decider", "launched_at"})
+    _keys(
+        _obj(meta, "replay.json"),
+        "replay.json",
+        required={"id", "run_id", "mode", "vary", "decider", "launched_at"},
+        optional={"scenario_checked"},
+    )
     mode = meta["mode"]
     if mode not in MODES:
         raise PackageError(f"replay.json: mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -803,9 +838,24 @@ def load_replay(package: Package) -> ReplayPackage:
     for key in ("id", "run_id", "decider"):
         if not isinstance(meta[key], str) or not meta[key]:
             raise PackageError(f"replay.json: {key} must be a non-empty string")
+    checked = meta.get("scenario_checked")
+    if checked is not None:
+        _keys(
+            _obj(checked, "replay.json: scenario_checked"),
+            "replay.json: scenario_checked",
+            required={"revision", "scenario"},
+        )
     scenario = None
     if "scenario/package.json" in package.files:
-        scenario = load_scenario(package.subpackage("scenario", SCENARIO_FORMAT))
+        sub = package.subpackage("scenario", SCENARIO_FORMAT)
+        if checked is not None and checked["scenario"] != sub.digest:
+            raise PackageError(
+                f"replay.json: scenario_checked names scenario {checked['scenario']!r}, the package holds {sub.digest}"
+            )
+        trusted = not full_check and checked is not None and checked["revision"] == CHECK_REVISION
+        scenario = load_scenario(sub, fixtures_normalized=trusted)
+    elif checked is not None:
+        raise PackageError("replay.json: scenario_checked names a scenario the package does not hold")
     elif mode != "reconstruction":
         raise PackageError(f"scenario/{MANIFEST}: a {mode} needs a scenario")
     source_manifest = package.json("source/manifest.json")

@@ -49,6 +49,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "runs.audit.AuditRequestMiddleware",
     # Everything needs a login (DESIGN §8); views that must not (the login page) opt out explicitly.
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -155,6 +156,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "runs.api.exception_handler",
+    # 0: the client is REMOTE_ADDR. DRF's default (None) would believe any X-Forwarded-For a client sends,
+    # which lets one client pose as many to the throttles. Behind N trusted proxies, set N17Q_NUM_PROXIES=N.
+    "NUM_PROXIES": env_int("N17Q_NUM_PROXIES", 0, minimum=0),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "N17Q API",

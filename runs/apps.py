@@ -12,3 +12,11 @@ class RunsConfig(AppConfig):
         from .signals import ensure_roles
 
         post_migrate.connect(ensure_roles, dispatch_uid="n17q-ensure-roles")
+
+        from django.contrib.auth import signals as auth_signals
+
+        from . import audit
+
+        auth_signals.user_logged_in.connect(audit.on_user_logged_in, dispatch_uid="n17q-audit-sign-in")
+        auth_signals.user_logged_out.connect(audit.on_user_logged_out, dispatch_uid="n17q-audit-sign-out")
+        auth_signals.user_login_failed.connect(audit.on_user_login_failed, dispatch_uid="n17q-audit-sign-in-refused")

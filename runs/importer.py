@@ -10,6 +10,7 @@ The order matters for "nothing is stored" on refusal:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import tempfile
@@ -28,6 +29,7 @@ from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError, parse_iso
 from n17q_engine.lineage import LineageGraph
 
+from .audit import audit_record
 from .bulk import Appender, BackgroundInserts, datetime_adapter
 from .models import Blob, Edge, Event, Finding, Run, RunBlob, RunObject, blob_storage_name
 
@@ -48,6 +50,29 @@ class ImportResult:
         return {"run": self.run.run_id, "events": self.events, "findings": self.findings}
 
 
+def _audit_refusals(describe: Any) -> Any:
+    """Record a refused import in the audit log too: who tried to add what to history, and why not."""
+
+    def wrap(function: Any) -> Any:
+        @functools.wraps(function)
+        def audited(source: Any, *, user: Any = None) -> ImportResult:
+            try:
+                return function(source, user=user)
+            except BundleError as exc:
+                audit_record(
+                    actor=user,
+                    action="run.import_refused",
+                    target=describe(source),
+                    detail={"error": " ".join(str(exc).splitlines())[:1000]},
+                )
+                raise
+
+        return audited
+
+    return wrap
+
+
+@_audit_refusals(lambda path: str(path))
 def run_import_from_path(path: Path, *, user: Any = None) -> ImportResult:
     """Import a bundle given as a folder, a .zip or a .tar.gz on disk."""
     try:
@@ -69,6 +94,7 @@ def run_import_from_path(path: Path, *, user: Any = None) -> ImportResult:
         return _import_root(root, user=user)
 
 
+@_audit_refusals(lambda upload: f"upload {getattr(upload, 'name', '') or ''}")
 def run_import_from_upload(upload: Any, *, user: Any = None) -> ImportResult:
     """Import an uploaded archive (a Django UploadedFile), streamed to a temporary file first."""
     if upload.size is not None and upload.size > settings.N17Q_MAX_BUNDLE_BYTES:
@@ -123,6 +149,12 @@ def _import_root(root: Path, *, user: Any) -> ImportResult:
         with transaction.atomic():
             written = _store_blobs(blob_paths)
             result = _write_run(run_meta, manifest, events_path, digest, user=user)
+            audit_record(
+                actor=user,
+                action="run.import",
+                target=result.run.run_id,
+                detail={"events": result.events, "findings": len(result.findings), "bundle_digest": digest},
+            )
     except IntegrityError as exc:
         _remove_blobs(written)
         # Two imports of the same run racing: the loser is told plainly.

@@ -336,3 +336,30 @@ class Replay(models.Model):
     @property
     def ended(self) -> bool:
         return self.state in self.ENDED
+
+
+class AuditEntry(AppendOnlyModel):
+    """One thing a person, a harness or the console did that someone may later have to account for.
+
+    Written by `runs.audit.audit_record` only. Append-only like history (the model refuses, and on
+    PostgreSQL a trigger refuses again). The actor is kept as text as well as by id: an entry must still
+    say who acted after the account is renamed or removed, so there is no foreign key to cascade or null.
+    """
+
+    at = models.DateTimeField(db_index=True)
+    actor = models.CharField(max_length=150, blank=True, default="")  # username; "" for nobody signed in
+    actor_user_id = models.BigIntegerField(null=True, blank=True)
+    # How the action arrived: "web" (a session), "token <prefix>" (a harness), "cli <os user>", "worker", "system".
+    via = models.CharField(max_length=60)
+    action = models.CharField(max_length=60, db_index=True)
+    target = models.CharField(max_length=300, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+    ip = models.GenericIPAddressField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [models.Index(fields=["actor", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor or '-'} {self.action} {self.target}"

@@ -7,7 +7,6 @@ form with a CSRF token; nothing launches from a GET. Views parse, call one servi
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from typing import Any
 
@@ -20,8 +19,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from fixtures_review.models import ScenarioVersion
+from fixtures_review.services import recording_copy_similar, scenario_version_mint
 from n17q_engine.deciders import DECIDERS
 
+from .audit import audit_record
 from .comparison import comparison_build
 from .forms import CopySimilarForm, CounterfactualForm, ExcludeToolForm, LaunchForm
 from .launch import BUDGET_RESOURCES, BUTTONS, VaryRefused, fault_choices, launch_summary, scenario_loaded
@@ -34,11 +35,6 @@ log = logging.getLogger(__name__)
 
 
 def _audit(request: HttpRequest, action: str, target: str, detail: dict[str, Any]) -> None:
-    """helper D's append-only audit trail (runs/audit.py), once it is there."""
-    if importlib.util.find_spec("runs.audit") is None:
-        return
-    from runs.audit import audit_record  # type: ignore[import-not-found,unused-ignore]
-
     audit_record(actor=request.user, action=action, target=target, detail=detail, request=request)
 
 
@@ -169,7 +165,6 @@ def missing_fixture(request: HttpRequest, pk: int, index: int) -> HttpResponse:
         {
             "view": view,
             "exclude_form": ExcludeToolForm(),
-            "copy_similar_ready": importlib.util.find_spec("fixtures_review.services") is not None,
         },
     )
 
@@ -183,8 +178,6 @@ def missing_copy_similar(request: HttpRequest, pk: int, index: int) -> HttpRespo
         raise Http404(f"replay {pk} has no missing fixture #{index}")
     form = CopySimilarForm(request.POST)
     form.is_valid()
-    from fixtures_review.services import recording_copy_similar  # type: ignore[import-not-found,unused-ignore]
-
     record = replay.missing[index]
     try:
         staged = recording_copy_similar(
@@ -202,10 +195,7 @@ def missing_copy_similar(request: HttpRequest, pk: int, index: int) -> HttpRespo
         f"Staged candidate {staged.pk} created for {record['tool']} (marked synthetic). It satisfies nothing until "
         "a reviewer other than you approves it.",
     )
-    try:
-        return redirect(staged.get_absolute_url())
-    except AttributeError:
-        return redirect("runs:missing-fixture", pk=pk, index=index)
+    return redirect("runs:missing-fixture", pk=pk, index=index)
 
 
 @permission_required("runs.launch_replay", raise_exception=True)
@@ -219,8 +209,6 @@ def missing_exclude_tool(request: HttpRequest, pk: int, index: int) -> HttpRespo
     if not form.is_valid():
         messages.error(request, "Say why the tool is excluded: the reason is recorded in the scenario version.")
         return redirect("runs:missing-fixture", pk=pk, index=index)
-    from fixtures_review.services import scenario_version_mint  # type: ignore[import-not-found,unused-ignore]
-
     tool = replay.missing[index]["tool"]
     try:
         version = scenario_version_mint(

@@ -37,6 +37,7 @@ from n17q_engine.package import VARY_KEYS, PackageError, build_replay
 from n17q_engine.replay import ReplayError, ReplayOutput
 from n17q_engine.sandbox import IsolationUnavailable, Limits, SandboxError, run_sandboxed
 
+from .audit import audit_record
 from .importer import run_import_from_path
 from .models import Event, Finding, Replay, Run, RunBlob, blob_storage_name
 
@@ -104,16 +105,32 @@ def replay_create(
             f"checkpoint {checkpoint!r}: the engine branches at the run's start (its first checkpoint) only; "
             "a replay from a later checkpoint is not supported yet"
         )
-    return Replay.objects.create(
-        source_run=run,
-        mode=mode,
-        vary=vary,
-        decider=vary.get("decider", "recorded"),
-        checkpoint=checkpoint,
-        scenario_version=version,
-        environment=launch_summary(run, mode=mode, vary=vary, version=version),
-        created_by=user if getattr(user, "is_authenticated", False) else None,
-    )
+    environment = launch_summary(run, mode=mode, vary=vary, version=version)
+    with transaction.atomic():
+        replay = Replay.objects.create(
+            source_run=run,
+            mode=mode,
+            vary=vary,
+            decider=vary.get("decider", "recorded"),
+            checkpoint=checkpoint,
+            scenario_version=version,
+            environment=environment,
+            created_by=user if getattr(user, "is_authenticated", False) else None,
+        )
+        audit_record(
+            actor=user,
+            action="replay.create",
+            target=f"replay {replay.pk} of {run.run_id}",
+            detail={
+                "replay": replay.pk,
+                "run": run.run_id,
+                "mode": mode,
+                "vary": vary,
+                "scenario": version and version.ref,
+                "checkpoint": checkpoint,
+            },
+        )
+    return replay
 
 
 def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:

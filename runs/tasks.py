@@ -15,6 +15,7 @@ from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import close_old_connections, connections
 
+from .audit import audit_via
 from .replays import replay_execute, replays_recover
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,8 @@ log = logging.getLogger(__name__)
 @shared_task(name="runs.replay_run", acks_late=True, reject_on_worker_lost=True)
 def replay_run(replay_id: int) -> str:
     try:
-        return replay_execute(replay_id).state
+        with audit_via("worker"):
+            return replay_execute(replay_id).state
     finally:
         close_old_connections()
 

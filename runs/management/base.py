@@ -6,12 +6,21 @@ Errors become CommandError, which Django prints as a single `CommandError: …` 
 
 from __future__ import annotations
 
+import getpass
 import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from n17q_engine.bundle import BundleError
+from runs.audit import audit_via
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER: a container's arbitrary uid
+        return "unknown"
 
 
 class JsonCommand(BaseCommand):
@@ -20,7 +29,8 @@ class JsonCommand(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            result = self.run(**options)
+            with audit_via(f"cli {_os_user()}"):
+                result = self.run(**options)
         except CommandError:
             raise
         except BundleError as exc:
