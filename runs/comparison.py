@@ -320,3 +320,43 @@ def _invariants(run: Run) -> dict[str, Any]:
         matches,
     )
     return out
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str
+    validation: str  # "validation complete" | "validation incomplete: …" | "no validation recorded"
+    effects: str
+
+
+def run_outcome(run: Run) -> Outcome:
+    """What a finished run amounts to, in two plain sentences: validation, and effects (read from its events)."""
+    events, _ = _events(run, ("command.receipt", "waiver.granted", "effect.intent", "effect.execution"))
+    executions = {e["id"] for e in events if e["kind"] == "effect.execution"}
+    intents = [e for e in events if e["kind"] == "effect.intent"]
+    waived = {(w.get("failure"), w.get("suite")) for w in events if w["kind"] == "waiver.granted"}
+    latest: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for e in events:
+        if e["kind"] == "command.receipt":
+            for suite in e.get("suites") or [e.get("command")]:
+                latest[(e.get("workspace_id"), suite)] = e
+    problems = []
+    for (workspace, suite), e in latest.items():
+        failed = (e.get("results") or {}).get("failed") or 0
+        if e.get("completion") != "completed":
+            problems.append(f"{suite} in {workspace} {e.get('completion')}")
+        elif failed and (e["id"], suite) not in waived:
+            problems.append(f"{suite} in {workspace}: {failed} failed")
+    if not latest:
+        validation = "no validation recorded"
+    elif problems:
+        validation = "validation incomplete: " + "; ".join(sorted(problems))
+    else:
+        validation = "validation complete"
+    deliveries = Event.objects.filter(run=run, kind="world.transition", body__cause__in=list(executions)).count()
+    if not intents:
+        effects = "no request: no effect intent, no delivery"
+    else:
+        plural = "s" if len(intents) != 1 else ""
+        effects = f"{len(intents)} effect intent{plural}, {deliveries} deliver{'y' if deliveries == 1 else 'ies'}"
+    return Outcome(run.final_state, validation, effects)

@@ -23,7 +23,7 @@ from fixtures_review.services import recording_copy_similar, scenario_version_mi
 from n17q_engine.deciders import DECIDERS
 
 from .audit import audit_record
-from .comparison import comparison_build
+from .comparison import comparison_build, run_outcome
 from .forms import CopySimilarForm, CounterfactualForm, ExcludeToolForm, LaunchForm
 from .launch import BUDGET_RESOURCES, BUTTONS, VaryRefused, fault_choices, launch_summary, scenario_loaded
 from .missing import missing_fixture_view
@@ -133,7 +133,11 @@ def replay_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """The replay page. Polled by htmx while it runs (`?poll=1`): the progress region only; when a polled
     replay ends on a missing fixture, the browser is sent to the missing-fixture page."""
     replay = get_object_or_404(Replay.objects.select_related("source_run", "scenario_version", "run"), pk=pk)
-    context = {"replay": replay, "button": BUTTONS_BY_MODE.get(replay.mode)}
+    context = {
+        "replay": replay,
+        "button": BUTTONS_BY_MODE.get(replay.mode),
+        "outcome": run_outcome(replay.run) if replay.ended and replay.run else None,
+    }
     if request.htmx and request.GET.get("poll"):
         response = render(request, "runs/replay_detail.html#progress", context)
         if replay.ended and replay.missing:
@@ -151,7 +155,11 @@ def replay_comparison(request: HttpRequest, pk: int) -> HttpResponse:
     replay = get_object_or_404(Replay.objects.select_related("source_run", "run", "run__parent"), pk=pk)
     if replay.run is None:
         return render(request, "runs/replay_comparison.html", {"replay": replay, "report": None}, status=409)
-    return render(request, "runs/replay_comparison.html", {"replay": replay, "report": comparison_build(replay.run)})
+    return render(
+        request,
+        "runs/replay_comparison.html",
+        {"replay": replay, "report": comparison_build(replay.run), "outcome": run_outcome(replay.run)},
+    )
 
 
 def missing_fixture(request: HttpRequest, pk: int, index: int) -> HttpResponse:
