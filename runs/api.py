@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.generics import get_object_or_404
 from rest_framework.parsers import FormParser, MultiPartParser
@@ -22,6 +22,17 @@ from . import selectors
 from .auth import requires_perm, scoped
 from .importer import run_import_from_upload
 from .models import HarnessToken, Run
+from .openapi import ErrorOutput
+from .pagination import StrictLimitOffsetPagination
+
+# The example run id in the docs (and the one the schema test tries first): the README's example bundle.
+RUN_ID = OpenApiParameter(
+    "run_id",
+    str,
+    OpenApiParameter.PATH,
+    description="the run's id as its bundle's manifest gives it",
+    examples=[OpenApiExample("the example bundle", value="run-example-docs")],
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,17 +117,21 @@ class RunCollectionApi(APIView):
     """GET lists runs; POST imports a bundle (.zip or .tar.gz, multipart field `bundle`)."""
 
     parser_classes = [MultiPartParser, FormParser]
+    # Declared on the class so that the schema describes the paginated shape and its limit/offset parameters.
+    pagination_class = StrictLimitOffsetPagination
 
     def get_permissions(self):
         if self.request.method == "POST":
             return [requires_perm("runs.import_run")(), scoped(HarnessToken.Scope.IMPORT_RUNS)()]
         return [requires_perm("runs.view_run")()]
 
-    @extend_schema(responses=RunOutput(many=True))
+    @extend_schema(
+        summary="List runs",
+        description="Imported runs, the latest import first, with their summary (events, findings, final state).",
+        responses=RunOutput(many=True),
+    )
     def get(self, request: Request) -> Response:
-        from rest_framework.pagination import LimitOffsetPagination
-
-        paginator = LimitOffsetPagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(Run.objects.order_by("-imported_at", "-id"), request, view=self)
         return paginator.get_paginated_response(RunOutput(page, many=True).data)
 
@@ -124,13 +139,17 @@ class RunCollectionApi(APIView):
         bundle = serializers.FileField()
 
     @extend_schema(
+        summary="Import a run bundle",
+        description="A bundle (`n17q.run-bundle/1`) as a .zip or .tar.gz in the multipart field `bundle`. All or "
+        "nothing: a refused bundle stores nothing and the error names the file, line and field. A harness token "
+        "needs the `runs:import` scope; the user, the operator role.",
         request={"multipart/form-data": ImportInput},
         responses={
             201: inline_serializer(
                 "ImportResult",
                 {"run": serializers.CharField(), "events": serializers.IntegerField(), "findings": findings_schema()},
             ),
-            400: inline_serializer("Error", {"error": serializers.CharField()}),
+            400: ErrorOutput,
         },
     )
     def post(self, request: Request) -> Response:
@@ -147,7 +166,7 @@ class RunCollectionApi(APIView):
 class RunDetailApi(APIView):
     permission_classes = [requires_perm("runs.view_run")]
 
-    @extend_schema(responses=RunOutput)
+    @extend_schema(summary="One run's summary", responses=RunOutput, parameters=[RUN_ID])
     def get(self, request: Request, run_id: str) -> Response:
         return Response(RunOutput(get_object_or_404(Run, run_id=run_id)).data)
 
@@ -156,7 +175,10 @@ class RunLineageApi(APIView):
     permission_classes = [requires_perm("runs.view_run")]
 
     @extend_schema(
-        responses=inline_serializer("Lineage", {"run": serializers.CharField(), "findings": findings_schema()})
+        summary="Lineage findings of a run",
+        description="The run re-checked with today's rules (LIN001-LIN014), shaped as `manage.py lineage --json`.",
+        responses=inline_serializer("Lineage", {"run": serializers.CharField(), "findings": findings_schema()}),
+        parameters=[RUN_ID],
     )
     def get(self, request: Request, run_id: str) -> Response:
         run = get_object_or_404(Run, run_id=run_id)
