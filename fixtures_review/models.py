@@ -1,11 +1,14 @@
 """Captures, review decisions, fixture and scenario versions (DESIGN §7).
 
-So far: immutable scenario versions. A version is a digest-verified scenario package
+Staged recordings (what intake kept of a capture), their append-only review events, immutable
+content-addressed fixture versions, and immutable scenario versions. A version is a digest-verified scenario package
 (`n17q_engine.package`, `n17q.scenario-package/1`), stored whole: its manifest and every file's bytes.
 Replays are pinned to one version; a new version is a new row, never an edit.
 """
 
 from __future__ import annotations
+
+import secrets
 
 from django.conf import settings
 from django.db import models
@@ -23,6 +26,8 @@ class ScenarioVersion(AppendOnlyModel):
     source = models.CharField(max_length=20, default="import")  # import | demo | promotion
     imported_at = models.DateTimeField(auto_now_add=True)
     imported_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # A minted version names the version it was built from (promotion, copy similar, a regression scenario).
+    based_on = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
 
     class Meta:
         ordering = ["name", "-version"]
@@ -34,3 +39,137 @@ class ScenarioVersion(AppendOnlyModel):
     @property
     def ref(self) -> str:
         return f"{self.name}@{self.version}"
+
+    @property
+    def scenario_json(self) -> dict:
+        import json
+
+        return json.loads(self.files["scenario.json"])
+
+    @property
+    def fixture_items(self) -> list[dict]:
+        import json
+
+        return json.loads(self.files["fixtures.json"])
+
+
+def _public_id() -> str:
+    return "sr-" + secrets.token_hex(6)
+
+
+class StagedRecording(models.Model):
+    """A captured (or copied) tool response waiting for review: never a fixture, never used by a replay.
+
+    Only redacted, scanned and masked content is ever written here (fixtures_review.intake). The row is the
+    recording's working state: reviewers' redactions and syntheses change its content (each one a
+    `ReviewEvent`, which is the history) and bump `revision`, so an approval names the revision it read.
+    """
+
+    class State(models.TextChoices):
+        STAGED = "staged"
+        REJECTED = "rejected"
+        PROMOTED = "promoted"
+
+    class Origin(models.TextChoices):
+        CAPTURE = "capture"
+        COPY_SIMILAR = "copy-similar"
+
+    public_id = models.CharField(max_length=20, unique=True, default=_public_id)
+    origin = models.CharField(max_length=20, choices=Origin.choices, default=Origin.CAPTURE)
+    scenario_name = models.CharField(max_length=100)
+    tool = models.CharField(max_length=200)
+    contract_revision = models.PositiveIntegerField()
+    connection = models.CharField(max_length=200)
+    captured_at = models.DateTimeField()
+    source_revision = models.CharField(max_length=200, blank=True, default="")
+    effect_class = models.CharField(max_length=20)
+    world_revision = models.PositiveIntegerField()
+    request = models.JSONField()  # {method, url, headers, body, args}, redacted and masked
+    response = models.JSONField()  # {status, headers, body}, redacted and masked
+    proposed_transition = models.JSONField(null=True, blank=True)
+    outcome = models.CharField(max_length=20)  # the fixture outcome the response stands for
+    encodings = models.JSONField(default=dict)  # {"response.body": "gzip+base64"}: how a body arrived
+    # The request digest under the scenario's contract when it could be normalized, else of the args as sent.
+    request_digest = models.CharField(max_length=71)
+    normalized_request = models.JSONField(null=True, blank=True)
+    key_note = models.TextField(blank=True, default="")  # why there is no normalized request, if there is none
+    original_digest = models.CharField(max_length=71)  # of the capture as it arrived, before anything was removed
+    redactions = models.JSONField(default=list)  # at intake: [{path, rule}]
+    findings = models.JSONField(default=list)  # at intake: [{id, rule, path, preview}]
+    body_blobs = models.JSONField(default=dict)  # {"request.body": digest, "response.body": digest} in the blob store
+    synthetic = models.BooleanField(default=False)
+    fidelity_note = models.TextField(blank=True, default="")
+    copied_from = models.JSONField(null=True, blank=True)  # copy similar: {run, event, fixture, scenario}
+    captured_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    token = models.ForeignKey("runs.HarnessToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Who may never approve it: the capturer and the token's owner, kept even if the token is deleted.
+    excluded_approvers = models.JSONField(default=list)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.STAGED)
+    revision = models.PositiveIntegerField(default=1)
+    staged_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    fixture_version = models.ForeignKey(
+        "FixtureVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="recordings"
+    )
+    scenario_version = models.ForeignKey(
+        ScenarioVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="promoted_recordings"
+    )
+
+    class Meta:
+        ordering = ["-staged_at", "-id"]
+        permissions = [
+            ("review_capture", "Can review staged recordings and approve fixture versions"),
+            ("capture_recording", "Can stage captured recordings"),
+        ]
+        indexes = [models.Index(fields=["state", "staged_at"]), models.Index(fields=["scenario_name", "tool"])]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+
+class ReviewEvent(AppendOnlyModel):
+    """One thing done to a staged recording, by whom and when. Never edited; never holds a removed value."""
+
+    class Action(models.TextChoices):
+        STAGED = "staged"
+        REDACT = "redact"
+        SYNTHESIZE = "synthesize"
+        REJECT = "reject"
+        APPROVE = "approve"
+        REFUSED = "refused"  # an approval (or other action) the rules refused, with the reason
+
+    recording = models.ForeignKey(StagedRecording, on_delete=models.PROTECT, related_name="events")
+    action = models.CharField(max_length=20, choices=Action.choices)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(auto_now_add=True)
+    path = models.CharField(max_length=500, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    fidelity_note = models.TextField(blank=True, default="")
+    detail = models.JSONField(default=dict)
+    revision = models.PositiveIntegerField()  # the recording's revision after the event
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.recording_id} by {self.actor_id}"
+
+
+class FixtureVersion(AppendOnlyModel):
+    """An immutable, content-addressed fixture: its id is derived from its digest, its JSON never changes."""
+
+    fixture_id = models.CharField(max_length=40, unique=True)
+    digest = models.CharField(max_length=71, unique=True)
+    scenario_name = models.CharField(max_length=100)
+    tool = models.CharField(max_length=200)
+    contract_revision = models.PositiveIntegerField()
+    request_digest = models.CharField(max_length=71)
+    fixture = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.fixture_id

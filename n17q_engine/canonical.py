@@ -21,6 +21,11 @@ def canonical_json(value: Any) -> bytes:
     return _ENCODER.encode(value).encode("utf-8")
 
 
+def canonical_line(value: Any) -> str:
+    """One line of an events.jsonl, as text: `canonical_json(value)` decoded, with its newline."""
+    return _ENCODER.encode(value) + "\n"
+
+
 def digest_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 

@@ -109,16 +109,18 @@ def check_json(value: Any, where: str) -> None:
     raise ContractError(where, f"not a JSON value ({_type_name(value)})")
 
 
+_TYPE_CHECKS: dict[str, Any] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+}
+
+
 def _check_scalar(type_: str, value: Any, where: str) -> None:
-    ok = {
-        "string": isinstance(value, str),
-        "integer": isinstance(value, int) and not isinstance(value, bool),
-        "number": isinstance(value, int | float) and not isinstance(value, bool),
-        "boolean": isinstance(value, bool),
-        "object": isinstance(value, dict),
-        "array": isinstance(value, list),
-    }[type_]
-    if not ok:
+    if not _TYPE_CHECKS[type_](value):
         raise ContractError(where, f"expected {type_}, got {_type_name(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ContractError(where, "a number must be finite")
@@ -212,22 +214,22 @@ class FieldSpec:
 
     def canonicalize(self, value: Any, where: str | None = None) -> Any:
         """Check `value` against this field and return its canonical form (a new value; input untouched)."""
-        where = where or self.name
         if value is None:
             if self.nullable:
                 return None
-            raise ContractError(where, "null is not allowed")
-        _check_scalar(self.type, value, where)
-        if self.type == "string":
-            return self._string(value)
-        if self.type == "array":
+            raise ContractError(where or self.name, "null is not allowed")
+        type_ = self.type
+        if type_ == "string" and isinstance(value, str):  # the common case, checked without the general path
+            return self._string(value) if self.canonical else value
+        where = where or self.name
+        _check_scalar(type_, value, where)
+        if type_ == "array":
             assert self.items is not None
             out = []
             for i, item in enumerate(value):
-                item_where = f"{where}[{i}]"
                 if item is None:
-                    raise ContractError(item_where, "null is not allowed in an array")
-                _check_scalar(self.items, item, item_where)
+                    raise ContractError(f"{where}[{i}]", "null is not allowed in an array")
+                _check_scalar(self.items, item, f"{where}[{i}]")
                 out.append(self._string(item) if self.items == "string" else copy_json(item))
             if "unique" in self.canonical:
                 seen: dict[str, Any] = {}

@@ -216,32 +216,42 @@ class SourceRun:
         if validate:
             events = [record.event for record in iter_event_records(io.BytesIO(events_jsonl))]
         else:
-            events = []
             # One decode of the whole log as a JSON array: a tenth of the cost of a decode per line.
             lines = [line for line in events_jsonl.splitlines() if line.strip()]
-            for n, event in enumerate(json.loads(b"[" + b",".join(lines) + b"]"), start=1):
+            events = json.loads(b"[" + b",".join(lines) + b"]")
+        run = cls(manifest, events)
+        by_id, result_of = run.by_id, run.result_of
+        called: set[Any] = set()
+        proposals: list[dict[str, Any]] = []  # model.proposal / effect.intent, in order: paired below
+        last_seq = None
+        # One pass: the shape check (validate=False) and every index the deciders read.
+        for n, event in enumerate(events, start=1):
+            if not validate:
+                seq = event.get("seq", 0) if isinstance(event, dict) else None
                 if (
-                    not isinstance(event, dict)
+                    seq is None
                     or event.get("kind") not in KINDS
                     or not isinstance(event.get("id"), str)
                     or not isinstance(event.get("at"), dict)
-                    or (events and not event.get("seq", 0) > events[-1]["seq"])
+                    or (last_seq is not None and not seq > last_seq)
                 ):
                     raise ValueError(f"source/events.jsonl line {n}: not an event of an imported run")
-                events.append(event)
-        run = cls(manifest, events)
-        run.by_id = {e["id"]: e for e in events}
-        called = {e.get("proposal_id") for e in events if e["kind"] == "tool.call"}
-        for e in events:
-            if e["kind"] in ("tool.result", "command.receipt") and e.get("call_id"):
-                run.result_of.setdefault(e["call_id"], e["id"])
+                last_seq = seq
+            kind = event["kind"]
+            by_id[event["id"]] = event
+            if kind == "tool.call":
+                called.add(event.get("proposal_id"))
+            elif kind in ("tool.result", "command.receipt"):
+                if event.get("call_id"):
+                    result_of.setdefault(event["call_id"], event["id"])
+            elif kind in ("model.proposal", "effect.intent"):
+                proposals.append(event)
         pending: list[str] = []
-        for e in events:
-            if e["kind"] == "model.proposal" and e["id"] not in called:
-                proposal = e.get("proposal") or {}
-                if proposal.get("type") == "tool_call":
+        for e in proposals:
+            if e["kind"] == "model.proposal":
+                if e["id"] not in called and (e.get("proposal") or {}).get("type") == "tool_call":
                     pending.append(e["id"])
-            elif e["kind"] == "effect.intent" and pending:
+            elif pending:
                 run.effect_proposal[e["id"]] = pending.pop()
         return run
 

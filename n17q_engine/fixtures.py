@@ -200,16 +200,27 @@ class Fixture:
         return all(clause.holds(world) for clause in self.condition)
 
     @classmethod
-    def from_dict(cls, data: Any, contract: Contract) -> Fixture:
-        """Load and check a fixture against the contract of its own (tool, revision)."""
+    def from_dict(cls, data: Any, contract: Contract, *, parsed: bool = False, normalized: bool = False) -> Fixture:
+        """Load and check a fixture against the contract of its own (tool, revision).
+
+        `parsed=True`: `data` was just decoded from JSON text and belongs to the caller, so it is JSON by
+        construction (bodies and changes are not walked to prove it) and is kept rather than copied.
+
+        `normalized=True` skips one check, and only that one: re-normalizing the request under its contract
+        to prove it was already normalized. `load_scenario` passes it when the scenario was checked in full
+        under the same `package.CHECK_REVISION` before it was handed over (see there). The key is still
+        computed here from the request's own bytes, never taken from the file, so even an unnormalized
+        request could only make a fixture that nothing matches (normalizing is idempotent: a call's
+        normalized request equals this request only if this request is normalized), never a wrong answer.
+        """
         if not isinstance(data, dict):
             raise FixtureError(None, None, "must be an object")
         fid = data.get("id")
         if not isinstance(fid, str) or not fid:
             raise FixtureError(None, "id", "must be a non-empty string")
-        unknown = sorted(set(data) - _FIXTURE_KEYS)
+        unknown = data.keys() - _FIXTURE_KEYS
         if unknown:
-            raise FixtureError(fid, unknown[0], "unknown key in a fixture")
+            raise FixtureError(fid, min(unknown), "unknown key in a fixture")
         tool, revision = data.get("tool"), data.get("contract_revision")
         if (tool, revision) != contract.key:
             raise FixtureError(
@@ -218,26 +229,31 @@ class Fixture:
                 f"is for {tool} revision {revision}, checked against {contract.tool} revision {contract.revision}",
             )
         request = data.get("request")
-        try:
-            normalized = contract.normalize(request)
-        except ContractError as exc:
-            raise FixtureError(fid, f"request.{exc.field}" if exc.field else "request", str(exc))
-        # Compared as canonical JSON: in Python 5 == 5.0 == True, in a digest they differ.
-        normalized_json = canonical.canonical_json(normalized)
-        if normalized_json != canonical.canonical_json(request):
-            raise FixtureError(
-                fid,
-                "request",
-                f"is not normalized under {contract.tool} revision {contract.revision}: expected "
-                f"{normalized_json.decode()}",
-            )
-        digest = canonical.request_digest(normalized)
+        if normalized:
+            if not isinstance(request, dict):
+                raise FixtureError(fid, "request", "must be an object")
+            digest = canonical.digest_bytes(canonical.canonical_json(request))
+        else:
+            try:
+                request = contract.normalize(request)
+            except ContractError as exc:
+                raise FixtureError(fid, f"request.{exc.field}" if exc.field else "request", str(exc))
+            # Compared as canonical JSON: in Python 5 == 5.0 == True, in a digest they differ.
+            normalized_json = canonical.canonical_json(request)
+            if normalized_json != canonical.canonical_json(data.get("request")):
+                raise FixtureError(
+                    fid,
+                    "request",
+                    f"is not normalized under {contract.tool} revision {contract.revision}: expected "
+                    f"{normalized_json.decode()}",
+                )
+            digest = canonical.digest_bytes(normalized_json)
         given = data.get("request_digest", digest)
         if given != digest:
             raise FixtureError(fid, "request_digest", f"{given} is not the digest of the request ({digest})")
         condition = _condition(fid, data.get("condition"))
-        response = _response(fid, data.get("response"), contract)
-        transition = _transition(fid, data.get("transition"), contract, condition)
+        response = _response(fid, data.get("response"), contract, parsed)
+        transition = _transition(fid, data.get("transition"), contract, condition, parsed)
         fault_stage = data.get("fault_stage")
         if fault_stage is not None and fault_stage not in contract.fault_stages:
             supported = ", ".join(contract.fault_stages) or "none"
@@ -251,7 +267,7 @@ class Fixture:
             id=fid,
             tool=contract.tool,
             contract_revision=contract.revision,
-            request=normalized,
+            request=request,
             request_digest=digest,
             condition=condition,
             response=response,
@@ -276,9 +292,9 @@ class Fixture:
 
 
 def _unknown(fid: str, where: str, data: dict, allowed: frozenset[str]) -> None:
-    unknown = sorted(set(data) - allowed)
+    unknown = data.keys() - allowed
     if unknown:
-        raise FixtureError(fid, f"{where}.{unknown[0]}", "unknown key")
+        raise FixtureError(fid, f"{where}.{min(unknown)}", "unknown key")
 
 
 def _revision(fid: str, where: str, value: Any, *, nullable: bool = False) -> int | None:
@@ -319,7 +335,7 @@ def _condition(fid: str, value: Any) -> tuple[Clause, ...]:
     return tuple(out)
 
 
-def _response(fid: str, value: Any, contract: Contract) -> Response:
+def _response(fid: str, value: Any, contract: Contract, parsed: bool = False) -> Response:
     if not isinstance(value, dict):
         raise FixtureError(fid, "response", "must be an object")
     _unknown(fid, "response", value, _RESPONSE_KEYS)
@@ -342,6 +358,8 @@ def _response(fid: str, value: Any, contract: Contract) -> Response:
         if kind not in ABSENCE_KINDS:
             raise FixtureError(fid, f"response.absent.{path}", f"{kind!r} is not one of {', '.join(ABSENCE_KINDS)}")
     body = value.get("body")
+    if parsed:
+        return Response(outcome=outcome, body=body, absent=absent)
     try:
         check_json(body, "body")
     except ContractError as exc:
@@ -349,7 +367,9 @@ def _response(fid: str, value: Any, contract: Contract) -> Response:
     return Response(outcome=outcome, body=copy_json(body), absent=dict(absent))
 
 
-def _transition(fid: str, value: Any, contract: Contract, condition: tuple[Clause, ...]) -> Transition | None:
+def _transition(
+    fid: str, value: Any, contract: Contract, condition: tuple[Clause, ...], parsed: bool = False
+) -> Transition | None:
     if value is None:
         return None
     if contract.effect_class != "mutation":
@@ -376,6 +396,8 @@ def _transition(fid: str, value: Any, contract: Contract, condition: tuple[Claus
                 f"{ABSENT if before is None else before}",
             )
     change = value.get("change")
+    if parsed:
+        return Transition(resource, before, after, change)
     try:
         check_json(change, "change")
     except ContractError as exc:
@@ -491,20 +513,33 @@ class FixtureRegistry:
 
     def __init__(self, fixtures: Iterable[Fixture]) -> None:
         by_key: dict[tuple[str, int, str], list[Fixture]] = {}
-        revisions: dict[tuple[str, str], set[int]] = {}
         ids: set[str] = set()
-        tool_revisions: dict[str, set[int]] = {}
         for fixture in fixtures:
             if fixture.id in ids:
                 raise FixtureError(fixture.id, "id", "two fixtures have this id")
             ids.add(fixture.id)
-            tool_revisions.setdefault(fixture.tool, set()).add(fixture.contract_revision)
-            by_key.setdefault(fixture.key, []).append(fixture)
-            revisions.setdefault((fixture.tool, fixture.request_digest), set()).add(fixture.contract_revision)
-        self._by_key: dict[tuple[str, int, str], tuple[Fixture, ...]] = {k: tuple(v) for k, v in by_key.items()}
-        self._revisions = {k: tuple(sorted(v)) for k, v in revisions.items()}
+            key = (fixture.tool, fixture.contract_revision, fixture.request_digest)
+            held = by_key.get(key)
+            if held is None:
+                by_key[key] = [fixture]
+            else:
+                held.append(fixture)
+        self._by_key: dict[tuple[str, int, str], list[Fixture]] = by_key  # never changed after this
+        self._revisions: dict[tuple[str, str], tuple[int, ...]] | None = None  # built on the first miss
+        tool_revisions: dict[str, set[int]] = {}
+        for tool, revision, _digest in by_key:
+            tool_revisions.setdefault(tool, set()).add(revision)
         self._tool_revisions = {k: tuple(sorted(v)) for k, v in tool_revisions.items()}
         self._count = len(ids)
+
+    def _revisions_of(self, tool: str, digest: str) -> tuple[int, ...]:
+        """The contract revisions that hold fixtures for (tool, digest): only a miss asks, so built then."""
+        if self._revisions is None:
+            revisions: dict[tuple[str, str], set[int]] = {}
+            for tool_, revision, digest_ in self._by_key:
+                revisions.setdefault((tool_, digest_), set()).add(revision)
+            self._revisions = {k: tuple(sorted(v)) for k, v in revisions.items()}
+        return self._revisions.get((tool, digest), ())
 
     @classmethod
     def from_dicts(cls, items: Iterable[Any], contracts: Iterable[Contract]) -> FixtureRegistry:
@@ -552,7 +587,7 @@ class FixtureRegistry:
         return self.lookup(contract.tool, contract.revision, digest, world)
 
     def _world_mismatch(
-        self, tool: str, revision: int, digest: str, world: WorldView, candidates: tuple[Fixture, ...]
+        self, tool: str, revision: int, digest: str, world: WorldView, candidates: list[Fixture]
     ) -> Miss:
         expected: list[dict[str, Any]] = []
         for fixture in candidates:
@@ -580,7 +615,7 @@ class FixtureRegistry:
         )
 
     def _not_recorded(self, tool: str, revision: int, digest: str, world: WorldView) -> Miss | ContractMismatch:
-        recorded = self._revisions.get((tool, digest))
+        recorded = self._revisions_of(tool, digest)
         if recorded:
             listed = ", ".join(str(r) for r in recorded)
             return ContractMismatch(

@@ -412,8 +412,13 @@ def build_scenario(files: Mapping[str, Any]) -> Package:
     return package
 
 
-def load_scenario(package: Package) -> ScenarioPackage:
-    """Check a scenario package whole: every file, every fixture against its contract, every cross-reference."""
+def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> ScenarioPackage:
+    """Check a scenario package whole: every file, every fixture against its contract, every cross-reference.
+
+    `fixtures_normalized=True` (only `load_replay`, for a scenario its builder checked in full under
+    `CHECK_REVISION`) skips re-normalizing each fixture's request; every other check still runs, and each
+    fixture's key is still computed from its request (see `Fixture.from_dict`).
+    """
     if package.manifest.get("format") != SCENARIO_FORMAT:
         raise PackageError(f"{MANIFEST}: not a scenario package")
     names = set(package.files)
@@ -486,7 +491,7 @@ def load_scenario(package: Package) -> ScenarioPackage:
         if contract is None:
             raise PackageError(f"fixtures.json[{i}]: no contract {key} in contracts.json for this fixture")
         try:
-            fixtures.append(Fixture.from_dict(item, contract))
+            fixtures.append(Fixture.from_dict(item, contract, parsed=True, normalized=fixtures_normalized))
         except FixtureError as exc:
             raise PackageError(f"fixtures.json[{i}]: {exc}") from None
     try:
@@ -724,6 +729,15 @@ def _time(value: Any, where: str) -> str:
 
 VARY_KEYS = ("policy", "decider", "human", "fault", "clock", "budget", "delay")
 
+# What `load_scenario` checks, versioned. `build_replay` checks the scenario in full and records in replay.json
+# `"scenario_checked": {"revision": CHECK_REVISION, "scenario": <the scenario package's digest>}`; a sandbox
+# loading that package under the same revision skips the one check that costs most and proves least: re-
+# normalizing every fixture request (see `Fixture.from_dict` for why skipping it cannot make a lookup answer
+# wrongly). A package without the record, or with another revision, is checked in full (and refused if a
+# fixture is not normalized); a record naming another scenario is refused. Bump this whenever what
+# `load_scenario` or `Fixture.from_dict` checks changes, so packages built before are checked in full again.
+CHECK_REVISION = "n17q.scenario-check/1"
+
 
 @dataclass(frozen=True)
 class ReplayPackage:
@@ -757,18 +771,19 @@ def build_replay(
     source_events: bytes,
     source_blobs: Mapping[str, bytes],
 ) -> Package:
-    """The portable replay package a worker hands to the sandbox. Checked as it will be loaded."""
+    """The portable replay package a worker hands to the sandbox. Checked (in full) as it will be loaded."""
+    meta: dict[str, Any] = {
+        "id": replay_id,
+        "run_id": run_id,
+        "mode": mode,
+        "vary": dict(vary),
+        "decider": decider,
+        "launched_at": launched_at,
+    }
+    if scenario is not None:
+        meta["scenario_checked"] = {"revision": CHECK_REVISION, "scenario": scenario.digest}
     files: dict[str, bytes] = {
-        "replay.json": dump(
-            {
-                "id": replay_id,
-                "run_id": run_id,
-                "mode": mode,
-                "vary": dict(vary),
-                "decider": decider,
-                "launched_at": launched_at,
-            }
-        ),
+        "replay.json": dump(meta),
         "source/manifest.json": dump(dict(source_manifest)),
         "source/events.jsonl": source_events,
     }
@@ -781,13 +796,20 @@ def build_replay(
         for name, data in scenario.files.items():
             files[f"scenario/{name}"] = data
     package = Package.build(REPLAY_FORMAT, {"replay": replay_id}, files)
-    load_replay(package)
+    load_replay(package, full_check=True)  # what makes the scenario_checked record true
     return package
 
 
-def load_replay(package: Package) -> ReplayPackage:
+def load_replay(package: Package, *, full_check: bool = False) -> ReplayPackage:
+    """A replay package, checked. Its scenario is checked in full unless replay.json records that its builder
+    did so under this `CHECK_REVISION` (and `full_check` is false); see `CHECK_REVISION`."""
     meta = package.json("replay.json")
-    _keys(_obj(meta, "replay.json"), "replay.json", required={"id", "run_id", "mode", "vary", "decider", "launched_at"})
+    _keys(
+        _obj(meta, "replay.json"),
+        "replay.json",
+        required={"id", "run_id", "mode", "vary", "decider", "launched_at"},
+        optional={"scenario_checked"},
+    )
     mode = meta["mode"]
     if mode not in MODES:
         raise PackageError(f"replay.json: mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -803,9 +825,24 @@ def load_replay(package: Package) -> ReplayPackage:
     for key in ("id", "run_id", "decider"):
         if not isinstance(meta[key], str) or not meta[key]:
             raise PackageError(f"replay.json: {key} must be a non-empty string")
+    checked = meta.get("scenario_checked")
+    if checked is not None:
+        _keys(
+            _obj(checked, "replay.json: scenario_checked"),
+            "replay.json: scenario_checked",
+            required={"revision", "scenario"},
+        )
     scenario = None
     if "scenario/package.json" in package.files:
-        scenario = load_scenario(package.subpackage("scenario", SCENARIO_FORMAT))
+        sub = package.subpackage("scenario", SCENARIO_FORMAT)
+        if checked is not None and checked["scenario"] != sub.digest:
+            raise PackageError(
+                f"replay.json: scenario_checked names scenario {checked['scenario']!r}, the package holds {sub.digest}"
+            )
+        trusted = not full_check and checked is not None and checked["revision"] == CHECK_REVISION
+        scenario = load_scenario(sub, fixtures_normalized=trusted)
+    elif checked is not None:
+        raise PackageError("replay.json: scenario_checked names a scenario the package does not hold")
     elif mode != "reconstruction":
         raise PackageError(f"scenario/{MANIFEST}: a {mode} needs a scenario")
     source_manifest = package.json("source/manifest.json")

@@ -19,7 +19,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from n17q_engine.bundle import BundleError
 
 from . import selectors
-from .auth import requires_perm, scoped
+from .auth import NotCaptureOnly, requires_perm, scoped
 from .importer import run_import_from_upload
 from .models import HarnessToken, Run
 from .openapi import ErrorOutput
@@ -123,7 +123,7 @@ class RunCollectionApi(APIView):
     def get_permissions(self):
         if self.request.method == "POST":
             return [requires_perm("runs.import_run")(), scoped(HarnessToken.Scope.IMPORT_RUNS)()]
-        return [requires_perm("runs.view_run")()]
+        return [requires_perm("runs.view_run")(), NotCaptureOnly()]
 
     @extend_schema(
         summary="List runs",
@@ -164,7 +164,7 @@ class RunCollectionApi(APIView):
 
 
 class RunDetailApi(APIView):
-    permission_classes = [requires_perm("runs.view_run")]
+    permission_classes = [requires_perm("runs.view_run"), NotCaptureOnly]
 
     @extend_schema(summary="One run's summary", responses=RunOutput, parameters=[RUN_ID])
     def get(self, request: Request, run_id: str) -> Response:
@@ -172,7 +172,7 @@ class RunDetailApi(APIView):
 
 
 class RunLineageApi(APIView):
-    permission_classes = [requires_perm("runs.view_run")]
+    permission_classes = [requires_perm("runs.view_run"), NotCaptureOnly]
 
     @extend_schema(
         summary="Lineage findings of a run",

@@ -63,6 +63,18 @@ class HasScope(permissions.BasePermission):
         return True
 
 
+class NotCaptureOnly(permissions.BasePermission):
+    """A capture token can only capture (issue 5): it reads nothing, whatever its user's role allows."""
+
+    message = "this token can only post captures"
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        token = request.auth
+        if isinstance(token, HarnessToken):
+            return set(token.scopes or []) != {HarnessToken.Scope.CAPTURE}
+        return True
+
+
 def scoped(scope: str) -> type[permissions.BasePermission]:
     class _Scoped(HasScope):
         def __init__(self) -> None:

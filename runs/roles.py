@@ -15,13 +15,14 @@ ROLES = (VIEWER, OPERATOR, REVIEWER, ADMIN)
 # Permission codenames as "app_label.codename".
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     VIEWER: ("runs.view_run",),
-    OPERATOR: ("runs.view_run", "runs.import_run", "runs.launch_replay"),
-    REVIEWER: ("runs.view_run", "fixtures_review.review_capture"),
+    OPERATOR: ("runs.view_run", "runs.import_run", "runs.launch_replay", "fixtures_review.capture_recording"),
+    REVIEWER: ("runs.view_run", "fixtures_review.review_capture", "fixtures_review.capture_recording"),
     ADMIN: (
         "runs.view_run",
         "runs.import_run",
         "runs.launch_replay",
         "fixtures_review.review_capture",
+        "fixtures_review.capture_recording",
     ),
 }
 

@@ -18,11 +18,13 @@ from n17q_engine import seed_scenarios, stories
 from n17q_engine.canonical import canonical_json, digest_json
 from n17q_engine.lineage import check_events
 from n17q_engine.package import (
+    CHECK_REVISION,
     REPLAY_FORMAT,
     SCENARIO_FORMAT,
     Package,
     PackageError,
     build_scenario,
+    dump,
     load_replay,
     read_package,
 )
@@ -223,6 +225,78 @@ def test_a_matching_request_is_answered_by_its_fixture_and_the_run_completes(liv
     assert live_access.calls == []
 
 
+# A scenario whose fixture was never checked: its request carries the padding the contract strips. Built around
+# build_scenario (which refuses it) to stand for a package that did not come from a builder that checked it.
+UNNORMALIZED = rl.fixture("f-padded", {"query": " rotate signing keys ", "corpus": "public-docs", "limit": 5})
+
+
+def _unchecked_replay(record: str) -> Package:
+    """A replay package around that scenario, with no check record, a forged one (naming its scenario), one of
+    another check revision, or one naming another scenario."""
+    files = {n: json.loads(d) for n, d in rl.scenario(fixtures=SEARCH_FIXTURES).files.items()}
+    files["fixtures.json"] = [UNNORMALIZED]
+    header = {"scenario": {"name": "test-scenario", "version": 1}}
+    sc = Package.build(SCENARIO_FORMAT, header, {n: dump(v) for n, v in files.items()})
+    manifest, events = rl.source_run([("docs.search", 1, {"query": " rotate signing keys "})])
+    meta: dict = {
+        "id": "replay-1",
+        "run_id": "run-src~rerun",
+        "mode": "rerun",
+        "vary": {},
+        "decider": "recorded",
+        "launched_at": "2026-12-02T12:00:00Z",
+    }
+    records = {
+        "forged": {"revision": CHECK_REVISION, "scenario": sc.digest},
+        "stale": {"revision": "n17q.scenario-check/0", "scenario": sc.digest},
+        "other": {"revision": CHECK_REVISION, "scenario": digest_json("another scenario")},
+    }
+    if record != "none":
+        meta["scenario_checked"] = records[record]
+    replay_files = {
+        "replay.json": dump(meta),
+        "source/manifest.json": dump(manifest),
+        "source/events.jsonl": events,
+        "scenario/package.json": dump(sc.manifest),
+        **{f"scenario/{n}": d for n, d in sc.files.items()},
+    }
+    return Package.build(REPLAY_FORMAT, {"replay": "replay-1"}, replay_files)
+
+
+def test_a_replay_package_records_that_its_builder_checked_the_scenario_in_full():
+    sc = rl.scenario(fixtures=SEARCH_FIXTURES)
+    manifest, events = rl.source_run([("docs.search", 1, rl.search_request("rotate signing keys"))])
+    meta = rl.replay_package(sc, manifest, events).json("replay.json")
+    assert meta["scenario_checked"] == {"revision": CHECK_REVISION, "scenario": sc.digest}
+    with pytest.raises(PackageError, match=r"fixtures.json\[0\]: fixture 'f-padded'.request: is not normalized"):
+        build_scenario({**{n: json.loads(d) for n, d in sc.files.items()}, "fixtures.json": [UNNORMALIZED]})
+
+
+def test_a_package_without_the_check_record_is_checked_in_full_and_an_unnormalized_fixture_refused():
+    with pytest.raises(PackageError, match=r"fixture 'f-padded'.request: is not normalized under docs.search"):
+        load_replay(Package.from_wire(_unchecked_replay("none").to_wire(), REPLAY_FORMAT))
+    # a record made under another check revision counts for nothing: checked in full again
+    with pytest.raises(PackageError, match=r"fixture 'f-padded'.request: is not normalized"):
+        load_replay(_unchecked_replay("stale"))
+
+
+def test_a_check_record_naming_another_scenario_is_refused():
+    with pytest.raises(PackageError, match=r"replay.json: scenario_checked names scenario .* the package holds"):
+        load_replay(_unchecked_replay("other"))
+
+
+def test_a_forged_check_record_cannot_make_an_unnormalized_fixture_answer(live_access):
+    # The record skips re-normalizing fixture requests, nothing else: the fixture's key is still the digest
+    # of its own request, which no normalized call can have, so the call misses and the run stops.
+    _out, log = replay(_unchecked_replay("forged"))
+    (missing,) = kinds(log, "fixture.missing")
+    assert "unrecorded request" in missing["reason"]
+    assert missing["request_digest"] == digest_json(rl.search_request("rotate signing keys"))
+    assert kinds(log, "tool.result") == []
+    assert final(log)["state"] == "incomplete_test_world"
+    assert live_access.calls == []
+
+
 def test_the_unrecorded_status_lookup_of_seed_000_stops_as_incomplete_test_world(live_access):
     _out, log = story("run-000-recorded", "docs-research")
 
@@ -382,9 +456,9 @@ def test_the_careful_decider_asks_for_status_after_an_unknown_outcome_and_does_n
     assert [e["outcome"] for e in kinds(log, "effect.execution")] == ["unknown"]
     status = [c for c in kinds(log, "tool.call") if c["tool"] == "email.delivery_status"]
     assert len(status) == 1
-    assert next(t for t in kinds(log, "world.transition") if t["resource"].startswith("mailbox:"))[
-        "revision_after"
-    ] == 42
+    assert (
+        next(t for t in kinds(log, "world.transition") if t["resource"].startswith("mailbox:"))["revision_after"] == 42
+    )
     assert final(log)["state"] == "completed"
 
 
@@ -455,6 +529,26 @@ def test_the_same_package_in_the_sandbox_twice_gives_byte_identical_logs():
     scope = next(iter_output_events(outputs[0]))
     assert (scope["kind"], scope["isolation"]) == ("replay.scope", "netns")
     assert outputs[0].manifest["run"]["isolation"] == "netns"
+
+
+def test_the_sandbox_output_reads_back_exactly_and_a_changed_or_missing_byte_is_refused():
+    out, _log = story("run-003-review-request", "coding-review-request", "counterfactual", {"decider": "careful"})
+    assert out.blobs, "the careful rerun writes command output blobs"
+    wire = out.to_wire()
+    back = ReplayOutput.from_wire(wire)
+    assert (back.manifest, back.events, back.blobs) == (out.manifest, out.events, out.blobs)
+    assert back.to_wire() == wire
+    flipped = bytearray(wire)
+    flipped[-1] ^= 0x01  # the last blob's last byte
+    for bad, why in [
+        (bytes(flipped), "do not hash to it"),
+        (wire[:-1], "do not hash to it"),  # the last blob comes up short
+        (wire + b"\n", "bytes, the header accounts for"),
+        (wire[1:], "does not start with"),
+        (canonical_json({"manifest": out.manifest}), "does not start with"),
+    ]:
+        with pytest.raises(ReplayError, match=why):
+            ReplayOutput.from_wire(bad)
 
 
 def test_the_scope_note_is_computed_from_the_manifest():

@@ -22,6 +22,8 @@ class Command(JsonCommand):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user {username!r}")
+        if HarnessToken.Scope.CAPTURE in scope and len(set(scope)) > 1:
+            raise CommandError(f"a {HarnessToken.Scope.CAPTURE} token can only capture: issue it with that scope alone")
         key = HarnessToken.new_key()
         with transaction.atomic():
             token = HarnessToken.objects.create(

@@ -1,0 +1,879 @@
+"""Capture intake rules, in one place: the `n17q.capture/1` format, redaction, secret scanning, masking.
+
+Pure functions, no Django (an import-linter contract keeps it so): the intake service calls them before
+anything is stored, the benchmark and the labelled corpus tests call them directly. It is not part of
+`n17q_engine` because detect-secrets imports `requests` (for its optional verification, never used here), and
+the engine's contract forbids network clients.
+
+The order is fixed (DESIGN §7):
+
+1. `parse_capture` checks the shape and refuses bad input with a message naming the field.
+2. `redact_capture` removes what is secret by *where* it is, whatever it looks like: authorization headers
+   and cookies, signed-URL parameters, user info in URLs, secret-named fields at any depth (JSON bodies,
+   form-encoded bodies, tool arguments, the proposed transition), inside bodies sent as base64 or
+   gzip+base64 too (decoded first, stored decoded). Each redaction is recorded as `{path, rule}`.
+3. `scan_capture` looks at every string left (the manifest and every body, binary ones by their printable
+   runs) for what is secret by *what it looks like*: detect-secrets' detectors, offline (its verification,
+   which would call the providers, is never invoked), plus the project's rules for what it lacks. Every
+   finding is masked in the copy that will be stored, so nothing detected is written in the clear; a
+   finding keeps its rule, its path and a masked preview, never the value.
+
+Paths name a place in the capture: `request.headers.Authorization`, `response.body.items[0].token`,
+`request.url?X-Amz-Signature` (a URL's query parameter), `request.url@userinfo`, `request.body&password` (a
+field of a form-encoded body). Keys that are not plain identifiers are quoted: `body["a.b"]`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import json
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+from n17q_engine import canonical
+
+CAPTURE_FORMAT = "n17q.capture/1"
+REDACTED = "[redacted]"
+EFFECT_CLASSES = ("read", "mutation")
+BODY_ENCODINGS = ("base64", "gzip+base64")
+MAX_BODY_BYTES = 32 * 1024 * 1024  # a decoded body larger than this is refused (a gzip bomb, say)
+
+# --- redaction rules -------------------------------------------------------------------------------------------
+
+# Headers that carry credentials by definition (compared lower-case). A header whose *name* is secret-named
+# (below) is redacted too: `X-Vendor-Token`, `X-Client-Secret`.
+SECRET_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+        "x-api-key",
+        "api-key",
+        "apikey",
+        "x-auth-token",
+        "x-access-token",
+        "x-amz-security-token",
+        "x-goog-api-key",
+        "x-goog-iam-authorization-token",
+        "ocp-apim-subscription-key",
+        "x-functions-key",
+        "x-csrf-token",
+        "x-xsrf-token",
+        "private-token",
+        "x-gitlab-token",
+        "x-hub-signature",
+        "x-hub-signature-256",
+    }
+)
+# Query parameters of signed URLs: AWS SigV4 (`X-Amz-*`), GCS V4 and V2 (`X-Goog-*`, `GoogleAccessId`,
+# `Signature`), Azure SAS (`sig`), CloudFront (`Signature`, `Key-Pair-Id`, `Policy`). Compared lower-case;
+# a prefix ends with `-`.
+SIGNED_URL_PARAM_PREFIXES = ("x-amz-", "x-goog-")
+SIGNED_URL_PARAMS = frozenset({"googleaccessid", "signature", "sig", "key-pair-id", "policy"})
+
+# A field is secret-named when its name, lower-cased with every non-alphanumeric removed, contains one of
+# these, or ends with `token` (access_token, refresh_token, id_token, x-auth-token), or is one of the short
+# names. `token_type`, `max_tokens`, `tokens_used` are not: they say what a token is or count them.
+_SECRET_NAME_PARTS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "apikey",
+    "privatekey",
+    "accesskey",
+    "credential",
+    "connectionstring",
+    "connstr",
+    "authorization",
+    "cookie",
+    "sessionid",
+    "signature",
+    "clientassertion",
+)
+_SECRET_NAME_EXACT = frozenset({"pwd", "pass", "sig", "dsn", "auth", "key", "jwt", "otp", "pin"})
+_NOT_SECRET_NAMES = frozenset({"tokentype", "secretname", "passwordpolicy", "keyid", "signaturealgorithm"})
+_NON_ALNUM = re.compile(r"[^a-z0-9]")
+
+
+def is_secret_name(name: str) -> bool:
+    norm = _NON_ALNUM.sub("", name.lower())
+    if not norm or norm in _NOT_SECRET_NAMES:
+        return False
+    if norm in _SECRET_NAME_EXACT or norm.endswith("token"):
+        return True
+    return any(part in norm for part in _SECRET_NAME_PARTS)
+
+
+def is_secret_header(name: str) -> bool:
+    return name.lower() in SECRET_HEADERS or is_secret_name(name)
+
+
+def is_signed_url_param(name: str) -> bool:
+    low = name.lower()
+    return low in SIGNED_URL_PARAMS or low.startswith(SIGNED_URL_PARAM_PREFIXES)
+
+
+class CaptureError(ValueError):
+    """A capture that cannot be staged; the message names the field at fault. Nothing is stored."""
+
+
+# --- paths -----------------------------------------------------------------------------------------------------
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if _PLAIN_KEY.match(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def split_path(path: str) -> list[str | int]:
+    """`response.body.items[0]["a.b"]` -> ["response", "body", "items", 0, "a.b"]; CaptureError if malformed."""
+    parts: list[str | int] = []
+    i, n = 0, len(path)
+    token = re.compile(r'\.?([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
+    while i < n:
+        m = token.match(path, i)
+        if not m or (m.group(0).startswith(".") and i == 0):
+            raise CaptureError(f"{path!r}: not a path (write it as request.headers.Authorization or body.items[0])")
+        if m.group(1) is not None:
+            parts.append(m.group(1))
+        elif m.group(2) is not None:
+            parts.append(int(m.group(2)))
+        else:
+            parts.append(json.loads(m.group(3)))
+        i = m.end()
+    if not parts:
+        raise CaptureError("an empty path names nothing")
+    return parts
+
+
+def covers(outer: str, inner: str) -> bool:
+    """Whether the place `outer` names holds `inner` (itself, a child, a URL's parameter, a form field)."""
+    return inner == outer or (inner.startswith(outer) and inner[len(outer)] in ".[?@&")
+
+
+# --- the format ------------------------------------------------------------------------------------------------
+
+
+def parse_capture(raw: bytes | str | dict) -> dict[str, Any]:
+    """The capture as a dict, checked against `n17q.capture/1`; CaptureError naming the field otherwise."""
+    if isinstance(raw, dict):
+        data = raw
+    else:
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as exc:
+            raise CaptureError(f"the capture is not UTF-8 (byte {exc.start})") from None
+        try:
+            data = json.loads(text, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
+            raise CaptureError(f"the capture is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise CaptureError("the capture must be a JSON object")
+    if data.get("format") != CAPTURE_FORMAT:
+        raise CaptureError(f"format: expected {CAPTURE_FORMAT!r}, got {data.get('format')!r}")
+    allowed = {
+        "format",
+        "scenario",
+        "tool",
+        "contract_revision",
+        "connection",
+        "captured_at",
+        "source_revision",
+        "effect_class",
+        "request",
+        "response",
+        "proposed_transition",
+        "world_revision",
+    }
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise CaptureError(f"{unknown[0]}: not a field of {CAPTURE_FORMAT}")
+    for name in ("scenario", "tool", "connection", "captured_at"):
+        if not isinstance(data.get(name), str) or not data[name].strip():
+            raise CaptureError(f"{name}: required, a non-empty string")
+    if not re.match(r"^[a-z0-9][a-z0-9-]{0,99}$", data["scenario"]):
+        raise CaptureError(f"scenario: {data['scenario']!r} must be lowercase letters, digits and '-'")
+    if len(data["tool"]) > 200 or len(data["connection"]) > 200:
+        raise CaptureError("tool, connection: at most 200 characters")
+    _instant(data["captured_at"], "captured_at")
+    if data.get("source_revision") is not None and not isinstance(data["source_revision"], str):
+        raise CaptureError("source_revision: a string or null")
+    for name in ("contract_revision", "world_revision"):
+        value = data.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "contract_revision" else 0):
+            raise CaptureError(
+                f"{name}: required, a {'positive' if name == 'contract_revision' else 'non-negative'} integer"
+            )
+    if data.get("effect_class") not in EFFECT_CLASSES:
+        raise CaptureError(f"effect_class: one of {', '.join(EFFECT_CLASSES)}, got {data.get('effect_class')!r}")
+    request, response = data.get("request"), data.get("response")
+    if not isinstance(request, dict):
+        raise CaptureError("request: required, an object {method, url, headers, body, args}")
+    unknown = sorted(set(request) - {"method", "url", "headers", "body", "args"})
+    if unknown:
+        raise CaptureError(f"request.{unknown[0]}: not a field of a capture's request")
+    if not isinstance(request.get("method"), str) or not request["method"]:
+        raise CaptureError("request.method: required, a string")
+    if not isinstance(request.get("url"), str) or not request["url"]:
+        raise CaptureError("request.url: required, a string")
+    if not isinstance(request.get("args"), dict):
+        raise CaptureError("request.args: required, an object (the tool call's arguments)")
+    if not isinstance(response, dict):
+        raise CaptureError("response: required, an object {status, headers, body}")
+    unknown = sorted(set(response) - {"status", "headers", "body"})
+    if unknown:
+        raise CaptureError(f"response.{unknown[0]}: not a field of a capture's response")
+    status = response.get("status")
+    if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
+        raise CaptureError(f"response.status: an HTTP status 100-599, got {status!r}")
+    for where, part in (("request", request), ("response", response)):
+        headers = part.get("headers", {})
+        if not isinstance(headers, dict):
+            raise CaptureError(f"{where}.headers: an object {{name: value}}")
+        for name, value in headers.items():
+            ok = isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+            if not ok:
+                raise CaptureError(f"{join(where + '.headers', name)}: a string or a list of strings")
+        body = part.get("body")
+        if _is_encoded(body):
+            if body["encoding"] not in BODY_ENCODINGS:
+                raise CaptureError(f"{where}.body.encoding: one of {', '.join(BODY_ENCODINGS)}")
+            if not isinstance(body["data"], str):
+                raise CaptureError(f"{where}.body.data: a base64 string")
+    transition = data.get("proposed_transition")
+    if transition is not None and not isinstance(transition, dict):
+        raise CaptureError("proposed_transition: an object or null")
+    if transition is not None and data["effect_class"] == "read":
+        raise CaptureError("proposed_transition: a read changes no world state; it must be null")
+    return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _instant(value: str, where: str) -> None:
+    from datetime import datetime
+
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise CaptureError(f"{where}: {value!r} is not an ISO-8601 instant") from None
+    if moment.tzinfo is None:
+        raise CaptureError(f"{where}: {value!r} has no time zone (write Z or +00:00)")
+
+
+def _is_encoded(body: Any) -> bool:
+    return isinstance(body, dict) and set(body) == {"encoding", "data"}
+
+
+def decode_body(body: dict[str, Any], where: str) -> bytes:
+    try:
+        raw = base64.b64decode(body["data"], validate=True)
+    except (binascii.Error, ValueError):
+        raise CaptureError(f"{where}.data: not base64") from None
+    if body["encoding"] == "gzip+base64":
+        try:
+            decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = decomp.decompress(raw, MAX_BODY_BYTES + 1)
+        except zlib.error:
+            raise CaptureError(f"{where}.data: not gzip data") from None
+        if len(out) > MAX_BODY_BYTES or decomp.unconsumed_tail:
+            raise CaptureError(f"{where}: decompresses to more than {MAX_BODY_BYTES} bytes")
+        return out
+    return raw
+
+
+# --- redaction -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Redacted:
+    """A capture after redaction and masking: what may be stored."""
+
+    capture: dict[str, Any]
+    original_digest: str  # the digest of the capture as it arrived (canonical JSON), kept as provenance
+    redactions: list[dict[str, str]] = field(default_factory=list)  # {path, rule}
+    findings: list[dict[str, str]] = field(default_factory=list)  # {rule, path, preview}
+    # "request.body" -> "gzip+base64": how a body arrived; it is stored decoded (text or JSON).
+    encodings: dict[str, str] = field(default_factory=dict)
+    # "response.body" -> bytes of a body that is not text (stored as base64, its secrets masked byte for byte).
+    binary: dict[str, bytes] = field(default_factory=dict)
+
+
+def redact_capture(data: dict[str, Any]) -> Redacted:
+    """Redaction by place. `data` must have passed `parse_capture`; it is not modified."""
+    out = Redacted(capture=json.loads(json.dumps(data)), original_digest=canonical.digest_json(data))
+    cap = out.capture
+    record = out.redactions.append
+    request, response = cap["request"], cap["response"]
+    request["url"] = redact_url(request["url"], "request.url", record)
+    for where, part in (("request", request), ("response", response)):
+        part["headers"] = _redact_headers(part.get("headers") or {}, f"{where}.headers", record)
+        part["body"] = _redact_body(part.get("body"), f"{where}.body", part["headers"], out)
+    request["args"] = redact_json(request["args"], "request.args", record)
+    if cap.get("proposed_transition") is not None:
+        cap["proposed_transition"] = redact_json(cap["proposed_transition"], "proposed_transition", record)
+    return out
+
+
+Record = Callable[[dict[str, str]], None]
+
+
+def _redact_headers(headers: dict[str, Any], where: str, record: Record) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in headers.items():
+        path = join(where, name)
+        if is_secret_header(name):
+            out[name] = [REDACTED for _ in value] if isinstance(value, list) else REDACTED
+            record({"path": path, "rule": "secret-header"})
+        elif name.lower() in ("location", "content-location", "link", "refresh"):
+            # A redirect can carry a signed URL or credentials in its user info.
+            out[name] = (
+                [redact_url(v, join(path, i), record) for i, v in enumerate(value)]
+                if isinstance(value, list)
+                else redact_url(value, path, record)
+            )
+        else:
+            out[name] = value
+    return out
+
+
+def redact_url(url: str, where: str, record: Record) -> str:
+    """User info and signed-URL / secret-named query parameters replaced; anything unparsable left to the scan."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
+        record({"path": f"{where}@userinfo", "rule": "url-userinfo"})
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        changed = False
+        kept = []
+        for name, value in pairs:
+            rule = "signed-url-param" if is_signed_url_param(name) else "secret-name" if is_secret_name(name) else None
+            if rule and value:
+                kept.append((name, REDACTED))
+                record({"path": f"{where}?{name}", "rule": rule})
+                changed = True
+            else:
+                kept.append((name, value))
+        if changed:
+            query = urlencode(kept, safe="[]", quote_via=quote)
+    if netloc == parts.netloc and query == parts.query:
+        return url
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_json(value: Any, where: str, record: Record, *, inherited: str | None = None) -> Any:
+    """Secret-named fields at any depth: every string leaf under such a name is replaced.
+
+    Numbers, booleans and nulls under a secret name are kept: `max_tokens: 200` or `password_set: true` say
+    nothing secret, and replacing them would change meaning for no protection.
+    """
+    if isinstance(value, dict):
+        out = {}
+        for key, child in value.items():
+            path = join(where, key)
+            rule = inherited or ("secret-name" if is_secret_name(key) else None)
+            out[key] = redact_json(child, path, record, inherited=rule)
+        return out
+    if isinstance(value, list):
+        return [redact_json(child, join(where, i), record, inherited=inherited) for i, child in enumerate(value)]
+    if isinstance(value, str) and inherited and value and value != REDACTED:
+        record({"path": where, "rule": inherited})
+        return REDACTED
+    return value
+
+
+_FORM_RE = re.compile(r"^[^=&\s]+=[^&\s]*(?:&[^=&\s]+=[^&\s]*)*$")
+
+
+def _content_type(headers: dict[str, Any]) -> str:
+    for name, value in headers.items():
+        if name.lower() == "content-type":
+            return (value[0] if isinstance(value, list) and value else str(value)).lower()
+    return ""
+
+
+def _redact_body(body: Any, where: str, headers: dict[str, Any], out: Redacted) -> Any:
+    record = out.redactions.append
+    if _is_encoded(body):
+        raw = decode_body(body, where)
+        out.encodings[where] = body["encoding"]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            out.binary[where] = raw
+            return {"encoding": "base64", "data": base64.b64encode(raw).decode("ascii")}
+        body = text
+        if "json" in _content_type(headers) or text.lstrip()[:1] in ("{", "["):
+            try:
+                body = json.loads(text, parse_constant=_no_constant)
+            except (ValueError, RecursionError):
+                body = text
+    if isinstance(body, str):
+        ctype = _content_type(headers)
+        if "x-www-form-urlencoded" in ctype or (not ctype and _FORM_RE.match(body.strip())):
+            return redact_form(body, where, record)
+        return body
+    return redact_json(body, where, record)
+
+
+def redact_form(text: str, where: str, record: Record) -> str:
+    pairs = parse_qsl(text, keep_blank_values=True)
+    changed = False
+    kept = []
+    for name, value in pairs:
+        if value and (is_secret_name(name) or is_signed_url_param(name)):
+            kept.append((name, REDACTED))
+            record({"path": f"{where}&{name}", "rule": "secret-name"})
+            changed = True
+        else:
+            kept.append((name, value))
+    return urlencode(kept, safe="[]", quote_via=quote) if changed else text
+
+
+# --- secret scanning -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One detector: a name (the finding's `rule`), how it finds values, and a public prefix a preview may show."""
+
+    name: str
+    find: Callable[[str], Iterator[str]]
+    source: str  # "detect-secrets" | "n17q"
+    # "keyword": matches only after a secret-sounding name and an assignment (`db_password = "…"`);
+    # "token": matches a run of token characters (a key's own format, a URL, `Bearer …`).
+    anchor: str = "token"
+    # Lower-case substrings one of which every match holds: a rule runs only on a text that has one.
+    hints: tuple[str, ...] = ()
+
+
+def _regex(pattern: str, group: int = 0, flags: int = 0) -> Callable[[str], Iterator[str]]:
+    compiled = re.compile(pattern, flags)
+
+    def find(text: str) -> Iterator[str]:
+        for m in compiled.finditer(text):
+            value = m.group(group)
+            if value:
+                yield value
+
+    return find
+
+
+# The project's own rules, for what detect-secrets lacks (each has a labelled corpus in the tests).
+N17Q_RULES: tuple[tuple[str, Callable[[str], Iterator[str]]], ...] = (
+    # A whole PEM block, so that masking removes the key material and not just the header detect-secrets names.
+    (
+        "pem-private-key",
+        _regex(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]{0,16384}?-----END[A-Z0-9 ]*PRIVATE KEY-----"),
+    ),
+    ("n17q-harness-token", _regex(r"n17q_[A-Za-z0-9_-]{43}")),
+    ("bearer-token", _regex(r"\b[Bb]earer\s+([A-Za-z0-9._~+/-]{16,}=*)", 1)),
+    # Credentials in any URL or connection string: scheme://user:password@host.
+    ("url-userinfo", _regex(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^/\s:@\"'<>]+:([^/\s@\"'<>]+)@[^\s\"'<>]", 1)),
+    (
+        "signed-url-param",
+        _regex(
+            r"[?&](?:X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|X-Goog-Signature|X-Goog-Credential|"
+            r"Signature|sig)=([A-Za-z0-9%/+=_.-]{16,})",
+            1,
+            re.IGNORECASE,
+        ),
+    ),
+    ("google-api-key", _regex(r"AIza[0-9A-Za-z_-]{35}")),
+    ("google-oauth-token", _regex(r"ya29\.[0-9A-Za-z_-]{20,}")),
+    ("anthropic-api-key", _regex(r"sk-ant-[A-Za-z0-9_-]{20,}")),
+    ("openai-api-key", _regex(r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}")),
+    ("huggingface-token", _regex(r"hf_[A-Za-z0-9]{34,}")),
+    ("github-fine-grained-token", _regex(r"github_pat_[A-Za-z0-9_]{60,}")),
+    ("connection-string-password", _regex(r"(?i)(?:^|;)\s*(?:password|pwd)\s*=\s*([^;\s\"']{4,})", 1)),
+)
+
+# detect-secrets' detectors used: every one with a format of its own. Left out: the high-entropy string
+# detectors (they flag UUIDs, digests, commit ids and base64 images, the controls that must stay clean) and
+# the public-IP detector (an address is not a credential).
+DETECT_SECRETS_PLUGINS = (
+    "ArtifactoryDetector",
+    "AWSKeyDetector",
+    "AzureStorageKeyDetector",
+    "BasicAuthDetector",
+    "CloudantDetector",
+    "DiscordBotTokenDetector",
+    "GitHubTokenDetector",
+    "GitLabTokenDetector",
+    "IbmCloudIamDetector",
+    "IbmCosHmacDetector",
+    "JwtTokenDetector",
+    "KeywordDetector",
+    "MailchimpDetector",
+    "NpmDetector",
+    "OpenAIDetector",
+    "PrivateKeyDetector",
+    "PypiTokenDetector",
+    "SendGridDetector",
+    "SlackDetector",
+    "SoftlayerDetector",
+    "SquareOAuthDetector",
+    "StripeDetector",
+    "TelegramBotTokenDetector",
+    "TwilioKeyDetector",
+)
+
+
+# detect-secrets' detectors that look for a value after a keyword and an assignment (they are its slowest).
+_KEYWORD_ANCHORED = frozenset(
+    {"KeywordDetector", "CloudantDetector", "IbmCloudIamDetector", "IbmCosHmacDetector", "SoftlayerDetector"}
+)
+
+
+# What every match of a rule holds (lower-case), so a text without it costs the rule one substring test.
+# The labelled corpus tests every rule, so a hint that misses its own rule's matches fails there.
+HINTS: dict[str, tuple[str, ...]] = {
+    "artifactory": ("akc", "ap"),
+    "awskey": ("akia", "asia", "abia", "acca", "a3t", "aws"),
+    "azure-storage-key": ("accountkey=",),
+    "basic-auth": ("://",),
+    "git-hub-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "git-lab-token": (
+        "glpat-",
+        "gldt-",
+        "glft-",
+        "glsoat-",
+        "glrt-",
+        "gr1348941",
+        "glcbt-",
+        "glimt-",
+        "glptt-",
+        "glagent-",
+        "gloas-",
+        "glsa-",
+    ),
+    "jwt": ("eyj",),
+    "mailchimp": ("-us",),
+    "npm": ("_authtoken",),
+    "open-ai": ("t3blbkfj",),
+    "private-key": ("private key",),
+    "pypi-token": ("pypi-",),
+    "send-grid": ("sg.",),
+    "slack": ("xox", "hooks.slack.com"),
+    "square-oauth": ("sq0csp-",),
+    "stripe": ("k_live_",),
+    "twilio-key": ("ac", "sk"),
+    "pem-private-key": ("private key",),
+    "n17q-harness-token": ("n17q_",),
+    "bearer-token": ("bearer",),
+    "url-userinfo": ("@",),
+    "signed-url-param": ("sig", "x-amz-", "x-goog-"),
+    "google-api-key": ("aiza",),
+    "google-oauth-token": ("ya29.",),
+    "anthropic-api-key": ("sk-ant-",),
+    "openai-api-key": ("sk-proj-", "sk-svcacct-", "sk-admin-"),
+    "huggingface-token": ("hf_",),
+    "github-fine-grained-token": ("github_pat_",),
+    "connection-string-password": ("password", "pwd"),
+}
+
+
+def _slug(name: str) -> str:
+    name = name.removesuffix("Detector")
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name).lower().replace("a-w-s", "aws")
+
+
+def _with_hints(rule: Rule) -> Rule:
+    return Rule(rule.name, rule.find, rule.source, rule.anchor, HINTS.get(rule.name, ()))
+
+
+def _detect_secrets_rules() -> tuple[Rule, ...]:
+    import detect_secrets.plugins as plugins_pkg
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+
+    classes = {cls.__name__: cls for cls in get_mapping_from_secret_type_to_class().values()}
+    rules = []
+    for name in DETECT_SECRETS_PLUGINS:
+        cls = classes.get(name)
+        if cls is None:  # pragma: no cover - a detector renamed upstream must be noticed, not skipped
+            raise RuntimeError(f"detect-secrets has no {name} (installed from {plugins_pkg.__path__})")
+        plugin = cls()
+        if name == "JwtTokenDetector":
+            # Its analyze_string yields every eyJ… match; analyze_line keeps only well-formed tokens.
+            rules.append(Rule("jwt", _jwt_finder(plugin), "detect-secrets"))
+        else:
+            anchor = "keyword" if name in _KEYWORD_ANCHORED else "token"
+            find = _denylist_finder(plugin) if hasattr(plugin, "denylist") else plugin.analyze_string
+            rules.append(Rule(_slug(name), find, "detect-secrets", anchor))
+    return tuple(rules)
+
+
+def _denylist_finder(plugin: Any) -> Callable[[str], Iterator[str]]:
+    """The detector's own regexes, yielding what to mask.
+
+    detect-secrets' analyze_string yields a regex's groups when it has any, which for some detectors is a
+    prefix (`ghp`), not the secret; a mask needs the secret. The last non-empty group is taken when it is at
+    least 8 characters long (a password after `user:`, a key after its keyword), else the whole match.
+    """
+    patterns = tuple(plugin.denylist)
+
+    def find(text: str) -> Iterator[str]:
+        for regex in patterns:
+            for m in regex.finditer(text):
+                groups = [g for g in m.groups() if g]
+                value = groups[-1] if groups and len(groups[-1]) >= 8 else m.group(0)
+                if value:
+                    yield value
+
+    return find
+
+
+def _jwt_finder(plugin: Any) -> Callable[[str], Iterator[str]]:
+    def find(text: str) -> Iterator[str]:
+        if "eyJ" not in text:
+            return
+        for value in plugin.analyze_string(text):
+            if plugin.is_formally_valid(value):
+                yield value
+
+    return find
+
+
+_RULES: tuple[Rule, ...] | None = None
+
+
+def rules() -> tuple[Rule, ...]:
+    global _RULES
+    if _RULES is None:
+        found = _detect_secrets_rules() + tuple(Rule(name, find, "n17q") for name, find in N17Q_RULES)
+        _RULES = tuple(_with_hints(rule) for rule in found)
+    return _RULES
+
+
+# Prefixes that name a credential's kind, not its value: a preview may show them.
+_PUBLIC_PREFIXES = (
+    "github_pat_",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "glpat-",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xoxs-",
+    "sk_live_",
+    "sk_test_",
+    "rk_live_",
+    "sk-ant-",
+    "sk-proj-",
+    "AKIA",
+    "ASIA",
+    "AIza",
+    "ya29.",
+    "hf_",
+    "npm_",
+    "pypi-",
+    "SG.",
+    "eyJ",
+    "n17q_",
+    "-----BEGIN",
+)
+_MIN_SECRET = 6  # shorter matches (a keyword rule's `pass = "x"`) are not masked as secrets
+
+
+def preview(value: str) -> str:
+    """A masked preview: the credential's public prefix, if any, and its length; never the value."""
+    prefix = next((p for p in _PUBLIC_PREFIXES if value.startswith(p)), "")
+    return f"{prefix}•••• ({len(value)} chars)"
+
+
+def mask_token(rule: str) -> str:
+    return f"[masked:{rule}]"
+
+
+def scan_text(text: str) -> list[tuple[str, str]]:
+    """(rule, value) for every secret found in `text`; one value reported once, by the first rule naming it."""
+    if len(text) <= _DIRECT_SCAN_CHARS:
+        by_anchor = {"token": text, "keyword": text}
+    else:
+        by_anchor = _candidates(text)
+    lowered = {anchor: text.lower() for anchor, text in by_anchor.items()}
+    found: dict[str, str] = {}
+    for rule in rules():
+        candidate = by_anchor[rule.anchor]
+        if not candidate or (rule.hints and not any(h in lowered[rule.anchor] for h in rule.hints)):
+            continue
+        for value in rule.find(candidate):
+            if len(value) >= _MIN_SECRET and value not in found and not _is_placeholder(value):
+                found[value] = rule.name
+    return [(rule, value) for value, rule in found.items()]
+
+
+# Every detector's match holds a run of at least 12 token characters (the value itself, a URL, a
+# `key=value` pair) or follows a secret-sounding keyword and an assignment. A long text is scanned only
+# around those places: windows cut from the text with enough context before (`Bearer `, a PEM header) and
+# after (a PEM footer) for every rule to match as it would on the whole text; keyword-anchored rules see
+# only the windows after a keyword and an assignment. The labelled corpus runs every rule both ways
+# (tests/fixtures_review/test_scanning.py).
+_DIRECT_SCAN_CHARS = 4096
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9_+/=.:@%;~-]{12,}")
+_KEYWORDS = ("pass", "pwd", "secret", "key", "token", "contrase", "cred", "auth")
+_ASSIGNMENT = re.compile(r"[A-Za-z0-9_-]*[\]'\"]{0,2}\s*(?:=|:|<-|->|=>)")
+_BEFORE, _AFTER, _KEYWORD_BEFORE, _KEYWORD_AFTER = 40, 40, 60, 240
+
+
+def _candidates(text: str) -> dict[str, str]:
+    tokens = [(max(0, m.start() - _BEFORE), m.end() + _AFTER) for m in _TOKEN_RUN.finditer(text)]
+    keywords = []
+    low = text.lower()
+    for keyword in _KEYWORDS:
+        i = low.find(keyword)
+        while i != -1:
+            end = i + len(keyword)
+            if _ASSIGNMENT.match(low, end):
+                keywords.append((max(0, i - _KEYWORD_BEFORE), end + _KEYWORD_AFTER))
+            i = low.find(keyword, end)
+    return {"token": _windows(text, tokens), "keyword": _windows(text, keywords)}
+
+
+def _windows(text: str, spans: list[tuple[int, int]]) -> str:
+    if not spans:
+        return ""
+    spans.sort()
+    merged = [list(spans[0])]
+    for start, end in spans[1:]:
+        if start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return "\n\n".join(text[s:e] for s, e in merged)
+
+
+_PLACEHOLDER = re.compile(r"^(?:\[redacted\]|\[masked:[a-z0-9-]+\]|\*+|x+|X+|<[^>]*>|\$\{[^}]*\}|\{\{[^}]*\}\})$")
+
+
+def _is_placeholder(value: str) -> bool:
+    return bool(_PLACEHOLDER.match(value))
+
+
+def mask_text(text: str, where: str, findings: list[dict[str, str]]) -> str:
+    """`text` with every secret found replaced by `[masked:<rule>]`, scanned again until nothing is left."""
+    for _ in range(8):  # a keyword rule reports one match per pass; masking one can reveal none new
+        hits = scan_text(text)
+        if not hits:
+            return text
+        for rule, value in sorted(hits, key=lambda h: -len(h[1])):
+            if value in text:
+                findings.append({"rule": rule, "path": where, "preview": preview(value)})
+                text = text.replace(value, mask_token(rule))
+    return text
+
+
+def mask_json(value: Any, where: str, findings: list[dict[str, str]]) -> Any:
+    """`value` with every secret found masked, leaf by leaf, each finding at its leaf's path.
+
+    A container is scanned once as its JSON text (one pass of every rule over the body, not one per string);
+    only when that finds something are the leaves that hold a found value masked.
+    """
+    if isinstance(value, str):
+        return mask_text(value, where, findings)
+    if not isinstance(value, dict | list):
+        return value
+    hits = scan_text(json.dumps(value, ensure_ascii=False))
+    if not hits:
+        return value
+    return _mask_leaves(value, where, findings)
+
+
+def _mask_leaves(value: Any, where: str, findings: list[dict[str, str]]) -> Any:
+    if isinstance(value, str):
+        return mask_text(value, where, findings)
+    if isinstance(value, dict):
+        out = {}
+        for key, child in value.items():
+            path = join(where, key)
+            masked_key = mask_text(key, path, findings) if len(key) >= _MIN_SECRET else key
+            out[masked_key] = _mask_leaves(child, path, findings)
+        return out
+    if isinstance(value, list):
+        return [_mask_leaves(child, join(where, i), findings) for i, child in enumerate(value)]
+    return value
+
+
+_PRINTABLE_RUN = re.compile(rb"[\x20-\x7e]{12,}")
+
+
+def mask_binary(raw: bytes, where: str, findings: list[dict[str, str]]) -> bytes:
+    """Secrets in a binary body, found in its printable runs, overwritten with `*` byte for byte."""
+    out = bytearray(raw)
+    for m in _PRINTABLE_RUN.finditer(raw):
+        run = m.group(0).decode("ascii")
+        for rule, value in scan_text(run):
+            findings.append({"rule": rule, "path": where, "preview": preview(value)})
+            needle = value.encode("ascii")
+            start = m.start()
+            idx = raw.find(needle, start, m.end())
+            while idx != -1:
+                out[idx : idx + len(needle)] = b"*" * len(needle)
+                idx = raw.find(needle, idx + len(needle), m.end())
+    return bytes(out)
+
+
+def scan_capture(red: Redacted) -> Redacted:
+    """Scan everything left after redaction and mask what is found, in place; returns `red`."""
+    findings = red.findings
+    cap = red.capture
+    for key in list(cap):
+        if key in ("request", "response"):
+            continue
+        cap[key] = mask_json(cap[key], key, findings)
+    for where in ("request", "response"):
+        part = cap[where]
+        for key in list(part):
+            path = f"{where}.{key}"
+            if path in red.binary:
+                masked = mask_binary(red.binary[path], path, findings)
+                red.binary[path] = masked
+                part[key] = {"encoding": "base64", "data": base64.b64encode(masked).decode("ascii")}
+            else:
+                part[key] = mask_json(part[key], path, findings)
+    return red
+
+
+def intake(raw: bytes | str | dict) -> Redacted:
+    """Everything intake does before storage: parse, redact, scan and mask."""
+    return scan_capture(redact_capture(parse_capture(raw)))
+
+
+def body_bytes(body: Any) -> bytes:
+    """The bytes of a stored body (a download's content): base64 decoded, text as UTF-8, JSON canonical."""
+    if _is_encoded(body):
+        return base64.b64decode(body["data"])
+    if body is None:
+        return b""
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    return canonical.canonical_json(body)
+
+
+def gzip_b64(data: bytes) -> str:
+    """A test and demo helper: bytes as a capture's gzip+base64 body data."""
+    return base64.b64encode(gzip.compress(data, mtime=0)).decode("ascii")

@@ -1,0 +1,865 @@
+"""Fixture review: staging captures, reviewer actions, promotion, minting scenario versions (DESIGN §7).
+
+Every write of the review workflow is here, as keyword-only functions named `<entity>_<action>` that own
+their transaction. Views, the API and the `capture` command parse their input, call one of these, render.
+
+The rules:
+- Nothing reaches the database or the blob store before `intake` has redacted and masked it.
+- A reviewer's action is an append-only `ReviewEvent` (actor, time, path, reason), and never holds a value
+  that was removed. A refused approval is an event too, with its reason.
+- Approving needs the reviewer role; whoever captured a recording, or owns the token that did, cannot
+  approve it; an unresolved finding blocks it; so does a failing contract test.
+- Approving claims the recording with a conditional UPDATE (`state = staged AND revision = <the one the
+  reviewer read>`): of two reviewers approving at once exactly one changes a row, and only that one mints.
+- Minting serializes per scenario on the scenario's first version row (SELECT … FOR UPDATE), reads the
+  latest version after the lock, and builds on it; the unique (name, version) constraint is the last guard.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.files.base import ContentFile
+from django.core.files.storage import storages
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from n17q_engine import canonical
+from n17q_engine.contracts import ContractError
+from n17q_engine.fixtures import Fixture, FixtureError
+from n17q_engine.package import PackageError, build_scenario, load_scenario
+
+from . import intake
+from .models import FixtureVersion, ReviewEvent, ScenarioVersion, StagedRecording
+from .scenarios import ScenarioRefused, scenario_package
+
+log = logging.getLogger(__name__)
+
+REVIEW_PERM = "fixtures_review.review_capture"
+CAPTURE_PERM = "fixtures_review.capture_recording"
+# Where a change alters what a replay sees or how it is keyed: a synthesized value there needs a fidelity note.
+MEANING_ROOTS = ("request.args", "response.body", "response.status", "proposed_transition")
+EDITABLE_ROOTS = ("request", "response", "proposed_transition")
+
+
+class ReviewRefused(ValueError):
+    """A review action the rules do not allow; the message says why in one sentence a reviewer can act on."""
+
+
+# --- outcomes ----------------------------------------------------------------------------------------------------
+
+_STATUS_OUTCOMES = {401: "denied", 403: "denied", 404: "not_found", 410: "deleted", 408: "timeout", 504: "timeout"}
+
+
+def outcome_for(status: int, body: Any) -> str:
+    """The fixture outcome an HTTP response stands for. `empty`: a 2xx with nothing in it."""
+    if status in _STATUS_OUTCOMES:
+        return _STATUS_OUTCOMES[status]
+    if 200 <= status < 300:
+        if body in (None, "", [], {}) or (isinstance(body, dict) and body.get("items") == [] and len(body) <= 2):
+            return "empty"
+        return "ok"
+    return "error"
+
+
+# --- intake ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StageResult:
+    recording: StagedRecording
+    blockers: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The `capture --json` shape of DESIGN §8 (more keys may follow; these stay)."""
+        rec = self.recording
+        return {
+            "staged": rec.public_id,
+            "redactions": [{"path": r["path"], "rule": r["rule"]} for r in rec.redactions],
+            "findings": [{"rule": f["rule"], "path": f["path"], "preview": f["preview"]} for f in rec.findings],
+            "promotable": not self.blockers,
+            "blockers": self.blockers,
+            "scenario": rec.scenario_name,
+            "tool": rec.tool,
+            "request_digest": rec.request_digest,
+        }
+
+
+def capture_stage(*, raw: bytes | str | dict, user: Any = None, token: Any = None) -> StageResult:
+    """Redact, scan and mask a capture, then store it as a staged recording. `intake.CaptureError` if bad."""
+    red = intake.intake(raw)
+    cap = red.capture
+    actor = user if getattr(user, "is_authenticated", False) else None
+    recording = _stage(
+        red,
+        origin=StagedRecording.Origin.CAPTURE,
+        actor=actor,
+        token=token,
+        outcome=outcome_for(cap["response"]["status"], cap["response"].get("body")),
+    )
+    log.info(
+        "staged recording %s for %s %s (%d redactions, %d findings)",
+        recording.public_id,
+        recording.scenario_name,
+        recording.tool,
+        len(recording.redactions),
+        len(recording.findings),
+    )
+    return StageResult(recording, promotion_blockers(recording))
+
+
+def _stage(
+    red: intake.Redacted,
+    *,
+    origin: str,
+    actor: Any,
+    token: Any,
+    outcome: str,
+    synthetic: bool = False,
+    fidelity_note: str = "",
+    copied_from: dict | None = None,
+) -> StagedRecording:
+    cap = red.capture
+    normalized, digest, key_note = _key(cap["scenario"], cap["tool"], cap["contract_revision"], cap["request"]["args"])
+    excluded = sorted({u.pk for u in (actor, getattr(token, "user", None)) if u is not None})
+    findings = [{"id": f"f{i + 1}", **f} for i, f in enumerate(red.findings)]
+    written: list[str] = []
+    try:
+        with transaction.atomic():
+            recording = StagedRecording(
+                origin=origin,
+                scenario_name=cap["scenario"],
+                tool=cap["tool"],
+                contract_revision=cap["contract_revision"],
+                connection=cap["connection"],
+                captured_at=datetime.fromisoformat(cap["captured_at"].replace("Z", "+00:00")),
+                source_revision=cap.get("source_revision") or "",
+                effect_class=cap["effect_class"],
+                world_revision=cap["world_revision"],
+                request=cap["request"],
+                response=cap["response"],
+                proposed_transition=cap.get("proposed_transition"),
+                outcome=outcome,
+                encodings=red.encodings,
+                request_digest=digest,
+                normalized_request=normalized,
+                key_note=key_note,
+                original_digest=red.original_digest,
+                redactions=red.redactions,
+                findings=findings,
+                synthetic=synthetic,
+                fidelity_note=fidelity_note,
+                copied_from=copied_from,
+                captured_by=actor,
+                token=token,
+                excluded_approvers=excluded,
+            )
+            recording.body_blobs = _write_bodies(recording, written)
+            recording.save()
+            _event(
+                recording,
+                ReviewEvent.Action.STAGED,
+                actor,
+                detail={
+                    "origin": origin,
+                    "redactions": len(red.redactions),
+                    "findings": len(findings),
+                    "original_digest": red.original_digest,
+                    "token": getattr(token, "prefix", None),
+                },
+            )
+    except Exception:
+        _remove_blobs(written)
+        raise
+    return recording
+
+
+def _key(scenario: str, tool: str, revision: int, args: Any) -> tuple[dict | None, str, str]:
+    """(normalized request, request digest, a note when it could not be normalized)."""
+    latest = ScenarioVersion.objects.filter(name=scenario).order_by("-version").first()
+    as_sent = canonical.request_digest(args)
+    if latest is None:
+        return None, as_sent, f"no version of scenario {scenario} is held yet: the digest is of the arguments as sent"
+    try:
+        contracts = load_scenario(scenario_package(latest)).contracts
+    except (ScenarioRefused, PackageError) as exc:
+        return None, as_sent, f"{latest.ref} cannot be loaded: {exc}"
+    if tool not in contracts:
+        return None, as_sent, f"{latest.ref} pins no contract for {tool}: the digest is of the arguments as sent"
+    contract = contracts.get(tool)
+    if contract.revision != revision:
+        return (
+            None,
+            as_sent,
+            f"contract mismatch: {latest.ref} pins {tool} revision {contract.revision}, the capture was made "
+            f"under revision {revision}",
+        )
+    try:
+        normalized, digest = contract.digest(args)
+    except ContractError as exc:
+        return None, as_sent, f"the arguments break {tool} revision {revision}: {exc}"
+    return normalized, digest, ""
+
+
+def _write_bodies(recording: StagedRecording, written: list[str]) -> dict[str, str]:
+    """Each body's bytes in the blob store (content-addressed), for the raw download."""
+    out = {}
+    store = storages["blobs"]
+    for where, part in (("request.body", recording.request), ("response.body", recording.response)):
+        data = intake.body_bytes(part.get("body"))
+        if not data:
+            continue
+        digest = canonical.digest_bytes(data)
+        name = _blob_name(digest)
+        if not store.exists(name):
+            saved = store.save(name, ContentFile(data, name=name))
+            if saved != name:
+                store.delete(saved)
+                raise RuntimeError(f"the blob store refused {name}")
+            written.append(name)
+        out[where] = digest
+    return out
+
+
+def _blob_name(digest: str) -> str:
+    from runs.models import blob_storage_name
+
+    return blob_storage_name(digest)
+
+
+def _remove_blobs(names: Iterable[str]) -> None:
+    store = storages["blobs"]
+    for name in names:
+        try:
+            store.delete(name)
+        except OSError:
+            log.warning("could not remove blob %s", name)
+
+
+def _forget_blob(digest: str, recording: StagedRecording) -> None:
+    """Remove a body blob a recording no longer holds, unless a run or another recording holds it too."""
+    from runs.models import Blob
+
+    if Blob.objects.filter(digest=digest).exists():
+        return
+    for other in StagedRecording.objects.exclude(pk=recording.pk).only("body_blobs"):
+        if digest in other.body_blobs.values():
+            return
+    _remove_blobs([_blob_name(digest)])
+
+
+def _event(recording: StagedRecording, action: str, actor: Any, **fields: Any) -> ReviewEvent:
+    event = ReviewEvent.objects.create(
+        recording=recording, action=action, actor=actor, revision=recording.revision, **fields
+    )
+    _audit(actor, f"recording.{action}", recording.public_id, fields.get("detail"))
+    return event
+
+
+def _audit(actor: Any, action: str, target: str, detail: Any) -> None:
+    from runs.audit import audit_record
+
+    audit_record(actor=actor, action=action, target=target, detail=detail if isinstance(detail, dict) else None)
+
+
+# --- reading the content ---------------------------------------------------------------------------------------
+
+
+def content_of(recording: StagedRecording) -> dict[str, Any]:
+    return {
+        "request": recording.request,
+        "response": recording.response,
+        "proposed_transition": recording.proposed_transition,
+    }
+
+
+def leaf_paths(recording: StagedRecording) -> list[str]:
+    """Every path a reviewer can pick: each value of the request, the response and the proposed transition."""
+    out: list[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict) and not intake._is_encoded(value):
+            if not value:
+                out.append(path)
+            for key, child in value.items():
+                walk(child, intake.join(path, key))
+        elif isinstance(value, list) and value:
+            for i, child in enumerate(value):
+                walk(child, intake.join(path, i))
+        else:
+            out.append(path)
+
+    content = content_of(recording)
+    for root in EDITABLE_ROOTS:
+        walk(content[root], root)
+    return out
+
+
+def _locate(content: dict[str, Any], path: str) -> tuple[Any, str | int]:
+    parts = intake.split_path(path)
+    if parts[0] not in EDITABLE_ROOTS or (len(parts) < 2 and parts[0] != "proposed_transition"):
+        raise ReviewRefused(f"{path}: pick a value inside request, response or proposed_transition")
+    if len(parts) == 1:
+        return content, parts[0]
+    node: Any = content[parts[0]]
+    for part in parts[1:-1]:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            raise ReviewRefused(f"{path}: the recording holds nothing there") from None
+    last = parts[-1]
+    try:
+        node[last]
+    except (KeyError, IndexError, TypeError):
+        raise ReviewRefused(f"{path}: the recording holds nothing there") from None
+    return node, last
+
+
+def unresolved_findings(recording: StagedRecording, events: Iterable[ReviewEvent] | None = None) -> list[dict]:
+    """Findings no redaction or synthesis has covered yet (each covers its path and everything under it)."""
+    if events is None:
+        events = recording.events.filter(action__in=[ReviewEvent.Action.REDACT, ReviewEvent.Action.SYNTHESIZE])
+    covered = [e.path for e in events if e.action in (ReviewEvent.Action.REDACT, ReviewEvent.Action.SYNTHESIZE)]
+    return [f for f in recording.findings if not any(intake.covers(path, f["path"]) for path in covered)]
+
+
+def is_meaning_path(path: str) -> bool:
+    return any(intake.covers(root, path) for root in MEANING_ROOTS)
+
+
+# --- reviewer actions ------------------------------------------------------------------------------------------
+
+
+def _require_reviewer(user: Any, recording: StagedRecording) -> None:
+    if not (getattr(user, "is_authenticated", False) and user.has_perm(REVIEW_PERM)):
+        raise ReviewRefused("reviewing needs the reviewer role")
+    if recording.state != StagedRecording.State.STAGED:
+        raise ReviewRefused(f"{recording.public_id} is {recording.state}: it can no longer be changed")
+
+
+def _change(recording: StagedRecording, revision: int | None, mutate: Any) -> StagedRecording:
+    """Apply `mutate(content, locked)` to a locked, still-staged recording at the revision the reviewer read."""
+    locked = StagedRecording.objects.select_for_update().get(pk=recording.pk)
+    if locked.state != StagedRecording.State.STAGED:
+        raise ReviewRefused(f"{locked.public_id} is {locked.state}: it can no longer be changed")
+    if revision is not None and locked.revision != revision:
+        raise ReviewRefused(
+            f"{locked.public_id} changed since you opened it (revision {revision}, now {locked.revision}): "
+            "reload it and look again"
+        )
+    content = json.loads(json.dumps(content_of(locked)))
+    mutate(content, locked)
+    old_blobs = dict(locked.body_blobs)
+    locked.request, locked.response = content["request"], content["response"]
+    locked.proposed_transition = content["proposed_transition"]
+    locked.revision += 1
+    written: list[str] = []
+    try:
+        locked.body_blobs = _write_bodies(locked, written)
+        locked.save(
+            update_fields=[
+                "request",
+                "response",
+                "proposed_transition",
+                "revision",
+                "body_blobs",
+                "synthetic",
+                "fidelity_note",
+                "outcome",
+                "normalized_request",
+                "request_digest",
+                "key_note",
+            ]
+        )
+    except Exception:
+        _remove_blobs(written)
+        raise
+    for where, digest in old_blobs.items():
+        if locked.body_blobs.get(where) != digest:
+            transaction.on_commit(lambda d=digest, r=locked: _forget_blob(d, r))
+    return locked
+
+
+def recording_redact(
+    *, recording: StagedRecording, path: str, user: Any, reason: str = "", revision: int | None = None
+) -> StagedRecording:
+    """Replace the value at `path` with `[redacted]`. An argument is part of the fixture key: synthesize it."""
+    _require_reviewer(user, recording)
+    path = path.strip()
+    if intake.covers("request.args", path):
+        raise ReviewRefused(
+            f"{path}: an argument is part of the fixture key; redacting it changes meaning, so synthesize a "
+            "replacement and say what fidelity is lost"
+        )
+    if intake.covers("response.status", path):
+        raise ReviewRefused("response.status: a status cannot be redacted (synthesize another one instead)")
+
+    def mutate(content: dict[str, Any], locked: StagedRecording) -> None:
+        node, key = _locate(content, path)
+        node[key] = intake.REDACTED
+
+    with transaction.atomic():
+        recording = _change(recording, revision, mutate)
+        _event(recording, ReviewEvent.Action.REDACT, user, path=path, reason=reason.strip()[:2000])
+    return recording
+
+
+def recording_synthesize(
+    *,
+    recording: StagedRecording,
+    path: str,
+    value: Any,
+    user: Any,
+    fidelity_note: str = "",
+    revision: int | None = None,
+) -> StagedRecording:
+    """Put a reviewer's replacement at `path`. Where meaning changes, a fidelity note is required."""
+    _require_reviewer(user, recording)
+    path, note = path.strip(), (fidelity_note or "").strip()
+    meaning = is_meaning_path(path)
+    if meaning and not note:
+        raise ReviewRefused(
+            f"{path}: a synthesized value here changes what a replay sees; say what fidelity is lost in the note"
+        )
+    if path == "response.status" and not (isinstance(value, int) and 100 <= value <= 599):
+        raise ReviewRefused("response.status: a synthesized status is an HTTP status 100-599")
+    try:
+        from n17q_engine.contracts import check_json
+
+        check_json(value, path)
+    except ContractError as exc:
+        raise ReviewRefused(str(exc)) from None
+    hits = intake.scan_text(json.dumps(value, ensure_ascii=False))
+    if hits:
+        raise ReviewRefused(f"{path}: the replacement itself looks like a secret ({hits[0][0]}); use a made-up value")
+
+    def mutate(content: dict[str, Any], locked: StagedRecording) -> None:
+        node, key = _locate(content, path)
+        node[key] = value
+        if path == "response.status":
+            locked.outcome = outcome_for(value, content["response"].get("body"))
+        if meaning:
+            locked.synthetic = True
+            locked.fidelity_note = "; ".join(p for p in (locked.fidelity_note, f"{path}: {note}") if p)
+        if intake.covers("request.args", path):
+            locked.normalized_request, locked.request_digest, locked.key_note = _key(
+                locked.scenario_name, locked.tool, locked.contract_revision, content["request"]["args"]
+            )
+
+    with transaction.atomic():
+        recording = _change(recording, revision, mutate)
+        _event(
+            recording,
+            ReviewEvent.Action.SYNTHESIZE,
+            user,
+            path=path,
+            fidelity_note=note[:4000],
+            detail={"value": value, "meaning_changed": meaning},
+        )
+    return recording
+
+
+def recording_reject(
+    *, recording: StagedRecording, reason: str, user: Any, revision: int | None = None
+) -> StagedRecording:
+    _require_reviewer(user, recording)
+    reason = (reason or "").strip()
+    if not reason:
+        raise ReviewRefused("rejecting needs a reason (what is wrong with this recording)")
+    with transaction.atomic():
+        claimed = StagedRecording.objects.filter(
+            pk=recording.pk, state=StagedRecording.State.STAGED, **({"revision": revision} if revision else {})
+        ).update(state=StagedRecording.State.REJECTED, decided_at=timezone.now())
+        if claimed != 1:
+            raise ReviewRefused(f"{recording.public_id} was decided or changed meanwhile: reload it")
+        recording.refresh_from_db()
+        _event(recording, ReviewEvent.Action.REJECT, user, reason=reason[:4000])
+    return recording
+
+
+def approval_refusal(recording: StagedRecording, user: Any) -> str | None:
+    """Why `user` may not approve `recording` now (role, four eyes, state, findings), or None."""
+    if not (getattr(user, "is_authenticated", False) and user.has_perm(REVIEW_PERM)):
+        return "approving needs the reviewer role"
+    if user.pk in (recording.excluded_approvers or []):
+        how = "captured this recording" if recording.captured_by_id == user.pk else "own the token that captured it"
+        return f"four eyes: you {how}, so another reviewer must approve it"
+    if recording.state != StagedRecording.State.STAGED:
+        return f"{recording.public_id} is already {recording.state}"
+    open_findings = unresolved_findings(recording)
+    if open_findings:
+        listed = ", ".join(f"{f['rule']} at {f['path']}" for f in open_findings[:5])
+        return f"{len(open_findings)} unresolved finding(s) block approval: {listed} (redact or synthesize each)"
+    return None
+
+
+def promotion_blockers(recording: StagedRecording) -> list[str]:
+    """What stops this recording from being approved by any reviewer: findings, contract tests."""
+    out = []
+    open_findings = unresolved_findings(recording)
+    if open_findings:
+        out.append(f"{len(open_findings)} unresolved finding(s)")
+    try:
+        _fixture_for(recording, _latest_base(recording))
+    except ReviewRefused as exc:
+        out.append(str(exc))
+    return out
+
+
+def _latest_base(recording: StagedRecording) -> ScenarioVersion:
+    base = ScenarioVersion.objects.filter(name=recording.scenario_name).order_by("-version").first()
+    if base is None:
+        raise ReviewRefused(
+            f"scenario {recording.scenario_name} has no version yet: import its package (import_package) so its "
+            "contracts can test this recording"
+        )
+    return base
+
+
+def fixture_dict(recording: StagedRecording, normalized: Mapping[str, Any]) -> dict[str, Any]:
+    """The fixture a recording becomes (without its id, which is derived from this content)."""
+    response = recording.response
+    body = response.get("body")
+    absent = {}
+    for path in _redacted_paths(body, ""):
+        absent[path or "$"] = "redacted"
+    transition = recording.proposed_transition
+    condition = None
+    if transition:
+        before = transition.get("revision_before")
+        resource = transition.get("resource")
+        if isinstance(resource, str) and resource:
+            condition = (
+                [{"resource": resource, "absent": True}]
+                if before is None
+                else [{"resource": resource, "revision": before}]
+            )
+    out: dict[str, Any] = {
+        "tool": recording.tool,
+        "contract_revision": recording.contract_revision,
+        "request": dict(normalized),
+        "response": {"outcome": recording.outcome, "body": body, "absent": absent},
+        "provenance": {
+            "recorded_at": recording.captured_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "source_revision": recording.source_revision or None,
+            "connection": recording.connection,
+            "synthetic": recording.synthetic,
+            "fidelity_note": recording.fidelity_note or None,
+        },
+    }
+    if condition:
+        out["condition"] = condition
+    if transition:
+        out["transition"] = transition
+    return out
+
+
+def _redacted_paths(value: Any, path: str) -> Iterable[str]:
+    if value == intake.REDACTED:
+        yield path
+    elif isinstance(value, dict):
+        for key, child in value.items():
+            yield from _redacted_paths(child, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            yield from _redacted_paths(child, f"{path}[{i}]")
+
+
+def _fixture_for(recording: StagedRecording, base: ScenarioVersion) -> dict[str, Any]:
+    """The contract tests: the fixture built from the recording, checked against base's contract."""
+    try:
+        contracts = load_scenario(scenario_package(base)).contracts
+    except (ScenarioRefused, PackageError) as exc:
+        raise ReviewRefused(f"{base.ref} cannot be loaded: {exc}") from None
+    if recording.tool not in contracts:
+        raise ReviewRefused(f"contract test: {base.ref} pins no contract for {recording.tool}")
+    contract = contracts.get(recording.tool)
+    if contract.revision != recording.contract_revision:
+        raise ReviewRefused(
+            f"contract test: {base.ref} pins {recording.tool} revision {contract.revision}, the recording was made "
+            f"under revision {recording.contract_revision} (migrate it or recapture)"
+        )
+    if contract.effect_class != recording.effect_class:
+        raise ReviewRefused(
+            f"contract test: {recording.tool} revision {contract.revision} is a {contract.effect_class}, the capture "
+            f"says {recording.effect_class}"
+        )
+    try:
+        normalized = contract.normalize(recording.request.get("args"))
+    except ContractError as exc:
+        raise ReviewRefused(f"contract test: the arguments break {recording.tool}: {exc}") from None
+    fixture = fixture_dict(recording, normalized)
+    fixture["id"] = fixture_id_for(fixture)
+    try:
+        Fixture.from_dict(fixture, contract)
+    except FixtureError as exc:
+        raise ReviewRefused(f"contract test: {exc}") from None
+    return fixture
+
+
+def fixture_id_for(fixture: Mapping[str, Any]) -> str:
+    content = {k: v for k, v in fixture.items() if k != "id"}
+    return "fx-" + canonical.digest_json(content).removeprefix("sha256:")[:20]
+
+
+def recording_approve(*, recording: StagedRecording, user: Any, revision: int | None = None) -> StagedRecording:
+    """Run the contract tests, mint the fixture version and a scenario version pinning it. Exactly once."""
+    refusal = approval_refusal(recording, user)
+    if refusal is None:
+        try:
+            return _approve(recording, user, revision)
+        except ReviewRefused as exc:
+            refusal = str(exc)
+    with transaction.atomic():
+        _event(
+            recording,
+            ReviewEvent.Action.REFUSED,
+            user if getattr(user, "is_authenticated", False) else None,
+            reason=f"approve refused: {refusal}",
+        )
+    raise ReviewRefused(refusal)
+
+
+def _approve(recording: StagedRecording, user: Any, revision: int | None) -> StagedRecording:
+    with transaction.atomic():
+        # The claim: only the approver whose UPDATE changes the row goes on (the other blocks on the row lock
+        # until this transaction ends, and then finds it promoted).
+        claim = StagedRecording.objects.filter(pk=recording.pk, state=StagedRecording.State.STAGED)
+        if revision is not None:
+            claim = claim.filter(revision=revision)
+        if claim.update(state=StagedRecording.State.PROMOTED, decided_at=timezone.now()) != 1:
+            raise ReviewRefused(f"{recording.public_id} was approved, rejected or changed meanwhile: reload it")
+        recording.refresh_from_db()
+        _lock_scenario(recording.scenario_name)
+        base = _latest_base(recording)
+        fixture = _fixture_for(recording, base)
+        version = FixtureVersion.objects.filter(digest=canonical.digest_json(fixture)).first()
+        if version is None:
+            version = FixtureVersion.objects.create(
+                fixture_id=fixture["id"],
+                digest=canonical.digest_json(fixture),
+                scenario_name=recording.scenario_name,
+                tool=recording.tool,
+                contract_revision=recording.contract_revision,
+                request_digest=canonical.request_digest(fixture["request"]),
+                fixture=fixture,
+                approved_by=user,
+            )
+        scenario = scenario_version_mint(base=base, add_fixtures=[fixture], user=user, source="promotion", _locked=True)
+        StagedRecording.objects.filter(pk=recording.pk).update(fixture_version=version, scenario_version=scenario)
+        recording.refresh_from_db()
+        _event(
+            recording,
+            ReviewEvent.Action.APPROVE,
+            user,
+            detail={
+                "fixture": version.fixture_id,
+                "fixture_digest": version.digest,
+                "scenario": scenario.ref,
+                "based_on": base.ref,
+            },
+        )
+    log.info("approved %s: fixture %s in %s", recording.public_id, version.fixture_id, scenario.ref)
+    return recording
+
+
+def _lock_scenario(name: str) -> None:
+    """Serialize mints of one scenario: lock its first version's row (a row every minter of it must pass)."""
+    first = ScenarioVersion.objects.filter(name=name).order_by("version").values_list("pk", flat=True).first()
+    if first is not None:
+        list(ScenarioVersion.objects.select_for_update().filter(pk=first).values_list("pk", flat=True))
+
+
+# --- minting scenario versions ---------------------------------------------------------------------------------
+
+
+def scenario_version_mint(
+    *,
+    base: ScenarioVersion,
+    add_fixtures: Iterable[Any] = (),
+    exclude_tools: dict[str, str] | None = None,
+    user: Any,
+    source: str,
+    _locked: bool = False,
+) -> ScenarioVersion:
+    """A new immutable ScenarioVersion `base.name@(latest+1)`: base's package plus fixtures / minus tools.
+
+    `add_fixtures` are fixture dicts (with or without an id: a missing id is derived from the content) or
+    FixtureVersion rows. A fixture with the key and world condition of one base holds replaces it (a re-recording
+    supersedes, it does not make lookups ambiguous). `exclude_tools` {tool: reason} drops the tool's fixtures
+    and records the reason in the package's excluded tools. The whole package is checked as any import is (every
+    fixture against its contract); a failure is ScenarioRefused and nothing is stored. Race-safe: concurrent
+    callers get one version number each.
+    """
+    try:
+        package = scenario_package(base)
+    except ScenarioRefused:
+        raise
+    files = {name: json.loads(data) for name, data in package.files.items()}
+    fixtures: list[dict[str, Any]] = list(files["fixtures.json"])
+    meta = files["scenario.json"]
+    for tool, reason in (exclude_tools or {}).items():
+        if not isinstance(reason, str) or not reason.strip():
+            raise ScenarioRefused(f"excluding {tool}: say why (the reason is recorded in the scenario version)")
+        fixtures = [f for f in fixtures if f.get("tool") != tool]
+        excluded = [e for e in meta.get("excluded_tools", []) if e.get("tool") != tool]
+        excluded.append({"tool": tool, "reason": reason.strip()})
+        meta["excluded_tools"] = sorted(excluded, key=lambda e: e["tool"])
+    for item in add_fixtures:
+        fixture = dict(item.fixture if isinstance(item, FixtureVersion) else item)
+        fixture.setdefault("id", fixture_id_for(fixture))
+        key = (fixture.get("tool"), fixture.get("contract_revision"), _digest_of(fixture))
+        fixtures = [
+            f
+            for f in fixtures
+            if f.get("id") != fixture["id"]
+            and not (
+                (f.get("tool"), f.get("contract_revision"), _digest_of(f)) == key
+                and (f.get("condition") or None) == (fixture.get("condition") or None)
+            )
+        ]
+        fixtures.append(fixture)
+    files["fixtures.json"] = fixtures
+
+    actor = user if getattr(user, "is_authenticated", False) else None
+    for _attempt in range(5):
+        with transaction.atomic():
+            if not _locked:
+                _lock_scenario(base.name)
+            latest = ScenarioVersion.objects.filter(name=base.name).aggregate(n=Max("version"))["n"] or 0
+            meta["version"] = latest + 1
+            try:
+                new_package = build_scenario(files)
+            except PackageError as exc:
+                raise ScenarioRefused(f"{base.name}@{latest + 1} would not load: {exc}") from None
+            try:
+                with transaction.atomic():
+                    return ScenarioVersion.objects.create(
+                        name=base.name,
+                        version=latest + 1,
+                        digest=new_package.digest,
+                        manifest=new_package.manifest,
+                        files={n: d.decode("utf-8") for n, d in sorted(new_package.files.items())},
+                        source=source[:20],
+                        imported_by=actor,
+                        based_on=base,
+                    )
+            except IntegrityError:
+                # Another minter took this number (or minted these exact bytes); take the next one.
+                if ScenarioVersion.objects.filter(digest=new_package.digest).exists():
+                    raise ScenarioRefused(
+                        f"a scenario version with exactly this content is already held "
+                        f"({ScenarioVersion.objects.get(digest=new_package.digest).ref})"
+                    ) from None
+                continue
+    raise ScenarioRefused(f"could not mint a version of {base.name}: too many concurrent mints, try again")
+
+
+def _digest_of(fixture: Mapping[str, Any]) -> str | None:
+    request = fixture.get("request")
+    return fixture.get("request_digest") or (canonical.request_digest(request) if request is not None else None)
+
+
+# --- copy similar ------------------------------------------------------------------------------------------------
+
+
+def recording_copy_similar(
+    *, replay_run: Any, missing_event_id: str, like_fixture_id: str | None, user: Any
+) -> StagedRecording:
+    """'Copy similar' on a fixture.missing event of a replay's run: a staged candidate with its own identity,
+    keyed by the missing call's normalized request (read from the run's tool.call that `call_id` names), whose
+    response is copied from fixture `like_fixture_id` of the run's scenario version (or empty when None),
+    marked synthetic. It never satisfies anything until a reviewer approves it (and it was not the same user)."""
+    from runs.models import Event
+
+    if not (getattr(user, "is_authenticated", False) and (user.has_perm(REVIEW_PERM) or user.has_perm(CAPTURE_PERM))):
+        raise ReviewRefused("copying a fixture into staging needs the reviewer or operator role")
+    missing = Event.objects.filter(run=replay_run, event_id=missing_event_id).first()
+    if missing is None or missing.kind not in ("fixture.missing", "fixture.ambiguous"):
+        raise ReviewRefused(f"{replay_run.run_id} has no fixture.missing event {missing_event_id!r}")
+    body = missing.body
+    call_id = body.get("call_id")
+    call = Event.objects.filter(run=replay_run, event_id=call_id, kind="tool.call").first() if call_id else None
+    if call is None:
+        raise ReviewRefused(
+            f"{missing_event_id} names no tool call (call_id), so there is no request to key a candidate by: "
+            f"{body.get('reason', '')}".rstrip(": ")
+        )
+    scenario_ref = body.get("scenario") or {}
+    scenario = ScenarioVersion.objects.filter(
+        name=scenario_ref.get("name"), version=scenario_ref.get("version")
+    ).first()
+    if scenario is None:
+        raise ReviewRefused(f"the run's scenario version {scenario_ref!r} is not held")
+    tool = call.body.get("tool")
+    revision = call.body.get("contract_revision")
+    contracts = load_scenario(scenario_package(scenario)).contracts
+    effect_class = contracts.get(tool).effect_class if tool in contracts else "read"
+    response_body: Any = None
+    outcome = "empty"
+    transition = None
+    note = (
+        "synthetic: no response was recorded for this request; the response is empty "
+        f"(copy similar in {replay_run.run_id})"
+    )
+    like = None
+    if like_fixture_id:
+        like = next((f for f in scenario.fixture_items if f.get("id") == like_fixture_id), None)
+        if like is None:
+            raise ReviewRefused(f"{scenario.ref} holds no fixture {like_fixture_id!r}")
+        response_body = like.get("response", {}).get("body")
+        outcome = like.get("response", {}).get("outcome", "ok")
+        transition = like.get("transition")
+        note = (
+            f"synthetic: the response is copied from fixture {like_fixture_id} of {scenario.ref}, recorded for "
+            f"another request; it was never observed for this one (copy similar in {replay_run.run_id})"
+        )
+    capture = {
+        "format": intake.CAPTURE_FORMAT,
+        "scenario": scenario.name,
+        "tool": tool,
+        "contract_revision": revision,
+        "connection": (like or {}).get("provenance", {}).get("connection") or "copy-similar",
+        "captured_at": timezone.now().isoformat().replace("+00:00", "Z"),
+        "source_revision": None,
+        "effect_class": effect_class,
+        "request": {
+            "method": "TOOL",
+            "url": f"tool:{tool}",
+            "headers": {},
+            "body": None,
+            "args": call.body.get("request") or {},
+        },
+        "response": {"status": 200, "headers": {}, "body": response_body},
+        "proposed_transition": transition if effect_class == "mutation" else None,
+        "world_revision": body.get("world_revision") or 0,
+    }
+    try:
+        red = intake.intake(capture)
+    except intake.CaptureError as exc:
+        raise ReviewRefused(f"the candidate cannot be staged: {exc}") from None
+    recording = _stage(
+        red,
+        origin=StagedRecording.Origin.COPY_SIMILAR,
+        actor=user,
+        token=None,
+        outcome=outcome,
+        synthetic=True,
+        fidelity_note=note,
+        copied_from={
+            "run": replay_run.run_id,
+            "event": missing_event_id,
+            "call": call_id,
+            "fixture": like_fixture_id,
+            "scenario": scenario.ref,
+            "request_digest": call.body.get("request_digest"),
+        },
+    )
+    log.info("copy similar: staged %s from %s/%s", recording.public_id, replay_run.run_id, missing_event_id)
+    return recording
