@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+from pythonjsonlogger.core import RESERVED_ATTRS as JSON_LOG_RESERVED_ATTRS
 
 from .env import ConfigurationError, env_bool, env_int, env_list, env_str
 
@@ -51,6 +52,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "runs.audit.AuditRequestMiddleware",
+    "runs.logs.RequestLogMiddleware",
     # Everything needs a login (DESIGN §8); views that must not (the login page) opt out explicitly.
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -199,6 +201,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("N17Q_REPLAY_TIME_LIMIT_S", 3600, minimum=10)
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Our logging configuration (JSON lines) applies in the worker too, instead of Celery's own.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Each worker records a heartbeat this often (runs/heartbeat.py); /health/ wants one within three intervals.
+N17Q_HEARTBEAT_S = env_int("N17Q_HEARTBEAT_S", 10, minimum=1)
 
 # Content-Security-Policy (django-csp): only this origin's own files run or style a page. No 'unsafe-inline' and
 # no 'unsafe-eval' anywhere: the templates carry no inline script, style or handler (a test reads them all),
@@ -237,10 +243,24 @@ if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("N17Q_SSL_REDIRECT", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# Logs: JSON lines in production (one object per record, for a log shipper), readable lines in development.
+LOG_FORMAT = env_str("N17Q_LOG_FORMAT", "plain" if DEBUG else "json")
+if LOG_FORMAT not in ("json", "plain"):
+    raise ConfigurationError(f"N17Q_LOG_FORMAT={LOG_FORMAT!r} is not json or plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": ["levelname", "name", "message"],
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": True,
+            # django.request attaches the request object itself; its method and path are logged by n17q.request.
+            "reserved_attrs": [*JSON_LOG_RESERVED_ATTRS, "request"],
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("N17Q_LOG_LEVEL", "INFO")},
 }

@@ -11,6 +11,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schem
 from rest_framework import exceptions, serializers, status
 from rest_framework.generics import get_object_or_404
 from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -18,7 +19,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from n17q_engine.bundle import BundleError
 
-from . import selectors
+from . import health, selectors
 from .auth import NotCaptureOnly, requires_perm, scoped
 from .importer import run_import_from_upload
 from .models import HarnessToken, Run
@@ -183,3 +184,51 @@ class RunLineageApi(APIView):
     def get(self, request: Request, run_id: str) -> Response:
         run = get_object_or_404(Run, run_id=run_id)
         return Response(selectors.run_lineage_json(run))
+
+
+class HealthApi(APIView):
+    """`/health/`: for load balancers and compose health checks (no sign-in), and for people (details)."""
+
+    permission_classes = [AllowAny]
+
+    class Output(serializers.Serializer):
+        status = serializers.ChoiceField(choices=["ok", "down"])
+        checks = serializers.DictField(
+            child=serializers.DictField(),
+            help_text="per check (database, broker, worker): `ok`, and when signed in `ms`, `error` and details",
+        )
+        replays = serializers.DictField(
+            child=serializers.IntegerField(), required=False, help_text="replays by state (signed in)"
+        )
+        queue_depth = serializers.IntegerField(
+            required=False, help_text="replay messages waiting in the broker's queue (signed in)"
+        )
+
+    @extend_schema(
+        summary="Health: database, broker, worker heartbeat; replays by state and queue depth",
+        description="200 when every check asked for passes, 503 when one fails. Anyone may ask for the status and "
+        "which checks pass; a signed-in user (or a harness token) also gets timings, errors, the workers seen, "
+        "replays by state and the queue depth. `?check=database,broker` limits the checks (a web container's "
+        "own health check needs no worker).",
+        parameters=[
+            OpenApiParameter(
+                "check",
+                str,
+                OpenApiParameter.QUERY,
+                required=False,
+                description=f"comma-separated, any of {', '.join(health.CHECKS)} (default: all)",
+            )
+        ],
+        responses={200: Output, 503: Output},
+    )
+    def get(self, request: Request) -> Response:
+        asked = request.query_params.get("check")
+        checks = tuple(c.strip() for c in asked.split(",") if c.strip()) if asked is not None else health.CHECKS
+        unknown = sorted(set(checks) - set(health.CHECKS))
+        if unknown or not checks:
+            raise exceptions.ValidationError(f"check: one or more of {', '.join(health.CHECKS)}")
+        report = health.health_report(checks)
+        if not (request.user and request.user.is_authenticated):
+            report = {"status": report["status"], "checks": {k: {"ok": v["ok"]} for k, v in report["checks"].items()}}
+        code = status.HTTP_200_OK if report["status"] == "ok" else status.HTTP_503_SERVICE_UNAVAILABLE
+        return Response(report, status=code, headers={"Cache-Control": "no-store"})

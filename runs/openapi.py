@@ -40,8 +40,10 @@ class AutoSchema(SpectacularAutoSchema):
         error = self.resolve_serializer(ErrorOutput, "response").ref
         responses = operation.setdefault("responses", {})
         wanted = []
+        if self.view.get_authenticators():
+            wanted += ["401", "429"]  # a wrong token is refused, and tokens are throttled, on any view
         if not all(isinstance(p, AllowAny) for p in self.view.get_permissions()):
-            wanted += ["401", "403", "429"]
+            wanted.append("403")
         if "{" in self.path:
             wanted.append("404")
         has_query = any(p.get("in") == "query" for p in operation.get("parameters", []))

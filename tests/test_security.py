@@ -114,7 +114,9 @@ def test_the_api_docs_start_swagger_ui_from_a_script_file(client, role_user):
 
 
 def test_check_deploy_is_clean_under_production_settings(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "N17Q_CACHE_URL")}
+    # DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests' (tests/browser/conftest.py), never a deployment's.
+    dropped = ("DATABASE_URL", "REDIS_URL", "N17Q_CACHE_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(PRODUCTION_ENV, N17Q_DATA_DIR=str(tmp_path))
     done = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
