@@ -241,6 +241,8 @@ if not DEBUG:
         # the domain decides it (N17Q_HSTS_PRELOAD=1), not our default. HSTS itself is on (one year, subdomains).
         SILENCED_SYSTEM_CHECKS = ["security.W021"]
     SECURE_SSL_REDIRECT = env_bool("N17Q_SSL_REDIRECT", True)
+    # A container's health check asks over plain HTTP from inside; a redirect would read as unhealthy.
+    SECURE_REDIRECT_EXEMPT = [r"^health/$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # Logs: JSON lines in production (one object per record, for a log shipper), readable lines in development.
