@@ -159,9 +159,7 @@ def free_port() -> int:
 
 
 def test_gunicorn_serves_the_console_with_the_image_configuration(tmp_path):
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     port = free_port()
     env.update(
         N17Q_DATA_DIR=str(tmp_path),
