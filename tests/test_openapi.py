@@ -73,7 +73,24 @@ schema = _schema()
 
 
 @pytest.fixture
-def admin_token(db, settings, django_user_model) -> str:
+def in_process_requests():
+    """Keep the test's database connection open across the in-process calls, as Django's test client does.
+
+    Outside the test client every request ends by closing old connections, which on PostgreSQL would close the
+    connection that holds this test's transaction (SQLite's in-memory test database ignores the close).
+    """
+    from django.core import signals
+    from django.db import close_old_connections
+
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    yield
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def admin_token(db, settings, django_user_model, in_process_requests) -> str:
     settings.REST_FRAMEWORK = {
         **settings.REST_FRAMEWORK,
         # Schemathesis makes hundreds of calls with one token in seconds; the throttle has tests of its own.
