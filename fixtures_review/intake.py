@@ -400,6 +400,9 @@ def redact_json(value: Any, where: str, record: Record, *, inherited: str | None
     if isinstance(value, str) and inherited and value and value != REDACTED:
         record({"path": where, "rule": inherited})
         return REDACTED
+    if isinstance(value, str) and value[:8].lower().startswith(("http://", "https://")) and len(value) < 16384:
+        # A link in a body (a presigned download, a redirect target) loses its user info and signature too.
+        return redact_url(value, where, record)
     return value
 
 
