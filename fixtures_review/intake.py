@@ -640,7 +640,12 @@ def _denylist_finder(plugin: Any) -> Callable[[str], Iterator[str]]:
         for regex in patterns:
             for m in regex.finditer(text):
                 groups = [g for g in m.groups() if g]
-                value = groups[-1] if groups and len(groups[-1]) >= 8 else m.group(0)
+                # Some patterns take the delimiter before and after the value (`"AKC…"`): not part of it.
+                value = (
+                    groups[-1]
+                    if groups and len(groups[-1]) >= 8
+                    else m.group(0).lstrip(' \t\r\n"=:').rstrip(' \t\r\n"')
+                )
                 if value:
                     yield value
 

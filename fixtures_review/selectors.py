@@ -49,7 +49,7 @@ def age(then: datetime, now: datetime | None = None) -> str:
 
 
 def shape(value: Any, depth: int = 0) -> str:
-    """The response's shape, not its content: `{items: [1 × {title: string, url: string}], total: integer}`."""
+    """The response's shape, not its content: `{items: [1 x {title: string, url: string}], total: integer}`."""
     if depth > 6:
         return "…"
     if intake._is_encoded(value):
@@ -57,14 +57,17 @@ def shape(value: Any, depth: int = 0) -> str:
     if isinstance(value, dict):
         if not value:
             return "{}"
-        return "{" + ", ".join(f"{k}: {shape(v, depth + 1)}" for k, v in list(value.items())[:20]) + (
-            ", …" if len(value) > 20 else ""
-        ) + "}"
+        return (
+            "{"
+            + ", ".join(f"{k}: {shape(v, depth + 1)}" for k, v in list(value.items())[:20])
+            + (", …" if len(value) > 20 else "")
+            + "}"
+        )
     if isinstance(value, list):
         if not value:
             return "[]"
         kinds = sorted({shape(v, depth + 1) for v in value[:50]})
-        return f"[{len(value)} × {' | '.join(kinds[:3])}{' | …' if len(kinds) > 3 else ''}]"
+        return f"[{len(value)} x {' | '.join(kinds[:3])}{' | …' if len(kinds) > 3 else ''}]"
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -145,9 +148,9 @@ def nearest_fixture(recording: StagedRecording) -> Nearest | None:
 
     best = min(candidates, key=distance)
     rev, differing = distance(best)
-    why = (
-        "same request" if differing == 0 else f"{differing} request field(s) differ"
-    ) + ("" if rev == 0 else f"; recorded under revision {best.get('contract_revision')}")
+    why = ("same request" if differing == 0 else f"{differing} request field(s) differ") + (
+        "" if rev == 0 else f"; recorded under revision {best.get('contract_revision')}"
+    )
     staged = {
         "request": request,
         "response": {"outcome": recording.outcome, "body": recording.response.get("body")},

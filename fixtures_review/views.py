@@ -71,7 +71,10 @@ def recording_action(request: HttpRequest, public_id: str, action: str) -> HttpR
     try:
         if action == "redact":
             recording = services.recording_redact(
-                recording=recording, path=post.get("path", ""), reason=post.get("reason", ""), user=request.user,
+                recording=recording,
+                path=post.get("path", ""),
+                reason=post.get("reason", ""),
+                user=request.user,
                 revision=revision,
             )
             outcome = f"Redacted {post.get('path')}."

@@ -99,9 +99,8 @@ def coverage_of(sc: ScenarioPackage) -> Coverage:
         found = []
         for inv in sc.invariants:
             check = inv["check"]
-            if check == "no_live_effect" and tool in mutations:
-                found.append(inv["id"])
-            elif check == "approval_before_effect" and tool in route_tools:
+            mutation = check == "no_live_effect" and tool in mutations
+            if mutation or (check == "approval_before_effect" and tool in route_tools):
                 found.append(inv["id"])
             elif check == "max_transitions":
                 touched = resources if resources is not None else _resources_of(by_tool.get(tool, []))
