@@ -213,23 +213,23 @@ def coverage_of(sc: ScenarioPackage) -> Coverage:
             item = f"{route.tool} {stage} → reconcile"
             if route.status_tool is None:
                 covered, detail = False, "the route names no status read: an unknown outcome cannot be reconciled"
-                tools: tuple[str, ...] = (route.tool,)
+                affected: tuple[str, ...] = (route.tool,)
             elif not status_fixtures:
                 covered = False
                 detail = f"status read {route.status_tool} has no fixture: recovery stops as incomplete_test_world"
-                tools = (route.tool, route.status_tool)
+                affected = (route.tool, route.status_tool)
             else:
                 covered = True
                 detail = f"status read {route.status_tool}: {len(status_fixtures)} fixture(s)"
-                tools = (route.tool, route.status_tool)
+                affected = (route.tool, route.status_tool)
             out.rows.append(
                 Row(
                     "recovery transition",
                     item,
                     covered,
                     detail,
-                    tools,
-                    tuple(sorted({i for t in tools for i in invariants_for(t)})),
+                    affected,
+                    tuple(sorted({i for t in affected for i in invariants_for(t)})),
                 )
             )
     return out
