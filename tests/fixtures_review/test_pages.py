@@ -60,6 +60,7 @@ def test_a_staged_recording_shows_what_a_reviewer_needs(client, role_user, seed_
     capture = search_capture(
         body={"items": [{"title": "Key rotation", "url": "https://docs.example/k"}], "debug": token}
     )
+    capture["request"]["headers"]["Authorization"] = "Bearer " + rnd(30)
     rec = stage(capture)
     client.force_login(role_user("reviewer"))
     page = client.get(f"/review/{rec.public_id}/").content.decode()
