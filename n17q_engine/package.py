@@ -5,8 +5,9 @@ its bytes. The same package travels three ways, each verified the same way on lo
 
 - a directory (`package.json` beside the files),
 - a `.zip` or `.tar.gz` of that directory (unpacked by `archive.py`, which refuses unsafe members),
-- the wire form a replay sandbox reads on stdin: one JSON object `{"package.json": <manifest>, "files":
-  {name: <base64 of the bytes>}}`.
+- the wire form a replay sandbox reads on stdin (`WIRE_MAGIC`): a first line naming the form, a second line
+  `{"files": [[name, size], ...], "package.json": <manifest>}` (canonical JSON), then each file's bytes in that
+  order, as they are: nothing to escape or decode on the way in.
 
 Loading refuses, with the file's name: a file the manifest does not list, a listed file that is missing, a
 digest that differs (one changed byte), a name that is not a plain relative path, a manifest of another
@@ -28,8 +29,6 @@ Two formats use this:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -45,6 +44,7 @@ from .vocabulary import FAULT_STAGES
 from .world import SimulatedWorld, WorldError, parse_time
 
 MANIFEST = "package.json"
+WIRE_MAGIC = b"n17q.package-wire/2\n"  # /1 was one JSON object with every file in base64
 SCENARIO_FORMAT = "n17q.scenario-package/1"
 REPLAY_FORMAT = "n17q.replay-package/1"
 SCENARIO_FILES = ("contracts.json", "fixtures.json", "policy.json", "scenario.json", "workspaces.json", "world.json")
@@ -154,24 +154,37 @@ class Package:
 
     # wire
     def to_wire(self) -> bytes:
-        files = {name: base64.b64encode(data).decode("ascii") for name, data in sorted(self.files.items())}
-        return dump({MANIFEST: self.manifest, "files": files})
+        names = sorted(self.files)
+        header = {MANIFEST: self.manifest, "files": [[name, len(self.files[name])] for name in names]}
+        return b"".join([WIRE_MAGIC, dump(header), b"\n", *(self.files[name] for name in names)])
 
     @classmethod
     def from_wire(cls, data: bytes, fmt: str) -> Package:
+        if not data.startswith(WIRE_MAGIC):
+            raise PackageError(f"the package's wire form starts with {WIRE_MAGIC!r}")
+        end = data.find(b"\n", len(WIRE_MAGIC))
+        view = memoryview(data)
         try:
-            outer = json.loads(data)
+            outer = json.loads(view[len(WIRE_MAGIC) : end].tobytes()) if end >= 0 else None
         except (ValueError, UnicodeDecodeError) as exc:
-            raise PackageError(f"the package is not JSON: {exc}") from None
-        if not isinstance(outer, dict) or set(outer) != {MANIFEST, "files"} or not isinstance(outer["files"], dict):
-            raise PackageError(f'the wire form is {{"{MANIFEST}": ..., "files": {{name: base64}}}}')
-        manifest, files = outer[MANIFEST], {}
-        for name, text in outer["files"].items():
-            try:
-                files[name] = base64.b64decode(text, validate=True)
-            except (binascii.Error, TypeError, ValueError):
-                raise PackageError(f"{name}: not base64") from None
-        return cls.verify(manifest, files, fmt)
+            raise PackageError(f"the package's wire header is not JSON: {exc}") from None
+        if not isinstance(outer, dict) or set(outer) != {MANIFEST, "files"} or not isinstance(outer["files"], list):
+            raise PackageError(f'the wire header is {{"{MANIFEST}": ..., "files": [[name, size], ...]}}')
+        files: dict[str, bytes] = {}
+        offset = end + 1
+        for item in outer["files"]:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+                raise PackageError(f"the wire header lists {item!r}, not [name, size]")
+            name, size = item
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(data):
+                raise PackageError(f"{name}: the wire form does not hold its {size!r} bytes")
+            if name in files:
+                raise PackageError(f"{name}: twice in the wire form")
+            files[name] = view[offset : offset + size].tobytes()
+            offset += size
+        if offset != len(data):
+            raise PackageError(f"the wire form holds {len(data) - offset} bytes its header does not account for")
+        return cls.verify(outer[MANIFEST], files, fmt)
 
     @classmethod
     def verify(cls, manifest: Any, files: Mapping[str, bytes], fmt: str) -> Package:

@@ -606,15 +606,23 @@ def test_a_package_cannot_carry_an_endpoint_or_a_credential(key):
 def test_a_replay_package_tampered_in_transit_is_refused():
     b = BUNDLES["run-000-recorded"]
     events = b"".join(canonical_json(e) + b"\n" for e in b.events)
-    wire = json.loads(rl.replay_package(SEEDS["docs-research"], b.manifest, events, blobs=b.blobs).to_wire())
-    import base64
+    pkg = rl.replay_package(SEEDS["docs-research"], b.manifest, events, blobs=b.blobs)
+    wire = pkg.to_wire()
+    assert Package.from_wire(wire, REPLAY_FORMAT).files == pkg.files
 
     name = "scenario/fixtures.json"
-    raw = bytearray(base64.b64decode(wire["files"][name]))
-    raw[10] ^= 0x20
-    wire["files"][name] = base64.b64encode(bytes(raw)).decode()
+    raw = bytearray(wire)
+    raw[wire.index(pkg.files[name]) + 10] ^= 0x20  # one byte of that file, where the wire form carries it
     with pytest.raises(PackageError, match=r"scenario/fixtures.json: digest mismatch"):
-        Package.from_wire(json.dumps(wire).encode(), REPLAY_FORMAT)
+        Package.from_wire(bytes(raw), REPLAY_FORMAT)
+    for bad, why in [
+        (wire[:-1], r"source/manifest.json: the wire form does not hold its"),  # the last file comes up short
+        (wire + b"x", r"1 bytes its header does not account for"),
+        (wire[1:], r"wire form starts with"),
+        (json.dumps({"package.json": pkg.manifest, "files": {}}).encode(), r"wire form starts with"),
+    ]:
+        with pytest.raises(PackageError, match=why):
+            Package.from_wire(bad, REPLAY_FORMAT)
 
 
 @pytest.mark.parametrize(
