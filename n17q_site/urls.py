@@ -17,5 +17,6 @@ urlpatterns = [
     # view serves Swagger UI's start-up script as a file of its own (`?script`), so the CSP needs no inline script.
     path("api/v1/docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema")), name="api-docs"),
     path("api/v1/", include("runs.api_urls")),
+    path("", include("fixtures_review.urls")),
     path("", include("runs.urls")),
 ]
