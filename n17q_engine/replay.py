@@ -102,7 +102,6 @@ from .deciders import (
     Waive,
 )
 from .fixtures import Ambiguous, ContractMismatch, Fixture, Hit, Miss
-from .lineage import LineageGraph
 from .package import (
     REPLAY_FORMAT,
     Fault,
@@ -1284,6 +1283,8 @@ class _Engine:
         }
 
     def _gate(self, prospective: list[dict[str, Any]], intent_id: str) -> list[Any]:
+        from .lineage import LineageGraph  # only a gated activation needs it: not imported by every sandbox child
+
         graph = LineageGraph(self._manifest_run())
         for seq, event in enumerate([*self.log.events, *prospective], start=1):
             graph.add({**event, "seq": seq}, references=references(event))
