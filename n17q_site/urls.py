@@ -12,5 +12,6 @@ urlpatterns = [
     # The browsable docs are a page for people: an anonymous visitor is sent to sign in, not refused.
     path("api/v1/docs/", login_required(SpectacularSwaggerView.as_view(url_name="api-schema")), name="api-docs"),
     path("api/v1/", include("runs.api_urls")),
+    path("", include("fixtures_review.urls")),
     path("", include("runs.urls")),
 ]
