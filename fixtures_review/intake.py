@@ -400,6 +400,9 @@ def redact_json(value: Any, where: str, record: Record, *, inherited: str | None
     if isinstance(value, str) and inherited and value and value != REDACTED:
         record({"path": where, "rule": inherited})
         return REDACTED
+    if isinstance(value, str) and value[:8].lower().startswith(("http://", "https://")) and len(value) < 16384:
+        # A link in a body (a presigned download, a redirect target) loses its user info and signature too.
+        return redact_url(value, where, record)
     return value
 
 
@@ -637,7 +640,12 @@ def _denylist_finder(plugin: Any) -> Callable[[str], Iterator[str]]:
         for regex in patterns:
             for m in regex.finditer(text):
                 groups = [g for g in m.groups() if g]
-                value = groups[-1] if groups and len(groups[-1]) >= 8 else m.group(0)
+                # Some patterns take the delimiter before and after the value (`"AKC…"`): not part of it.
+                value = (
+                    groups[-1]
+                    if groups and len(groups[-1]) >= 8
+                    else m.group(0).lstrip(' \t\r\n"=:').rstrip(' \t\r\n"')
+                )
                 if value:
                     yield value
 

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from pythonjsonlogger.core import RESERVED_ATTRS as JSON_LOG_RESERVED_ATTRS
 
 from .env import ConfigurationError, env_bool, env_int, env_list, env_str
 
@@ -44,12 +45,15 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # A Content-Security-Policy on every response, error pages and the admin included (see CONTENT_SECURITY_POLICY).
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "runs.audit.AuditRequestMiddleware",
+    "runs.logs.RequestLogMiddleware",
     # Everything needs a login (DESIGN §8); views that must not (the login page) opt out explicitly.
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -152,10 +156,16 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_SCHEMA_CLASS": "runs.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "runs.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "runs.api.exception_handler",
+    # Harness tokens are throttled per token, and refused keys per client address (runs/throttles.py).
+    "DEFAULT_THROTTLE_CLASSES": ["runs.throttles.HarnessTokenRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "harness_token": env_str("N17Q_TOKEN_RATE", "600/min"),
+        "harness_token_failure": env_str("N17Q_TOKEN_FAILURE_RATE", "20/min"),
+    },
     # 0: the client is REMOTE_ADDR. DRF's default (None) would believe any X-Forwarded-For a client sends,
     # which lets one client pose as many to the throttles. Behind N trusted proxies, set N17Q_NUM_PROXIES=N.
     "NUM_PROXIES": env_int("N17Q_NUM_PROXIES", 0, minimum=0),
@@ -169,6 +179,15 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+}
+
+# The cache holds throttle counts, which every web process must share: Redis when there is one (its own
+# database if N17Q_CACHE_URL names one), else a folder under the data directory (the processes of one machine).
+_cache_url = env_str("N17Q_CACHE_URL", env_str("REDIS_URL", ""))
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url, "KEY_PREFIX": "n17q"}
+    if _cache_url
+    else {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(DATA_DIR / "cache")}
 }
 
 # Celery. Without REDIS_URL the broker is a folder on disk, so `make demo` needs no server at all.
@@ -213,6 +232,30 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # the replay's state lives in the database, and its claim makes a redelivered message a no-op.
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+# Our logging configuration (JSON lines) applies in the worker too, instead of Celery's own.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Each worker records a heartbeat this often (runs/heartbeat.py); /health/ wants one within three intervals.
+N17Q_HEARTBEAT_S = env_int("N17Q_HEARTBEAT_S", 10, minimum=1)
+
+# Content-Security-Policy (django-csp): only this origin's own files run or style a page. No 'unsafe-inline' and
+# no 'unsafe-eval' anywhere: the templates carry no inline script, style or handler (a test reads them all),
+# htmx is told not to eval or inject its indicator styles (base.html), and the API docs use the split Swagger
+# view whose start-up script is a file of its own. `data:` images are Swagger UI's icons in its stylesheet.
+_SELF, _NONE = "'self'", "'none'"
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [_SELF],
+        "script-src": [_SELF],
+        "style-src": [_SELF],
+        "img-src": [_SELF, "data:"],
+        "font-src": [_SELF],
+        "connect-src": [_SELF],
+        "object-src": [_NONE],
+        "base-uri": [_NONE],
+        "form-action": [_SELF],
+        "frame-ancestors": [_NONE],
+    }
+}
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie; kept default-compatible
@@ -224,13 +267,33 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = env_int("N17Q_HSTS_SECONDS", 31536000, minimum=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("N17Q_HSTS_PRELOAD", False)
+    if not SECURE_HSTS_PRELOAD:
+        # Preloading puts the domain in browsers' built-in HSTS lists, which takes months to undo: the owner of
+        # the domain decides it (N17Q_HSTS_PRELOAD=1), not our default. HSTS itself is on (one year, subdomains).
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
     SECURE_SSL_REDIRECT = env_bool("N17Q_SSL_REDIRECT", True)
+    # A container's health check asks over plain HTTP from inside; a redirect would read as unhealthy.
+    SECURE_REDIRECT_EXEMPT = [r"^health/$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# Logs: JSON lines in production (one object per record, for a log shipper), readable lines in development.
+LOG_FORMAT = env_str("N17Q_LOG_FORMAT", "plain" if DEBUG else "json")
+if LOG_FORMAT not in ("json", "plain"):
+    raise ConfigurationError(f"N17Q_LOG_FORMAT={LOG_FORMAT!r} is not json or plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": ["levelname", "name", "message"],
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": True,
+            # django.request attaches the request object itself; its method and path are logged by n17q.request.
+            "reserved_attrs": [*JSON_LOG_RESERVED_ATTRS, "request"],
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("N17Q_LOG_LEVEL", "INFO")},
 }

@@ -363,3 +363,17 @@ class AuditEntry(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor or '-'} {self.action} {self.target}"
+
+
+class WorkerHeartbeat(models.Model):
+    """The last sign of life of one Celery worker (one row per worker name), written every few seconds by the
+    worker itself (runs/heartbeat.py) and read by the health endpoint. Operational state, not history."""
+
+    hostname = models.CharField(max_length=200, unique=True)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.hostname

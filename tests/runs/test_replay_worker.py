@@ -1,7 +1,7 @@
 """Replays through a real Celery worker process on real Redis (issue 6 acceptance).
 
 The worker is a subprocess (`celery -A n17q_site worker`, prefork) reading the test database; Redis is
-N17Q_TEST_REDIS_URL (the Makefile decides), or for the restart drill a private redis-server on a port of
+REDIS_TEST_URL (the Makefile decides), or for the restart drill a private redis-server on a port of
 helper C's range. With CI=true a missing Redis fails these tests instead of skipping them.
 """
 
@@ -34,7 +34,7 @@ LONG_CALLS = 3000
 
 @pytest.fixture
 def redis_url():
-    need_service("Redis", redis_up(REDIS_URL), f"{REDIS_URL} does not answer (set N17Q_TEST_REDIS_URL)")
+    need_service("Redis", redis_up(REDIS_URL), f"{REDIS_URL} does not answer (set REDIS_TEST_URL)")
     return REDIS_URL
 
 

@@ -1,6 +1,6 @@
 """A real Celery worker process on real Redis, for the replay integration tests.
 
-The Redis URL comes from N17Q_TEST_REDIS_URL (the Makefile sets it from REDIS_TEST_URL); each test session
+The Redis URL comes from REDIS_TEST_URL (the Makefile sets it from REDIS_TEST_URL); each test session
 sends to a queue of its own (settings.N17Q_REPLAY_QUEUE), so two test runs on one Redis never take each
 other's replays. The worker opens the test database (a file for SQLite, the test database for PostgreSQL)
 and the test's blob store, and is started in a session of its own so a test can SIGKILL all of it.
@@ -26,7 +26,7 @@ from django.db import connection
 from tests.conftest import need_service
 
 REPO = Path(__file__).resolve().parents[2]
-REDIS_URL = os.environ.get("N17Q_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 
 
 def redis_up(url: str) -> bool:

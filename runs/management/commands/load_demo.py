@@ -32,7 +32,23 @@ class Command(JsonCommand):
         for package in seed_scenarios.seed_packages():
             version, _created = scenario_import(package, source="demo")
             scenarios.append({"scenario": version.ref, "digest": version.digest})
-        return {"runs": runs, "users": users, "scenarios": scenarios}
+        staged = self._staged()
+        return {"runs": runs, "users": users, "scenarios": scenarios, "staged": staged}
+
+    def _staged(self) -> list[dict[str, Any]]:
+        """The demo's captures, staged once (by the operator, so the reviewer may approve them)."""
+        from fixtures_review.demo import demo_captures
+        from fixtures_review.intake import redact_capture
+        from fixtures_review.models import StagedRecording
+        from fixtures_review.services import capture_stage
+
+        operator = get_user_model().objects.get(username="operator")
+        out = []
+        for capture in demo_captures():
+            held = StagedRecording.objects.filter(original_digest=redact_capture(capture).original_digest).first()
+            recording = held or capture_stage(raw=capture, user=operator).recording
+            out.append({"staged": recording.public_id, "tool": recording.tool, "state": recording.state})
+        return out
 
     @transaction.atomic
     def _user(self, role: str) -> dict[str, str]:
@@ -48,5 +64,8 @@ class Command(JsonCommand):
     def human(self, result: dict[str, Any]) -> str:
         lines = ["Demo runs:"] + [f"  {r['id']}  ({r['story']}) {r['title']}" for r in result["runs"]]
         lines += ["Scenario versions:"] + [f"  {s['scenario']}  {s['digest']}" for s in result["scenarios"]]
+        lines += ["Staged recordings (review queue):"] + [
+            f"  {s['staged']}  {s['tool']} ({s['state']})" for s in result.get("staged", [])
+        ]
         lines += ["Logins:"] + [f"  {u['username']:<9} {u['password']}" for u in result["users"]]
         return "\n".join(lines)

@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('fixtures_review', '0001_initial'),
-        ('runs', '0006_audit_entry'),
+        ('runs', '0007_worker_heartbeat'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,0 +1,271 @@
+"""Reads for the review pages: the queue, one staged recording, scenario versions and their coverage."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+from django.utils import timezone
+
+from n17q_engine import coverage
+from n17q_engine.package import PackageError, load_scenario
+
+from . import intake, services
+from .html import looks_like_html, sanitize_captured_html
+from .models import ReviewEvent, ScenarioVersion, StagedRecording
+from .scenarios import ScenarioRefused, scenario_package
+
+
+def recording_queue(*, state: str = "staged", scenario: str = "") -> QuerySet[StagedRecording]:
+    qs = StagedRecording.objects.select_related("captured_by", "scenario_version").prefetch_related(
+        Prefetch(
+            "events",
+            queryset=ReviewEvent.objects.filter(action__in=[ReviewEvent.Action.REDACT, ReviewEvent.Action.SYNTHESIZE]),
+            to_attr="changes",
+        )
+    )
+    if state:
+        qs = qs.filter(state=state)
+    if scenario:
+        qs = qs.filter(scenario_name=scenario)
+    return qs.order_by("-staged_at", "-id")
+
+
+def open_findings_count(recording: StagedRecording) -> int:
+    return len(services.unresolved_findings(recording, getattr(recording, "changes", None)))
+
+
+def age(then: datetime, now: datetime | None = None) -> str:
+    """A recording's age in words: '2 days', '5 hours', '3 minutes'."""
+    seconds = max(0, int(((now or timezone.now()) - then).total_seconds()))
+    for unit, size in (("year", 365 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = seconds // size
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{seconds} seconds"
+
+
+def shape(value: Any, depth: int = 0) -> str:
+    """The response's shape, not its content: `{items: [1 x {title: string, url: string}], total: integer}`."""
+    if depth > 6:
+        return "…"
+    if intake._is_encoded(value):
+        return f"binary ({len(intake.body_bytes(value))} bytes)"
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        return (
+            "{"
+            + ", ".join(f"{k}: {shape(v, depth + 1)}" for k, v in list(value.items())[:20])
+            + (", …" if len(value) > 20 else "")
+            + "}"
+        )
+    if isinstance(value, list):
+        if not value:
+            return "[]"
+        kinds = sorted({shape(v, depth + 1) for v in value[:50]})
+        return f"[{len(value)} x {' | '.join(kinds[:3])}{' | …' if len(kinds) > 3 else ''}]"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if value == intake.REDACTED:
+        return "redacted"
+    return f"string ({len(value)} chars)"
+
+
+def flatten(value: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key, child in value.items():
+            out.update(flatten(child, intake.join(path, key)))
+        return out
+    if isinstance(value, list) and value:
+        out = {}
+        for i, child in enumerate(value):
+            out.update(flatten(child, intake.join(path, i)))
+        return out
+    return {path or "$": value}
+
+
+@dataclass
+class DiffRow:
+    path: str
+    existing: str
+    staged: str
+    state: str  # same | changed | only-existing | only-staged
+
+
+def field_diff(existing: Any, staged: Any) -> list[DiffRow]:
+    a, b = flatten(existing), flatten(staged)
+    rows = []
+    for path in sorted(set(a) | set(b)):
+        if path not in b:
+            rows.append(DiffRow(path, _show(a[path]), "", "only-existing"))
+        elif path not in a:
+            rows.append(DiffRow(path, "", _show(b[path]), "only-staged"))
+        else:
+            same = json.dumps(a[path], sort_keys=True) == json.dumps(b[path], sort_keys=True)
+            rows.append(DiffRow(path, _show(a[path]), _show(b[path]), "same" if same else "changed"))
+    return rows
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+@dataclass
+class Nearest:
+    scenario: ScenarioVersion
+    fixture: dict[str, Any]
+    why: str
+    diff: list[DiffRow]
+
+
+def nearest_fixture(recording: StagedRecording) -> Nearest | None:
+    """The existing fixture most like this recording: same tool (same contract revision first), fewest differing
+    request fields, in the latest version of its scenario. For a reviewer to compare, never for a replay."""
+    latest = ScenarioVersion.objects.filter(name=recording.scenario_name).order_by("-version").first()
+    if latest is None:
+        return None
+    candidates = [f for f in latest.fixture_items if f.get("tool") == recording.tool]
+    if not candidates:
+        return None
+    request = recording.normalized_request or recording.request.get("args") or {}
+
+    def distance(f: dict[str, Any]) -> tuple[int, int]:
+        rows = field_diff(f.get("request"), request)
+        return (0 if f.get("contract_revision") == recording.contract_revision else 1,
+                sum(r.state != "same" for r in rows))  # fmt: skip
+
+    best = min(candidates, key=distance)
+    rev, differing = distance(best)
+    why = ("same request" if differing == 0 else f"{differing} request field(s) differ") + (
+        "" if rev == 0 else f"; recorded under revision {best.get('contract_revision')}"
+    )
+    staged = {
+        "request": request,
+        "response": {"outcome": recording.outcome, "body": recording.response.get("body")},
+        "transition": recording.proposed_transition,
+    }
+    existing = {
+        "request": best.get("request"),
+        "response": {"outcome": best.get("response", {}).get("outcome"), "body": best.get("response", {}).get("body")},
+        "transition": best.get("transition"),
+    }
+    return Nearest(latest, best, why, field_diff(existing, staged))
+
+
+@dataclass
+class FindingView:
+    id: str
+    rule: str
+    path: str
+    preview: str
+    resolved: bool
+
+
+@dataclass
+class RecordingPage:
+    recording: StagedRecording
+    events: list[ReviewEvent]
+    findings: list[FindingView]
+    open_findings: int
+    reviewer_redactions: list[ReviewEvent]
+    age: str
+    normalized_json: str
+    request_json: str
+    response_body_json: str
+    response_shape: str
+    response_html: str | None
+    transition_json: str
+    paths: list[str]
+    nearest: Nearest | None
+    refusal: str | None  # why this user may not approve, or None
+    blockers: list[str]
+    can_review: bool
+    content_type: str
+    downloads: dict[str, str] = field(default_factory=dict)
+
+
+def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
+    events = list(recording.events.select_related("actor").order_by("at", "id"))
+    unresolved = {f["id"] for f in services.unresolved_findings(recording, events)}
+    findings = [
+        FindingView(f["id"], f["rule"], f["path"], f["preview"], f["id"] not in unresolved) for f in recording.findings
+    ]
+    response = recording.response
+    body = response.get("body")
+    ctype = next((str(v) for k, v in (response.get("headers") or {}).items() if k.lower() == "content-type"), "")
+    html = sanitize_captured_html(body) if looks_like_html(body, ctype) else None
+    request = dict(recording.request)
+    can_review = bool(getattr(user, "is_authenticated", False) and user.has_perm(services.REVIEW_PERM))
+    return RecordingPage(
+        recording=recording,
+        events=events,
+        findings=findings,
+        open_findings=len(unresolved),
+        reviewer_redactions=[e for e in events if e.action in ("redact", "synthesize")],
+        age=age(recording.captured_at),
+        normalized_json=_pretty(recording.normalized_request) if recording.normalized_request is not None else "",
+        request_json=_pretty({k: request.get(k) for k in ("method", "url", "headers", "body")}),
+        response_body_json=body if isinstance(body, str) else _pretty(body),
+        response_shape=shape(body),
+        response_html=html,
+        transition_json=_pretty(recording.proposed_transition) if recording.proposed_transition else "",
+        paths=services.leaf_paths(recording),
+        nearest=nearest_fixture(recording),
+        refusal=services.approval_refusal(recording, user),
+        blockers=services.promotion_blockers(recording) if recording.state == "staged" else [],
+        can_review=can_review,
+        content_type=ctype,
+        downloads={where.split(".")[0]: digest for where, digest in recording.body_blobs.items()},
+    )
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+# --- scenario versions ---------------------------------------------------------------------------------------------
+
+
+def scenario_versions() -> QuerySet[ScenarioVersion]:
+    return ScenarioVersion.objects.select_related("imported_by", "based_on").order_by("name", "-version")
+
+
+@dataclass
+class ScenarioPage:
+    version: ScenarioVersion
+    meta: dict[str, Any]
+    coverage: coverage.Coverage | None
+    error: str
+    fixtures: list[dict[str, Any]]
+    promoted: list[StagedRecording]
+    later: list[ScenarioVersion]
+
+
+def scenario_page(version: ScenarioVersion) -> ScenarioPage:
+    error = ""
+    cov = None
+    try:
+        cov = coverage.coverage_of(load_scenario(scenario_package(version)))
+    except (ScenarioRefused, PackageError) as exc:
+        error = str(exc)
+    return ScenarioPage(
+        version=version,
+        meta=version.scenario_json,
+        coverage=cov,
+        error=error,
+        fixtures=version.fixture_items,
+        promoted=list(version.promoted_recordings.select_related("fixture_version")),
+        later=list(ScenarioVersion.objects.filter(name=version.name, version__gt=version.version).order_by("version")),
+    )

@@ -1,0 +1,13 @@
+from django.urls import path
+
+from . import views
+
+app_name = "fixtures"
+urlpatterns = [
+    path("review/", views.recording_queue, name="queue"),
+    path("review/<str:public_id>/", views.recording_detail, name="recording"),
+    path("review/<str:public_id>/<str:action>/", views.recording_action, name="action"),
+    path("review/<str:public_id>/body/<str:part>/", views.body_download, name="body"),
+    path("scenarios/", views.scenario_list, name="scenarios"),
+    path("scenarios/<str:name>@<int:version>/", views.scenario_detail, name="scenario"),
+]

@@ -1,0 +1,158 @@
+"""Review pages. Each view parses its input, calls one selector or service, and renders.
+
+Actions are plain forms that work without JavaScript (POST, then a redirect back with the outcome as a
+message); with htmx they answer with the recording's region of the page, the outcome in it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.files.storage import storages
+from django.core.paginator import Paginator
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from . import selectors, services
+from .models import ScenarioVersion, StagedRecording
+
+
+def _require_staging_access(user: Any) -> None:
+    if not (user.has_perm(services.REVIEW_PERM) or user.has_perm(services.CAPTURE_PERM)):
+        raise PermissionDenied("staged recordings are unreviewed material: the reviewer or operator role reads them")
+
+
+def recording_queue(request: HttpRequest) -> HttpResponse:
+    _require_staging_access(request.user)
+    state = request.GET.get("state", "staged")
+    if state not in ("", *StagedRecording.State.values):
+        state = "staged"
+    scenario = request.GET.get("scenario", "")[:100]
+    page = Paginator(selectors.recording_queue(state=state, scenario=scenario), 50).get_page(request.GET.get("page"))
+    for rec in page:
+        rec.open_findings = selectors.open_findings_count(rec)
+        rec.age = selectors.age(rec.captured_at)
+    template = "fixtures/queue.html#queue-table" if request.htmx else "fixtures/queue.html"
+    return render(
+        request,
+        template,
+        {"page": page, "state": state, "scenario": scenario, "states": StagedRecording.State.values},
+    )
+
+
+def recording_detail(request: HttpRequest, public_id: str) -> HttpResponse:
+    _require_staging_access(request.user)
+    recording = get_object_or_404(StagedRecording, public_id=public_id)
+    return _render_recording(request, recording)
+
+
+def _render_recording(request: HttpRequest, recording: StagedRecording, *, outcome: str = "", error: str = "",
+                      status: int = 200) -> HttpResponse:  # fmt: skip
+    page = selectors.recording_page(recording, request.user)
+    template = "fixtures/recording.html#recording" if request.htmx else "fixtures/recording.html"
+    return render(request, template, {"p": page, "outcome": outcome, "action_error": error}, status=status)
+
+
+ACTIONS = ("redact", "synthesize", "reject", "approve")
+
+
+@require_POST
+def recording_action(request: HttpRequest, public_id: str, action: str) -> HttpResponse:
+    _require_staging_access(request.user)
+    if action not in ACTIONS:
+        raise Http404("no such review action")
+    recording = get_object_or_404(StagedRecording, public_id=public_id)
+    post = request.POST
+    revision = _int(post.get("revision"))
+    try:
+        if action == "redact":
+            recording = services.recording_redact(
+                recording=recording,
+                path=post.get("path", ""),
+                reason=post.get("reason", ""),
+                user=request.user,
+                revision=revision,
+            )
+            outcome = f"Redacted {post.get('path')}."
+        elif action == "synthesize":
+            recording = services.recording_synthesize(
+                recording=recording,
+                path=post.get("path", ""),
+                value=_value(post.get("value", "")),
+                fidelity_note=post.get("fidelity_note", ""),
+                user=request.user,
+                revision=revision,
+            )
+            outcome = f"Synthesized {post.get('path')}."
+        elif action == "reject":
+            recording = services.recording_reject(
+                recording=recording, reason=post.get("reason", ""), user=request.user, revision=revision
+            )
+            outcome = "Rejected."
+        else:
+            recording = services.recording_approve(recording=recording, user=request.user, revision=revision)
+            outcome = (
+                f"Approved: fixture version {recording.fixture_version.fixture_id} in new scenario version "
+                f"{recording.scenario_version.ref}."
+            )
+    except services.ReviewRefused as exc:
+        recording.refresh_from_db()
+        if request.htmx:
+            return _render_recording(request, recording, error=f"{action.capitalize()} refused: {exc}")
+        messages.error(request, f"{action.capitalize()} refused: {exc}")
+        return redirect("fixtures:recording", public_id=public_id)
+    if request.htmx:
+        return _render_recording(request, recording, outcome=outcome)
+    messages.success(request, outcome)
+    return redirect("fixtures:recording", public_id=public_id)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def _value(text: str) -> Any:
+    """A replacement as the reviewer typed it: JSON when it parses as JSON, else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def body_download(request: HttpRequest, public_id: str, part: str) -> FileResponse:
+    """The stored (redacted, masked) bytes of a body, only ever as an attachment: never rendered here."""
+    _require_staging_access(request.user)
+    recording = get_object_or_404(StagedRecording, public_id=public_id)
+    digest = recording.body_blobs.get(f"{part}.body")
+    if part not in ("request", "response") or not digest:
+        raise Http404("this recording has no such body")
+    store = storages["blobs"]
+    name = services._blob_name(digest)
+    if not store.exists(name):
+        raise Http404("the body's bytes are not in the blob store")
+    response = FileResponse(
+        store.open(name, "rb"),
+        as_attachment=True,
+        filename=f"{recording.public_id}-{part}-body.bin",
+        content_type="application/octet-stream",
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+@require_http_methods(["GET"])
+def scenario_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "fixtures/scenario_list.html", {"versions": selectors.scenario_versions()})
+
+
+@require_http_methods(["GET"])
+def scenario_detail(request: HttpRequest, name: str, version: int) -> HttpResponse:
+    scenario = get_object_or_404(ScenarioVersion, name=name, version=version)
+    return render(request, "fixtures/scenario_detail.html", {"s": selectors.scenario_page(scenario)})
