@@ -200,10 +200,10 @@ def missing_copy_similar(request: HttpRequest, pk: int, index: int) -> HttpRespo
     _audit(request, "fixture.copy_similar", f"staged:{staged.pk}", {"replay": pk, "missing": record["id"]})
     messages.success(
         request,
-        f"Staged candidate {staged.pk} created for {record['tool']} (marked synthetic). It satisfies nothing until "
-        "a reviewer other than you approves it.",
+        f"Staged candidate {staged.public_id} created for {record['tool']} (marked synthetic). It satisfies nothing "
+        "until a reviewer other than you approves it.",
     )
-    return redirect("runs:missing-fixture", pk=pk, index=index)
+    return redirect("fixtures:recording", public_id=staged.public_id)
 
 
 @permission_required("runs.launch_replay", raise_exception=True)
