@@ -81,7 +81,8 @@ XSS = """<!doctype html><html><head><title>t</title>
 <p onmouseover="window.__xss='mouseover'" id="hover-me">hover over me</p>
 <a href="javascript:window.__xss='javascript-link'" id="js-link">a javascript: link</a>
 <a href="http://203.0.113.9/out">a live link</a>
-<svg onload="window.__xss='svg'"><script>window.__xss='svg-script'</script><a xlink:href="javascript:alert(1)"><text>svg link</text></a></svg>
+<svg onload="window.__xss='svg'"><script>window.__xss='svg-script'</script>
+<a xlink:href="javascript:alert(1)"><text>svg link</text></a></svg>
 <div hx-get="/logout/" hx-trigger="load">htmx load</div>
 <div data-hx-post="/logout/" data-hx-trigger="load">htmx data load</div>
 <button hx-post="/logout/" hx-trigger="click">htmx button</button>
