@@ -262,7 +262,7 @@ def run(config: Config) -> dict[str, Any]:
     ratio = sanitizers["bleach"]["median_s"] / sanitizers["nh3"]["median_s"]
     notes = [
         f"nh3 is {ratio:.0f}x faster than bleach on this page and both leave nothing live; the console keeps bleach "
-        "(DESIGN §7 names it) and bounds its cost instead: the review page sanitizes at most the first 256 KB of a "
+        "(DESIGN §7 names it) and bounds its cost instead: the review page sanitizes at most the first 64 KB of a "
         "captured page (the rest is in the download). See docs/decisions.md.",
     ]
     return {"rows": rows, "details": details, "notes": notes}

@@ -849,46 +849,76 @@ def mask_text(text: str, where: str, findings: list[dict[str, str]]) -> str:
 def mask_json(value: Any, where: str, findings: list[dict[str, str]]) -> Any:
     """`value` with every secret found masked, leaf by leaf, each finding at its leaf's path.
 
-    A container is scanned once as its JSON text (one pass of every rule over the body, not one per string);
-    only when that finds something are the leaves that hold a found value masked.
+    A container is scanned once as the text of all its strings (keys and values, one per line: one pass of every
+    rule over the body, not one per string); only when that finds something are the leaves that hold a found
+    value rescanned and masked.
     """
     if isinstance(value, str):
         return mask_text(value, where, findings)
     if not isinstance(value, dict | list):
         return value
-    hits = scan_text(json.dumps(value, ensure_ascii=False))
+    hits = scan_text("\n".join(_strings(value)))
     if not hits:
         return value
     # The leaves to rescan are those holding a found value (as found in the JSON text, or unescaped); a value
     # that spans leaves (a keyword rule across `"key": "value"`) sends every leaf to the rescan.
-    values = set()
-    for _, found in hits:
-        values.add(found)
+    known: dict[str, str] = {}
+    for rule, found in hits:
+        known.setdefault(found, rule)
         if "\\" in found:
             try:
-                values.add(json.loads(f'"{found}"'))
+                known.setdefault(json.loads(f'"{found}"'), rule)
             except ValueError:
-                return _mask_leaves(value, where, findings, None)
-    holder = re.compile("|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)))
-    return _mask_leaves(value, where, findings, holder)
+                return _mask_leaves(value, where, findings, None, {})
+    holder = re.compile("|".join(re.escape(v) for v in sorted(known, key=len, reverse=True)))
+    return _mask_leaves(value, where, findings, holder, known)
 
 
-def _mask_leaves(value: Any, where: str, findings: list[dict[str, str]], holder: re.Pattern | None) -> Any:
+def _strings(value: Any) -> list[str]:
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            out.append(node)
+        elif isinstance(node, dict):
+            out.extend(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
+
+
+def _mask_leaves(
+    value: Any, where: str, findings: list[dict[str, str]], holder: re.Pattern | None, known: dict[str, str]
+) -> Any:
     if isinstance(value, str):
-        if holder is not None and not holder.search(value):
-            return value
-        return mask_text(value, where, findings)
+        return _mask_leaf(value, where, findings, holder, known)
     if isinstance(value, dict):
         out = {}
         for key, child in value.items():
             path = join(where, key)
-            held = len(key) >= _MIN_SECRET and (holder is None or holder.search(key))
-            masked_key = mask_text(key, path, findings) if held else key
-            out[masked_key] = _mask_leaves(child, path, findings, holder)
+            masked_key = _mask_leaf(key, path, findings, holder, known) if len(key) >= _MIN_SECRET else key
+            out[masked_key] = _mask_leaves(child, path, findings, holder, known)
         return out
     if isinstance(value, list):
-        return [_mask_leaves(child, join(where, i), findings, holder) for i, child in enumerate(value)]
+        return [_mask_leaves(child, join(where, i), findings, holder, known) for i, child in enumerate(value)]
     return value
+
+
+def _mask_leaf(
+    text: str, where: str, findings: list[dict[str, str]], holder: re.Pattern | None, known: dict[str, str]
+) -> str:
+    if holder is not None and not holder.search(text):
+        return text
+    text = mask_text(text, where, findings)
+    # A value found only in the JSON text's context (a keyword rule reading `"name": "value"`) is masked here
+    # even though the leaf alone no longer shows a rule why.
+    for found, rule in known.items():
+        if found in text:
+            findings.append({"rule": rule, "path": where, "preview": preview(found)})
+            text = text.replace(found, mask_token(rule))
+    return text
 
 
 _PRINTABLE_RUN = re.compile(rb"[\x20-\x7e]{12,}")

@@ -18,9 +18,9 @@ from .html import looks_like_html, sanitize_captured_html
 from .models import ReviewEvent, ScenarioVersion, StagedRecording
 from .scenarios import ScenarioRefused, scenario_package
 
-# bleach takes about a second per 200 KB on this machine (docs/benchmarks.md): the page shows the first 256 KB of
+# bleach takes about a second per 200 KB on this machine (docs/benchmarks.md): the page shows the first 64 KB of
 # a captured page sanitized and says so; the whole body is the download.
-HTML_PREVIEW_CHARS = 256 * 1024
+HTML_PREVIEW_CHARS = 64 * 1024
 
 
 def recording_queue(*, state: str = "staged", scenario: str = "") -> QuerySet[StagedRecording]:

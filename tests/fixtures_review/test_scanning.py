@@ -122,3 +122,15 @@ def test_a_preview_shows_a_public_prefix_and_the_length_never_the_value():
     assert intake.preview(token) == "ghp_•••• (40 chars)"
     secret = corpus.rnd(30)
     assert secret[:6] not in intake.preview(secret)
+
+
+def test_a_json_body_is_scanned_leaf_by_leaf_as_the_leaves_read():
+    """One pass over a body's strings finds what a scan of each string finds (no JSON escaping in the way)."""
+    secret, token = corpus.rnd(14), "ghp_" + corpus.rnd(36)
+    body = {"items": [{"config": f'db_password = "{secret}"'}] * 3, "notes": ["ok", f"token {token}"], token: 1}
+    findings: list[dict] = []
+    masked = json.dumps(intake.mask_json(body, "response.body", findings))
+    assert secret not in masked and token not in masked
+    paths = {(f["rule"], f["path"]) for f in findings}
+    assert ("keyword", "response.body.items[2].config") in paths
+    assert ("git-hub-token", "response.body.notes[1]") in paths
