@@ -7,7 +7,7 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 DEMO_PORT ?= 8017
 
-.PHONY: install check lint test test-sqlite test-postgres bench demo demo-data clean
+.PHONY: install check lint test test-sqlite test-postgres bench demo demo-data stack clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,10 +31,10 @@ check: lint
 test: check test-sqlite test-postgres
 
 test-sqlite: $(STAMP)
-	N17Q_DATA_DIR=$$(mktemp -d) $(BIN)/pytest -q
+	N17Q_DATA_DIR=$$(mktemp -d) REDIS_TEST_URL=$(REDIS_TEST_URL) $(BIN)/pytest -q
 
 test-postgres: $(STAMP)
-	N17Q_DATA_DIR=$$(mktemp -d) DATABASE_URL=$(PG_URL) N17Q_TEST_POSTGRES=1 \
+	N17Q_DATA_DIR=$$(mktemp -d) DATABASE_URL=$(PG_URL) N17Q_TEST_POSTGRES=1 REDIS_TEST_URL=$(REDIS_TEST_URL) \
 	  N17Q_TEST_DATABASE_NAME=test_n17q_$$$$ $(BIN)/pytest -q -m "not browser"
 
 # Performance budgets (DESIGN §9); see docs/benchmarks.md. Not part of make test: they measure, not assert.
@@ -47,6 +47,10 @@ demo-data: $(STAMP)
 
 demo: $(STAMP)
 	bash docker/demo.sh $(DEMO_PORT)
+
+# Production shape under Docker Compose: PostgreSQL, Redis (noeviction), gunicorn, a Celery worker (docker/).
+stack:
+	bash docker/stack.sh
 
 clean:
 	rm -rf $(VENV) var staticfiles .pytest_cache .ruff_cache .mypy_cache

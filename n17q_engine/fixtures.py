@@ -197,7 +197,8 @@ class Fixture:
         return (self.tool, self.contract_revision, self.request_digest)
 
     def admits(self, world: WorldView) -> bool:
-        return all(clause.holds(world) for clause in self.condition)
+        condition = self.condition
+        return not condition or all(clause.holds(world) for clause in condition)
 
     @classmethod
     def from_dict(cls, data: Any, contract: Contract, *, parsed: bool = False, normalized: bool = False) -> Fixture:

@@ -102,7 +102,6 @@ from .deciders import (
     Waive,
 )
 from .fixtures import Ambiguous, ContractMismatch, Fixture, Hit, Miss
-from .lineage import LineageGraph
 from .package import (
     REPLAY_FORMAT,
     Fault,
@@ -204,9 +203,9 @@ def sandbox_main(payload: bytes) -> bytes:
     return run_replay(load_replay(package), isolation=isolation).to_wire()
 
 
-def _progress_line(events: int, logical: str) -> None:
-    line = json.dumps({"event": "replay.progress", "events": events, "logical": logical}) + "\n"
-    os.write(2, line.encode("utf-8"))
+def _progress_line(events: int, logical: str, checkpoint: str | None) -> None:
+    line = {"event": "replay.progress", "events": events, "logical": logical, "checkpoint": checkpoint}
+    os.write(2, (json.dumps(line) + "\n").encode("utf-8"))
 
 
 def run_replay(package: ReplayPackage, *, isolation: str) -> ReplayOutput:
@@ -249,12 +248,12 @@ class _Log:
         return self.ids.next(id_kind)
 
     def append(self, event: dict[str, Any]) -> str:
+        event_id, kind = event["id"], event["kind"]
         event["seq"] = len(self.events) + 1
         self.events.append(event)
         self.lines.append(canonical.canonical_line(event))
-        event_id = event["id"]
         self.by_id[event_id] = event
-        self.last[event["kind"]] = event
+        self.last[kind] = event
         return event_id
 
     def emit(self, kind: str, logical: str, attempt: str | None, *, event_id: str | None = None, **fields: Any) -> str:
@@ -262,11 +261,19 @@ class _Log:
 
     def add(self, kind: str, logical: str, attempt: str | None, event_id: str | None, fields: dict[str, Any]) -> str:
         """Append an event made of `fields` (the dict becomes the event: callers pass a dict of their own)."""
-        fields["id"] = event_id or self.new_id(kind)
+        if not event_id:
+            event_id = self.new_id(kind)
+        fields["id"] = event_id
         fields["kind"] = kind
         fields["at"] = {"logical": logical, "wall": self.wall}
         fields["attempt"] = attempt
-        return self.append(fields)
+        events = self.events
+        fields["seq"] = len(events) + 1  # `append`, inlined: this runs once per event
+        events.append(fields)
+        self.lines.append(canonical.canonical_line(fields))
+        self.by_id[event_id] = fields
+        self.last[kind] = fields
+        return event_id
 
     def blob(self, data: bytes, media_type: str, role: str) -> str:
         digest = canonical.digest_bytes(data)
@@ -426,6 +433,7 @@ class _Engine:
         self.clock = LogicalClock(parse_time(start))
         self._now_at, self._now_s = self.clock.now, iso(self.clock.now)
         self._paced: str | None = None
+        self._task_id = (source.run.get("task") or {}).get("id")
 
         world = SimulatedWorld.from_snapshot(sc.world)
         if package.mode == "counterfactual":
@@ -513,7 +521,7 @@ class _Engine:
     @property
     def now(self) -> str:
         moment = self.clock.now
-        if moment != self._now_at:  # formatted once per clock move, not once per event
+        if moment is not self._now_at:  # formatted once per clock move (a new object), not once per event
             self._now_at, self._now_s = moment, iso(moment)
         return self._now_s
 
@@ -585,14 +593,14 @@ class _Engine:
         self._checkpoint(None)
         progress = PROGRESS
         if progress is not None:
-            progress(len(self.log.events), self.now)
+            progress(len(self.log.events), self.now, self.checkpoint_id)
         actions = self.decider.actions(self.source, self)
         try:
             for step, action in enumerate(actions, 1):
                 self.pace(action)
                 self.perform(action)
                 if progress is not None and step % PROGRESS_EVERY == 0:
-                    progress(len(self.log.events), self.now)
+                    progress(len(self.log.events), self.now, self.checkpoint_id)
             self._settle_all()
         except _Stopped:
             pass
@@ -791,7 +799,7 @@ class _Engine:
     def _propose(self, a: Propose) -> None:
         context = canonical.digest_json(
             {
-                "task": (self.source.run.get("task") or {}).get("id"),
+                "task": self._task_id,
                 "attempt": self.attempt,
                 "seen": self.seen_since_proposal,
             }
@@ -1275,6 +1283,8 @@ class _Engine:
         }
 
     def _gate(self, prospective: list[dict[str, Any]], intent_id: str) -> list[Any]:
+        from .lineage import LineageGraph  # only a gated activation needs it: not imported by every sandbox child
+
         graph = LineageGraph(self._manifest_run())
         for seq, event in enumerate([*self.log.events, *prospective], start=1):
             graph.add({**event, "seq": seq}, references=references(event))

@@ -154,7 +154,7 @@ class IdSource:
         self.seed = seed
         self.namespace = namespace
         self._counters: dict[str, int] = {}
-        self._prefixes: dict[str, bytes] = {}
+        self._prefixes: dict[str, Any] = {}  # kind -> a SHA-256 that has hashed the kind's prefix
         self._links: dict[str, str] = {}
 
     def next(self, kind: str) -> str:
@@ -164,10 +164,15 @@ class IdSource:
                 raise WorldError(f"an id kind must be lowercase letters, digits or '_', got {kind!r}")
             # canonical_json([seed, namespace, kind, n]) without its last "n]": the same bytes _hex would hash,
             # built once per kind (a replay asks for one id per event).
-            prefix = self._prefixes[kind] = canonical.canonical_json([self.seed, self.namespace, kind])[:-1] + b","
+            # (The prefix hashed once per kind; each id copies that state and hashes only "n]".)
+            prefix = self._prefixes[kind] = hashlib.sha256(
+                canonical.canonical_json([self.seed, self.namespace, kind])[:-1] + b","
+            )
         n = self._counters.get(kind, 0)
         self._counters[kind] = n + 1
-        return f"{kind}-{hashlib.sha256(prefix + b'%d]' % n).hexdigest()[:_HEX]}"
+        state = prefix.copy()
+        state.update(b"%d]" % n)
+        return f"{kind}-{state.hexdigest()[:_HEX]}"
 
     def replay_key(self, historical_key: str, world: str) -> str:
         """The idempotency key of a historical effect in the replay world `world`: never the live key."""

@@ -2,7 +2,7 @@ import os
 from pathlib import Path
 
 from celery import Celery
-from celery.signals import import_modules
+from celery.signals import import_modules, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "n17q_site.settings")
 
@@ -23,3 +23,18 @@ def ensure_file_broker_folders() -> None:
 @import_modules.connect
 def _on_import_modules(**kwargs: object) -> None:
     ensure_file_broker_folders()
+
+
+# Worker heartbeats for the health endpoint (runs/heartbeat.py): started once the worker is ready to consume.
+@worker_ready.connect
+def _on_worker_ready(sender: object = None, **kwargs: object) -> None:
+    from runs.heartbeat import on_worker_ready
+
+    on_worker_ready(sender)
+
+
+@worker_shutdown.connect
+def _on_worker_shutdown(sender: object = None, **kwargs: object) -> None:
+    from runs.heartbeat import on_worker_shutdown
+
+    on_worker_shutdown(sender)

@@ -7,9 +7,11 @@ REDIS_URL, N17Q_SECRET_KEY and N17Q_DEBUG=0; see the README's configuration tabl
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
+from pythonjsonlogger.core import RESERVED_ATTRS as JSON_LOG_RESERVED_ATTRS
 
 from .env import ConfigurationError, env_bool, env_int, env_list, env_str
 
@@ -43,12 +45,15 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # A Content-Security-Policy on every response, error pages and the admin included (see CONTENT_SECURITY_POLICY).
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "runs.audit.AuditRequestMiddleware",
+    "runs.logs.RequestLogMiddleware",
     # Everything needs a login (DESIGN §8); views that must not (the login page) opt out explicitly.
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -89,6 +94,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 if _test_db := env_str("N17Q_TEST_DATABASE_NAME", ""):
     # Two test runs against one PostgreSQL server (a developer's and a helper's) must not share a database.
     DATABASES["default"]["TEST"] = {"NAME": _test_db}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not memory: the replay integration tests start a real Celery worker process that must open the
+    # test database too. One file per test process, removed by the test runner at the end.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -131,6 +140,13 @@ N17Q_MAX_BUNDLE_MEMBERS = env_int("N17Q_MAX_BUNDLE_MEMBERS", 200_000, minimum=3)
 N17Q_ALLOW_DEGRADED_ISOLATION = env_bool("N17Q_ALLOW_DEGRADED_ISOLATION", False)
 N17Q_REPLAY_TIMEOUT_S = env_int("N17Q_REPLAY_TIMEOUT_S", 300, minimum=1)
 N17Q_REPLAY_MEMORY_MB = env_int("N17Q_REPLAY_MEMORY_MB", 1024, minimum=128)
+# A worker holds a replay by a lease it renews with every progress line (runs/replays.py); a replay whose
+# lease ran out, or whose process on this host is gone, is queued again by the recovery pass, at most
+# N17Q_REPLAY_MAX_ATTEMPTS claims in all, then marked interrupted at its last checkpoint.
+N17Q_REPLAY_LEASE_S = env_int("N17Q_REPLAY_LEASE_S", 60, minimum=2)
+N17Q_REPLAY_MAX_ATTEMPTS = env_int("N17Q_REPLAY_MAX_ATTEMPTS", 5, minimum=1)
+N17Q_REPLAY_REQUEUE_S = env_int("N17Q_REPLAY_REQUEUE_S", 120, minimum=1)
+N17Q_REPLAY_RECOVERY_S = env_int("N17Q_REPLAY_RECOVERY_S", 30, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024  # larger uploads stream to a temporary file
 
@@ -140,10 +156,16 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_SCHEMA_CLASS": "runs.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "runs.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "runs.api.exception_handler",
+    # Harness tokens are throttled per token, and refused keys per client address (runs/throttles.py).
+    "DEFAULT_THROTTLE_CLASSES": ["runs.throttles.HarnessTokenRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "harness_token": env_str("N17Q_TOKEN_RATE", "600/min"),
+        "harness_token_failure": env_str("N17Q_TOKEN_FAILURE_RATE", "20/min"),
+    },
     # 0: the client is REMOTE_ADDR. DRF's default (None) would believe any X-Forwarded-For a client sends,
     # which lets one client pose as many to the throttles. Behind N trusted proxies, set N17Q_NUM_PROXIES=N.
     "NUM_PROXIES": env_int("N17Q_NUM_PROXIES", 0, minimum=0),
@@ -159,11 +181,34 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+# The cache holds throttle counts, which every web process must share: Redis when there is one (its own
+# database if N17Q_CACHE_URL names one), else a folder under the data directory (the processes of one machine).
+_cache_url = env_str("N17Q_CACHE_URL", env_str("REDIS_URL", ""))
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url, "KEY_PREFIX": "n17q"}
+    if _cache_url
+    else {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(DATA_DIR / "cache")}
+}
+
 # Celery. Without REDIS_URL the broker is a folder on disk, so `make demo` needs no server at all.
 REDIS_URL = env_str("REDIS_URL", "")
+CELERY_TASK_TIME_LIMIT = env_int("N17Q_REPLAY_TIME_LIMIT_S", 3600, minimum=10)
+if CELERY_TASK_TIME_LIMIT <= N17Q_REPLAY_TIMEOUT_S:
+    raise ConfigurationError(
+        f"N17Q_REPLAY_TIME_LIMIT_S ({CELERY_TASK_TIME_LIMIT}) must be above N17Q_REPLAY_TIMEOUT_S "
+        f"({N17Q_REPLAY_TIMEOUT_S}): the task must outlive its sandbox to record how the sandbox ended"
+    )
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("N17Q_VISIBILITY_TIMEOUT_S", 3 * 3600)}
+    # Above the longest replay: Redis hands an unacknowledged message to another worker after this long, and
+    # a replay still running then would be delivered twice (harmless, the claim stops the second, but wasteful).
+    _visibility = env_int("N17Q_VISIBILITY_TIMEOUT_S", 3 * 3600, minimum=60)
+    if _visibility <= CELERY_TASK_TIME_LIMIT:
+        raise ConfigurationError(
+            f"N17Q_VISIBILITY_TIMEOUT_S ({_visibility}) must be above N17Q_REPLAY_TIME_LIMIT_S "
+            f"({CELERY_TASK_TIME_LIMIT}), the longest a replay task may run"
+        )
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _visibility}
 else:
     _broker_dir = DATA_DIR / "broker"
     CELERY_BROKER_URL = "filesystem://"
@@ -175,13 +220,42 @@ else:
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
+# The queue replays are sent to (a worker started without -Q consumes "celery"); tests use one of their own.
+N17Q_REPLAY_QUEUE = env_str("N17Q_REPLAY_QUEUE", "celery")
 CELERY_TASK_IGNORE_RESULT = True  # state lives in our own tables, not in a result backend
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_TIME_LIMIT = env_int("N17Q_REPLAY_TIME_LIMIT_S", 3600, minimum=10)
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker that loses the broker (Redis restarted) keeps reconnecting, and lets the replay it is running finish:
+# the replay's state lives in the database, and its claim makes a redelivered message a no-op.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+# Our logging configuration (JSON lines) applies in the worker too, instead of Celery's own.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Each worker records a heartbeat this often (runs/heartbeat.py); /health/ wants one within three intervals.
+N17Q_HEARTBEAT_S = env_int("N17Q_HEARTBEAT_S", 10, minimum=1)
+
+# Content-Security-Policy (django-csp): only this origin's own files run or style a page. No 'unsafe-inline' and
+# no 'unsafe-eval' anywhere: the templates carry no inline script, style or handler (a test reads them all),
+# htmx is told not to eval or inject its indicator styles (base.html), and the API docs use the split Swagger
+# view whose start-up script is a file of its own. `data:` images are Swagger UI's icons in its stylesheet.
+_SELF, _NONE = "'self'", "'none'"
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [_SELF],
+        "script-src": [_SELF],
+        "style-src": [_SELF],
+        "img-src": [_SELF, "data:"],
+        "font-src": [_SELF],
+        "connect-src": [_SELF],
+        "object-src": [_NONE],
+        "base-uri": [_NONE],
+        "form-action": [_SELF],
+        "frame-ancestors": [_NONE],
+    }
+}
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie; kept default-compatible
@@ -193,13 +267,33 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = env_int("N17Q_HSTS_SECONDS", 31536000, minimum=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("N17Q_HSTS_PRELOAD", False)
+    if not SECURE_HSTS_PRELOAD:
+        # Preloading puts the domain in browsers' built-in HSTS lists, which takes months to undo: the owner of
+        # the domain decides it (N17Q_HSTS_PRELOAD=1), not our default. HSTS itself is on (one year, subdomains).
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
     SECURE_SSL_REDIRECT = env_bool("N17Q_SSL_REDIRECT", True)
+    # A container's health check asks over plain HTTP from inside; a redirect would read as unhealthy.
+    SECURE_REDIRECT_EXEMPT = [r"^health/$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# Logs: JSON lines in production (one object per record, for a log shipper), readable lines in development.
+LOG_FORMAT = env_str("N17Q_LOG_FORMAT", "plain" if DEBUG else "json")
+if LOG_FORMAT not in ("json", "plain"):
+    raise ConfigurationError(f"N17Q_LOG_FORMAT={LOG_FORMAT!r} is not json or plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": ["levelname", "name", "message"],
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": True,
+            # django.request attaches the request object itself; its method and path are logged by n17q.request.
+            "reserved_attrs": [*JSON_LOG_RESERVED_ATTRS, "request"],
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("N17Q_LOG_LEVEL", "INFO")},
 }

@@ -7,10 +7,11 @@ import logging
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.generics import get_object_or_404
 from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -18,10 +19,21 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from n17q_engine.bundle import BundleError
 
-from . import selectors
+from . import health, selectors
 from .auth import NotCaptureOnly, requires_perm, scoped
 from .importer import run_import_from_upload
 from .models import HarnessToken, Run
+from .openapi import ErrorOutput
+from .pagination import StrictLimitOffsetPagination
+
+# The example run id in the docs (and the one the schema test tries first): the README's example bundle.
+RUN_ID = OpenApiParameter(
+    "run_id",
+    str,
+    OpenApiParameter.PATH,
+    description="the run's id as its bundle's manifest gives it",
+    examples=[OpenApiExample("the example bundle", value="run-example-docs")],
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,17 +118,21 @@ class RunCollectionApi(APIView):
     """GET lists runs; POST imports a bundle (.zip or .tar.gz, multipart field `bundle`)."""
 
     parser_classes = [MultiPartParser, FormParser]
+    # Declared on the class so that the schema describes the paginated shape and its limit/offset parameters.
+    pagination_class = StrictLimitOffsetPagination
 
     def get_permissions(self):
         if self.request.method == "POST":
             return [requires_perm("runs.import_run")(), scoped(HarnessToken.Scope.IMPORT_RUNS)()]
         return [requires_perm("runs.view_run")(), NotCaptureOnly()]
 
-    @extend_schema(responses=RunOutput(many=True))
+    @extend_schema(
+        summary="List runs",
+        description="Imported runs, the latest import first, with their summary (events, findings, final state).",
+        responses=RunOutput(many=True),
+    )
     def get(self, request: Request) -> Response:
-        from rest_framework.pagination import LimitOffsetPagination
-
-        paginator = LimitOffsetPagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(Run.objects.order_by("-imported_at", "-id"), request, view=self)
         return paginator.get_paginated_response(RunOutput(page, many=True).data)
 
@@ -124,13 +140,17 @@ class RunCollectionApi(APIView):
         bundle = serializers.FileField()
 
     @extend_schema(
+        summary="Import a run bundle",
+        description="A bundle (`n17q.run-bundle/1`) as a .zip or .tar.gz in the multipart field `bundle`. All or "
+        "nothing: a refused bundle stores nothing and the error names the file, line and field. A harness token "
+        "needs the `runs:import` scope; the user, the operator role.",
         request={"multipart/form-data": ImportInput},
         responses={
             201: inline_serializer(
                 "ImportResult",
                 {"run": serializers.CharField(), "events": serializers.IntegerField(), "findings": findings_schema()},
             ),
-            400: inline_serializer("Error", {"error": serializers.CharField()}),
+            400: ErrorOutput,
         },
     )
     def post(self, request: Request) -> Response:
@@ -147,7 +167,7 @@ class RunCollectionApi(APIView):
 class RunDetailApi(APIView):
     permission_classes = [requires_perm("runs.view_run"), NotCaptureOnly]
 
-    @extend_schema(responses=RunOutput)
+    @extend_schema(summary="One run's summary", responses=RunOutput, parameters=[RUN_ID])
     def get(self, request: Request, run_id: str) -> Response:
         return Response(RunOutput(get_object_or_404(Run, run_id=run_id)).data)
 
@@ -156,8 +176,59 @@ class RunLineageApi(APIView):
     permission_classes = [requires_perm("runs.view_run"), NotCaptureOnly]
 
     @extend_schema(
-        responses=inline_serializer("Lineage", {"run": serializers.CharField(), "findings": findings_schema()})
+        summary="Lineage findings of a run",
+        description="The run re-checked with today's rules (LIN001-LIN014), shaped as `manage.py lineage --json`.",
+        responses=inline_serializer("Lineage", {"run": serializers.CharField(), "findings": findings_schema()}),
+        parameters=[RUN_ID],
     )
     def get(self, request: Request, run_id: str) -> Response:
         run = get_object_or_404(Run, run_id=run_id)
         return Response(selectors.run_lineage_json(run))
+
+
+class HealthApi(APIView):
+    """`/health/`: for load balancers and compose health checks (no sign-in), and for people (details)."""
+
+    permission_classes = [AllowAny]
+
+    class Output(serializers.Serializer):
+        status = serializers.ChoiceField(choices=["ok", "down"])
+        checks = serializers.DictField(
+            child=serializers.DictField(),
+            help_text="per check (database, broker, worker): `ok`, and when signed in `ms`, `error` and details",
+        )
+        replays = serializers.DictField(
+            child=serializers.IntegerField(), required=False, help_text="replays by state (signed in)"
+        )
+        queue_depth = serializers.IntegerField(
+            required=False, help_text="replay messages waiting in the broker's queue (signed in)"
+        )
+
+    @extend_schema(
+        summary="Health: database, broker, worker heartbeat; replays by state and queue depth",
+        description="200 when every check asked for passes, 503 when one fails. Anyone may ask for the status and "
+        "which checks pass; a signed-in user (or a harness token) also gets timings, errors, the workers seen, "
+        "replays by state and the queue depth. `?check=database,broker` limits the checks (a web container's "
+        "own health check needs no worker).",
+        parameters=[
+            OpenApiParameter(
+                "check",
+                str,
+                OpenApiParameter.QUERY,
+                required=False,
+                description=f"comma-separated, any of {', '.join(health.CHECKS)} (default: all)",
+            )
+        ],
+        responses={200: Output, 503: Output},
+    )
+    def get(self, request: Request) -> Response:
+        asked = request.query_params.get("check")
+        checks = tuple(c.strip() for c in asked.split(",") if c.strip()) if asked is not None else health.CHECKS
+        unknown = sorted(set(checks) - set(health.CHECKS))
+        if unknown or not checks:
+            raise exceptions.ValidationError(f"check: one or more of {', '.join(health.CHECKS)}")
+        report = health.health_report(checks)
+        if not (request.user and request.user.is_authenticated):
+            report = {"status": report["status"], "checks": {k: {"ok": v["ok"]} for k, v in report["checks"].items()}}
+        code = status.HTTP_200_OK if report["status"] == "ok" else status.HTTP_503_SERVICE_UNAVAILABLE
+        return Response(report, status=code, headers={"Cache-Control": "no-store"})

@@ -8,6 +8,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 
 from .models import HarnessToken
+from .throttles import TokenFailureThrottle
 
 
 class HarnessTokenAuthentication(authentication.BaseAuthentication):
@@ -19,9 +20,15 @@ class HarnessTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("the Authorization header must be 'Token <key>'")
+        failures = TokenFailureThrottle()
+        wait = failures.wait_before_trying(request)
+        if wait is not None:
+            # Too many wrong keys from this client: answer 429 before looking this one up.
+            raise exceptions.Throttled(wait=wait, detail="too many refused tokens from this address; wait and retry")
         try:
             key = header[1].decode("ascii")
         except UnicodeDecodeError:
+            failures.record_failure(request)
             raise exceptions.AuthenticationFailed("the token is not ASCII") from None
         token = (
             HarnessToken.objects.select_related("user")
@@ -29,6 +36,7 @@ class HarnessTokenAuthentication(authentication.BaseAuthentication):
             .first()
         )
         if token is None or not token.user.is_active:
+            failures.record_failure(request)
             raise exceptions.AuthenticationFailed("unknown or revoked token")
         HarnessToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
         return token.user, token

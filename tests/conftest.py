@@ -38,7 +38,7 @@ def pytest_sessionstart(session):
 
 @pytest.fixture(autouse=True)
 def _blob_store(request, tmp_path):
-    """Every test gets a blob store of its own, so stored-nothing assertions see only that test.
+    """Every test gets a blob store (and a cache) of its own, so stored-nothing assertions see only that test.
 
     Engine tests run without Django (`-p no:django`); they get the folder and nothing else.
     """
@@ -51,6 +51,11 @@ def _blob_store(request, tmp_path):
         "OPTIONS": {"location": tmp_path / "blobs"},
     }
     settings.STORAGES = storages
+    # A cache of its own too: throttle counts of one test must not reach the next (and a test never clears a
+    # shared Redis database, which would be a FLUSHDB).
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": str(tmp_path)}
+    }
     return tmp_path / "blobs"
 
 

@@ -1,5 +1,7 @@
 """Tool contracts: normalization fails closed, and a contract validates itself (DESIGN §5)."""
 
+import json
+
 import pytest
 
 from n17q_engine import canonical
@@ -197,3 +199,20 @@ def test_it_refuses_an_unknown_tool_in_a_contract_set():
 def test_it_refuses_a_tool_pinned_twice():
     with pytest.raises(ContractError):
         ContractSet.from_dicts([docs_search(), docs_search(revision=2)])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"b": 1, "a": [1.5, 1e16, -0.0, 2**70, True, None, 'é\u2028\x00\x1f"\\/'], "": {"z": {}, "y": []}},
+        "just a string: ü \u0007",
+        3.0,
+        [],
+        {"nan": float("nan"), "inf": [float("inf"), float("-inf")]},
+        {"emoji 😀": "\U0001f600", "tab": "\t", "keys sort by code point": {"B": 1, "a": 2, "É": 3}},
+    ],
+)
+def test_the_canonical_encoder_writes_exactly_what_json_dumps_writes(value):
+    expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canonical.canonical_line(value) == expected + "\n"
+    assert canonical.canonical_json(value) == expected.encode("utf-8")

@@ -462,6 +462,30 @@ def test_the_careful_decider_asks_for_status_after_an_unknown_outcome_and_does_n
     assert final(log)["state"] == "completed"
 
 
+def test_the_careful_decider_resends_when_the_status_says_not_found_and_the_provider_keeps_it_to_one_delivery():
+    # The provider accepts the send, loses the response, and shows the delivery only 30 s later: the status read
+    # right after finds nothing, so the careful agent resends, under the same intent and idempotency key, and the
+    # simulated provider, which already holds the effect for that key, rejects the second attempt.
+    sc = _email_with(
+        faults=[{"tool": "email.send", "stage": "after_acceptance"}],
+        delays={"email.draft_update": 0.5, "email.send": 30},
+    )
+    _out, log = story("run-001-recorded", None, "counterfactual", {"decider": "careful"}, scenario_pkg=sc)
+
+    first, second = kinds(log, "effect.execution")
+    (status_call,) = [c for c in kinds(log, "tool.call") if c["tool"] == "email.delivery_status"]
+    (status,) = [r for r in kinds(log, "tool.result") if r["call_id"] == status_call["id"]]
+    assert (first["attempt_no"], first["outcome"]) == (1, "lost_response")
+    assert (status["outcome"], status["fixture"]) == ("not_found", "status-before")
+    assert first["seq"] < status_call["seq"] < second["seq"], "status is asked between the send and the resend"
+    assert (second["attempt_no"], second["outcome"], second["intent_id"]) == (2, "rejected", first["intent_id"])
+    assert first["idempotency_key"] in second["reason"]
+    deliveries = [t for t in kinds(log, "world.transition") if t["resource"].startswith("mailbox:")]
+    assert [t["revision_after"] for t in deliveries] == [42]
+    assert final(log)["state"] == "completed"
+    assert {i["id"]: i["held"] for i in final(log)["invariants"]}["one-delivery"] is True
+
+
 def test_a_failed_send_is_not_resent_blind():
     sc = _email_with(faults=[{"tool": "email.send", "stage": "before_send"}])
     _out, log = story("run-001-recorded", None, "counterfactual", {"decider": "careful"}, scenario_pkg=sc)
@@ -706,7 +730,7 @@ def test_a_sandboxed_replay_reports_progress_while_it_runs_and_the_log_does_not_
     assert len(progress) >= 1 + (calls * 2) // 64 - 1
     counts = [p["events"] for p in progress]
     assert counts[0] == 2 and counts == sorted(counts) and len(set(counts)) == len(counts)
-    assert all(p["logical"].endswith("Z") for p in progress)
+    assert all(p["logical"].endswith("Z") and p["checkpoint"].startswith("checkpoint") for p in progress)
     final_events = ReplayOutput.from_wire(streamed.output).events
     assert final_events == ReplayOutput.from_wire(quiet.output).events
     assert counts[-1] < final_events.count(b"\n")
