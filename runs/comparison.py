@@ -338,8 +338,8 @@ def run_outcome(run: Run) -> Outcome:
     latest: dict[tuple[Any, Any], dict[str, Any]] = {}
     for e in events:
         if e["kind"] == "command.receipt":
-            for suite in e.get("suites") or [e.get("command")]:
-                latest[(e.get("workspace_id"), suite)] = e
+            suite = "+".join(e.get("suites") or []) or str(e.get("command"))
+            latest[(e.get("workspace_id"), suite)] = e  # the latest receipt of each suite in each workspace
     problems = []
     for (workspace, suite), e in latest.items():
         failed = (e.get("results") or {}).get("failed") or 0
