@@ -147,7 +147,9 @@ def test_it_loses_no_replay_and_duplicates_no_event_when_the_worker_is_sigkilled
     for kill in range(3):
         wait_for(running_mid_replay(long.pk), 90, f"replay {long.pk} running (before kill {kill + 1})", worker)
         worker.kill()
-        assert Replay.objects.get(pk=long.pk).state == Replay.State.RUNNING  # the dead worker's claim is still there
+        # the dead worker's claim is left running (or was just queued again by its own recovery pass, if that ran
+        # in the instant between the pool process's death and its own)
+        assert Replay.objects.get(pk=long.pk).state in (Replay.State.RUNNING, Replay.State.QUEUED)
         worker.start()  # its recovery pass finds the claim of a process that is gone and queues the replay again
 
     wait_for(ended(long.pk, *(r.pk for r in queued_behind)), 180, "every replay's end", worker, step=0.2)

@@ -189,12 +189,17 @@ class PrivateRedis:
 
 def celery_to(broker: str, settings: Any, queue: str) -> None:
     """Point this (test) process's Celery app at `broker`, sending replays to `queue`."""
+    from kombu import pools
+
     from n17q_site.celery import app
 
     settings.N17Q_REPLAY_QUEUE = queue
     app.conf.broker_url = broker
     app.conf.broker_transport_options = {"visibility_timeout": 180}
-    app._after_fork()  # drop the pools built for the previous broker
+    # Fresh pools: another test may have closed this broker's pool in kombu's global registry (force_close_all),
+    # and a closed pool refuses every later send ("Acquire on closed pool").
+    pools.reset()
+    app._after_fork()
 
 
 def free_port(start: int) -> int:
