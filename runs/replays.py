@@ -305,7 +305,7 @@ def replays_recover() -> dict[str, list[int]]:
                 interrupted.append(row["pk"])
             continue
         back = Replay.objects.filter(condition, pk=row["pk"]).update(
-            state=Replay.State.QUEUED, claim_token="", claimed_by="", lease_expires_at=None
+            state=Replay.State.QUEUED, claim_token="", claimed_by="", lease_expires_at=None, progress_events=0
         )
         if back == 1:
             requeued.append(row["pk"])

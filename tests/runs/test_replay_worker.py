@@ -95,10 +95,12 @@ def ended(*pks: int):
     return lambda: all(Replay.objects.get(pk=pk).ended for pk in pks)
 
 
-def running_mid_replay(pk: int):
+def running_mid_replay(pk: int, claim: int = 1):
+    """Running, past its first events, under its `claim`-th claim (not the dead claim of a worker just killed)."""
+
     def check():
         r = Replay.objects.get(pk=pk)
-        return r.state == Replay.State.RUNNING and r.progress_events > 2
+        return r.state == Replay.State.RUNNING and r.progress_events > 2 and r.attempts == claim
 
     return check
 
@@ -145,7 +147,12 @@ def test_it_loses_no_replay_and_duplicates_no_event_when_the_worker_is_sigkilled
     ]
 
     for kill in range(3):
-        wait_for(running_mid_replay(long.pk), 90, f"replay {long.pk} running (before kill {kill + 1})", worker)
+        wait_for(
+            running_mid_replay(long.pk, claim=kill + 1),
+            90,
+            f"replay {long.pk} running (before kill {kill + 1})",
+            worker,
+        )
         worker.kill()
         # the dead worker's claim is left running (or was just queued again by its own recovery pass, if that ran
         # in the instant between the pool process's death and its own)
