@@ -23,3 +23,6 @@ accesslog = None
 errorlog = "-"
 # Only a proxy named here may say the request came over HTTPS (X-Forwarded-Proto; Django's SECURE_PROXY_SSL_HEADER).
 forwarded_allow_ips = os.environ.get("N17Q_FORWARDED_ALLOW_IPS", "127.0.0.1")
+# gunicorn 27's runtime control socket: unused here, and its default path is under $HOME (read-only in the image,
+# and shared between two gunicorns on one machine). Older gunicorns ignore the unknown name.
+control_socket_disable = True

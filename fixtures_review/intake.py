@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import gzip
 import json
 import re
@@ -103,6 +104,7 @@ _NOT_SECRET_NAMES = frozenset({"tokentype", "secretname", "passwordpolicy", "key
 _NON_ALNUM = re.compile(r"[^a-z0-9]")
 
 
+@functools.lru_cache(maxsize=8192)
 def is_secret_name(name: str) -> bool:
     norm = _NON_ALNUM.sub("", name.lower())
     if not norm or norm in _NOT_SECRET_NAMES:
@@ -314,12 +316,14 @@ class Redacted:
     binary: dict[str, bytes] = field(default_factory=dict)
 
 
-def redact_capture(data: dict[str, Any]) -> Redacted:
-    """Redaction by place. `data` must have passed `parse_capture`; it is not modified."""
-    out = Redacted(capture=json.loads(json.dumps(data)), original_digest=canonical.digest_json(data))
-    cap = out.capture
+def redact_capture(data: dict[str, Any], *, original_digest: str | None = None) -> Redacted:
+    """Redaction by place. `data` must have passed `parse_capture`; it is not modified (every redaction builds
+    new containers; the strings it keeps are shared, being immutable)."""
+    cap = dict(data)
+    request, response = dict(data["request"]), dict(data["response"])
+    cap["request"], cap["response"] = request, response
+    out = Redacted(capture=cap, original_digest=original_digest or canonical.digest_json(data))
     record = out.redactions.append
-    request, response = cap["request"], cap["response"]
     request["url"] = redact_url(request["url"], "request.url", record)
     for where, part in (("request", request), ("response", response)):
         part["headers"] = _redact_headers(part.get("headers") or {}, f"{where}.headers", record)
@@ -386,24 +390,41 @@ def redact_json(value: Any, where: str, record: Record, *, inherited: str | None
     """Secret-named fields at any depth: every string leaf under such a name is replaced.
 
     Numbers, booleans and nulls under a secret name are kept: `max_tokens: 200` or `password_set: true` say
-    nothing secret, and replacing them would change meaning for no protection.
+    nothing secret, and replacing them would change meaning for no protection. Links anywhere lose their user
+    info and signed or secret-named parameters (a presigned download, a redirect target).
     """
     if isinstance(value, dict):
         out = {}
         for key, child in value.items():
-            path = join(where, key)
             rule = inherited or ("secret-name" if is_secret_name(key) else None)
-            out[key] = redact_json(child, path, record, inherited=rule)
+            # Only what can change is visited (a call per node is most of the cost on a large body).
+            if rule is not None or isinstance(child, dict | list) or (isinstance(child, str) and _link_to_check(child)):
+                out[key] = redact_json(child, join(where, key), record, inherited=rule)
+            else:
+                out[key] = child
         return out
     if isinstance(value, list):
-        return [redact_json(child, join(where, i), record, inherited=inherited) for i, child in enumerate(value)]
+        return [
+            redact_json(child, join(where, i), record, inherited=inherited)
+            if inherited is not None
+            or isinstance(child, dict | list)
+            or (isinstance(child, str) and _link_to_check(child))
+            else child
+            for i, child in enumerate(value)
+        ]
     if isinstance(value, str) and inherited and value and value != REDACTED:
         record({"path": where, "rule": inherited})
         return REDACTED
-    if isinstance(value, str) and value[:8].lower().startswith(("http://", "https://")) and len(value) < 16384:
-        # A link in a body (a presigned download, a redirect target) loses its user info and signature too.
+    if isinstance(value, str) and _link_to_check(value):
         return redact_url(value, where, record)
     return value
+
+
+def _link_to_check(value: str) -> bool:
+    """A link that could hold user info or a query parameter to redact."""
+    return (
+        value[:8].lower().startswith(("http://", "https://")) and len(value) < 16384 and ("@" in value or "?" in value)
+    )
 
 
 _FORM_RE = re.compile(r"^[^=&\s]+=[^&\s]*(?:&[^=&\s]+=[^&\s]*)*$")
@@ -718,12 +739,17 @@ def mask_token(rule: str) -> str:
 
 
 def scan_text(text: str) -> list[tuple[str, str]]:
-    """(rule, value) for every secret found in `text`; one value reported once, by the first rule naming it."""
-    if len(text) <= _DIRECT_SCAN_CHARS:
-        by_anchor = {"token": text, "keyword": text}
-    else:
-        by_anchor = _candidates(text)
-    lowered = {anchor: text.lower() for anchor, text in by_anchor.items()}
+    """(rule, value) for every secret found in `text`; one value reported once, by the first rule naming it.
+
+    A text with no place a rule could match (no token run that is not plainly an id, a digest or a harmless
+    link; no secret-sounding name followed by an assignment; no `Bearer`) costs one cheap pass and no rule.
+    """
+    by_anchor = _candidates(text)
+    if not by_anchor["token"] and not by_anchor["keyword"]:
+        return []
+    if len(text) <= _DIRECT_SCAN_CHARS:  # short: every rule that could match sees the whole text
+        by_anchor = {anchor: text if window else "" for anchor, window in by_anchor.items()}
+    lowered = {anchor: window.lower() for anchor, window in by_anchor.items()}
     found: dict[str, str] = {}
     for rule in rules():
         candidate = by_anchor[rule.anchor]
@@ -748,10 +774,35 @@ _ASSIGNMENT = re.compile(r"[A-Za-z0-9_-]*[\]'\"]{0,2}\s*(?:=|:|<-|->|=>)")
 _BEFORE, _AFTER, _KEYWORD_BEFORE, _KEYWORD_AFTER = 40, 40, 60, 240
 
 
+# Token runs no rule can match: lower-case hex (UUIDs, digests, commit ids; a rule for a hex secret is
+# keyword-anchored or has a non-hex part), timestamps and numbers, and links with nothing secret-looking in them.
+_BENIGN_TOKEN = re.compile(r"(?:[a-z_]{1,24}[=:])?(?:(?:sha(?:1|256|512):)?[0-9a-f-]+|[0-9TZ:.+-]+)")
+_URL_SUSPECT = ("@", "sig", "token", "key", "x-amz", "x-goog", "secret", "pass", "pwd", "auth", "cred", "session")
+
+
+def _benign(token: str) -> bool:
+    m = _BENIGN_TOKEN.fullmatch(token)
+    if m:
+        # `req=<uuid>` is an id; `token=<hex>` is not, whatever its value looks like.
+        name = token.split("=", 1)[0] if "=" in token else ""
+        return not (name and is_secret_name(name))
+    if token.startswith(("https://", "http://")):
+        low = token.lower()
+        return not any(s in low for s in _URL_SUSPECT)
+    return False
+
+
 def _candidates(text: str) -> dict[str, str]:
-    tokens = [(max(0, m.start() - _BEFORE), m.end() + _AFTER) for m in _TOKEN_RUN.finditer(text)]
+    tokens = [
+        (max(0, m.start() - _BEFORE), m.end() + _AFTER) for m in _TOKEN_RUN.finditer(text) if not _benign(m.group())
+    ]
     keywords = []
     low = text.lower()
+    # `Bearer <token>`: the token may be plain hex, so its window opens at the word, not at the token.
+    i = low.find("bearer")
+    while i != -1:
+        tokens.append((max(0, i - 8), i + 6 + _KEYWORD_AFTER))
+        i = low.find("bearer", i + 6)
     for keyword in _KEYWORDS:
         i = low.find(keyword)
         while i != -1:
@@ -798,32 +849,76 @@ def mask_text(text: str, where: str, findings: list[dict[str, str]]) -> str:
 def mask_json(value: Any, where: str, findings: list[dict[str, str]]) -> Any:
     """`value` with every secret found masked, leaf by leaf, each finding at its leaf's path.
 
-    A container is scanned once as its JSON text (one pass of every rule over the body, not one per string);
-    only when that finds something are the leaves that hold a found value masked.
+    A container is scanned once as the text of all its strings (keys and values, one per line: one pass of every
+    rule over the body, not one per string); only when that finds something are the leaves that hold a found
+    value rescanned and masked.
     """
     if isinstance(value, str):
         return mask_text(value, where, findings)
     if not isinstance(value, dict | list):
         return value
-    hits = scan_text(json.dumps(value, ensure_ascii=False))
+    hits = scan_text("\n".join(_strings(value)))
     if not hits:
         return value
-    return _mask_leaves(value, where, findings)
+    # The leaves to rescan are those holding a found value (as found in the JSON text, or unescaped); a value
+    # that spans leaves (a keyword rule across `"key": "value"`) sends every leaf to the rescan.
+    known: dict[str, str] = {}
+    for rule, found in hits:
+        known.setdefault(found, rule)
+        if "\\" in found:
+            try:
+                known.setdefault(json.loads(f'"{found}"'), rule)
+            except ValueError:
+                return _mask_leaves(value, where, findings, None, {})
+    holder = re.compile("|".join(re.escape(v) for v in sorted(known, key=len, reverse=True)))
+    return _mask_leaves(value, where, findings, holder, known)
 
 
-def _mask_leaves(value: Any, where: str, findings: list[dict[str, str]]) -> Any:
+def _strings(value: Any) -> list[str]:
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            out.append(node)
+        elif isinstance(node, dict):
+            out.extend(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
+
+
+def _mask_leaves(
+    value: Any, where: str, findings: list[dict[str, str]], holder: re.Pattern | None, known: dict[str, str]
+) -> Any:
     if isinstance(value, str):
-        return mask_text(value, where, findings)
+        return _mask_leaf(value, where, findings, holder, known)
     if isinstance(value, dict):
         out = {}
         for key, child in value.items():
             path = join(where, key)
-            masked_key = mask_text(key, path, findings) if len(key) >= _MIN_SECRET else key
-            out[masked_key] = _mask_leaves(child, path, findings)
+            masked_key = _mask_leaf(key, path, findings, holder, known) if len(key) >= _MIN_SECRET else key
+            out[masked_key] = _mask_leaves(child, path, findings, holder, known)
         return out
     if isinstance(value, list):
-        return [_mask_leaves(child, join(where, i), findings) for i, child in enumerate(value)]
+        return [_mask_leaves(child, join(where, i), findings, holder, known) for i, child in enumerate(value)]
     return value
+
+
+def _mask_leaf(
+    text: str, where: str, findings: list[dict[str, str]], holder: re.Pattern | None, known: dict[str, str]
+) -> str:
+    if holder is not None and not holder.search(text):
+        return text
+    text = mask_text(text, where, findings)
+    # A value found only in the JSON text's context (a keyword rule reading `"name": "value"`) is masked here
+    # even though the leaf alone no longer shows a rule why.
+    for found, rule in known.items():
+        if found in text:
+            findings.append({"rule": rule, "path": where, "preview": preview(found)})
+            text = text.replace(found, mask_token(rule))
+    return text
 
 
 _PRINTABLE_RUN = re.compile(rb"[\x20-\x7e]{12,}")
@@ -867,8 +962,16 @@ def scan_capture(red: Redacted) -> Redacted:
 
 
 def intake(raw: bytes | str | dict) -> Redacted:
-    """Everything intake does before storage: parse, redact, scan and mask."""
-    return scan_capture(redact_capture(parse_capture(raw)))
+    """Everything intake does before storage: parse, redact, scan and mask.
+
+    The original digest is of the bytes as they arrived (of the canonical JSON when given a dict).
+    """
+    digest = (
+        canonical.digest_bytes(raw if isinstance(raw, bytes) else raw.encode("utf-8"))
+        if not isinstance(raw, dict)
+        else None
+    )
+    return scan_capture(redact_capture(parse_capture(raw), original_digest=digest))
 
 
 def body_bytes(body: Any) -> bytes:

@@ -18,6 +18,10 @@ from .html import looks_like_html, sanitize_captured_html
 from .models import ReviewEvent, ScenarioVersion, StagedRecording
 from .scenarios import ScenarioRefused, scenario_package
 
+# bleach takes about a second per 200 KB on this machine (docs/benchmarks.md): the page shows the first 64 KB of
+# a captured page sanitized and says so; the whole body is the download.
+HTML_PREVIEW_CHARS = 64 * 1024
+
 
 def recording_queue(*, state: str = "staged", scenario: str = "") -> QuerySet[StagedRecording]:
     qs = StagedRecording.objects.select_related("captured_by", "scenario_version").prefetch_related(
@@ -186,6 +190,7 @@ class RecordingPage:
     response_body_json: str
     response_shape: str
     response_html: str | None
+    response_html_truncated: bool
     transition_json: str
     paths: list[str]
     nearest: Nearest | None
@@ -205,7 +210,8 @@ def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
     response = recording.response
     body = response.get("body")
     ctype = next((str(v) for k, v in (response.get("headers") or {}).items() if k.lower() == "content-type"), "")
-    html = sanitize_captured_html(body) if looks_like_html(body, ctype) else None
+    html = sanitize_captured_html(body[:HTML_PREVIEW_CHARS]) if looks_like_html(body, ctype) else None
+    html_truncated = html is not None and len(body) > HTML_PREVIEW_CHARS
     request = dict(recording.request)
     can_review = bool(getattr(user, "is_authenticated", False) and user.has_perm(services.REVIEW_PERM))
     return RecordingPage(
@@ -220,6 +226,7 @@ def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
         response_body_json=body if isinstance(body, str) else _pretty(body),
         response_shape=shape(body),
         response_html=html,
+        response_html_truncated=html_truncated,
         transition_json=_pretty(recording.proposed_transition) if recording.proposed_transition else "",
         paths=services.leaf_paths(recording),
         nearest=nearest_fixture(recording),

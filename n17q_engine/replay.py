@@ -203,9 +203,9 @@ def sandbox_main(payload: bytes) -> bytes:
     return run_replay(load_replay(package), isolation=isolation).to_wire()
 
 
-def _progress_line(events: int, logical: str) -> None:
-    line = json.dumps({"event": "replay.progress", "events": events, "logical": logical}) + "\n"
-    os.write(2, line.encode("utf-8"))
+def _progress_line(events: int, logical: str, checkpoint: str | None) -> None:
+    line = {"event": "replay.progress", "events": events, "logical": logical, "checkpoint": checkpoint}
+    os.write(2, (json.dumps(line) + "\n").encode("utf-8"))
 
 
 def run_replay(package: ReplayPackage, *, isolation: str) -> ReplayOutput:
@@ -593,14 +593,14 @@ class _Engine:
         self._checkpoint(None)
         progress = PROGRESS
         if progress is not None:
-            progress(len(self.log.events), self.now)
+            progress(len(self.log.events), self.now, self.checkpoint_id)
         actions = self.decider.actions(self.source, self)
         try:
             for step, action in enumerate(actions, 1):
                 self.pace(action)
                 self.perform(action)
                 if progress is not None and step % PROGRESS_EVERY == 0:
-                    progress(len(self.log.events), self.now)
+                    progress(len(self.log.events), self.now, self.checkpoint_id)
             self._settle_all()
         except _Stopped:
             pass

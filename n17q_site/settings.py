@@ -7,6 +7,7 @@ REDIS_URL, N17Q_SECRET_KEY and N17Q_DEBUG=0; see the README's configuration tabl
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -93,6 +94,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 if _test_db := env_str("N17Q_TEST_DATABASE_NAME", ""):
     # Two test runs against one PostgreSQL server (a developer's and a helper's) must not share a database.
     DATABASES["default"]["TEST"] = {"NAME": _test_db}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not memory: the replay integration tests start a real Celery worker process that must open the
+    # test database too. One file per test process, removed by the test runner at the end.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -135,6 +140,13 @@ N17Q_MAX_BUNDLE_MEMBERS = env_int("N17Q_MAX_BUNDLE_MEMBERS", 200_000, minimum=3)
 N17Q_ALLOW_DEGRADED_ISOLATION = env_bool("N17Q_ALLOW_DEGRADED_ISOLATION", False)
 N17Q_REPLAY_TIMEOUT_S = env_int("N17Q_REPLAY_TIMEOUT_S", 300, minimum=1)
 N17Q_REPLAY_MEMORY_MB = env_int("N17Q_REPLAY_MEMORY_MB", 1024, minimum=128)
+# A worker holds a replay by a lease it renews with every progress line (runs/replays.py); a replay whose
+# lease ran out, or whose process on this host is gone, is queued again by the recovery pass, at most
+# N17Q_REPLAY_MAX_ATTEMPTS claims in all, then marked interrupted at its last checkpoint.
+N17Q_REPLAY_LEASE_S = env_int("N17Q_REPLAY_LEASE_S", 60, minimum=2)
+N17Q_REPLAY_MAX_ATTEMPTS = env_int("N17Q_REPLAY_MAX_ATTEMPTS", 5, minimum=1)
+N17Q_REPLAY_REQUEUE_S = env_int("N17Q_REPLAY_REQUEUE_S", 120, minimum=1)
+N17Q_REPLAY_RECOVERY_S = env_int("N17Q_REPLAY_RECOVERY_S", 30, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024  # larger uploads stream to a temporary file
 
@@ -180,9 +192,23 @@ CACHES = {
 
 # Celery. Without REDIS_URL the broker is a folder on disk, so `make demo` needs no server at all.
 REDIS_URL = env_str("REDIS_URL", "")
+CELERY_TASK_TIME_LIMIT = env_int("N17Q_REPLAY_TIME_LIMIT_S", 3600, minimum=10)
+if CELERY_TASK_TIME_LIMIT <= N17Q_REPLAY_TIMEOUT_S:
+    raise ConfigurationError(
+        f"N17Q_REPLAY_TIME_LIMIT_S ({CELERY_TASK_TIME_LIMIT}) must be above N17Q_REPLAY_TIMEOUT_S "
+        f"({N17Q_REPLAY_TIMEOUT_S}): the task must outlive its sandbox to record how the sandbox ended"
+    )
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("N17Q_VISIBILITY_TIMEOUT_S", 3 * 3600)}
+    # Above the longest replay: Redis hands an unacknowledged message to another worker after this long, and
+    # a replay still running then would be delivered twice (harmless, the claim stops the second, but wasteful).
+    _visibility = env_int("N17Q_VISIBILITY_TIMEOUT_S", 3 * 3600, minimum=60)
+    if _visibility <= CELERY_TASK_TIME_LIMIT:
+        raise ConfigurationError(
+            f"N17Q_VISIBILITY_TIMEOUT_S ({_visibility}) must be above N17Q_REPLAY_TIME_LIMIT_S "
+            f"({CELERY_TASK_TIME_LIMIT}), the longest a replay task may run"
+        )
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _visibility}
 else:
     _broker_dir = DATA_DIR / "broker"
     CELERY_BROKER_URL = "filesystem://"
@@ -194,13 +220,18 @@ else:
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
+# The queue replays are sent to (a worker started without -Q consumes "celery"); tests use one of their own.
+N17Q_REPLAY_QUEUE = env_str("N17Q_REPLAY_QUEUE", "celery")
 CELERY_TASK_IGNORE_RESULT = True  # state lives in our own tables, not in a result backend
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_TIME_LIMIT = env_int("N17Q_REPLAY_TIME_LIMIT_S", 3600, minimum=10)
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker that loses the broker (Redis restarted) keeps reconnecting, and lets the replay it is running finish:
+# the replay's state lives in the database, and its claim makes a redelivered message a no-op.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # Our logging configuration (JSON lines) applies in the worker too, instead of Celery's own.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Each worker records a heartbeat this often (runs/heartbeat.py); /health/ wants one within three intervals.

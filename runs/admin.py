@@ -98,4 +98,5 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     list_filter = ["action", "via"]
     search_fields = ["actor", "target", "action"]
     date_hierarchy = "at"
+    show_full_result_count = False  # counting the whole log on every page would be the slow part
     readonly_fields = ["at", "actor", "actor_user_id", "via", "action", "target", "detail", "ip"]

@@ -15,6 +15,7 @@ so a changed setting takes effect (and tests can set one).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from rest_framework.settings import api_settings
@@ -22,10 +23,21 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from .models import HarnessToken
 
+log = logging.getLogger(__name__)
+
 
 class _LiveRate(SimpleRateThrottle):
     def get_rate(self) -> str | None:
         return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        # The counts are in Redis; while Redis restarts, a harness is let through rather than answered 500
+        # (the limit is a brake, not a lock; the failure is logged).
+        try:
+            return super().allow_request(request, view)
+        except Exception:
+            log.warning("throttle %s: its cache is unavailable; letting the request through", self.scope, exc_info=True)
+            return True
 
 
 class HarnessTokenRateThrottle(_LiveRate):
@@ -55,7 +67,11 @@ class TokenFailureThrottle(_LiveRate):
         """Seconds this client must wait before a token of theirs is even looked up; None when it may try."""
         if self.rate is None:
             return None
-        self._load(request)
+        try:
+            self._load(request)
+        except Exception:
+            log.warning("throttle %s: its cache is unavailable; letting the request through", self.scope, exc_info=True)
+            return None
         if len(self.history) >= self.num_requests:
             return self.wait()
         return None
@@ -63,6 +79,9 @@ class TokenFailureThrottle(_LiveRate):
     def record_failure(self, request: Any) -> None:
         if self.rate is None:
             return
-        self._load(request)
-        self.history.insert(0, self.now)
-        self.cache.set(self.key, self.history, self.duration)
+        try:
+            self._load(request)
+            self.history.insert(0, self.now)
+            self.cache.set(self.key, self.history, self.duration)
+        except Exception:
+            log.warning("throttle %s: its cache is unavailable; failure not counted", self.scope, exc_info=True)

@@ -265,3 +265,15 @@ def test_an_import_with_a_token_is_throttled_too(client, role_user, rates, tmp_p
 
     assert post().status_code == 201
     assert post().status_code == 429
+
+
+@pytest.mark.django_db
+def test_a_token_is_let_through_while_the_throttle_cache_is_away(client, role_user, rates, settings):
+    """Redis restarting must not turn every harness request into a 500: the brake fails open, and says so."""
+    rates(harness_token="1/min", harness_token_failure="1/min")
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
+    }
+    key = token_for(role_user("viewer", "harness"), "runs:import")
+    assert [client.get("/api/v1/runs/", HTTP_AUTHORIZATION=f"Token {key}").status_code for _ in range(3)] == [200] * 3
+    assert client.get("/api/v1/runs/", HTTP_AUTHORIZATION="Token n17q_wrong").status_code == 401

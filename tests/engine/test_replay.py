@@ -750,7 +750,7 @@ def test_a_sandboxed_replay_reports_progress_while_it_runs_and_the_log_does_not_
     assert len(progress) >= 1 + (calls * 2) // 64 - 1
     counts = [p["events"] for p in progress]
     assert counts[0] == 2 and counts == sorted(counts) and len(set(counts)) == len(counts)
-    assert all(p["logical"].endswith("Z") for p in progress)
+    assert all(p["logical"].endswith("Z") and p["checkpoint"].startswith("checkpoint") for p in progress)
     final_events = ReplayOutput.from_wire(streamed.output).events
     assert final_events == ReplayOutput.from_wire(quiet.output).events
     assert counts[-1] < final_events.count(b"\n")

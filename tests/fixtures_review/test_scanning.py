@@ -29,7 +29,9 @@ def test_each_rule_catches_its_true_positives_alone_and_inside_a_long_body(rule_
     rule = next(r for r in intake.rules() if r.name == rule_name)
     for text, secret in POSITIVES[rule_name]:
         for where, candidate in (("alone", text), ("in a long body", f"{FILLER}\n{text}\n{FILLER}")):
-            found = [v for _, v in intake.scan_text(candidate)] if where != "alone" else list(rule.find(text))
+            found = [v for _, v in intake.scan_text(candidate)]
+            if where == "alone":
+                found += list(rule.find(text))  # the rule in its own right, not only whichever rule came first
             assert any(secret in v or (v in secret and len(v) >= 8) for v in found), (rule_name, where, found)
         masked = intake.mask_text(f"{FILLER}\n{text}\n{FILLER}", "body", [])
         if rule_name != "private-key":  # its match is the header; pem-private-key masks the whole block
@@ -120,3 +122,15 @@ def test_a_preview_shows_a_public_prefix_and_the_length_never_the_value():
     assert intake.preview(token) == "ghp_•••• (40 chars)"
     secret = corpus.rnd(30)
     assert secret[:6] not in intake.preview(secret)
+
+
+def test_a_json_body_is_scanned_leaf_by_leaf_as_the_leaves_read():
+    """One pass over a body's strings finds what a scan of each string finds (no JSON escaping in the way)."""
+    secret, token = corpus.rnd(14), "ghp_" + corpus.rnd(36)
+    body = {"items": [{"config": f'db_password = "{secret}"'}] * 3, "notes": ["ok", f"token {token}"], token: 1}
+    findings: list[dict] = []
+    masked = json.dumps(intake.mask_json(body, "response.body", findings))
+    assert secret not in masked and token not in masked
+    paths = {(f["rule"], f["path"]) for f in findings}
+    assert ("keyword", "response.body.items[2].config") in paths
+    assert ("git-hub-token", "response.body.notes[1]") in paths

@@ -103,6 +103,7 @@ def test_it_records_a_replay_launched_from_the_command_line(capsys):
         "mode": "reconstruction",
         "vary": {},
         "scenario": None,
+        "checkpoint": "start",
     }
     # The worker's import of the replay's run is recorded as the worker's (here: run in this process).
     assert [e.target for e in entries("run.import")][-1].startswith("run-example-docs~reconstruction-")
