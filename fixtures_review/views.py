@@ -17,6 +17,8 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from runs.audit import audit_record
+
 from . import selectors, services
 from .models import ScenarioVersion, StagedRecording
 
@@ -137,6 +139,14 @@ def body_download(request: HttpRequest, public_id: str, part: str) -> FileRespon
     name = services._blob_name(digest)
     if not store.exists(name):
         raise Http404("the body's bytes are not in the blob store")
+    # Reading captured bytes outside the page (masked, but still the world's data) is worth a line in the audit log.
+    audit_record(
+        actor=request.user,
+        action="recording.download_body",
+        target=recording.public_id,
+        detail={"part": part, "digest": digest},
+        request=request,
+    )
     response = FileResponse(
         store.open(name, "rb"),
         as_attachment=True,

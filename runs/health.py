@@ -45,11 +45,16 @@ def _broker_connection() -> Any:
     return app.connection_for_read(connect_timeout=2, transport_options={"socket_timeout": 2})
 
 
-def check_broker() -> dict[str, Any]:
-    """The broker answers, and how many replay messages wait in the default queue (and are held by workers)."""
+def _default_queue() -> str:
     from n17q_site.celery import app
 
-    queue = app.conf.task_default_queue
+    return app.conf.task_default_queue
+
+
+def check_broker() -> dict[str, Any]:
+    """The broker answers, and how many replay messages wait in the default queue (and are held by workers)."""
+    # The queue replays are sent to (N17Q_REPLAY_QUEUE), else Celery's default queue.
+    queue = getattr(settings, "N17Q_REPLAY_QUEUE", "") or _default_queue()
     with _broker_connection() as conn:
         conn.ensure_connection(max_retries=1, timeout=2)
         channel = conn.default_channel

@@ -94,12 +94,8 @@ def replay_new(request: HttpRequest, run_id: str, button: str) -> HttpResponse:
         except ReplayRefused as exc:
             form.add_error(None, str(exc))
         else:
-            _audit(
-                request,
-                "replay.launch",
-                f"replay:{replay.pk}",
-                {"run": run.run_id, "mode": spec.mode, "vary": replay.vary},
-            )
+            # Audited by replay_create itself ("replay.create", with this request's user and address), inside the
+            # launch's transaction; a second entry here would count one launch twice.
             return redirect("runs:replay-detail", pk=replay.pk)
     summary = None
     summary_error = None

@@ -181,3 +181,40 @@ def test_it_shows_the_audit_log_read_only_to_admins_only(client, role_user):
     client.force_login(role_user("operator", "olga"))
     assert client.get("/admin/runs/auditentry/").status_code == 302  # not staff: sent to the admin's login
     assert b"/admin/runs/auditentry/" not in client.get("/").content
+
+
+def test_a_launch_from_its_button_is_one_entry_with_the_operator_and_address(client, role_user, capsys, monkeypatch):
+    from runs import replays
+
+    monkeypatch.setattr(replays, "replay_enqueue", lambda pk: True)  # no broker needed to launch
+    call_command("load_demo", "--json")
+    capsys.readouterr()
+    client.force_login(role_user("operator", "olga"))
+    response = client.post("/runs/run-001-recorded/launch/replay/", {})
+    assert response.status_code == 302
+    launches = [e for e in AuditEntry.objects.order_by("id") if e.action.startswith("replay.")]
+    assert [(e.action, e.actor, e.via, e.ip) for e in launches] == [("replay.create", "olga", "web", "127.0.0.1")]
+    assert launches[0].detail["mode"] == "rerun" and launches[0].detail["scenario"] == "email-delivery@1"
+
+
+def test_it_records_the_demo_load_and_a_scenario_package_imported_from_the_command_line(tmp_path, capsys):
+    from n17q_engine import seed_scenarios
+
+    package = seed_scenarios.seed_packages()[0]
+    folder = package.write_dir(tmp_path / "seed")
+    call_command("import_package", str(folder), "--json")
+    call_command("import_package", str(folder), "--json")  # held already: nothing new, nothing recorded
+    (imported,) = entries("scenario.import")
+    ref = package.manifest["scenario"]
+    assert imported.target == f"scenario:{ref['name']}@{ref['version']}" and imported.via.startswith("cli ")
+    call_command("load_demo", "--json")
+    (demo,) = entries("demo.load")
+    assert sorted(demo.detail["passwords_reset_for"]) == ["admin", "operator", "reviewer", "viewer"]
+
+
+def test_it_records_changes_made_in_the_django_admin(client, role_user):
+    client.force_login(role_user("admin", "ada"))
+    response = client.post("/admin/auth/group/add/", {"name": "auditors"})
+    assert response.status_code == 302
+    (added,) = entries("admin.add")
+    assert (added.actor, added.via, added.target) == ("ada", "web", "auth.group:auditors")

@@ -143,8 +143,8 @@ def test_it_counts_replays_by_state_every_state_listed(client, role_user, file_b
     assert replays == {**dict.fromkeys(Replay.State.values, 0), "queued": 2, "running": 1, "failed": 1}
 
 
-def test_it_counts_the_messages_waiting_in_the_file_broker(client, role_user, file_broker):
-    app.conf.task_default_queue = queue = f"n17q-health-{uuid.uuid4().hex[:8]}"
+def test_it_counts_the_messages_waiting_in_the_file_broker(client, role_user, file_broker, settings):
+    settings.N17Q_REPLAY_QUEUE = queue = f"n17q-health-{uuid.uuid4().hex[:8]}"
     publish(queue, 3)
     heartbeat_beat("worker-a@host")
     client.force_login(role_user("viewer"))
@@ -152,7 +152,7 @@ def test_it_counts_the_messages_waiting_in_the_file_broker(client, role_user, fi
     assert body["queue_depth"] == 3 and body["checks"]["broker"]["queue"] == queue
 
 
-def test_it_counts_the_messages_waiting_in_redis(client, role_user, file_broker):
+def test_it_counts_the_messages_waiting_in_redis(client, role_user, file_broker, settings):
     url = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
     import redis
 
@@ -163,7 +163,7 @@ def test_it_counts_the_messages_waiting_in_redis(client, role_user, file_broker)
         up = False
     need_service("Redis", up, f"{url} (REDIS_TEST_URL)")
     app.conf.broker_url, app.conf.broker_transport_options = url, {}
-    app.conf.task_default_queue = queue = f"n17q-health-{uuid.uuid4().hex[:8]}"
+    settings.N17Q_REPLAY_QUEUE = queue = f"n17q-health-{uuid.uuid4().hex[:8]}"
     app.pool.force_close_all()
     try:
         publish(queue, 4)

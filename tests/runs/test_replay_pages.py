@@ -171,7 +171,7 @@ def test_the_replay_page_polls_while_running_and_stops_when_it_ends(
         operator.post("/runs/run-001-recorded/launch/replay/", {})
     replay = Replay.objects.get()
     queued = operator.get(f"/replays/{replay.pk}/").content.decode()
-    assert 'hx-trigger="every 500ms"' in queued and "Queued" in queued
+    assert 'hx-trigger="every 300ms"' in queued and "Queued" in queued
     replay = replays.replay_execute(replay.pk)
     poll = operator.get(f"/replays/{replay.pk}/?poll=1", HTTP_HX_REQUEST="true")
     body = poll.content.decode()

@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandError
+from django.db import transaction
 
 from fixtures_review.scenarios import ScenarioRefused, scenario_import
 from n17q_engine.package import SCENARIO_FORMAT, PackageError, read_package
+from runs.audit import audit_record
 from runs.management.base import JsonCommand
 
 
@@ -22,7 +24,15 @@ class Command(JsonCommand):
     def run(self, **options: Any) -> dict[str, Any]:
         try:
             package = read_package(Path(options["path"]), SCENARIO_FORMAT)
-            version, created = scenario_import(package)
+            with transaction.atomic():
+                version, created = scenario_import(package)
+                if created:
+                    audit_record(
+                        actor=None,
+                        action="scenario.import",
+                        target=f"scenario:{version.ref}",
+                        detail={"digest": version.digest, "path": str(options["path"])},
+                    )
         except (PackageError, ScenarioRefused) as exc:
             raise CommandError(" ".join(str(exc).splitlines())) from None
         return {"scenario": version.ref, "digest": version.digest, "created": created}

@@ -9,6 +9,7 @@ from django.db import transaction
 
 from fixtures_review.scenarios import scenario_import
 from n17q_engine import seed_scenarios, stories
+from runs.audit import audit_record
 from runs.importer import run_import_from_path
 from runs.management.base import JsonCommand
 from runs.models import Run
@@ -33,6 +34,13 @@ class Command(JsonCommand):
             version, _created = scenario_import(package, source="demo")
             scenarios.append({"scenario": version.ref, "digest": version.digest})
         staged = self._staged()
+        # Loading the demo sets fresh passwords on the role accounts: worth a line in the audit log.
+        audit_record(
+            actor=None,
+            action="demo.load",
+            target="demo",
+            detail={"passwords_reset_for": [u["username"] for u in users], "runs": [r["id"] for r in runs]},
+        )
         return {"runs": runs, "users": users, "scenarios": scenarios, "staged": staged}
 
     def _staged(self) -> list[dict[str, Any]]:
