@@ -333,9 +333,9 @@ class _Progress:
         self.lost = False
         self.pending: dict[str, Any] | None = None  # the latest line not yet written
 
-    def renew(self, **fields: Any) -> None:
+    def renew(self, *, extra_s: float = 0, **fields: Any) -> None:
         updated = Replay.objects.filter(pk=self.replay_id, state=Replay.State.RUNNING, claim_token=self.token).update(
-            lease_expires_at=_lease_until(), **fields
+            lease_expires_at=_lease_until() + timedelta(seconds=extra_s), **fields
         )
         self.last_write = time.monotonic()
         self.lost = self.lost or updated != 1
@@ -416,7 +416,9 @@ def _execute_claimed(replay: Replay, token: str) -> Replay:
         )
         return _end(replay, token, Replay.State.FAILED, f"the sandbox {why}")
     progress.flush()
-    progress.renew()
+    # The import is one transaction and renews nothing while it runs: the lease is lengthened by the time a slow
+    # import of a log this size could take (2 s a megabyte, about ten times slower than the import budget).
+    progress.renew(extra_s=2 * len(result.output) / 1e6)
     if progress.lost:  # another worker took it over (our lease ran out): its run is the one that counts
         log.warning("replay %s: the claim was lost while the sandbox ran; leaving it to its holder", replay.pk)
         return Replay.objects.get(pk=replay.pk)

@@ -197,7 +197,11 @@ def test_a_real_celery_worker_beats_and_health_follows_it(client, role_user, tmp
     if connection.vendor != "postgresql":
         pytest.skip("a worker process cannot reach SQLite's in-memory test database; runs on PostgreSQL")
     settings_dict = connection.settings_dict
-    url = f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:{settings_dict['PORT']}/{settings_dict['NAME']}"
+    from urllib.parse import quote
+
+    password = f":{quote(settings_dict['PASSWORD'], safe='')}" if settings_dict.get("PASSWORD") else ""
+    host = f"{settings_dict['HOST'] or 'localhost'}:{settings_dict['PORT'] or 5432}"
+    url = f"postgres://{quote(settings_dict['USER'] or '', safe='')}{password}@{host}/{settings_dict['NAME']}"
     env = {
         **os.environ,
         "DATABASE_URL": url,

@@ -394,3 +394,27 @@ def test_a_claim_of_a_process_that_is_gone_on_this_host_is_taken_over_at_once(de
     )
     done = replays.replay_execute(replay.pk)
     assert done.state == Replay.State.FINISHED and done.attempts == 2
+
+
+def test_the_replay_list_costs_the_same_queries_for_three_replays_or_nine(
+    demo, client_as, django_assert_max_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    viewer = client_as("viewer")
+    source = Run.objects.get(run_id="run-001-recorded")
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            assert viewer.get("/replays/").status_code == 200
+        return len(ctx.captured_queries)
+
+    for _ in range(3):
+        replays.replay_execute(replays.replay_create(source, mode="rerun").pk)
+    three = queries()
+    for _ in range(6):
+        replays.replay_create(source, mode="rerun")
+    # 7: the session, the user, the count, one page of replays joined to their source run, scenario version and
+    # run, the user's groups (roles in the header), the user's and the groups' permissions (can_import/can_launch)
+    assert queries() == three == 7

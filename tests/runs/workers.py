@@ -73,7 +73,7 @@ class Worker:
             REDIS_URL=self.broker,
             N17Q_REPLAY_QUEUE=self.queue,
             N17Q_ALLOW_DEGRADED_ISOLATION=os.environ.get("N17Q_ALLOW_DEGRADED_ISOLATION", "0"),
-            N17Q_REPLAY_LEASE_S="10",
+            N17Q_REPLAY_LEASE_S="30",  # a killed worker is found by its pid at once; the lease is for other hosts
             N17Q_REPLAY_RECOVERY_S="1",
             N17Q_REPLAY_REQUEUE_S="3",
             N17Q_REPLAY_TIMEOUT_S="60",
