@@ -54,7 +54,7 @@ Decisions taken where DESIGN §4 is silent (the project docs should cite this li
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -299,25 +299,6 @@ class LineageGraph:
         self._memo_store: dict[str, Any] = {}
         self._memo_at = -1
 
-        self._on = {
-            "workspace.created": self._add_workspace,
-            "workspace.changed": self._add_change,
-            "workspace.lifecycle": self._add_lifecycle,
-            "artifact.created": self._add_artifact,
-            "tool.call": self._add_tool_call,
-            "tool.result": self._add_tool_result,
-            "command.receipt": self._add_receipt,
-            "evidence.observed": self._add_observation,
-            "evidence.admitted": self._add_admission,
-            "evidence.superseded": self._add_superseded,
-            "waiver.granted": self._add_waiver,
-            "policy.decision": self._add_decision,
-            "approval.recorded": self._add_approval,
-            "effect.intent": self._add_intent,
-            "effect.execution": self._add_execution,
-            "account.claim": self._add_claim,
-        }
-
     # ------------------------------------------------------------------ building
 
     def add(self, event: dict, *, references: list[tuple[str, str]] | None = None) -> None:
@@ -334,9 +315,9 @@ class LineageGraph:
         for path, target in v.references(event) if references is None else references:
             if target not in known and target not in objects:
                 self._unresolved.setdefault(event_id, []).append((path, target))
-        handler = self._on.get(event["kind"])
+        handler = _HANDLERS.get(event["kind"])
         if handler is not None:
-            handler(event_id, seq, event)
+            handler(self, event_id, seq, event)
 
     def _emit(self, finding: Finding) -> None:
         self._found.setdefault(finding.from_, []).append(finding)
@@ -1264,6 +1245,28 @@ class LineageGraph:
                 if later is not None and later < cap:
                     return True
         return False
+
+
+# What each kind adds to the graph: plain functions, so a graph holds no bound methods of itself (no reference
+# cycle: a replay's final gate builds one per activation in a sandbox child that runs without the cyclic GC).
+_HANDLERS: dict[str, Callable[[LineageGraph, str, int, dict[str, Any]], None]] = {
+    "workspace.created": LineageGraph._add_workspace,
+    "workspace.changed": LineageGraph._add_change,
+    "workspace.lifecycle": LineageGraph._add_lifecycle,
+    "artifact.created": LineageGraph._add_artifact,
+    "tool.call": LineageGraph._add_tool_call,
+    "tool.result": LineageGraph._add_tool_result,
+    "command.receipt": LineageGraph._add_receipt,
+    "evidence.observed": LineageGraph._add_observation,
+    "evidence.admitted": LineageGraph._add_admission,
+    "evidence.superseded": LineageGraph._add_superseded,
+    "waiver.granted": LineageGraph._add_waiver,
+    "policy.decision": LineageGraph._add_decision,
+    "approval.recorded": LineageGraph._add_approval,
+    "effect.intent": LineageGraph._add_intent,
+    "effect.execution": LineageGraph._add_execution,
+    "account.claim": LineageGraph._add_claim,
+}
 
 
 def check_events(run: dict, events: Iterable[dict]) -> list[Finding]:

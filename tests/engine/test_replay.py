@@ -555,6 +555,26 @@ def test_the_same_package_in_the_sandbox_twice_gives_byte_identical_logs():
     assert outputs[0].manifest["run"]["isolation"] == "netns"
 
 
+def test_a_replay_leaves_no_reference_cycles_behind():
+    # The sandbox child replays with the cyclic collector off (replay.sandbox_main): what the engine drops must
+    # be freed by reference counting alone, final gates included (each builds a lineage graph).
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        story("run-001-recorded", "email-delivery")  # the final gate allows the send
+        story("run-003-review-request", "coding-review-request")  # ...and denies the request
+        story("run-003-review-request", "coding-review-request", "counterfactual", {"decider": "careful"})
+        story("run-001-recorded", "email-delivery", "counterfactual", {"fault": "email.send:after_local_commit"})
+        story("run-000-recorded", "docs-research")  # stops on the missing status lookup
+        story("run-003-review-request", None, mode="reconstruction")
+        garbage = gc.collect()
+    finally:
+        gc.enable()
+    assert garbage == 0
+
+
 def test_the_sandbox_output_reads_back_exactly_and_a_changed_or_missing_byte_is_refused():
     out, _log = story("run-003-review-request", "coding-review-request", "counterfactual", {"decider": "careful"})
     assert out.blobs, "the careful rerun writes command output blobs"
