@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import OperationalError
 from django.utils import timezone
 
 from n17q_site.celery import app
@@ -22,6 +22,7 @@ from runs.importer import run_import_from_path
 from runs.models import Replay, Run, WorkerHeartbeat
 from tests import bundles
 from tests.conftest import need_service
+from tests.runs.workers import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db
@@ -193,18 +194,10 @@ def test_a_worker_thread_beats_and_says_when_it_stopped():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_real_celery_worker_beats_and_health_follows_it(client, role_user, tmp_path, file_broker):
-    """A worker process (`celery -A n17q_site worker`) against this test's PostgreSQL database."""
-    if connection.vendor != "postgresql":
-        pytest.skip("a worker process cannot reach SQLite's in-memory test database; runs on PostgreSQL")
-    settings_dict = connection.settings_dict
-    from urllib.parse import quote
-
-    password = f":{quote(settings_dict['PASSWORD'], safe='')}" if settings_dict.get("PASSWORD") else ""
-    host = f"{settings_dict['HOST'] or 'localhost'}:{settings_dict['PORT'] or 5432}"
-    url = f"postgres://{quote(settings_dict['USER'] or '', safe='')}{password}@{host}/{settings_dict['NAME']}"
+    """A worker process (`celery -A n17q_site worker`) against this test's own database (a file on SQLite)."""
     env = {
         **os.environ,
-        "DATABASE_URL": url,
+        "DATABASE_URL": database_url(),
         "N17Q_DATA_DIR": str(tmp_path),
         "N17Q_HEARTBEAT_S": "1",
         "N17Q_LOG_FORMAT": "json",

@@ -19,6 +19,7 @@ import uuid
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -45,9 +46,9 @@ def database_url() -> str:
         if name.startswith("file:") or ":memory:" in name:
             pytest.fail("the test database is in memory; a worker process cannot open it (see settings TEST NAME)")
         return f"sqlite:///{name}"
-    auth = s["USER"] or ""
+    auth = quote(s["USER"] or "", safe="")
     if s.get("PASSWORD"):
-        auth += f":{s['PASSWORD']}"
+        auth += f":{quote(s['PASSWORD'], safe='')}"
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
