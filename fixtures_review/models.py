@@ -25,7 +25,8 @@ class ScenarioVersion(AppendOnlyModel):
     files = models.JSONField()
     source = models.CharField(max_length=20, default="import")  # import | demo | promotion
     imported_at = models.DateTimeField(auto_now_add=True)
-    imported_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # PROTECT, not SET_NULL: who did it is part of append-only history; deactivate a person's account instead.
+    imported_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
     # A minted version names the version it was built from (promotion, copy similar, a regression scenario).
     based_on = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
 
@@ -140,7 +141,8 @@ class ReviewEvent(AppendOnlyModel):
 
     recording = models.ForeignKey(StagedRecording, on_delete=models.PROTECT, related_name="events")
     action = models.CharField(max_length=20, choices=Action.choices)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # PROTECT, not SET_NULL: who did it is part of append-only history; deactivate a person's account instead.
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
     at = models.DateTimeField(auto_now_add=True)
     path = models.CharField(max_length=500, blank=True, default="")
     reason = models.TextField(blank=True, default="")
@@ -166,7 +168,8 @@ class FixtureVersion(AppendOnlyModel):
     request_digest = models.CharField(max_length=71)
     fixture = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True)
-    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # PROTECT, not SET_NULL: who did it is part of append-only history; deactivate a person's account instead.
+    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
 
     class Meta:
         ordering = ["-created_at", "-id"]

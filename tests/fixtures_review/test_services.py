@@ -6,6 +6,7 @@ import json
 
 import pytest
 from django.core.management import call_command
+from django.db.models import ProtectedError
 
 from fixtures_review import intake
 from fixtures_review.models import FixtureVersion, ReviewEvent, ScenarioVersion, StagedRecording
@@ -193,6 +194,17 @@ def test_review_events_are_append_only(seed_scenarios):
         event.save()
     with pytest.raises(HistoryIsAppendOnly):
         ReviewEvent.objects.all().delete()
+
+
+def test_a_person_named_in_review_history_cannot_be_deleted_and_the_history_keeps_their_name(seed_scenarios, role_user):
+    reviewer = role_user("reviewer")
+    rec = recording_approve(recording=stage(status_capture()), user=reviewer)
+    with pytest.raises(ProtectedError):
+        reviewer.delete()
+    reviewer.refresh_from_db()  # still there: deactivate an account instead
+    assert rec.events.get(action=ReviewEvent.Action.APPROVE).actor_id == reviewer.pk
+    assert rec.fixture_version.approved_by_id == reviewer.pk
+    assert rec.scenario_version.imported_by_id == reviewer.pk
 
 
 # --- promotion ------------------------------------------------------------------------------------------------------
