@@ -418,3 +418,14 @@ def test_the_replay_list_costs_the_same_queries_for_three_replays_or_nine(
     # 7: the session, the user, the count, one page of replays joined to their source run, scenario version and
     # run, the user's groups (roles in the header), the user's and the groups' permissions (can_import/can_launch)
     assert queries() == three == 7
+
+
+def test_the_replay_list_pages_newest_first_and_its_links_keep_the_source_filter(demo, client_as):
+    source = Run.objects.get(run_id="run-001-recorded")
+    for _ in range(51):
+        replays.replay_create(source, mode="rerun")
+    viewer = client_as("viewer")
+    html = viewer.get("/replays/", {"source": source.run_id}).content.decode()
+    assert f'href="?source={source.run_id}&amp;page=2">Older</a>' in html and "Page 1 of 2" in html
+    second = viewer.get("/replays/", {"source": source.run_id, "page": 2})
+    assert f'href="?source={source.run_id}&amp;page=1">Newer</a>' in second.content.decode()
