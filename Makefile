@@ -19,16 +19,19 @@ install: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check n17q_engine
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/mypy
+	N17Q_DATA_DIR=$$(mktemp -d) $(BIN)/mypy
 
 check: lint
 	N17Q_DATA_DIR=$$(mktemp -d) $(BIN)/python manage.py check
 	N17Q_DATA_DIR=$$(mktemp -d) $(BIN)/python manage.py makemigrations --check --dry-run
 
-# Every test on the embedded database (SQLite), then again on PostgreSQL: both are supported.
-test: check test-sqlite test-postgres
+# Every check CI runs: lint, format, import contracts, types, Django checks, the tests on the embedded database
+# (SQLite, browser tests included) and again on PostgreSQL. Each step runs even when an earlier one failed; one
+# summary at the end; non-zero exit when any failed (scripts/run_checks.py).
+test: $(STAMP)
+	PG_URL=$(PG_URL) REDIS_TEST_URL=$(REDIS_TEST_URL) VENV=$(VENV) $(BIN)/python scripts/run_checks.py
 
 test-sqlite: $(STAMP)
 	N17Q_DATA_DIR=$$(mktemp -d) REDIS_TEST_URL=$(REDIS_TEST_URL) $(BIN)/pytest -q

@@ -19,6 +19,7 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +205,7 @@ def cmd_run_page(large_folder: str, small_folder: str, repeat: str) -> dict[str,
     htmx = {"run page, htmx focus swap", "evidence pane, a window deep in the run"}
     out: dict[str, Any] = {}
     for name, url_of in pages.items():
-        headers = {"HTTP_HX_REQUEST": "true"} if name in htmx else {}
+        headers: dict[str, Any] = {"HTTP_HX_REQUEST": "true"} if name in htmx else {}
         entry: dict[str, Any] = {}
         for label, run in (("large", large), ("small", small)):
             url = url_of(run)
@@ -231,7 +232,7 @@ def cmd_run_page(large_folder: str, small_folder: str, repeat: str) -> dict[str,
 
 
 def main(argv: list[str]) -> int:
-    commands = {
+    commands: dict[str, Callable[..., dict[str, Any]]] = {
         "migrate": cmd_migrate,
         "import": cmd_import,
         "lineage-db": cmd_lineage_db,

@@ -99,11 +99,12 @@ def verify(ids: list[int], imported: dict[str, int]) -> dict[str, Any]:
     prefixes = {r.pk: f"{r.source_run.run_id}~{r.mode}-{r.pk}" for r in replays}
     runs_per_replay = {pk: Run.objects.filter(run_id__startswith=prefix).count() for pk, prefix in prefixes.items()}
     duplicated_replay_runs = sum(max(0, n - 1) for n in runs_per_replay.values())
-    finished = [r for r in replays if r.state == "finished" and r.run_id is not None]
+    finished = [r for r in replays if r.state == "finished" and r.run is not None]
     # The same replay twice gives byte-identical logs: every finished replay of one (source, mode) has the
     # same number of events; a duplicated event would stand out.
     counts: dict[str, set[int]] = {}
     for r in finished:
+        assert r.run is not None  # kept by the filter above
         counts.setdefault(f"{r.source_run.run_id} {r.mode}", set()).add(r.run.event_count)
     stored = {
         row["run__run_id"]: row["n"]

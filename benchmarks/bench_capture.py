@@ -226,7 +226,8 @@ def time_sanitizers(html: str, repeat: int) -> dict[str, Any]:
 
 def run(config: Config) -> dict[str, Any]:
     repeat = config.repeat or DEFAULT_REPEAT
-    rows, details = [], {"bodies": {}, "budget_mb_s": BUDGET_MB_S, "repeat": repeat}
+    rows: list[Any] = []
+    details: dict[str, Any] = {"bodies": {}, "budget_mb_s": BUDGET_MB_S, "repeat": repeat}
     for name, (raw, body_bytes) in bodies().items():
         measured = time_intake(raw, repeat)
         mb_s = body_bytes / 1e6 / measured["median_cpu_s"]

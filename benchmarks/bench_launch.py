@@ -206,7 +206,7 @@ def _child() -> dict[str, Any]:
     wait_ended(pks, 600)
     elapsed = time.perf_counter() - t0
     batch = list(Replay.objects.filter(pk__in=pks).select_related("run"))
-    last_end = max(r.finished_at.timestamp() for r in batch)
+    last_end = max(r.finished_at.timestamp() for r in batch if r.finished_at is not None)
     children = Run.objects.filter(replay_of__pk__in=pks)
     duplicate_events = 0
     for child in children:

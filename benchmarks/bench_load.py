@@ -303,7 +303,10 @@ def sign_in(username: str, password: str) -> str:
     jar = _cookies(page.getheaders())
     html = page.read().decode()
     conn.close()
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html).group(1)
+    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
+    if found is None:
+        raise RuntimeError("the login page holds no CSRF token")
+    token = found.group(1)
     form = urllib.parse.urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token})
     conn = http.client.HTTPConnection("127.0.0.1", WEB_PORT, timeout=60)
     conn.request(
@@ -372,6 +375,7 @@ class Client(threading.Thread):
         self.imported: dict[str, int] = {}
 
     def one(self, i: int) -> None:
+        headers: dict[str, str]
         roll = self.random.random()
         run = self.random.choice(DEMO_RUNS)
         if roll < 0.25:

@@ -62,7 +62,9 @@ def run(config: Config) -> dict[str, Any]:
     package = _package(CALLS)
     wire = package.to_wire()
     build_s = time.perf_counter() - t0
-    walls, logs, isolation = [], [], None
+    walls: list[float] = []
+    logs: list[Any] = []
+    isolation = None
     for _ in range(repeat):
         result = run_sandboxed(
             "n17q_engine.replay:sandbox_main", wire, allow_degraded=False, limits=Limits(), timeout_s=120

@@ -34,7 +34,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from n17q_engine import canonical
@@ -278,7 +278,7 @@ def _instant(value: str, where: str) -> None:
         raise CaptureError(f"{where}: {value!r} has no time zone (write Z or +00:00)")
 
 
-def _is_encoded(body: Any) -> bool:
+def _is_encoded(body: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(body, dict) and set(body) == {"encoding", "data"}
 
 
@@ -631,8 +631,8 @@ def _detect_secrets_rules() -> tuple[Rule, ...]:
     import detect_secrets.plugins as plugins_pkg
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
-    classes = {cls.__name__: cls for cls in get_mapping_from_secret_type_to_class().values()}
-    rules = []
+    classes: dict[str, Any] = {cls.__name__: cls for cls in get_mapping_from_secret_type_to_class().values()}
+    rules: list[Rule] = []
     for name in DETECT_SECRETS_PLUGINS:
         cls = classes.get(name)
         if cls is None:  # pragma: no cover - a detector renamed upstream must be noticed, not skipped

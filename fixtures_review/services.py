@@ -22,6 +22,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from django.core.files.base import ContentFile
@@ -382,7 +383,7 @@ def _change(recording: StagedRecording, revision: int | None, mutate: Any) -> St
         raise
     for where, digest in old_blobs.items():
         if locked.body_blobs.get(where) != digest:
-            transaction.on_commit(lambda d=digest, r=locked: _forget_blob(d, r))
+            transaction.on_commit(partial(_forget_blob, digest, locked))
     return locked
 
 
@@ -793,7 +794,7 @@ def recording_copy_similar(
         )
     scenario_ref = body.get("scenario") or {}
     scenario = ScenarioVersion.objects.filter(
-        name=scenario_ref.get("name"), version=scenario_ref.get("version")
+        name=scenario_ref.get("name") or "", version=scenario_ref.get("version") or 0
     ).first()
     if scenario is None:
         raise ReviewRefused(f"the run's scenario version {scenario_ref!r} is not held")

@@ -13,10 +13,11 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.files.storage import storages
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from n17q_site.htmx import HtmxHttpRequest
 from runs.audit import audit_record
 
 from . import selectors, services
@@ -28,7 +29,7 @@ def _require_staging_access(user: Any) -> None:
         raise PermissionDenied("staged recordings are unreviewed material: the reviewer or operator role reads them")
 
 
-def recording_queue(request: HttpRequest) -> HttpResponse:
+def recording_queue(request: HtmxHttpRequest) -> HttpResponse:
     _require_staging_access(request.user)
     state = request.GET.get("state", "staged")
     if state not in ("", *StagedRecording.State.values):
@@ -36,8 +37,9 @@ def recording_queue(request: HttpRequest) -> HttpResponse:
     scenario = request.GET.get("scenario", "")[:100]
     page = Paginator(selectors.recording_queue(state=state, scenario=scenario), 50).get_page(request.GET.get("page"))
     for rec in page:
-        rec.open_findings = selectors.open_findings_count(rec)
-        rec.age = selectors.age(rec.captured_at)
+        # Attributes for the template's rows, computed per page (the queue is paginated).
+        rec.open_findings = selectors.open_findings_count(rec)  # type: ignore[attr-defined]
+        rec.age = selectors.age(rec.captured_at)  # type: ignore[attr-defined]
     template = "fixtures/queue.html#queue-table" if request.htmx else "fixtures/queue.html"
     return render(
         request,
@@ -46,13 +48,13 @@ def recording_queue(request: HttpRequest) -> HttpResponse:
     )
 
 
-def recording_detail(request: HttpRequest, public_id: str) -> HttpResponse:
+def recording_detail(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     _require_staging_access(request.user)
     recording = get_object_or_404(StagedRecording, public_id=public_id)
     return _render_recording(request, recording)
 
 
-def _render_recording(request: HttpRequest, recording: StagedRecording, *, outcome: str = "", error: str = "",
+def _render_recording(request: HtmxHttpRequest, recording: StagedRecording, *, outcome: str = "", error: str = "",
                       status: int = 200) -> HttpResponse:  # fmt: skip
     page = selectors.recording_page(recording, request.user)
     template = "fixtures/recording.html#recording" if request.htmx else "fixtures/recording.html"
@@ -63,7 +65,7 @@ ACTIONS = ("redact", "synthesize", "reject", "approve")
 
 
 @require_POST
-def recording_action(request: HttpRequest, public_id: str, action: str) -> HttpResponse:
+def recording_action(request: HtmxHttpRequest, public_id: str, action: str) -> HttpResponse:
     _require_staging_access(request.user)
     if action not in ACTIONS:
         raise Http404("no such review action")
@@ -97,10 +99,9 @@ def recording_action(request: HttpRequest, public_id: str, action: str) -> HttpR
             outcome = "Rejected."
         else:
             recording = services.recording_approve(recording=recording, user=request.user, revision=revision)
-            outcome = (
-                f"Approved: fixture version {recording.fixture_version.fixture_id} in new scenario version "
-                f"{recording.scenario_version.ref}."
-            )
+            minted, scenario_version = recording.fixture_version, recording.scenario_version
+            assert minted is not None and scenario_version is not None  # approval mints both or raises
+            outcome = f"Approved: fixture version {minted.fixture_id} in new scenario version {scenario_version.ref}."
     except services.ReviewRefused as exc:
         recording.refresh_from_db()
         if request.htmx:
@@ -128,7 +129,7 @@ def _value(text: str) -> Any:
         return text
 
 
-def body_download(request: HttpRequest, public_id: str, part: str) -> FileResponse:
+def body_download(request: HtmxHttpRequest, public_id: str, part: str) -> FileResponse:
     """The stored (redacted, masked) bytes of a body, only ever as an attachment: never rendered here."""
     _require_staging_access(request.user)
     recording = get_object_or_404(StagedRecording, public_id=public_id)
@@ -158,11 +159,11 @@ def body_download(request: HttpRequest, public_id: str, part: str) -> FileRespon
 
 
 @require_http_methods(["GET"])
-def scenario_list(request: HttpRequest) -> HttpResponse:
+def scenario_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "fixtures/scenario_list.html", {"versions": selectors.scenario_versions()})
 
 
 @require_http_methods(["GET"])
-def scenario_detail(request: HttpRequest, name: str, version: int) -> HttpResponse:
+def scenario_detail(request: HtmxHttpRequest, name: str, version: int) -> HttpResponse:
     scenario = get_object_or_404(ScenarioVersion, name=name, version=version)
     return render(request, "fixtures/scenario_detail.html", {"s": selectors.scenario_page(scenario)})

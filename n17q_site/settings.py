@@ -208,7 +208,7 @@ if REDIS_URL:
             f"N17Q_VISIBILITY_TIMEOUT_S ({_visibility}) must be above N17Q_REPLAY_TIME_LIMIT_S "
             f"({CELERY_TASK_TIME_LIMIT}), the longest a replay task may run"
         )
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _visibility}
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, int | str | bool] = {"visibility_timeout": _visibility}
 else:
     _broker_dir = DATA_DIR / "broker"
     CELERY_BROKER_URL = "filesystem://"

@@ -101,7 +101,7 @@ def client_ip(request: Any) -> str | None:
         return None
     meta = getattr(request, "META", {})
     address = meta.get("REMOTE_ADDR", "")
-    proxies = settings.REST_FRAMEWORK.get("NUM_PROXIES") or 0
+    proxies = int(str(settings.REST_FRAMEWORK.get("NUM_PROXIES") or 0))
     forwarded = meta.get("HTTP_X_FORWARDED_FOR", "")
     if proxies and forwarded:
         hops = [part.strip() for part in forwarded.split(",") if part.strip()]

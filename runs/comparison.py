@@ -219,12 +219,12 @@ def comparison_build(replay_run: Run) -> Comparison:
     first = None
     best = None
     for item in layers:
-        row = item.first_divergence
-        if row is None or item.key == "budget":
+        diverged = item.first_divergence
+        if diverged is None or item.key == "budget":
             continue
-        order = (row.source or {}).get("seq") or 10**12 + ((row.replay or {}).get("seq") or 0)
+        order = (diverged.source or {}).get("seq") or 10**12 + ((diverged.replay or {}).get("seq") or 0)
         if best is None or order < best:
-            best, first = order, (item, row)
+            best, first = order, (item, diverged)
     scope = Event.objects.filter(run=replay_run, kind="replay.scope").order_by("seq").values_list("body", flat=True)
     return Comparison(
         source=source,
@@ -276,7 +276,7 @@ def _invariants(run: Run) -> dict[str, Any]:
 
     per_intent: Counter[str] = Counter()
     for d in deliveries:
-        per_intent[by_id[d["cause"]].get("intent_id")] += 1
+        per_intent[by_id[d["cause"]].get("intent_id") or ""] += 1
     worst = max(per_intent.values(), default=0)
     kind = "live" if live else "simulated"
     out["one_delivery"] = (
@@ -304,7 +304,7 @@ def _invariants(run: Run) -> dict[str, Any]:
 
     tries: defaultdict[str, int] = defaultdict(int)
     for x in executions:
-        tries[x.get("intent_id")] += 1
+        tries[x.get("intent_id") or ""] += 1
     most = max(tries.values(), default=0)
     out["bounded_attempts"] = (
         f"at most {most} execution{'s' if most != 1 else ''} per intent (bound {BOUNDED_EXECUTIONS})",

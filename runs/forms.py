@@ -1,3 +1,5 @@
+from typing import Any, cast
+
 from django import forms
 
 from .models import Environment, Mode
@@ -25,12 +27,15 @@ class LaunchForm(forms.Form):
 
     def __init__(self, *args, scenarios: list[str], default: str | None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["scenario"].choices = [(s, s) for s in scenarios] or [("", "none held")]
+        self.choice_field("scenario").choices = [(s, s) for s in scenarios] or [("", "none held")]
         if default:
             self.fields["scenario"].initial = default
 
     def vary(self) -> dict[str, str]:
         return {}
+
+    def choice_field(self, name: str) -> forms.ChoiceField:
+        return cast(forms.ChoiceField, self.fields[name])
 
 
 class CounterfactualForm(LaunchForm):
@@ -54,12 +59,12 @@ class CounterfactualForm(LaunchForm):
         super().__init__(*args, **kwargs)
         from .launch import VARIABLES
 
-        self.fields["variable"].choices = list(VARIABLES.items())
+        self.choice_field("variable").choices = list(VARIABLES.items())
         for name in ("policy", "decider", "fault", "budget_resource", "delay_tool", "checkpoint"):
-            self.fields[name].choices = choices.get(name, [])
+            self.choice_field(name).choices = choices.get(name, [])
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
         variable = data.get("variable")
         values = {
             "policy": ("policy", data.get("policy")),

@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
@@ -21,6 +21,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from fixtures_review.models import ScenarioVersion
 from fixtures_review.services import recording_copy_similar, scenario_version_mint
 from n17q_engine.deciders import DECIDERS
+from n17q_site.htmx import HtmxHttpRequest
 
 from .audit import audit_record
 from .comparison import comparison_build, run_outcome
@@ -34,7 +35,7 @@ from .replays import ReplayRefused, replay_launch
 log = logging.getLogger(__name__)
 
 
-def _audit(request: HttpRequest, action: str, target: str, detail: dict[str, Any]) -> None:
+def _audit(request: HtmxHttpRequest, action: str, target: str, detail: dict[str, Any]) -> None:
     audit_record(actor=request.user, action=action, target=target, detail=detail, request=request)
 
 
@@ -51,7 +52,7 @@ def _scenario_refs(run: Run, default: ScenarioVersion | None) -> list[str]:
 
 @permission_required("runs.launch_replay", raise_exception=True)
 @require_http_methods(["GET", "POST"])
-def replay_new(request: HttpRequest, run_id: str, button: str) -> HttpResponse:
+def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpResponse:
     """GET: what the button will do and what it can and cannot touch. POST: launch it."""
     run = get_object_or_404(Run, run_id=run_id)
     spec = BUTTONS.get(button)
@@ -116,7 +117,7 @@ def replay_new(request: HttpRequest, run_id: str, button: str) -> HttpResponse:
     )
 
 
-def replay_list(request: HttpRequest) -> HttpResponse:
+def replay_list(request: HtmxHttpRequest) -> HttpResponse:
     replays = Replay.objects.select_related("source_run", "scenario_version", "run").order_by("-id")
     source = request.GET.get("source")
     if source:
@@ -125,7 +126,7 @@ def replay_list(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/replay_list.html", {"page": page, "source": source})
 
 
-def replay_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def replay_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The replay page. Polled by htmx while it runs (`?poll=1`): the progress region only; when a polled
     replay ends on a missing fixture, the browser is sent to the missing-fixture page."""
     replay = get_object_or_404(Replay.objects.select_related("source_run", "scenario_version", "run"), pk=pk)
@@ -147,7 +148,7 @@ def replay_detail(request: HttpRequest, pk: int) -> HttpResponse:
 BUTTONS_BY_MODE = {b.mode: b for b in BUTTONS.values()}
 
 
-def replay_comparison(request: HttpRequest, pk: int) -> HttpResponse:
+def replay_comparison(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     replay = get_object_or_404(Replay.objects.select_related("source_run", "run", "run__parent"), pk=pk)
     if replay.run is None:
         return render(request, "runs/replay_comparison.html", {"replay": replay, "report": None}, status=409)
@@ -158,7 +159,7 @@ def replay_comparison(request: HttpRequest, pk: int) -> HttpResponse:
     )
 
 
-def missing_fixture(request: HttpRequest, pk: int, index: int) -> HttpResponse:
+def missing_fixture(request: HtmxHttpRequest, pk: int, index: int) -> HttpResponse:
     replay = get_object_or_404(Replay.objects.select_related("source_run", "scenario_version", "run"), pk=pk)
     if replay.run is None or not 0 <= index < len(replay.missing):
         raise Http404(f"replay {pk} has no missing fixture #{index}")
@@ -175,7 +176,7 @@ def missing_fixture(request: HttpRequest, pk: int, index: int) -> HttpResponse:
 
 @permission_required("runs.launch_replay", raise_exception=True)
 @require_POST
-def missing_copy_similar(request: HttpRequest, pk: int, index: int) -> HttpResponse:
+def missing_copy_similar(request: HtmxHttpRequest, pk: int, index: int) -> HttpResponse:
     """Copy similar: a staged candidate only (helper B's service). It never acts inside the replay."""
     replay = get_object_or_404(Replay.objects.select_related("run"), pk=pk)
     if replay.run is None or not 0 <= index < len(replay.missing):
@@ -204,7 +205,7 @@ def missing_copy_similar(request: HttpRequest, pk: int, index: int) -> HttpRespo
 
 @permission_required("runs.launch_replay", raise_exception=True)
 @require_POST
-def missing_exclude_tool(request: HttpRequest, pk: int, index: int) -> HttpResponse:
+def missing_exclude_tool(request: HtmxHttpRequest, pk: int, index: int) -> HttpResponse:
     """Exclude the tool: a new scenario version naming it and the reason (helper B's mint)."""
     replay = get_object_or_404(Replay.objects.select_related("run", "scenario_version"), pk=pk)
     if replay.run is None or not 0 <= index < len(replay.missing) or replay.scenario_version is None:
@@ -234,7 +235,7 @@ def missing_exclude_tool(request: HttpRequest, pk: int, index: int) -> HttpRespo
 
 @permission_required("runs.launch_replay", raise_exception=True)
 @require_http_methods(["GET", "POST"])
-def regression_new(request: HttpRequest, run_id: str) -> HttpResponse:
+def regression_new(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = get_object_or_404(Run, run_id=run_id)
     base = regression_base(run)
     error = None

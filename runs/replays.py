@@ -18,6 +18,7 @@ import secrets
 import socket
 import tempfile
 import time
+from collections.abc import Mapping
 from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
@@ -261,7 +262,7 @@ def replay_claim(replay_id: int) -> str | None:
     return token if claimed else None
 
 
-def _interrupt(replay_id: int, condition: Q, row: dict[str, Any]) -> bool:
+def _interrupt(replay_id: int, condition: Q, row: Mapping[str, Any]) -> bool:
     where = row["progress_checkpoint"] or "its first checkpoint"
     return (
         Replay.objects.filter(condition, pk=replay_id).update(

@@ -112,11 +112,11 @@ def focus_resolve(run: Run, ref: str) -> Focus | None:
     for _ in range(OUT_HOPS):
         if not frontier:
             break
-        rows = Edge.objects.filter(source_id__in=frontier, target_event__isnull=False).values_list(
+        out_rows = Edge.objects.filter(source_id__in=frontier, target_event__isnull=False).values_list(
             "target_event_id", "target_event__event_id", "target_object__ref"
         )[: NEIGHBOURHOOD_CAP + 1]
         frontier = set()
-        for pk, event_id, obj_ref in rows:
+        for pk, event_id, obj_ref in out_rows:
             if obj_ref:
                 objects.add(obj_ref)
             if pk not in seen:
@@ -426,15 +426,15 @@ def picture_build(run: Run, *, focus: Focus | None, start_seq: int | None = None
             .filter(Q(from_ref__in=list(by_id)) | Q(to_ref__in=list(by_id)))
             .order_by("id")[:200]
         ):
-            a, b = by_id.get(f.from_ref), by_id.get(f.to_ref)
-            if a is None or b is None or a is b:
+            end_a, end_b = by_id.get(f.from_ref), by_id.get(f.to_ref)
+            if end_a is None or end_b is None or end_a is end_b:
                 continue
             broken.append(
                 PictureEdge(
-                    a.x,
-                    a.y,
-                    b.x,
-                    b.y,
+                    end_a.x,
+                    end_a.y,
+                    end_b.x,
+                    end_b.y,
                     "",
                     broken=True,
                     code=f.code,

@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 class _LiveRate(SimpleRateThrottle):
     def get_rate(self) -> str | None:
-        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope or "")
+        return None if rate is None else str(rate)
 
     def allow_request(self, request: Any, view: Any) -> bool:
         # The counts are in Redis; while Redis restarts, a harness is let through rather than answered 500
@@ -52,6 +53,9 @@ class HarnessTokenRateThrottle(_LiveRate):
 
 class TokenFailureThrottle(_LiveRate):
     scope = "harness_token_failure"
+    # Set by SimpleRateThrottle.__init__ from the rate (None when no rate is configured).
+    num_requests: int
+    duration: int
 
     def get_cache_key(self, request: Any, view: Any) -> str | None:
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}

@@ -5,11 +5,12 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
 from n17q_engine.bundle import BundleError
+from n17q_site.htmx import HtmxHttpRequest
 
 from . import run_page, selectors
 from .forms import BundleUploadForm, RunFilterForm
@@ -17,7 +18,7 @@ from .importer import run_import_from_upload
 from .models import Run
 
 
-def run_list(request: HttpRequest) -> HttpResponse:
+def run_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
     runs = selectors.run_list(**{k: v for k, v in filters.items() if v})
@@ -28,7 +29,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 @permission_required("runs.import_run", raise_exception=True)
 @require_http_methods(["GET", "POST"])
-def run_import(request: HttpRequest) -> HttpResponse:
+def run_import(request: HtmxHttpRequest) -> HttpResponse:
     form = BundleUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -44,7 +45,7 @@ def run_import(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/run_import.html", {"form": form}, status=400 if form.errors else 200)
 
 
-def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """The run page. With htmx, a focus change answers with the focus bar and every pane out of band."""
     run = get_object_or_404(Run, run_id=run_id)
     starts = {key: request.GET.get(f"{key}_from") for key in run_page.PANES}

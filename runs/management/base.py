@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -40,8 +41,9 @@ class JsonCommand(BaseCommand):
         else:
             self.stdout.write(self.human(result))
 
-    def run(self, **options: Any) -> dict[str, Any]:
-        raise NotImplementedError
+    # Each command's own work: its parsed options in (keyword-only, named as the command declares them), the
+    # JSON answer out. Declared as a callable rather than a method so each command names its own options.
+    run: Callable[..., dict[str, Any]]
 
     def human(self, result: dict[str, Any]) -> str:
         return json.dumps(result, indent=2, ensure_ascii=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -59,7 +60,7 @@ def violations(page):
 @pytest.fixture
 def sign_in(page, live_server, role_user):
     """Sign in as a role's user (made once per test), through the login form."""
-    users: dict[str, object] = {}
+    users: dict[str, Any] = {}
 
     def go(role: str):
         if role not in users:

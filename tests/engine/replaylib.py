@@ -9,7 +9,7 @@ from n17q_engine.package import Package, build_replay, build_scenario
 from n17q_engine.world import SNAPSHOT_FORMAT
 
 T0 = "2026-07-01T09:00:00Z"
-SEARCH = {
+SEARCH: dict[str, Any] = {
     "tool": "docs.search",
     "revision": 1,
     "effect_class": "read",
@@ -66,7 +66,7 @@ def scenario(
     version: int = 1,
     **meta: Any,
 ) -> Package:
-    world = {
+    world: dict[str, Any] = {
         "format": SNAPSHOT_FORMAT,
         "name": f"{name}-w{version}",
         "parent": None,

@@ -63,7 +63,7 @@ def dns_lookup(payload: bytes) -> bytes:
         infos = socket.getaddrinfo(a["name"], 80)
     except OSError as exc:
         return f"denied:{type(exc).__name__}".encode()
-    return ("resolved:" + ",".join(sorted({i[4][0] for i in infos}))).encode()
+    return ("resolved:" + ",".join(sorted({str(i[4][0]) for i in infos}))).encode()
 
 
 def unix_abstract_connect(payload: bytes) -> bytes:

@@ -264,6 +264,7 @@ def test_it_selects_by_world_state_before_and_after_an_unacknowledged_effect():
     assert isinstance(effect, Hit)
     assert effect.fixture.fault_stage == "after_world_mutation"  # committed, response lost
     assert effect.fixture.response.outcome == "unknown"
+    assert effect.fixture.transition is not None
     world = world.applied(effect.fixture.transition)
     assert world.revision == 4 and world.get(REQ) == (1, {"state": "received"})
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -969,7 +970,8 @@ EVENT_BODY = st.sampled_from(sorted(v.KINDS)).flatmap(lambda kind: event_body(ki
 @st.composite
 def runs(draw):
     run = {"id": "run-1", "environment": draw(st.sampled_from(v.ENVIRONMENTS)), "mode": draw(st.sampled_from(v.MODES))}
-    events, objects = [], set()
+    events: list[dict[str, Any]] = []
+    objects: set[str] = set()
     for i, (kind, body) in enumerate(draw(st.lists(EVENT_BODY, max_size=40))):
         attempt = draw(st.sampled_from(["a1", "a2"]) if kind == "attempt.started" else st.none() | REF)
         event = {

@@ -289,7 +289,9 @@ def test_it_isolates_a_child_world_from_its_parent():
     assert parent.revision == 0 and child.revision == 2
 
     # States handed out are copies: mutating one changes neither world.
-    _rev, state = parent.get(DRAFT)
+    held = parent.get(DRAFT)
+    assert held is not None
+    _rev, state = held
     state["tags"].append("b")
     assert parent.get(DRAFT) == (1, {"body": "v1", "tags": ["a"]})
     with pytest.raises(WorldError):

@@ -14,6 +14,7 @@ import string
 import struct
 import uuid
 import zlib
+from typing import Any
 
 ALNUM = string.ascii_letters + string.digits
 LOWER_ALNUM = string.ascii_lowercase + string.digits
@@ -161,7 +162,7 @@ def png(width: int = 24, height: int = 24) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
-def controls() -> dict[str, object]:
+def controls() -> dict[str, Any]:
     """Values that must produce no finding: ids, digests, commit ids, an image, prose about secrets."""
     image = png()
     return {

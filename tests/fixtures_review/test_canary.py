@@ -168,7 +168,7 @@ def encodings(secret: str) -> list[bytes]:
 def database_text() -> str:
     rows = []
     for model in apps.get_models():
-        for row in model.objects.all().values():
+        for row in model._default_manager.all().values():
             rows.append(json.dumps(row, default=str, ensure_ascii=False))
     return "\n".join(rows)
 

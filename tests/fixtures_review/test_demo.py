@@ -45,8 +45,6 @@ def test_approving_the_demo_status_lookup_lets_the_research_replay_past_it(capsy
     call_command("replay", "run-000-recorded", "--mode", "rerun", "--inline", "--json")
     before = json.loads(capsys.readouterr().out)
     assert before["state"] == "incomplete_test_world"  # the run names @1, which never changes
-    call_command(
-        "replay", "run-000-recorded", "--mode", "rerun", "--scenario", "docs-research@2", "--inline", "--json"
-    )
+    call_command("replay", "run-000-recorded", "--mode", "rerun", "--scenario", "docs-research@2", "--inline", "--json")
     after = json.loads(capsys.readouterr().out)
     assert after["state"] == "completed" and after["missing"] == [], after

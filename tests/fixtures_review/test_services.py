@@ -215,6 +215,7 @@ def test_approval_mints_a_content_addressed_fixture_and_a_new_scenario_version_p
     rec = recording_approve(recording=stage(status_capture()), user=role_user("reviewer"))
     v2 = rec.scenario_version
     assert (v2.ref, v2.source, v2.based_on_id) == ("docs-research@2", "promotion", v1.pk)
+    assert v2 is not None
     loaded = load_scenario(scenario_package(v2))
     fixture = next(f for f in loaded.fixtures if f.tool == "status.lookup")
     assert fixture.id == rec.fixture_version.fixture_id and fixture.response.outcome == "not_found"
@@ -248,6 +249,7 @@ def test_a_recapture_of_the_same_request_replaces_the_fixture_instead_of_making_
     again = status_capture(response={"status": 200, "headers": {}, "body": {"state": "sent"}})
     second = recording_approve(recording=stage(again), user=reviewer)
     assert second.scenario_version.version == 3
+    assert second.scenario_version is not None
     loaded = load_scenario(scenario_package(second.scenario_version))
     status = [f for f in loaded.fixtures if f.tool == "status.lookup"]
     assert [f.id for f in status] == [second.fixture_version.fixture_id] != [first.fixture_version.fixture_id]

@@ -41,7 +41,7 @@ def file_broker(tmp_path):
         "store_processed": False,
     }
     for key in ("data_folder_in", "processed_folder", "control_folder"):
-        Path(options[key]).mkdir(parents=True, exist_ok=True)
+        Path(str(options[key])).mkdir(parents=True, exist_ok=True)
     app.conf.broker_url, app.conf.broker_transport_options = "filesystem://", options
     app.pool.force_close_all()
     yield options

@@ -12,6 +12,7 @@ example starts from an empty database and an empty store.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -255,6 +256,10 @@ DIGESTS = [BLOB_DIGEST, "sha256:" + "0" * 64, "sha256:" + "ab" * 32]
 _ids = st.sampled_from(ID_POOL)
 
 
+def _prefixed(prefix: str, s: str) -> str:
+    return prefix + (s or "w")
+
+
 def _is_ref(name: str) -> bool:
     return name.endswith(("_id", "_ids")) or name in v.NAMED_REFERENCES
 
@@ -302,7 +307,7 @@ def _field_strategy(kind: str, name: str, spec: v.Field) -> st.SearchStrategy[An
         if spec.enum is not None:
             base = st.sampled_from(spec.enum)
             for prefix in spec.prefixes:
-                base = base | _text.map(lambda s, p=prefix: p + (s or "w"))
+                base = base | _text.map(functools.partial(_prefixed, prefix))
         elif _is_ref(name):
             base = _ids
         elif "digest" in name or "tree" in name:

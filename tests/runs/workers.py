@@ -158,6 +158,7 @@ class PrivateRedis:
     def start(self) -> PrivateRedis:
         server = shutil.which("redis-server")
         need_service("redis-server", server is not None, "apt-get install redis-server")
+        assert server is not None  # need_service failed or skipped otherwise
         self.proc = subprocess.Popen(
             [
                 server,
