@@ -631,7 +631,8 @@ def _detect_secrets_rules() -> tuple[Rule, ...]:
     import detect_secrets.plugins as plugins_pkg
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
-    classes: dict[str, Any] = {cls.__name__: cls for cls in get_mapping_from_secret_type_to_class().values()}
+    mapping: dict[str, Any] = get_mapping_from_secret_type_to_class()
+    classes = {plugin_class.__name__: plugin_class for plugin_class in mapping.values()}
     rules: list[Rule] = []
     for name in DETECT_SECRETS_PLUGINS:
         cls = classes.get(name)
