@@ -15,9 +15,9 @@ from n17q_engine import vocabulary as v
 from n17q_engine.bundle import iter_event_lines, parse_manifest, validate_event
 from n17q_engine.lineage import CODES, Finding, LineageGraph, check_events
 
+from ..bundles import EXAMPLE
 from .eventlib import EventLog, synthetic_events, tree
 
-EXAMPLE = Path("/work/shared/examples/run-bundle")
 REQUIRED = ["validation:focused", "validation:broad"]
 
 
