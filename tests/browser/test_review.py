@@ -96,6 +96,16 @@ XSS = """<!doctype html><html><head><title>t</title>
 </body></html>"""
 
 
+def settle(page) -> None:
+    """Wait on conditions, not a clock: the page loaded, the network has been idle (Playwright: 500 ms with no
+    connection), and every task queued so far (a handler, a timer at 0, a refresh at 0) has run: the promise
+    below resolves only after the event loop went past them."""
+    page.wait_for_load_state("load")
+    page.wait_for_load_state("networkidle")
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => setTimeout(done, 0)))")
+    page.wait_for_load_state("networkidle")
+
+
 def test_captured_html_runs_no_script_and_sends_no_request(page, login, live_server, scenarios):
     capture = search_capture()
     capture["response"]["headers"]["Content-Type"] = "text/html; charset=utf-8"
@@ -107,14 +117,14 @@ def test_captured_html_runs_no_script_and_sends_no_request(page, login, live_ser
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.on("request", lambda r: requests.append(r.url))
     page.goto(f"{live_server.url}/review/{rec.public_id}/")
-    page.wait_for_timeout(500)  # let any load trigger, onload or refresh fire if it could
+    settle(page)  # any load trigger, onload or refresh has fired by now if it could
     html = page.locator("#captured-html")
     assert "Captured page" in html.inner_text()
     page.hover("#captured-html p:has-text('hover over me')")
     page.click("#captured-html a:has-text('a javascript: link')")
     html.get_by_text("htmx button").click()  # the button itself is gone; its text stays, inert
     html.get_by_text("a live link").click()
-    page.wait_for_timeout(500)
+    settle(page)
     assert page.evaluate("window.__xss") is None
     assert dialogs == []
     assert page.url == f"{live_server.url}/review/{rec.public_id}/"  # no refresh, no navigation

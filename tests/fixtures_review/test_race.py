@@ -36,7 +36,7 @@ def approve_at_once(pairs, monkeypatch):
 
     def checked_then_wait(recording, user):
         refusal = real(recording, user)  # both read "staged, no findings" before either claims
-        barrier.wait(timeout=10)
+        barrier.wait(timeout=60)
         return refusal
 
     monkeypatch.setattr(services, "approval_refusal", checked_then_wait)

@@ -189,7 +189,7 @@ def test_it_finishes_the_replay_and_recovers_when_redis_restarts_mid_replay(demo
         # launched while the broker is away: it cannot be sent, and it is not lost
         during = replay_launch(Run.objects.get(run_id="run-001-recorded"), mode="rerun")
         assert Replay.objects.get(pk=during.pk).state == Replay.State.QUEUED
-        time.sleep(1)
+        time.sleep(1)  # the broker stays down a moment (part of the drill, not a wait for a condition)
         redis_server.start()
 
         wait_for(ended(long.pk, during.pk), 120, "both replays' end after the restart", worker, step=0.2)

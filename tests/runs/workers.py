@@ -176,7 +176,7 @@ class PrivateRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while not redis_up(self.url):
             if time.monotonic() > deadline:
                 raise AssertionError(f"redis-server on port {self.port} did not start")
