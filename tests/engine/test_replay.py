@@ -31,6 +31,7 @@ from n17q_engine.package import (
 from n17q_engine.replay import ReplayError, ReplayOutput, iter_output_events, run_replay
 from n17q_engine.sandbox import Limits, run_sandboxed
 from tests.engine import replaylib as rl
+from tests.engine.fresh import run_fresh
 
 SEEDS = {p.manifest["scenario"]["name"]: p for p in seed_scenarios.seed_packages()}
 BUNDLES = {b.manifest["run"]["id"]: b for b in stories.demo_bundles()}
@@ -521,20 +522,24 @@ def test_logical_time_moves_only_by_explicit_events_and_wall_time_is_the_launch_
     assert len(timeout) == 1
 
 
-def test_one_package_replayed_twice_gives_byte_identical_logs():
-    b = BUNDLES["run-003-review-request"]
-    events = b"".join(canonical_json(e) + b"\n" for e in b.events)
-    pkg = rl.replay_package(
-        SEEDS["coding-review-request"],
-        b.manifest,
-        events,
-        blobs=b.blobs,
-        mode="counterfactual",
-        vary={"decider": "careful"},
-    )
-    first, _ = replay(pkg)
-    second, _ = replay(pkg)
-    assert first.events == second.events and first.to_wire() == second.to_wire()
+CAREFUL_REPLAY_DIGEST = """
+from n17q_engine.canonical import canonical_json, digest_bytes
+from tests.engine import replaylib as rl
+from tests.engine.fresh import run_fresh
+from tests.engine.test_replay import BUNDLES, SEEDS, replay
+b = BUNDLES["run-003-review-request"]
+events = b"".join(canonical_json(e) + b"\\n" for e in b.events)
+pkg = rl.replay_package(SEEDS["coding-review-request"], b.manifest, events, blobs=b.blobs,
+                        mode="counterfactual", vary={"decider": "careful"})
+print(digest_bytes(replay(pkg)[0].to_wire()))
+"""
+
+
+def test_one_package_replayed_in_two_processes_gives_byte_identical_logs():
+    """Two interpreters with different string-hash seeds: set order, interning and caches all differ."""
+    first = run_fresh(CAREFUL_REPLAY_DIGEST, hash_seed=1)
+    second = run_fresh(CAREFUL_REPLAY_DIGEST, hash_seed=2)
+    assert first == second and first.startswith("sha256:")
 
 
 def test_the_same_package_in_the_sandbox_twice_gives_byte_identical_logs():

@@ -11,6 +11,8 @@ from n17q_engine.canonical import canonical_json, digest_bytes, evidence_set_dig
 from n17q_engine.lineage import check_events
 from n17q_engine.stories import StoryBundle, demo_bundles, write_bundle
 
+from .fresh import run_fresh
+
 BUNDLES = demo_bundles()
 BY_ID = {b.manifest["run"]["id"]: b for b in BUNDLES}
 
@@ -61,8 +63,18 @@ def test_it_lists_the_runs_of_the_three_stories_parents_first():
         assert b.title and "\n" not in b.title
 
 
-def test_it_is_deterministic():
-    assert _snapshot(demo_bundles()) == _snapshot(demo_bundles())
+SNAPSHOT_DIGEST = """
+from n17q_engine.canonical import digest_bytes
+from n17q_engine.stories import demo_bundles
+from tests.engine.test_stories import _snapshot
+print(digest_bytes(_snapshot(demo_bundles())))
+"""
+
+
+def test_it_is_deterministic_across_processes_and_hash_seeds():
+    here = digest_bytes(_snapshot(demo_bundles()))
+    assert run_fresh(SNAPSHOT_DIGEST, hash_seed=1) == here
+    assert run_fresh(SNAPSHOT_DIGEST, hash_seed=2) == here
 
 
 @pytest.mark.parametrize("run_id", list(BY_ID))
