@@ -216,3 +216,19 @@ def test_the_canonical_encoder_writes_exactly_what_json_dumps_writes(value):
     expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert canonical.canonical_line(value) == expected + "\n"
     assert canonical.canonical_json(value) == expected.encode("utf-8")
+
+
+def test_it_canonicalizes_a_default_like_a_value_the_agent_sent():
+    # A default written " Public-Docs " must make the same key as an agent sending "public-docs": one meaning,
+    # one fixture key, whoever filled the field in.
+    fields = {
+        **docs_search()["fields"],
+        "corpus": {"type": "string", "default": " Public-Docs ", "canonical": ["strip", "lower"]},
+    }
+    docs = Contract.from_dict(docs_search(fields=fields))
+
+    defaulted = normalize(docs, {"query": "keys"})
+    sent = normalize(docs, {"query": "keys", "corpus": "public-docs"})
+
+    assert defaulted["corpus"] == "public-docs"
+    assert request_digest(defaulted) == request_digest(sent)

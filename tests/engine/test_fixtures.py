@@ -436,3 +436,38 @@ def test_it_accepts_any_world_view():
 def test_it_reports_a_malformed_digest_as_a_miss():
     miss = registry(docs_fixture()).lookup("docs.search", 1, "c8a59f66", WORLD)
     assert isinstance(miss, Miss) and "malformed" in miss.reason
+
+
+def test_it_matches_a_fixture_of_several_clauses_only_when_every_clause_holds():
+    # The status answer holds only after the submit committed AND before the account was closed.
+    answer = fx(
+        "fx-status-open",
+        STATUS,
+        {"request_id": "req-7781"},
+        body={"state": "received"},
+        condition=[{"resource": REQ, "revision": 1}, {"resource": "account/acme", "absent": True}],
+        provenance=AUTHORED,
+    )
+    reg = registry(answer)
+    submitted = DictWorld(4, {REQ: (1, {"state": "received"})})
+    closed = DictWorld(5, {REQ: (1, {"state": "received"}), "account/acme": (1, {"state": "closed"})})
+    neither = DictWorld(3, {"account/acme": (1, {"state": "closed"})})
+
+    assert isinstance(reg.resolve(STATUS, {"request_id": "req-7781"}, submitted), Hit)
+    assert isinstance(reg.resolve(STATUS, {"request_id": "req-7781"}, closed), Miss)  # one clause of two holds
+    assert isinstance(reg.resolve(STATUS, {"request_id": "req-7781"}, neither), Miss)
+
+
+@pytest.mark.parametrize("after", [4, 3], ids=["same revision", "going back"])
+def test_it_refuses_at_load_a_mutation_whose_revision_does_not_advance(after):
+    # A transition that leaves the revision where it was would let a fixture "change" the world invisibly:
+    # every later condition on that resource would still hold, so a lost effect could pass for none.
+    _before, _after, submit = status_fixtures()
+    bad = copy.deepcopy(submit)
+    bad["condition"] = {"resource": REQ, "revision": 4}
+    bad["transition"] = {"resource": REQ, "revision_before": 4, "revision_after": after, "change": {"state": "x"}}
+
+    with pytest.raises(FixtureError) as info:
+        Fixture.from_dict(bad, SUBMIT)
+
+    assert info.value.field == "transition.revision_after" and "does not follow revision_before 4" in str(info.value)

@@ -759,3 +759,18 @@ def test_a_sandboxed_replay_reports_progress_while_it_runs_and_the_log_does_not_
     final_events = ReplayOutput.from_wire(streamed.output).events
     assert final_events == ReplayOutput.from_wire(quiet.output).events
     assert counts[-1] < final_events.count(b"\n")
+
+
+@pytest.mark.parametrize(("stage", "first_outcome"), [("before_send", "error"), ("during_response", "unknown")])
+def test_it_injects_a_fault_once_and_answers_the_retry_from_the_fixture(stage, first_outcome):
+    # A fault is one event in the world's history, not a property of the request: the agent's retry of the same
+    # request meets the world as the fault left it and gets the fixture's own answer.
+    request = rl.search_request("rotate signing keys")
+    sc = rl.scenario(fixtures=SEARCH_FIXTURES, faults=[{"tool": "docs.search", "stage": stage}])
+    manifest, events = rl.source_run([("docs.search", 1, request), ("docs.search", 1, request)])
+
+    _out, log = replay(rl.replay_package(sc, manifest, events))
+
+    first, second = kinds(log, "tool.result")
+    assert (first["outcome"], first.get("fault_stage")) == (first_outcome, stage)
+    assert (second["outcome"], second.get("fault_stage"), second["fixture"]) == ("ok", None, "f-rotate")

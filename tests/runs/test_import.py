@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command
 
 from n17q_engine.bundle import BundleError
 from n17q_engine.canonical import digest_bytes
+from n17q_engine.stories import demo_bundles, write_bundle
 from runs.importer import run_import_from_path
 from runs.models import Blob, Edge, Event, Finding, HistoryIsAppendOnly, Run, RunObject
 from tests import bundles
@@ -77,6 +78,23 @@ def test_it_keeps_a_dangling_reference_as_an_edge_and_a_finding(tmp_path, parts)
     assert edge.is_dangling and edge.field == "supports[2]"
     finding = Finding.objects.get(code="LIN011")
     assert finding.from_ref == "e-claim" and "e-nowhere" in finding.message
+
+
+def test_it_counts_errors_apart_from_warnings(tmp_path, parts):
+    # A dangling reference is a warning (LIN011): the run list's "errors" column must not count it, or a run
+    # whose only oddity is a reference to something outside it reads as a broken chain of authority.
+    manifest, events, blobs = parts
+    events[6]["supports"].append("e-nowhere")
+    run_import_from_path(bundles.write_folder(tmp_path / "b", manifest, events, blobs))
+    run = Run.objects.get(run_id="run-example-docs")
+    assert list(Finding.objects.filter(run=run).values_list("code", "severity")) == [("LIN011", "warning")]
+    assert run.error_count == 0
+
+    story = next(b for b in demo_bundles() if b.manifest["run"]["id"] == "run-003-review-request")
+    run_import_from_path(write_bundle(story, tmp_path / "003"))
+    run = Run.objects.get(run_id="run-003-review-request")
+    severities = list(Finding.objects.filter(run=run).values_list("severity", flat=True))
+    assert run.error_count == severities.count("error") > 0
 
 
 def test_it_refuses_a_second_import_of_the_same_run():
