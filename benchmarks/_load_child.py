@@ -34,7 +34,7 @@ def prepare(clients: int) -> dict[str, Any]:
     from django.contrib.auth.models import Group
     from django.core.management import call_command
 
-    from runs.models import HarnessToken
+    from accounts.models import HarnessToken
 
     with open(os.devnull, "w") as quiet:
         call_command("load_demo", verbosity=0, stdout=quiet)
@@ -60,7 +60,7 @@ def prepare(clients: int) -> dict[str, Any]:
 
 def launch(spec: list[dict[str, str]]) -> dict[str, Any]:
     """Launch each replay through the same service the console's buttons use, enqueued for the workers."""
-    from runs import replays
+    from replays import services as replays
     from runs.models import Run
 
     ids = []
@@ -69,7 +69,7 @@ def launch(spec: list[dict[str, str]]) -> dict[str, Any]:
         if hasattr(replays, "replay_launch"):  # helper C's launch service (create + enqueue on commit)
             replay = replays.replay_launch(run, mode=item["mode"])
         else:
-            from runs.tasks import replay_run
+            from replays.tasks import replay_run
 
             replay = replays.replay_create(run, mode=item["mode"])
             replay_run.delay(replay.pk)
@@ -78,7 +78,7 @@ def launch(spec: list[dict[str, str]]) -> dict[str, Any]:
 
 
 def states(ids: list[int]) -> dict[str, Any]:
-    from runs.models import Replay
+    from replays.models import Replay
 
     return {"states": {str(pk): state for pk, state in Replay.objects.filter(pk__in=ids).values_list("pk", "state")}}
 
@@ -87,7 +87,8 @@ def verify(ids: list[int], imported: dict[str, int]) -> dict[str, Any]:
     """Counts for the drills. `imported`: run id -> events, for every import the load was answered 201 for."""
     from django.db.models import Count
 
-    from runs.models import Event, Finding, Replay, Run
+    from replays.models import Replay
+    from runs.models import Event, Finding, Run
 
     replays = list(Replay.objects.filter(pk__in=ids).select_related("run", "source_run"))
     by_state: dict[str, int] = {}

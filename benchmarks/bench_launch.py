@@ -158,8 +158,9 @@ def _child() -> dict[str, Any]:
     from django.db.models import Count
     from django.test import Client
 
-    from runs.models import Event, Replay, Run
-    from runs.replays import replay_launch
+    from replays.models import Replay
+    from replays.services import replay_launch
+    from runs.models import Event, Run
 
     def wait_ended(pks: list[int], timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout

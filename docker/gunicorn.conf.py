@@ -18,7 +18,7 @@ max_requests = 2000
 max_requests_jitter = 200
 # The heartbeat files gunicorn's arbiter watches: on tmpfs, never on a slow or read-only disk.
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
-# Requests are logged by the application (one JSON line each, runs/logs.py); gunicorn logs only its own events.
+# Requests are logged by the application (one JSON line each, n17q_site/logs.py); gunicorn logs only its own events.
 accesslog = None
 errorlog = "-"
 # Only a proxy named here may say the request came over HTTPS (X-Forwarded-Proto; Django's SECURE_PROXY_SSL_HEADER).

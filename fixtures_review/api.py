@@ -9,8 +9,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs.auth import requires_perm, scoped
-from runs.models import HarnessToken
+from accounts.auth import requires_perm, scoped
+from accounts.models import HarnessToken
 
 from .intake import CaptureError
 from .services import CAPTURE_PERM, capture_stage

@@ -38,8 +38,8 @@ from typing import Any, TypeGuard
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from n17q_engine import canonical
+from n17q_engine.vocabulary import CAPTURE_FORMAT
 
-CAPTURE_FORMAT = "n17q.capture/1"
 REDACTED = "[redacted]"
 EFFECT_CLASSES = ("read", "mutation")
 BODY_ENCODINGS = ("base64", "gzip+base64")

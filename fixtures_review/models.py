@@ -13,7 +13,7 @@ import secrets
 from django.conf import settings
 from django.db import models
 
-from runs.models import AppendOnlyModel
+from console.append_only import AppendOnlyModel
 
 
 class ScenarioVersion(AppendOnlyModel):
@@ -102,7 +102,9 @@ class StagedRecording(models.Model):
     fidelity_note = models.TextField(blank=True, default="")
     copied_from = models.JSONField(null=True, blank=True)  # copy similar: {run, event, fixture, scenario}
     captured_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    token = models.ForeignKey("runs.HarnessToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    token = models.ForeignKey(
+        "accounts.HarnessToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # Who may never approve it: the capturer and the token's owner, kept even if the token is deleted.
     excluded_approvers = models.JSONField(default=list)
     state = models.CharField(max_length=20, choices=State.choices, default=State.STAGED)

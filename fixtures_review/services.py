@@ -264,7 +264,7 @@ def _event(recording: StagedRecording, action: str, actor: Any, **fields: Any) -
 
 
 def _audit(actor: Any, action: str, target: str, detail: Any) -> None:
-    from runs.audit import audit_record
+    from accounts.audit import audit_record
 
     audit_record(actor=actor, action=action, target=target, detail=detail if isinstance(detail, dict) else None)
 

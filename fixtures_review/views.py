@@ -17,8 +17,8 @@ from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from n17q_site.htmx import HtmxHttpRequest
-from runs.audit import audit_record
+from accounts.audit import audit_record
+from console.htmx import HtmxHttpRequest
 
 from . import selectors, services
 from .models import ScenarioVersion, StagedRecording

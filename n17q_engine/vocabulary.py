@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 BUNDLE_FORMAT = "n17q.run-bundle/1"
+CAPTURE_FORMAT = "n17q.capture/1"  # a captured tool response (DESIGN §5), staged for review
 
 ENVIRONMENTS = ("live", "fixture", "sandbox", "effect-capable")
 MODES = ("recorded", "reconstruction", "rerun", "counterfactual", "regression")

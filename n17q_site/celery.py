@@ -2,7 +2,7 @@ import os
 from pathlib import Path
 
 from celery import Celery
-from celery.signals import import_modules, worker_ready, worker_shutdown
+from celery.signals import before_task_publish, import_modules, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "n17q_site.settings")
 
@@ -25,16 +25,21 @@ def _on_import_modules(**kwargs: object) -> None:
     ensure_file_broker_folders()
 
 
-# Worker heartbeats for the health endpoint (runs/heartbeat.py): started once the worker is ready to consume.
+@before_task_publish.connect
+def _on_before_task_publish(**kwargs: object) -> None:
+    ensure_file_broker_folders()  # the embedded broker's folders, in whichever process sends first
+
+
+# Worker heartbeats for the health endpoint (replays/heartbeat.py): started once the worker is ready to consume.
 @worker_ready.connect
 def _on_worker_ready(sender: object = None, **kwargs: object) -> None:
-    from runs.heartbeat import on_worker_ready
+    from replays.heartbeat import on_worker_ready
 
     on_worker_ready(sender)
 
 
 @worker_shutdown.connect
 def _on_worker_shutdown(sender: object = None, **kwargs: object) -> None:
-    from runs.heartbeat import on_worker_shutdown
+    from replays.heartbeat import on_worker_shutdown
 
     on_worker_shutdown(sender)

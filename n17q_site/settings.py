@@ -39,8 +39,14 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    # The console's own apps, from the bottom layer up (pyproject's import-linter contract holds the direction):
+    # accounts (tokens, roles, audit) <- runs (the run graph) <- fixtures_review <- replays <- n17q_site (the site:
+    # settings, URLs, health, the demo loader).
+    "accounts",
     "runs",
     "fixtures_review",
+    "replays",
+    "n17q_site",
 ]
 
 MIDDLEWARE = [
@@ -52,8 +58,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "runs.audit.AuditRequestMiddleware",
-    "runs.logs.RequestLogMiddleware",
+    "accounts.audit.AuditRequestMiddleware",
+    "n17q_site.logs.RequestLogMiddleware",
     # Everything needs a login (DESIGN §8); views that must not (the login page) opt out explicitly.
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -74,7 +80,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "runs.context_processors.roles",
+                "accounts.context_processors.roles",
             ],
         },
     }
@@ -140,7 +146,7 @@ N17Q_MAX_BUNDLE_MEMBERS = env_int("N17Q_MAX_BUNDLE_MEMBERS", 200_000, minimum=3)
 N17Q_ALLOW_DEGRADED_ISOLATION = env_bool("N17Q_ALLOW_DEGRADED_ISOLATION", False)
 N17Q_REPLAY_TIMEOUT_S = env_int("N17Q_REPLAY_TIMEOUT_S", 300, minimum=1)
 N17Q_REPLAY_MEMORY_MB = env_int("N17Q_REPLAY_MEMORY_MB", 1024, minimum=128)
-# A worker holds a replay by a lease it renews with every progress line (runs/replays.py); a replay whose
+# A worker holds a replay by a lease it renews with every progress line (replays/services.py); a replay whose
 # lease ran out, or whose process on this host is gone, is queued again by the recovery pass, at most
 # N17Q_REPLAY_MAX_ATTEMPTS claims in all, then marked interrupted at its last checkpoint.
 N17Q_REPLAY_LEASE_S = env_int("N17Q_REPLAY_LEASE_S", 60, minimum=2)
@@ -152,16 +158,16 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024  # larger uploads stream to a temp
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "runs.auth.HarnessTokenAuthentication",
+        "accounts.auth.HarnessTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "runs.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "runs.pagination.StrictLimitOffsetPagination",
+    "DEFAULT_SCHEMA_CLASS": "console.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "console.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
-    "EXCEPTION_HANDLER": "runs.api.exception_handler",
-    # Harness tokens are throttled per token, and refused keys per client address (runs/throttles.py).
-    "DEFAULT_THROTTLE_CLASSES": ["runs.throttles.HarnessTokenRateThrottle"],
+    "EXCEPTION_HANDLER": "console.openapi.exception_handler",
+    # Harness tokens are throttled per token, and refused keys per client address (accounts/throttles.py).
+    "DEFAULT_THROTTLE_CLASSES": ["accounts.throttles.HarnessTokenRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "harness_token": env_str("N17Q_TOKEN_RATE", "600/min"),
         "harness_token_failure": env_str("N17Q_TOKEN_FAILURE_RATE", "20/min"),
@@ -234,7 +240,7 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # Our logging configuration (JSON lines) applies in the worker too, instead of Celery's own.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-# Each worker records a heartbeat this often (runs/heartbeat.py); /health/ wants one within three intervals.
+# Each worker records a heartbeat this often (replays/heartbeat.py); /health/ wants one within three intervals.
 N17Q_HEARTBEAT_S = env_int("N17Q_HEARTBEAT_S", 10, minimum=1)
 
 # Content-Security-Policy (django-csp): only this origin's own files run or style a page. No 'unsafe-inline' and

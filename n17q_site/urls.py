@@ -4,19 +4,20 @@ from django.contrib.auth.decorators import login_not_required, login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from runs.api import HealthApi
+from .health import HealthApi
 
 urlpatterns = [
     path("login/", login_not_required(auth_views.LoginView.as_view()), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    # For load balancers and health checks: no sign-in (details only for a signed-in user; runs/api.py).
+    # For load balancers and health checks: no sign-in (details only for a signed-in user; n17q_site/health.py).
     path("health/", login_not_required(HealthApi.as_view()), name="health"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The browsable docs are a page for people: an anonymous visitor is sent to sign in, not refused. The split
     # view serves Swagger UI's start-up script as a file of its own (`?script`), so the CSP needs no inline script.
     path("api/v1/docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema")), name="api-docs"),
-    path("api/v1/", include("runs.api_urls")),
+    path("api/v1/", include("n17q_site.api_urls")),
     path("", include("fixtures_review.urls")),
+    path("", include("replays.urls")),
     path("", include("runs.urls")),
 ]

@@ -4,27 +4,24 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.generics import get_object_or_404
 from rest_framework.parsers import FormParser, MultiPartParser
-from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
-from rest_framework.views import exception_handler as drf_exception_handler
 
+from accounts.auth import NotCaptureOnly, requires_perm, scoped
+from accounts.models import HarnessToken
+from console.openapi import ErrorOutput
+from console.pagination import StrictLimitOffsetPagination
 from n17q_engine.bundle import BundleError
 
-from . import health, selectors
-from .auth import NotCaptureOnly, requires_perm, scoped
+from . import selectors
 from .importer import run_import_from_upload
-from .models import HarnessToken, Run
-from .openapi import ErrorOutput
-from .pagination import StrictLimitOffsetPagination
+from .models import Run
 
 # The example run id in the docs (and the one the schema test tries first): the README's example bundle.
 RUN_ID = OpenApiParameter(
@@ -36,25 +33,6 @@ RUN_ID = OpenApiParameter(
 )
 
 log = logging.getLogger(__name__)
-
-
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Every API error is `{"error": "<one line>"}` with a 4xx status."""
-    response = drf_exception_handler(exc, context)
-    if response is not None:
-        detail = response.data.get("detail") if isinstance(response.data, dict) else None
-        if detail is None:
-            detail = _flatten(response.data)
-        response.data = {"error": str(detail)}
-    return response
-
-
-def _flatten(data: Any) -> str:
-    if isinstance(data, dict):
-        return "; ".join(f"{k}: {_flatten(v)}" for k, v in data.items())
-    if isinstance(data, list):
-        return "; ".join(_flatten(v) for v in data)
-    return str(data)
 
 
 @functools.cache
@@ -71,19 +49,6 @@ def findings_schema() -> serializers.Serializer:
         },
         many=True,
     )
-
-
-class HarnessTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "runs.auth.HarnessTokenAuthentication"
-    name = "harnessToken"
-
-    def get_security_definition(self, auto_schema):
-        return {
-            "type": "apiKey",
-            "in": "header",
-            "name": "Authorization",
-            "description": "`Token <key>` for a scoped harness token issued by an admin",
-        }
 
 
 class RunOutput(serializers.ModelSerializer):
@@ -184,51 +149,3 @@ class RunLineageApi(APIView):
     def get(self, request: Request, run_id: str) -> Response:
         run = get_object_or_404(Run, run_id=run_id)
         return Response(selectors.run_lineage_json(run))
-
-
-class HealthApi(APIView):
-    """`/health/`: for load balancers and compose health checks (no sign-in), and for people (details)."""
-
-    permission_classes = [AllowAny]
-
-    class Output(serializers.Serializer):
-        status = serializers.ChoiceField(choices=["ok", "down"])
-        checks = serializers.DictField(
-            child=serializers.DictField(),
-            help_text="per check (database, broker, worker): `ok`, and when signed in `ms`, `error` and details",
-        )
-        replays = serializers.DictField(
-            child=serializers.IntegerField(), required=False, help_text="replays by state (signed in)"
-        )
-        queue_depth = serializers.IntegerField(
-            required=False, help_text="replay messages waiting in the broker's queue (signed in)"
-        )
-
-    @extend_schema(
-        summary="Health: database, broker, worker heartbeat; replays by state and queue depth",
-        description="200 when every check asked for passes, 503 when one fails. Anyone may ask for the status and "
-        "which checks pass; a signed-in user (or a harness token) also gets timings, errors, the workers seen, "
-        "replays by state and the queue depth. `?check=database,broker` limits the checks (a web container's "
-        "own health check needs no worker).",
-        parameters=[
-            OpenApiParameter(
-                "check",
-                str,
-                OpenApiParameter.QUERY,
-                required=False,
-                description=f"comma-separated, any of {', '.join(health.CHECKS)} (default: all)",
-            )
-        ],
-        responses={200: Output, 503: Output},
-    )
-    def get(self, request: Request) -> Response:
-        asked = request.query_params.get("check")
-        checks = tuple(c.strip() for c in asked.split(",") if c.strip()) if asked is not None else health.CHECKS
-        unknown = sorted(set(checks) - set(health.CHECKS))
-        if unknown or not checks:
-            raise exceptions.ValidationError(f"check: one or more of {', '.join(health.CHECKS)}")
-        report = health.health_report(checks)
-        if not (request.user and request.user.is_authenticated):
-            report = {"status": report["status"], "checks": {k: {"ok": v["ok"]} for k, v in report["checks"].items()}}
-        code = status.HTTP_200_OK if report["status"] == "ok" else status.HTTP_503_SERVICE_UNAVAILABLE
-        return Response(report, status=code, headers={"Cache-Control": "no-store"})

@@ -22,14 +22,14 @@ from typing import Any
 from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import storages
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
+from accounts.audit import audit_record
 from n17q_engine import archive, bundle
 from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError, parse_iso
 from n17q_engine.lineage import LineageGraph
 
-from .audit import audit_record
 from .bulk import Appender, BackgroundInserts, datetime_adapter
 from .models import Blob, Edge, Event, Finding, Run, RunBlob, RunObject, blob_storage_name
 
@@ -218,6 +218,34 @@ def _events(events_path: Path) -> Iterator[bundle.EventRecord]:
         yield from bundle.iter_event_records(fh)
 
 
+def _verify_edges(run_pk: int, written: int) -> None:
+    """Every edge this import wrote starts at an event of this run and ends, if anywhere, at an event or object
+    of this run: the referential check the edge table's foreign keys would make row by row, made once, set-wise,
+    over this run's rows only (through the events' (run, seq) and the edges' source index). A failure is a bug
+    of the importer's, not of the bundle's, and rolls the whole import back."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT COUNT(*),
+                   COUNT(*) FILTER (WHERE e.run_id <> s.run_id
+                       OR (e.target_event_id IS NOT NULL AND (t.id IS NULL OR t.run_id <> s.run_id))
+                       OR (e.target_object_id IS NOT NULL AND (o.id IS NULL OR o.run_id <> s.run_id)))
+            FROM "{Event._meta.db_table}" s
+            JOIN "{Edge._meta.db_table}" e ON e.source_id = s.id
+            LEFT JOIN "{Event._meta.db_table}" t ON t.id = e.target_event_id
+            LEFT JOIN "{RunObject._meta.db_table}" o ON o.id = e.target_object_id
+            WHERE s.run_id = %s
+            """,
+            [run_pk],
+        )
+        joined, broken = cursor.fetchone()
+    if joined != written or broken:
+        raise IntegrityError(
+            f"edge check failed for run {run_pk}: {written} written, {joined} start at its events, {broken} point "
+            "outside it"
+        )
+
+
 def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path: Path, digest: str, *, user: Any):
     scenario = run_meta.get("scenario") or {}
     parent_ref = run_meta.get("parent_run") or ""
@@ -269,6 +297,7 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
     kind_counts: dict[str, int] = {}
     first_at = last_at = None
     writer = BackgroundInserts()
+    edges_written = [0]
 
     def edge(source_pk: int, path: str, target: str) -> tuple[Any, ...] | None:
         target_event = event_pk.get(target)
@@ -314,6 +343,7 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
         writer.submit(events_out, rows)
         writer.submit(objects_out, object_rows)
         writer.submit(edges_out, edge_rows)
+        edges_written[0] += len(edge_rows)
         batch.clear()
 
     try:
@@ -352,8 +382,11 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
         edge_rows.append(edge(source_pk, path, target) or (run.pk, source_pk, path[:300], _ref(target), None, None))
         if len(edge_rows) >= EDGE_BATCH:
             edges_out.insert(edge_rows)
+            edges_written[0] += len(edge_rows)
             edge_rows.clear()
     edges_out.insert(edge_rows)
+    edges_written[0] += len(edge_rows)
+    _verify_edges(run.pk, edges_written[0])
 
     findings = graph.findings()
     Finding.objects.bulk_create(

@@ -2,44 +2,18 @@
 
 A run is imported once and never edited (DESIGN §3: corrections are new events). The models refuse
 updates and deletes of history themselves; on PostgreSQL a trigger installed by a migration refuses
-them again at the database, so a raw SQL statement cannot slip past the ORM's guard either.
+them again at the database, so a raw SQL statement cannot slip past the ORM's guard either
+(console/append_only.py). Replays live in `replays`, tokens and the audit log in `accounts`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from typing import Any
 
 from django.conf import settings
 from django.db import models
 
-
-class HistoryIsAppendOnly(Exception):
-    """An attempt to update or delete an event, edge, object or finding of an imported run."""
-
-
-class AppendOnlyQuerySet(models.QuerySet):
-    def update(self, **kwargs: Any) -> int:
-        raise HistoryIsAppendOnly(f"{self.model.__name__} rows are append-only; record a correction as a new event")
-
-    def delete(self) -> tuple[int, dict[str, int]]:
-        raise HistoryIsAppendOnly(f"{self.model.__name__} rows are append-only; history is never deleted")
-
-
-class AppendOnlyModel(models.Model):
-    objects = AppendOnlyQuerySet.as_manager()
-
-    class Meta:
-        abstract = True
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if not self._state.adding:
-            raise HistoryIsAppendOnly(f"{type(self).__name__} {self.pk} is append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
-        raise HistoryIsAppendOnly(f"{type(self).__name__} {self.pk} is append-only")
+from console.append_only import AppendOnlyModel, HistoryIsAppendOnly
 
 
 class Environment(models.TextChoices):
@@ -196,14 +170,19 @@ class Edge(AppendOnlyModel):
     investigating those is the console's job.
     """
 
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="edges", db_index=False)
-    source = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="edges_out")
+    # The references are checked set-wise once per import instead of by foreign-key constraints row by row
+    # (runs/importer.py `_verify_edges`; docs/decisions.md "Edges without row-wise foreign keys"): at 100,000
+    # events the constraints' per-row checks were a third of a PostgreSQL import. The ORM relations stay.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="edges", db_index=False, db_constraint=False)
+    source = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="edges_out", db_constraint=False)
     field = models.CharField(max_length=300)
     target_ref = models.CharField(max_length=200)
-    target_event = models.ForeignKey(Event, null=True, on_delete=models.PROTECT, related_name="edges_in")
+    target_event = models.ForeignKey(
+        Event, null=True, on_delete=models.PROTECT, related_name="edges_in", db_constraint=False
+    )
     # Read through the edge, never searched by: no index (see Event.run).
     target_object = models.ForeignKey(
-        RunObject, null=True, on_delete=models.PROTECT, related_name="edges_in", db_index=False
+        RunObject, null=True, on_delete=models.PROTECT, related_name="edges_in", db_index=False, db_constraint=False
     )
 
     # Queried from either end (edges_out, edges_in); not by target_ref, so that has no index (see Event.run).
@@ -234,146 +213,3 @@ class Finding(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.code} {self.from_ref} -> {self.to_ref}"
-
-
-class HarnessToken(models.Model):
-    """A scoped API token for a harness. Only its SHA-256 is stored; the key is shown once."""
-
-    class Scope(models.TextChoices):
-        IMPORT_RUNS = "runs:import"
-        CAPTURE = "captures:create"
-
-    name = models.CharField(max_length=200)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="harness_tokens")
-    key_digest = models.CharField(max_length=64, unique=True)
-    prefix = models.CharField(max_length=12)
-    scopes = models.JSONField(default=list)
-    created_at = models.DateTimeField(auto_now_add=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…)"
-
-    @staticmethod
-    def digest_key(key: str) -> str:
-        return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-    @staticmethod
-    def new_key() -> str:
-        return "n17q_" + secrets.token_urlsafe(32)
-
-
-class Replay(models.Model):
-    """One launch of a replay: what was asked, and (once run) the child run it produced.
-
-    Operational state, not history: `state` moves queued -> running -> finished | refused | failed | interrupted
-    (a running replay whose worker died goes back to queued, or to interrupted after too many lost workers;
-    see `runs/replays.py`). The run it produced is imported like any other and is append-only.
-
-    `environment` is the pre-launch summary (model, policy revision, workspaces, fixture completeness, clock,
-    isolation) computed once, at creation, from the source run and the pinned scenario version; nothing the
-    replay does can write it.
-    """
-
-    class State(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        FINISHED = "finished"
-        REFUSED = "refused"
-        FAILED = "failed"
-        INTERRUPTED = "interrupted"
-
-    ENDED = (State.FINISHED, State.REFUSED, State.FAILED, State.INTERRUPTED)
-
-    source_run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="replays")
-    mode = models.CharField(max_length=20, choices=Mode.choices)
-    vary = models.JSONField(default=dict)
-    decider = models.CharField(max_length=50, default="recorded")
-    # The checkpoint the replay starts from: "start" (the run's initial checkpoint) is the one the engine
-    # branches at today; see docs/decisions.md.
-    checkpoint = models.CharField(max_length=200, default="start")
-    scenario_version = models.ForeignKey(
-        "fixtures_review.ScenarioVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
-    )
-    environment = models.JSONField(default=dict)
-    state = models.CharField(max_length=20, choices=State.choices, default=State.QUEUED)
-    run = models.OneToOneField(Run, null=True, blank=True, on_delete=models.PROTECT, related_name="replay_of")
-    isolation = models.CharField(max_length=20, blank=True, default="")
-    package_digest = models.CharField(max_length=71, blank=True, default="")
-    missing = models.JSONField(default=list)
-    violations = models.JSONField(default=list)
-    error = models.TextField(blank=True, default="")
-    wall_s = models.FloatField(null=True, blank=True)  # measured by the launcher, outside the event log
-    created_at = models.DateTimeField(auto_now_add=True)
-    enqueued_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    # The claim: one worker at a time holds a replay, for a lease it renews while the sandbox runs.
-    claim_token = models.CharField(max_length=32, blank=True, default="")
-    claimed_by = models.CharField(max_length=300, blank=True, default="")  # host:pid of the process running it
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveIntegerField(default=0)  # claims so far (1 unless a worker died)
-    # Progress while it runs (the sandbox's replay.progress lines), shown live on the replay page.
-    progress_events = models.PositiveIntegerField(default=0)
-    progress_logical = models.CharField(max_length=40, blank=True, default="")
-    progress_checkpoint = models.CharField(max_length=200, blank=True, default="")
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["state", "lease_expires_at"])]
-
-    def __str__(self) -> str:
-        return f"replay {self.pk} of {self.source_run.run_id} ({self.mode})"
-
-    @property
-    def run_id_for(self) -> str:
-        """The id the replay's run gets: the source's id, the mode and this replay's number."""
-        return f"{self.source_run.run_id}~{self.mode}-{self.pk}"
-
-    @property
-    def ended(self) -> bool:
-        return self.state in self.ENDED
-
-
-class AuditEntry(AppendOnlyModel):
-    """One thing a person, a harness or the console did that someone may later have to account for.
-
-    Written by `runs.audit.audit_record` only. Append-only like history (the model refuses, and on
-    PostgreSQL a trigger refuses again). The actor is kept as text as well as by id: an entry must still
-    say who acted after the account is renamed or removed, so there is no foreign key to cascade or null.
-    """
-
-    at = models.DateTimeField(db_index=True)
-    actor = models.CharField(max_length=150, blank=True, default="")  # username; "" for nobody signed in
-    actor_user_id = models.BigIntegerField(null=True, blank=True)
-    # How the action arrived: "web" (a session), "token <prefix>" (a harness), "cli <os user>", "worker", "system".
-    via = models.CharField(max_length=60)
-    action = models.CharField(max_length=60, db_index=True)
-    target = models.CharField(max_length=300, blank=True, default="")
-    detail = models.JSONField(default=dict, blank=True)
-    ip = models.GenericIPAddressField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-at", "-id"]
-        verbose_name_plural = "audit entries"
-        indexes = [models.Index(fields=["actor", "at"])]
-
-    def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor or '-'} {self.action} {self.target}"
-
-
-class WorkerHeartbeat(models.Model):
-    """The last sign of life of one Celery worker (one row per worker name), written every few seconds by the
-    worker itself (runs/heartbeat.py) and read by the health endpoint. Operational state, not history."""
-
-    hostname = models.CharField(max_length=200, unique=True)
-    pid = models.IntegerField()
-    started_at = models.DateTimeField()
-    last_seen_at = models.DateTimeField()
-    stopped_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return self.hostname

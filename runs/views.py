@@ -9,8 +9,8 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
+from console.htmx import HtmxHttpRequest
 from n17q_engine.bundle import BundleError
-from n17q_site.htmx import HtmxHttpRequest
 
 from . import run_page, selectors
 from .forms import BundleUploadForm, RunFilterForm

@@ -13,9 +13,9 @@ import pytest
 from django.apps import apps
 from django.db import DatabaseError, connection, transaction
 
-from runs.audit import audit_record
+from accounts.audit import audit_record
+from console.append_only import AppendOnlyModel
 from runs.importer import run_import_from_path
-from runs.models import AppendOnlyModel
 from tests import bundles
 
 pytestmark = pytest.mark.django_db

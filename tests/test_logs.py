@@ -20,7 +20,7 @@ logging.getLogger("runs.importer").warning("imported run %s", "r-1", extra={"run
 try:
     1 / 0
 except ZeroDivisionError:
-    logging.getLogger("runs.replays").exception("replay 7: its log could not be imported")
+    logging.getLogger("replays.services").exception("replay 7: its log could not be imported")
 """
 
 

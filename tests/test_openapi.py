@@ -17,9 +17,9 @@ from drf_spectacular.validation import validate_schema
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from runs.heartbeat import heartbeat_beat
+from accounts.models import HarnessToken
+from replays.heartbeat import heartbeat_beat
 from runs.importer import run_import_from_path
-from runs.models import HarnessToken
 from tests import bundles
 
 

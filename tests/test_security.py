@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
+from accounts.models import HarnessToken
 from runs.importer import run_import_from_path
-from runs.models import HarnessToken
 from tests import bundles
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def policy_of(response) -> dict[str, list[str]]:
         ("/api/v1/schema/", "viewer", 200),
         ("/api/v1/runs/", "viewer", 200),
         ("/admin/", "admin", 200),
-        ("/admin/runs/auditentry/", "admin", 200),
+        ("/admin/accounts/auditentry/", "admin", 200),
         ("/replays/", "operator", 200),
         ("/review/", "reviewer", 200),
         ("/scenarios/", "viewer", 200),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from n17q_engine import stories
+from n17q_demo import stories
 from runs.importer import run_import_from_path
 
 from .conftest import shot
@@ -44,7 +44,7 @@ def test_the_run_page_and_the_admin_work_under_the_csp(page, login, live_server,
     page.locator("#pane-effects a.focus-link", has_text="e-003-intent-review-request").click()
     page.wait_for_url("**focus=e-003-intent-review-request")
     page.wait_for_selector("#ev-effects-e-003-intent-review-request.focused")
-    page.goto(f"{live_server.url}/admin/runs/auditentry/")
+    page.goto(f"{live_server.url}/admin/accounts/auditentry/")
     page.wait_for_selector("#result_list")
     assert "auth.sign_in" in page.locator("#result_list").inner_text()
     shot(page, "audit-log-under-csp")

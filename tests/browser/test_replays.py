@@ -18,9 +18,9 @@ import pytest
 from django.core.management import call_command
 
 from fixtures_review.models import ScenarioVersion
-from runs.models import Replay
+from replays.models import Replay
 from tests.conftest import need_service
-from tests.runs.workers import REDIS_URL, Worker, celery_to, redis_up
+from tests.replays.workers import REDIS_URL, Worker, celery_to, redis_up
 
 from .conftest import shot
 

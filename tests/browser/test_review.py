@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def scenarios(db):
     from fixtures_review.scenarios import scenario_import
-    from n17q_engine import seed_scenarios
+    from n17q_demo import seed_scenarios
 
     for package in seed_scenarios.seed_packages():
         scenario_import(package, source="demo")

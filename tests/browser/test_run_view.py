@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from n17q_engine import stories
+from n17q_demo import stories
 from runs.importer import run_import_from_path
 
 from .conftest import shot

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from n17q_engine import seed_scenarios
+from n17q_demo import seed_scenarios
 from n17q_engine.coverage import coverage_of
 from n17q_engine.package import build_scenario, load_scenario
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from n17q_engine import seed_scenarios, stories
+from n17q_demo import seed_scenarios, stories
 from n17q_engine.canonical import canonical_json, digest_json
 from n17q_engine.lineage import check_events
 from n17q_engine.package import (

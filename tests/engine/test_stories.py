@@ -6,10 +6,10 @@ import io
 
 import pytest
 
+from n17q_demo.stories import StoryBundle, demo_bundles, write_bundle
 from n17q_engine import bundle
 from n17q_engine.canonical import canonical_json, digest_bytes, evidence_set_digest, request_digest
 from n17q_engine.lineage import check_events
-from n17q_engine.stories import StoryBundle, demo_bundles, write_bundle
 
 from .fresh import run_fresh
 
@@ -65,7 +65,7 @@ def test_it_lists_the_runs_of_the_three_stories_parents_first():
 
 SNAPSHOT_DIGEST = """
 from n17q_engine.canonical import digest_bytes
-from n17q_engine.stories import demo_bundles
+from n17q_demo.stories import demo_bundles
 from tests.engine.test_stories import _snapshot
 print(digest_bytes(_snapshot(demo_bundles())))
 """

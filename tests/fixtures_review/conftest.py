@@ -14,7 +14,7 @@ EXAMPLE_CAPTURE = json.loads((Path(__file__).resolve().parents[1] / "data" / "ex
 @pytest.fixture
 def seed_scenarios(db):
     from fixtures_review.scenarios import scenario_import
-    from n17q_engine import seed_scenarios as seeds
+    from n17q_demo import seed_scenarios as seeds
 
     return {v.name: v for v, _ in (scenario_import(p, source="demo") for p in seeds.seed_packages())}
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from django.urls import reverse
 
+from accounts.models import AuditEntry
 from fixtures_review.services import capture_stage
-from runs.models import AuditEntry
 
 from .conftest import search_capture
 

@@ -18,10 +18,10 @@ from django.apps import apps
 from django.core.management import call_command
 from django.urls import reverse
 
+from accounts.models import HarnessToken
 from fixtures_review import intake
 from fixtures_review.models import StagedRecording
 from fixtures_review.services import recording_approve, recording_redact, recording_synthesize
-from runs.models import HarnessToken
 
 from .corpus import canary, rnd
 

@@ -8,9 +8,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from accounts.models import AuditEntry
 from fixtures_review.models import StagedRecording
 from fixtures_review.services import ReviewRefused, promotion_blockers, recording_approve
-from runs.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
 

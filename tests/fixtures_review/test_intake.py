@@ -10,9 +10,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from accounts.models import HarnessToken
 from fixtures_review import intake
 from fixtures_review.models import ReviewEvent, StagedRecording
-from runs.models import HarnessToken
 
 from .conftest import status_capture
 from .corpus import canary

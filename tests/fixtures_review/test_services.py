@@ -8,6 +8,8 @@ import pytest
 from django.core.management import call_command
 from django.db.models import ProtectedError
 
+from accounts.models import HarnessToken
+from console.append_only import HistoryIsAppendOnly
 from fixtures_review import intake
 from fixtures_review.models import FixtureVersion, ReviewEvent, ScenarioVersion, StagedRecording
 from fixtures_review.scenarios import ScenarioRefused, scenario_package
@@ -23,7 +25,7 @@ from fixtures_review.services import (
     scenario_version_mint,
 )
 from n17q_engine.package import load_scenario
-from runs.models import Event, HarnessToken, HistoryIsAppendOnly, Run
+from runs.models import Event, Run
 
 from .conftest import status_capture
 

@@ -8,8 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from accounts.models import HarnessToken
 from runs.importer import run_import_from_path
-from runs.models import HarnessToken, Run
+from runs.models import Run
 from tests import bundles
 
 pytestmark = pytest.mark.django_db
@@ -182,7 +183,7 @@ def test_it_revokes_a_token_from_the_admin(client, role_user):
     client.force_login(admin_user)
     token = HarnessToken.objects.get()
     response = client.post(
-        "/admin/runs/harnesstoken/", {"action": "revoke", "_selected_action": [token.pk]}, follow=True
+        "/admin/accounts/harnesstoken/", {"action": "revoke", "_selected_action": [token.pk]}, follow=True
     )
     assert response.status_code == 200
     token.refresh_from_db()

@@ -12,7 +12,7 @@ import pytest
 from django.contrib.auth import authenticate
 from django.core.management import CommandError, call_command
 
-from n17q_engine import stories
+from n17q_demo import stories
 from runs.models import Finding, Run
 
 pytestmark = pytest.mark.django_db

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from console.append_only import HistoryIsAppendOnly
+from n17q_demo.stories import demo_bundles, write_bundle
 from n17q_engine.bundle import BundleError
 from n17q_engine.canonical import digest_bytes
-from n17q_engine.stories import demo_bundles, write_bundle
 from runs.importer import run_import_from_path
-from runs.models import Blob, Edge, Event, Finding, HistoryIsAppendOnly, Run, RunObject
+from runs.models import Blob, Edge, Event, Finding, Run, RunObject
 from tests import bundles
 
 pytestmark = pytest.mark.django_db
@@ -95,6 +96,33 @@ def test_it_counts_errors_apart_from_warnings(tmp_path, parts):
     run = Run.objects.get(run_id="run-003-review-request")
     severities = list(Finding.objects.filter(run=run).values_list("severity", flat=True))
     assert run.error_count == severities.count("error") > 0
+
+
+def test_the_edge_check_finds_an_edge_outside_its_run_and_one_without_its_source(tmp_path):
+    # The edge table has no row-wise foreign keys (runs/models.py Edge); the importer's set-wise check stands in
+    # for them. It must be able to fail: an edge of this run pointing at another run's event, and an edge whose
+    # source event does not exist, are both caught.
+    from django.db import IntegrityError
+
+    from runs.importer import _verify_edges
+
+    run_import_from_path(bundles.EXAMPLE)
+    story = next(b for b in demo_bundles() if b.manifest["run"]["id"] == "run-003-review-request")
+    run_import_from_path(write_bundle(story, tmp_path / "003"))
+    run = Run.objects.get(run_id="run-example-docs")
+    other = Event.objects.filter(run__run_id="run-003-review-request").first()
+    written = Edge.objects.filter(run=run).count()
+    _verify_edges(run.pk, written)  # as imported: holds
+
+    with pytest.raises(IntegrityError, match="0 point outside"):
+        _verify_edges(run.pk, written + 1)  # one more written than start at the run's events
+    source = Event.objects.filter(run=run).order_by("seq")[0]
+    Edge.objects.create(run=run, source=source, field="x", target_ref="elsewhere", target_event=other)
+    with pytest.raises(IntegrityError, match="1 point outside"):
+        _verify_edges(run.pk, written + 1)
+    Edge.objects.create(run=run, source_id=10**9, field="x", target_ref="e-nowhere")
+    with pytest.raises(IntegrityError, match=f"{written + 2} written, {written + 1} start"):
+        _verify_edges(run.pk, written + 2)
 
 
 def test_it_refuses_a_second_import_of_the_same_run():

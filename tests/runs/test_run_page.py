@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from benchmarks.synth import write_bundle
-from n17q_engine import stories
+from n17q_demo import stories
 from runs.importer import run_import_from_path
 from runs.models import Event
 from tests import bundles

@@ -12,9 +12,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
+from accounts.cli import JsonCommand
 from fixtures_review.intake import CaptureError
 from fixtures_review.services import capture_stage
-from runs.management.base import JsonCommand
 
 MAX_CAPTURE_BYTES = 64 * 1024 * 1024
 

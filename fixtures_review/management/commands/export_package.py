@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from accounts.cli import JsonCommand
 from fixtures_review.scenarios import ScenarioRefused, scenario_package, scenario_resolve
 from n17q_engine.package import write_archive
-from runs.management.base import JsonCommand
 
 
 class Command(JsonCommand):

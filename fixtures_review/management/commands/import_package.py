@@ -8,10 +8,10 @@ from typing import Any
 from django.core.management.base import CommandError
 from django.db import transaction
 
+from accounts.audit import audit_record
+from accounts.cli import JsonCommand
 from fixtures_review.scenarios import ScenarioRefused, scenario_import
 from n17q_engine.package import SCENARIO_FORMAT, PackageError, read_package
-from runs.audit import audit_record
-from runs.management.base import JsonCommand
 
 
 class Command(JsonCommand):

@@ -1,8 +1,8 @@
 from pathlib import Path
 from typing import Any
 
+from accounts.cli import JsonCommand
 from runs.importer import run_import_from_path
-from runs.management.base import JsonCommand
 
 
 class Command(JsonCommand):

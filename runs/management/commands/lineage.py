@@ -2,8 +2,8 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from accounts.cli import JsonCommand
 from runs import selectors
-from runs.management.base import JsonCommand
 from runs.models import Run
 
 

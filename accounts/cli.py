@@ -1,0 +1,50 @@
+"""A base for N17Q's commands: `--json` prints one JSON object on stdout; an error is one line on stderr.
+
+Errors become CommandError, which Django prints as a single `CommandError: …` line with exit status 1
+(and raises to the caller under call_command, which the tests use).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from n17q_engine.bundle import BundleError
+
+from .audit import audit_via
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER: a container's arbitrary uid
+        return "unknown"
+
+
+class JsonCommand(BaseCommand):
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            with audit_via(f"cli {_os_user()}"):
+                result = self.run(**options)
+        except CommandError:
+            raise
+        except BundleError as exc:
+            raise CommandError(" ".join(str(exc).splitlines())) from None
+        if options.get("json"):
+            self.stdout.write(json.dumps(result, ensure_ascii=False))
+        else:
+            self.stdout.write(self.human(result))
+
+    # Each command's own work: its parsed options in (keyword-only, named as the command declares them), the
+    # JSON answer out. Declared as a callable rather than a method so each command names its own options.
+    run: Callable[..., dict[str, Any]]
+
+    def human(self, result: dict[str, Any]) -> str:
+        return json.dumps(result, indent=2, ensure_ascii=False)

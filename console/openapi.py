@@ -1,0 +1,81 @@
+"""The OpenAPI schema's shared parts: every operation describes the errors it can answer with.
+
+drf-spectacular describes what a view declares; the answers every API view can give without declaring them
+(401 without credentials, 403 without the role or the token's scope, 404 for an unknown id in the path, 400
+for a refused body, 429 when a token is throttled) are added here, once, for every operation, the ones other
+apps add later included. All of them have the one error shape `{"error": "<one line>"}` (`exception_handler`
+below). The schema test (tests/test_openapi.py) holds the API to exactly this.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from rest_framework import serializers
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class ErrorOutput(serializers.Serializer):
+    error = serializers.CharField(help_text="one line saying what was refused and why")
+
+    class Meta:
+        ref_name = "Error"
+
+
+ERRORS = {
+    "400": "The request was refused: the error names the field and why.",
+    "401": "No credentials, or a token that is unknown or revoked.",
+    "403": "The user's role or the token's scopes do not allow this request.",
+    "404": "Nothing with that id.",
+    "429": "Too many requests with this token (or refused tokens from this address); see Retry-After.",
+}
+
+
+class AutoSchema(SpectacularAutoSchema):
+    def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        operation = super().get_operation(*args, **kwargs)
+        if operation is None:
+            return None
+        error = self.resolve_serializer(ErrorOutput, "response").ref
+        responses = operation.setdefault("responses", {})
+        wanted = []
+        if self.view.get_authenticators():
+            wanted += ["401", "429"]  # a wrong token is refused, and tokens are throttled, on any view
+        if not all(isinstance(p, AllowAny) for p in self.view.get_permissions()):
+            wanted.append("403")
+        if "{" in self.path:
+            wanted.append("404")
+        has_query = any(p.get("in") == "query" for p in operation.get("parameters", []))
+        if self.method in ("POST", "PUT", "PATCH") or has_query:
+            wanted.append("400")
+        for code in sorted(wanted):
+            if code not in responses:
+                responses[code] = {"description": ERRORS[code], "content": {"application/json": {"schema": error}}}
+        if "429" in responses:
+            responses["429"].setdefault(
+                "headers",
+                {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait before retrying"}},
+            )
+        return operation
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Every API error is `{"error": "<one line>"}` with a 4xx status."""
+    response = drf_exception_handler(exc, context)
+    if response is not None:
+        detail = response.data.get("detail") if isinstance(response.data, dict) else None
+        if detail is None:
+            detail = _flatten(response.data)
+        response.data = {"error": str(detail)}
+    return response
+
+
+def _flatten(data: Any) -> str:
+    if isinstance(data, dict):
+        return "; ".join(f"{k}: {_flatten(v)}" for k, v in data.items())
+    if isinstance(data, list):
+        return "; ".join(_flatten(v) for v in data)
+    return str(data)

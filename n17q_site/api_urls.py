@@ -1,0 +1,13 @@
+"""/api/v1/: each app's API views under one prefix (DESIGN §8)."""
+
+from django.urls import path
+
+from fixtures_review import api as fixtures_api
+from runs import api as runs_api
+
+urlpatterns = [
+    path("runs/", runs_api.RunCollectionApi.as_view(), name="api-runs"),
+    path("runs/<str:run_id>/", runs_api.RunDetailApi.as_view(), name="api-run"),
+    path("runs/<str:run_id>/lineage/", runs_api.RunLineageApi.as_view(), name="api-run-lineage"),
+    path("captures/", fixtures_api.CaptureCollectionApi.as_view(), name="api-captures"),
+]

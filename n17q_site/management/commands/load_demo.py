@@ -1,0 +1,79 @@
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import transaction
+
+from accounts.audit import audit_record
+from accounts.cli import JsonCommand
+from accounts.roles import ADMIN, ROLES
+from fixtures_review.scenarios import scenario_import
+from n17q_demo import seed_scenarios, stories
+from runs.importer import run_import_from_path
+from runs.models import Run
+
+
+class Command(JsonCommand):
+    help = "Load the demo: one user per role and the recorded runs that tell the three seed stories."
+
+    def run(self, **options: Any) -> dict[str, Any]:
+        users = [self._user(role) for role in ROLES]
+        runs = []
+        with tempfile.TemporaryDirectory(prefix="n17q-demo-") as tmp:
+            for story in stories.demo_bundles():
+                run_id = story.manifest["run"]["id"]
+                if not Run.objects.filter(run_id=run_id).exists():
+                    folder = stories.write_bundle(story, Path(tmp) / run_id)
+                    run_import_from_path(folder)
+                runs.append({"id": run_id, "story": story.story, "title": story.title})
+        scenarios = []
+        for package in seed_scenarios.seed_packages():
+            version, _created = scenario_import(package, source="demo")
+            scenarios.append({"scenario": version.ref, "digest": version.digest})
+        staged = self._staged()
+        # Loading the demo sets fresh passwords on the role accounts: worth a line in the audit log.
+        audit_record(
+            actor=None,
+            action="demo.load",
+            target="demo",
+            detail={"passwords_reset_for": [u["username"] for u in users], "runs": [r["id"] for r in runs]},
+        )
+        return {"runs": runs, "users": users, "scenarios": scenarios, "staged": staged}
+
+    def _staged(self) -> list[dict[str, Any]]:
+        """The demo's captures, staged once (by the operator, so the reviewer may approve them)."""
+        from fixtures_review.intake import redact_capture
+        from fixtures_review.models import StagedRecording
+        from fixtures_review.services import capture_stage
+        from n17q_demo.captures import demo_captures
+
+        operator = get_user_model().objects.get(username="operator")
+        out = []
+        for capture in demo_captures():
+            held = StagedRecording.objects.filter(original_digest=redact_capture(capture).original_digest).first()
+            recording = held or capture_stage(raw=capture, user=operator).recording
+            out.append({"staged": recording.public_id, "tool": recording.tool, "state": recording.state})
+        return out
+
+    @transaction.atomic
+    def _user(self, role: str) -> dict[str, str]:
+        # A fresh password on every load: the demo's logins are printed, never kept in the repo.
+        password = secrets.token_urlsafe(12)
+        user, _ = get_user_model().objects.get_or_create(username=role)
+        user.set_password(password)
+        user.is_staff = user.is_superuser = role == ADMIN
+        user.save()
+        user.groups.set([Group.objects.get(name=role)])
+        return {"username": role, "role": role, "password": password}
+
+    def human(self, result: dict[str, Any]) -> str:
+        lines = ["Demo runs:"] + [f"  {r['id']}  ({r['story']}) {r['title']}" for r in result["runs"]]
+        lines += ["Scenario versions:"] + [f"  {s['scenario']}  {s['digest']}" for s in result["scenarios"]]
+        lines += ["Staged recordings (review queue):"] + [
+            f"  {s['staged']}  {s['tool']} ({s['state']})" for s in result.get("staged", [])
+        ]
+        lines += ["Logins:"] + [f"  {u['username']:<9} {u['password']}" for u in result["users"]]
+        return "\n".join(lines)

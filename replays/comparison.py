@@ -1,0 +1,362 @@
+"""The comparison report of a replay against its source run (DESIGN §6), layer by layer.
+
+Layers: context inputs, proposals, policy decisions (with approvals), tool transitions, world changes,
+budget, claims. Hard invariants are computed exactly on each run's events (no live effect, at most one
+delivery, approval before send, bounded attempts, account matches world); text (proposal messages, claims)
+is compared qualitatively: the same words or not, shown side by side, never scored. There is no single
+replay score: a run can hold every invariant and still diverge, and the report keeps those apart.
+
+Pairing: a replay re-derives its own event ids, so events are paired by position within a layer (the n-th
+proposal of the source with the n-th of the replay). The first divergence is the earliest pair, by the
+source's order, whose signatures differ; it links to both events. Each layer reads only its kinds through
+the (run, kind, seq) index and at most LAYER_CAP events per run, and says so when it stops there.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from runs.models import Event, Finding, Run
+
+LAYER_CAP = 5000
+BOUNDED_EXECUTIONS = (
+    3  # executions of one intent before "bounded attempts" no longer holds (a first send and two retries)
+)
+
+
+@dataclass
+class Row:
+    source: dict[str, Any] | None
+    replay: dict[str, Any] | None
+    same: bool
+    source_text: str = ""
+    replay_text: str = ""
+    note: str = ""
+
+
+@dataclass
+class Layer:
+    key: str
+    title: str
+    rows: list[Row] = field(default_factory=list)
+    summary: str = ""
+    truncated: bool = False
+    first_divergence: Row | None = None
+    extra: list[str] = field(default_factory=list)
+
+    @property
+    def diverged(self) -> int:
+        return sum(1 for r in self.rows if not r.same)
+
+
+@dataclass
+class Invariant:
+    key: str
+    title: str
+    source: str
+    replay: str
+    source_held: bool | None  # None: does not apply to that run
+    replay_held: bool | None
+
+
+@dataclass
+class Comparison:
+    source: Run
+    replay_run: Run
+    scope: dict[str, Any] | None
+    layers: list[Layer]
+    invariants: list[Invariant]
+    first_divergence: tuple[Layer, Row] | None
+    deliveries: dict[str, Any]
+    historical_approvals: list[dict[str, Any]]
+
+
+def _events(run: Run, kinds: tuple[str, ...]) -> tuple[list[dict[str, Any]], bool]:
+    bodies = list(
+        Event.objects.filter(run=run, kind__in=kinds).order_by("seq").values_list("body", flat=True)[: LAYER_CAP + 1]
+    )
+    return bodies[:LAYER_CAP], len(bodies) > LAYER_CAP
+
+
+def _pair(layer: Layer, src: list[dict[str, Any]], rep: list[dict[str, Any]], sig: Any, text: Any = None) -> None:
+    for i in range(max(len(src), len(rep))):
+        s = src[i] if i < len(src) else None
+        r = rep[i] if i < len(rep) else None
+        same = s is not None and r is not None and sig(s, "source") == sig(r, "replay")
+        row = Row(s, r, same)
+        if text is not None:
+            row.source_text = text(s) if s else ""
+            row.replay_text = text(r) if r else ""
+            if s and r and row.source_text and row.replay_text:
+                row.note = "same words" if row.source_text == row.replay_text else "different words"
+        layer.rows.append(row)
+        if not same and layer.first_divergence is None:
+            layer.first_divergence = row
+
+
+def _proposal_sig(e: dict[str, Any], side: str) -> Any:
+    p = dict(e.get("proposal") or {})
+    p.pop("text", None)
+    return (p, e.get("accepted"))
+
+
+def _context_sig(e: dict[str, Any], side: str) -> Any:
+    if side == "replay" and e.get("origin") == "recorded":
+        return e.get("recorded_context_digest")
+    return e.get("context_digest")
+
+
+def comparison_build(replay_run: Run) -> Comparison:
+    source = replay_run.parent
+    assert source is not None
+    layers: list[Layer] = []
+
+    def layer(key: str, title: str, kinds: tuple[str, ...]) -> tuple[Layer, list[dict[str, Any]], list[dict[str, Any]]]:
+        src, t1 = _events(source, kinds)
+        rep, t2 = _events(replay_run, kinds)
+        item = Layer(key, title, truncated=t1 or t2)
+        layers.append(item)
+        return item, src, rep
+
+    # context inputs
+    ctx, src_p, rep_p = layer("context", "Context inputs", ("model.proposal",))
+    _pair(ctx, src_p, rep_p, _context_sig)
+    recorded = sum(1 for e in rep_p if e.get("origin") == "recorded")
+    ctx.summary = (
+        f"{len(src_p)} proposals recorded, {len(rep_p)} in the replay; {recorded} replayed from the recorded "
+        "context (its digest kept as recorded_context_digest), the rest from the decider's own context"
+    )
+
+    # proposals
+    prop = Layer("proposals", "Proposals", truncated=ctx.truncated)
+    layers.append(prop)
+    _pair(prop, src_p, rep_p, _proposal_sig, text=lambda e: str((e.get("proposal") or {}).get("text") or ""))
+    prop.summary = f"{len(src_p)} recorded, {len(rep_p)} in the replay; {prop.diverged} differ"
+
+    # policy decisions and approvals
+    pol, src_d, rep_d = layer("policy", "Policy decisions", ("policy.decision",))
+    _pair(
+        pol, src_d, rep_d, lambda e, side: (e.get("policy_revision"), e.get("outcome"), tuple(e.get("required") or ()))
+    )
+    pol.summary = (
+        f"recorded: {', '.join(e['outcome'] for e in src_d) or 'none'}; "
+        f"replay: {', '.join(e['outcome'] for e in rep_d) or 'none'}"
+    )
+    approvals, _ = _events(replay_run, ("approval.recorded",))
+    intents, _ = _events(replay_run, ("effect.intent",))
+    used_ids = {i.get("approval_id") for i in intents}
+    historical = []
+    for a in approvals:
+        if a.get("origin") != "historical":
+            continue
+        users = [i["id"] for i in intents if i.get("approval_id") == a["id"]]
+        historical.append({"event": a, "used_by": users, "recorded_as": a.get("historical_event")})
+    for a in approvals:
+        pol.extra.append(
+            f"approval {a['id']}: {a.get('decision')} by {a.get('actor_role')}, origin {a.get('origin')}"
+            + (", used as authority" if a["id"] in used_ids else ", used as authority by nothing")
+        )
+
+    # tool transitions
+    tools, src_c, rep_c = layer("tools", "Tool transitions", ("tool.call", "tool.result", "command.receipt"))
+
+    def calls(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        results = {e.get("call_id"): e for e in events if e["kind"] in ("tool.result", "command.receipt")}
+        out = []
+        for e in events:
+            if e["kind"] == "tool.call":
+                res = results.get(e["id"]) or {}
+                out.append({**e, "result_outcome": res.get("outcome") or res.get("completion") or "no result"})
+        return out
+
+    src_calls, rep_calls = calls(src_c), calls(rep_c)
+    _pair(
+        tools,
+        src_calls,
+        rep_calls,
+        lambda e, side: (e.get("tool"), e.get("contract_revision"), e.get("request_digest"), e.get("result_outcome")),
+    )
+    tools.summary = f"{len(src_calls)} calls recorded, {len(rep_calls)} in the replay; {tools.diverged} differ"
+
+    # world changes
+    world, src_w, rep_w = layer("world", "World changes", ("world.transition",))
+    _pair(world, src_w, rep_w, lambda e, side: e.get("resource"))
+    world.summary = f"{len(src_w)} transitions recorded, {len(rep_w)} in the replay's fixture world"
+
+    # budget
+    budget, src_b, rep_b = layer("budget", "Budget", ("budget.charged",))
+    totals_s: Counter[str] = Counter()
+    totals_r: Counter[str] = Counter()
+    for e in src_b:
+        totals_s[e["resource"]] += e.get("amount") or 0
+    for e in rep_b:
+        totals_r[e["resource"]] += e.get("amount") or 0
+    for resource in sorted(set(totals_s) | set(totals_r)):
+        s, r = totals_s.get(resource), totals_r.get(resource)
+        row = Row(
+            {"resource": resource, "amount": s} if s is not None else None,
+            {"resource": resource, "amount": r} if r is not None else None,
+            s == r,
+        )
+        budget.rows.append(row)
+        if not row.same and budget.first_divergence is None:
+            budget.first_divergence = row
+    budget.summary = "totals per resource across every attempt" if budget.rows else "no budget charged in either run"
+
+    # claims
+    claims, src_a, rep_a = layer("claims", "Claims (the final account)", ("account.claim",))
+    _pair(claims, src_a, rep_a, lambda e, side: e.get("claim_kind"), text=lambda e: str(e.get("text") or ""))
+    claims.summary = f"{len(src_a)} recorded, {len(rep_a)} in the replay; wording compared as text, never scored"
+
+    src_inv = _invariants(source)
+    rep_inv = _invariants(replay_run)
+    invariants = [
+        Invariant(k, title, src_inv[k][0], rep_inv[k][0], src_inv[k][1], rep_inv[k][1])
+        for k, title in INVARIANT_TITLES.items()
+    ]
+    first = None
+    best = None
+    for item in layers:
+        diverged = item.first_divergence
+        if diverged is None or item.key == "budget":
+            continue
+        order = (diverged.source or {}).get("seq") or 10**12 + ((diverged.replay or {}).get("seq") or 0)
+        if best is None or order < best:
+            best, first = order, (item, diverged)
+    scope = Event.objects.filter(run=replay_run, kind="replay.scope").order_by("seq").values_list("body", flat=True)
+    return Comparison(
+        source=source,
+        replay_run=replay_run,
+        scope=scope.first(),
+        layers=layers,
+        invariants=invariants,
+        first_divergence=first,
+        deliveries={"source": src_inv["_deliveries"], "replay": rep_inv["_deliveries"]},
+        historical_approvals=historical,
+    )
+
+
+INVARIANT_TITLES = {
+    "no_live_effect": "No live effect",
+    "one_delivery": "At most one delivery per intent",
+    "approval_first": "Approval before send",
+    "bounded_attempts": "Bounded attempts",
+    "account_matches": "Account matches world",
+}
+
+
+def _invariants(run: Run) -> dict[str, Any]:
+    """Exact checks on one run's events. Each value: (what was counted, held or None when it does not apply)."""
+    events, _ = _events(
+        run, ("effect.intent", "effect.execution", "world.transition", "approval.recorded", "account.claim")
+    )
+    by_id = {e["id"]: e for e in events}
+    intents = [e for e in events if e["kind"] == "effect.intent"]
+    executions = [e for e in events if e["kind"] == "effect.execution"]
+    deliveries = [
+        e
+        for e in events
+        if e["kind"] == "world.transition"
+        and e.get("cause") in by_id
+        and by_id[e["cause"]]["kind"] == "effect.execution"
+    ]
+    live = run.environment == "live"
+    out: dict[str, Any] = {}
+
+    bad = [e["id"] for e in intents if e.get("namespace") == "live"] + [
+        e["id"] for e in executions if not str(e.get("connection") or "").startswith("fixture:")
+    ]
+    out["no_live_effect"] = (
+        ("a live recording: its effects were live" if live else f"{len(bad)} live intents or executions")
+        + (f" ({', '.join(bad[:5])})" if bad and not live else ""),
+        None if live else not bad,
+    )
+
+    per_intent: Counter[str] = Counter()
+    for d in deliveries:
+        per_intent[by_id[d["cause"]].get("intent_id") or ""] += 1
+    worst = max(per_intent.values(), default=0)
+    kind = "live" if live else "simulated"
+    out["one_delivery"] = (
+        f"{len(deliveries)} {kind} deliver{'y' if len(deliveries) == 1 else 'ies'}, at most {worst} per intent",
+        worst <= 1,
+    )
+    out["_deliveries"] = {
+        "count": len(deliveries),
+        "kind": kind,
+        "events": [d["id"] for d in deliveries],
+        "resources": sorted({d.get("resource") for d in deliveries}),
+    }
+
+    late = []
+    for x in executions:
+        intent = by_id.get(x.get("intent_id")) or {}
+        approval = by_id.get(intent.get("approval_id") or "")
+        if approval is None or approval["seq"] > x["seq"] or approval.get("origin") == "historical":
+            late.append(x["id"])
+    out["approval_first"] = (
+        f"{len(executions)} executions, {len(late)} without a prior approval of this run"
+        + (f" ({', '.join(late[:5])})" if late else ""),
+        not late,
+    )
+
+    tries: defaultdict[str, int] = defaultdict(int)
+    for x in executions:
+        tries[x.get("intent_id") or ""] += 1
+    most = max(tries.values(), default=0)
+    out["bounded_attempts"] = (
+        f"at most {most} execution{'s' if most != 1 else ''} per intent (bound {BOUNDED_EXECUTIONS})",
+        most <= BOUNDED_EXECUTIONS,
+    )
+
+    effect_claims = [e for e in events if e["kind"] == "account.claim" and e.get("claim_kind") == "effect"]
+    unsupported = Finding.objects.filter(run=run, code="LIN008").count()
+    matches = bool(effect_claims) == bool(deliveries) and unsupported == 0
+    out["account_matches"] = (
+        f"{len(effect_claims)} effect claim{'s' if len(effect_claims) != 1 else ''}, "
+        f"{len(deliveries)} deliver{'y' if len(deliveries) == 1 else 'ies'}, {unsupported} unsupported claims (LIN008)",
+        matches,
+    )
+    return out
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str
+    validation: str  # "validation complete" | "validation incomplete: …" | "no validation recorded"
+    effects: str
+
+
+def run_outcome(run: Run) -> Outcome:
+    """What a finished run amounts to, in two plain sentences: validation, and effects (read from its events)."""
+    events, _ = _events(run, ("command.receipt", "waiver.granted", "effect.intent", "effect.execution"))
+    executions = {e["id"] for e in events if e["kind"] == "effect.execution"}
+    intents = [e for e in events if e["kind"] == "effect.intent"]
+    waived = {(w.get("failure"), w.get("suite")) for w in events if w["kind"] == "waiver.granted"}
+    latest: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for e in events:
+        if e["kind"] == "command.receipt":
+            suite = "+".join(e.get("suites") or []) or str(e.get("command"))
+            latest[(e.get("workspace_id"), suite)] = e  # the latest receipt of each suite in each workspace
+    problems = []
+    for (workspace, suite), e in latest.items():
+        failed = (e.get("results") or {}).get("failed") or 0
+        if e.get("completion") != "completed":
+            problems.append(f"{suite} in {workspace} {e.get('completion')}")
+        elif failed and (e["id"], suite) not in waived:
+            problems.append(f"{suite} in {workspace}: {failed} failed")
+    if not latest:
+        validation = "no validation recorded"
+    elif problems:
+        validation = "validation incomplete: " + "; ".join(sorted(problems))
+    else:
+        validation = "validation complete"
+    deliveries = Event.objects.filter(run=run, kind="world.transition", body__cause__in=list(executions)).count()
+    if not intents:
+        effects = "no request: no effect intent, no delivery"
+    else:
+        plural = "s" if len(intents) != 1 else ""
+        effects = f"{len(intents)} effect intent{plural}, {deliveries} deliver{'y' if deliveries == 1 else 'ies'}"
+    return Outcome(run.final_state, validation, effects)

@@ -1,0 +1,81 @@
+"""The launch forms of the three buttons, and the missing-fixture actions."""
+
+from typing import Any, cast
+
+from django import forms
+
+
+class LaunchForm(forms.Form):
+    """Inspect recorded run / Replay in fixtures: nothing to choose but the scenario version (pinned by default)."""
+
+    scenario = forms.ChoiceField(required=False, label="Scenario version")
+
+    def __init__(self, *args, scenarios: list[str], default: str | None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.choice_field("scenario").choices = [(s, s) for s in scenarios] or [("", "none held")]
+        if default:
+            self.fields["scenario"].initial = default
+
+    def vary(self) -> dict[str, str]:
+        return {}
+
+    def choice_field(self, name: str) -> forms.ChoiceField:
+        return cast(forms.ChoiceField, self.fields[name])
+
+
+class CounterfactualForm(LaunchForm):
+    """Exactly one declared variable (n17q_engine.package.VARY_KEYS) and the checkpoint to branch from."""
+
+    variable = forms.ChoiceField(widget=forms.RadioSelect, label="The one variable to change")
+    policy = forms.ChoiceField(required=False, label="Policy revision")
+    decider = forms.ChoiceField(required=False, label="Decider")
+    human = forms.ChoiceField(
+        required=False, label="Human choice", choices=[("approved", "approved"), ("rejected", "rejected")]
+    )
+    fault = forms.ChoiceField(required=False, label="Fault stage (tool: stage)")
+    clock = forms.CharField(required=False, label="Clock start (ISO-8601)", max_length=40)
+    budget_resource = forms.ChoiceField(required=False, label="Budget resource")
+    budget_amount = forms.CharField(required=False, label="Budget limit", max_length=20)
+    delay_tool = forms.ChoiceField(required=False, label="Visibility delay of (mutation tool)")
+    delay_s = forms.CharField(required=False, label="Delay (seconds)", max_length=20)
+    checkpoint = forms.ChoiceField(label="From checkpoint")
+
+    def __init__(self, *args, choices: dict[str, list[tuple[str, str]]], **kwargs):
+        super().__init__(*args, **kwargs)
+        from replays.launch import VARIABLES
+
+        self.choice_field("variable").choices = list(VARIABLES.items())
+        for name in ("policy", "decider", "fault", "budget_resource", "delay_tool", "checkpoint"):
+            self.choice_field(name).choices = choices.get(name, [])
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        variable = data.get("variable")
+        values = {
+            "policy": ("policy", data.get("policy")),
+            "decider": ("decider", data.get("decider")),
+            "human": ("human", data.get("human")),
+            "fault": ("fault", data.get("fault")),
+            "clock": ("clock", (data.get("clock") or "").strip()),
+            "budget": (f"budget.{data.get('budget_resource')}", (data.get("budget_amount") or "").strip()),
+            "delay": (f"delay.{data.get('delay_tool')}", (data.get("delay_s") or "").strip()),
+        }
+        if variable in values:
+            key, value = values[variable]
+            if not value or key.endswith("."):
+                raise forms.ValidationError(f"Give a value for the {variable} you chose to change.")
+            data["_vary"] = {key: value}
+        return data
+
+    def vary(self) -> dict[str, str]:
+        return dict(self.cleaned_data.get("_vary") or {})
+
+
+class ExcludeToolForm(forms.Form):
+    reason = forms.CharField(
+        label="Why the scenario cannot model this tool", max_length=500, widget=forms.Textarea(attrs={"rows": 3})
+    )
+
+
+class CopySimilarForm(forms.Form):
+    like_fixture = forms.CharField(required=False, max_length=200)

@@ -1,0 +1,264 @@
+"""What a replay button says before anything starts (DESIGN §6): the pre-launch summary.
+
+`launch_summary(run, mode=…, vary=…, version=…)` is computed from the source run and the pinned scenario
+version only, and is stored on the `Replay` when it is created (`Replay.environment`): the page that shows
+it before launch and the replay page afterwards show the same facts, and nothing the replay does can change
+them. `vary_check` refuses a variation the scenario cannot honour before a replay is queued.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from fixtures_review.models import ScenarioVersion
+from fixtures_review.scenarios import ScenarioRefused, scenario_package
+from n17q_engine.deciders import DECIDERS
+from n17q_engine.package import PackageError, ScenarioPackage, check_fault, load_scenario
+from n17q_engine.vocabulary import FAULT_STAGES
+from n17q_engine.world import namespace_for, parse_time
+from runs.models import Event, Run
+
+
+@dataclass(frozen=True)
+class Button:
+    slug: str
+    mode: str
+    label: str
+    question: str
+    truth: str
+    explains: str
+
+
+BUTTONS = {
+    b.slug: b
+    for b in (
+        Button(
+            "inspect",
+            "reconstruction",
+            "Inspect recorded run",
+            "What exactly happened, judged by today's checks?",
+            "exact",
+            "The recorded events re-projected through today's lineage checks. No model, no tools, no world: "
+            "nothing is decided again and nothing is called.",
+        ),
+        Button(
+            "replay",
+            "rerun",
+            "Replay in fixtures",
+            "Does the recorded trajectory hold up against the pinned fixtures and today's policy?",
+            "comparable",
+            "The original versions and the recorded decisions, answered by the scenario's fixtures and "
+            "simulated world, in the sandbox. A request no fixture answers stops the replay as incomplete "
+            "test world; nothing is ever fetched.",
+        ),
+        Button(
+            "counterfactual",
+            "counterfactual",
+            "Create counterfactual",
+            "What changes when exactly one declared variable changes?",
+            "experiment",
+            "An experiment: one variable changed from a checkpoint, in a child world of the fixture world. "
+            "Its result describes that branch, never the original history.",
+        ),
+    )
+}
+BUTTON_FOR_MODE = {b.mode: b for b in BUTTONS.values()}
+
+# The counterfactual variables (n17q_engine.package.VARY_KEYS) in the words the form uses.
+VARIABLES = {
+    "policy": "policy revision",
+    "decider": "decider",
+    "human": "human choice",
+    "fault": "fault stage",
+    "clock": "clock",
+    "budget": "budget",
+    "delay": "visibility delay",
+}
+BUDGET_RESOURCES = ("tokens", "turns", "compute_s", "artifacts")
+
+
+class VaryRefused(ValueError):
+    pass
+
+
+def scenario_loaded(version: ScenarioVersion | None) -> ScenarioPackage | None:
+    if version is None:
+        return None
+    try:
+        return load_scenario(scenario_package(version))
+    except (PackageError, ScenarioRefused) as exc:
+        raise VaryRefused(f"{version.ref} cannot be loaded: {exc}") from None
+
+
+def vary_check(sc: ScenarioPackage | None, vary: dict[str, str]) -> None:
+    """Refuse, in one sentence, a variation the engine would refuse after queueing."""
+    for key, value in vary.items():
+        head, _, rest = key.partition(".")
+        if head == "decider" and value not in DECIDERS:
+            raise VaryRefused(f"unknown decider {value!r} (known: {', '.join(sorted(DECIDERS))})")
+        if head == "human" and value not in ("approved", "rejected"):
+            raise VaryRefused("human choice: approved or rejected")
+        if head == "clock":
+            try:
+                parse_time(value)
+            except (TypeError, ValueError):
+                raise VaryRefused(f"clock {value!r}: write an ISO-8601 time, e.g. 2026-06-10T14:00:00Z") from None
+        if head in ("budget", "delay"):
+            try:
+                number = float(value)
+            except ValueError:
+                raise VaryRefused(f"{key}: {value!r} is not a number") from None
+            if not number >= 0 or number == float("inf"):
+                raise VaryRefused(f"{key}: must be a non-negative number")
+        if head == "budget" and rest not in BUDGET_RESOURCES:
+            raise VaryRefused(f"budget.{rest}: not a budget resource (one of {', '.join(BUDGET_RESOURCES)})")
+        if sc is None:
+            continue
+        if head == "policy" and value not in sc.policies:
+            raise VaryRefused(f"policy {value!r} is not in {sc.name}@{sc.version} (held: {', '.join(sc.policies)})")
+        if head == "fault":
+            tool, _, stage = value.partition(":")
+            try:
+                check_fault(sc.contracts, {"tool": tool, "stage": stage}, "fault")
+            except PackageError as exc:
+                raise VaryRefused(str(exc)) from None
+        if head == "delay" and (rest not in sc.contracts or sc.contracts.get(rest).effect_class != "mutation"):
+            raise VaryRefused(f"delay.{rest}: not a mutation contract of {sc.name}@{sc.version}")
+
+
+def fault_choices(sc: ScenarioPackage | None) -> list[str]:
+    if sc is None:
+        return []
+    return [f"{c.tool}:{stage}" for c in sc.contracts for stage in FAULT_STAGES if stage in c.fault_stages]
+
+
+def _fixture_completeness(run: Run, sc: ScenarioPackage) -> dict[str, Any]:
+    """Each recorded tool call of the source run against the pinned version's fixture keys.
+
+    A held key is necessary, not sufficient: a fixture also selects on world state, which only the replay
+    itself reaches. Calls the recording never made (a status lookup after a lost response, say) cannot be
+    counted here; the replay reports them as `fixture.missing` when it gets there.
+    """
+    keys = {f.key for f in sc.fixtures}
+    calls = Event.objects.filter(run=run, kind="tool.call").order_by("seq").values_list("event_id", "body")
+    total = 0
+    missing: list[dict[str, Any]] = []
+    for event_id, body in calls.iterator(2000):
+        total += 1
+        tool, revision, digest = body.get("tool"), body.get("contract_revision"), body.get("request_digest")
+        why = None
+        if sc.excluded(tool):
+            why = f"excluded from the scenario: {sc.excluded(tool)}"
+        elif tool not in sc.contracts:
+            why = "no contract for this tool in the scenario version"
+        elif (tool, revision, digest) not in keys:
+            why = "no fixture holds this request"
+        if why and len(missing) < 50:
+            missing.append(
+                {"call": event_id, "tool": tool, "contract_revision": revision, "request_digest": digest, "why": why}
+            )
+        elif why:
+            missing.append({"call": "…", "tool": tool, "why": "and more"})
+    return {
+        "recorded_calls": total,
+        "answered": total - len([m for m in missing if m.get("call") != "…"]),
+        "missing": missing,
+        "fixtures": len(sc.fixtures),
+        "synthetic": sorted(f.id for f in sc.fixtures if f.provenance.synthetic),
+        "excluded": [dict(item) for item in sc.excluded_tools],
+        "uncovered": list(sc.uncovered),
+        "contracts_without_fixture": sorted(
+            f"{c.tool} r{c.revision}" for c in sc.contracts if c.tool not in {f.tool for f in sc.fixtures}
+        ),
+    }
+
+
+def launch_summary(
+    run: Run, *, mode: str, vary: dict[str, str] | None, version: ScenarioVersion | None
+) -> dict[str, Any]:
+    """The facts a button shows before it starts anything; see the module docstring."""
+    vary = dict(vary or {})
+    button = BUTTON_FOR_MODE[mode]
+    sc = scenario_loaded(version) if mode != "reconstruction" else None
+    decider = DECIDERS.get(vary.get("decider", "recorded"))
+    model = dict(run.manifest_run.get("model") or {"name": run.model_name, "version": run.model_version})
+    model_note = "the recorded model's proposals, replayed"
+    if mode == "reconstruction":
+        model_note = "no model: the recorded proposals are re-projected as they are"
+    elif decider is not None and decider.model:
+        model, model_note = dict(decider.model), f"the {decider.name} decider proposes instead of the recording"
+    isolation = {
+        "network": "its own network namespace with loopback down: no route to anything",
+        "degraded_allowed": settings.N17Q_ALLOW_DEGRADED_ISOLATION,
+        "level": "netns or degraded (N17Q_ALLOW_DEGRADED_ISOLATION=1)"
+        if settings.N17Q_ALLOW_DEGRADED_ISOLATION
+        else "netns (refused when no namespace can be made)",
+    }
+    summary: dict[str, Any] = {
+        "mode": mode,
+        "button": button.label,
+        "question": button.question,
+        "truth": button.truth,
+        "source_run": run.run_id,
+        "vary": vary,
+        "checkpoint": "start",
+        "model": {"name": model.get("name"), "version": model.get("version"), "note": model_note},
+        "isolation": isolation,
+        "cannot_touch": [
+            "the network: no route, no DNS, no live client in the sandbox",
+            "credentials: the sandbox's environment is an allowlist without any",
+            "the live world: no live connection exists; effects go to the fixture world only",
+            "the source run: history is append-only, the replay becomes a new child run",
+            "the database and other replays: the sandbox reads a package and writes a log",
+        ],
+    }
+    if mode == "reconstruction":
+        summary.update(
+            scenario=f"{version.ref}" if version else None,
+            policy={"revision": run.policy_revision, "note": "as recorded; today's lineage checks judge it"},
+            workspaces=[],
+            workspace_note="as recorded (re-projected, not rebuilt)",
+            fixtures=None,
+            clock={"start": run.first_logical_at.isoformat() if run.first_logical_at else None, "note": "as recorded"},
+            can_touch=["nothing: no model, no tools, no world"],
+        )
+        return summary
+    assert sc is not None and version is not None
+    policy_revision = vary.get("policy", sc.current_policy)
+    summary.update(
+        scenario=version.ref,
+        scenario_digest=version.digest,
+        scope=sc.scope,
+        policy={
+            "revision": policy_revision,
+            "note": "varied by this counterfactual" if "policy" in vary else "the scenario version's current policy",
+        },
+        workspaces=[
+            {
+                "id": ws_id,
+                "base_digest": ws.get("base_digest"),
+                "overlay_digest": ws.get("overlay_digest"),
+                "overlay_revision": ws.get("overlay_revision"),
+                "environment_revision": ws.get("environment_revision"),
+            }
+            for ws_id, ws in sorted(sc.workspaces.items())
+        ],
+        workspace_note="rebuilt from the scenario version's snapshots inside the sandbox",
+        fixtures=_fixture_completeness(run, sc),
+        clock={
+            "start": vary.get("clock", sc.clock_start),
+            "note": "varied by this counterfactual" if "clock" in vary else "the scenario's clock start",
+        },
+        world=sc.world_name,
+        can_touch=[
+            f"the simulated world {sc.world_name}{' (a child world)' if mode == 'counterfactual' else ''}: "
+            f"{len(sc.world.get('resources', {}))} resources at revision {sc.world.get('revision')}",
+            f"effects only in the namespace {namespace_for(sc.world_name)}, through fixture connections",
+            "mutation tools: "
+            + (", ".join(sorted(c.tool for c in sc.contracts if c.effect_class == "mutation")) or "none"),
+        ],
+    )
+    return summary

@@ -1,0 +1,129 @@
+"""`manage.py replay RUN --mode {reconstruction,rerun,counterfactual} [--vary KEY=VALUE] (--wait | --inline) --json`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import CommandError
+
+from accounts.cli import JsonCommand
+from replays.models import Replay
+from replays.services import ReplayRefused, parse_vary, replay_create, replay_execute, replay_json, replay_launch
+from runs.models import Run
+
+
+class Command(JsonCommand):
+    help = "Replay a run in fixtures (sandboxed) and import the result as a child run."
+
+    def add_arguments(self, parser: Any) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("run", help="the id of the run to replay")
+        parser.add_argument("--mode", required=True, choices=["reconstruction", "rerun", "counterfactual"])
+        parser.add_argument(
+            "--vary",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="the one variable a counterfactual changes (decider, policy, human, fault, clock, "
+            "budget.<resource>, delay.<tool>)",
+        )
+        parser.add_argument(
+            "--scenario",
+            metavar="NAME@VERSION",
+            help="the scenario version to replay in (default: the one the run names or was recorded into)",
+        )
+        how = parser.add_mutually_exclusive_group(required=True)
+        how.add_argument("--inline", action="store_true", help="run the worker's task in this process, still sandboxed")
+        how.add_argument("--wait", action="store_true", help="enqueue for a worker and wait for it")
+        parser.add_argument("--timeout", type=float, default=600, help="--wait: seconds to wait (default 600)")
+        parser.add_argument(
+            "--ping-timeout",
+            type=float,
+            default=3,
+            help="--wait: seconds to wait for a worker to answer a ping before anything is queued (default 3)",
+        )
+        parser.add_argument(
+            "--claim-timeout",
+            type=float,
+            default=60,
+            help="--wait: seconds a queued replay may wait for a worker to take it (default 60)",
+        )
+
+    def run(self, **options: Any) -> dict[str, Any]:
+        run = Run.objects.filter(run_id=options["run"]).first()
+        if run is None:
+            raise CommandError(f"no run {options['run']!r}")
+        mode, vary, scenario = options["mode"], parse_vary_or_fail(options["vary"]), options.get("scenario")
+        try:
+            if options["inline"]:
+                replay = replay_execute(replay_create(run, mode=mode, vary=vary, scenario=scenario).pk)
+            else:
+                _worker_answers(options["ping_timeout"])
+                replay = replay_launch(run, mode=mode, vary=vary, scenario=scenario)
+                replay = _wait(replay, options["timeout"], options["claim_timeout"])
+        except ReplayRefused as exc:
+            raise CommandError(str(exc)) from None
+        result = replay_json(replay)
+        if replay.state in (Replay.State.REFUSED, Replay.State.FAILED, Replay.State.INTERRUPTED):
+            raise CommandError(f"replay {replay.pk} {replay.state}: {replay.error}")
+        return result
+
+    def human(self, result: dict[str, Any]) -> str:
+        lines = [
+            f"replay {result['replay']}: {result['mode']} -> run {result['run']} ({result['state']}, "
+            f"isolation {result['isolation']})"
+        ]
+        lines += [
+            f"  missing: {m['tool']} r{m['contract_revision']} {m['request_digest']}: {m['reason']}"
+            for m in result["missing"]
+        ]
+        lines += [f"  {f['code']} {f['from']} -> {f['to']}: {f['message']}" for f in result["findings"]]
+        return "\n".join(lines)
+
+
+def parse_vary_or_fail(items: list[str]) -> dict[str, str]:
+    try:
+        return parse_vary(items)
+    except ReplayRefused as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _broker() -> str:
+    from celery import current_app as app
+
+    return app.connection().as_uri()  # the password, if any, is masked
+
+
+def _worker_answers(timeout: float) -> None:
+    """Refuse before queueing anything when no worker is there to take it."""
+    from celery import current_app as app
+
+    queue = settings.N17Q_REPLAY_QUEUE
+    try:
+        answers = app.control.inspect(timeout=timeout).active_queues() or {}
+    except Exception as exc:  # kombu's connection errors: the broker itself is unreachable
+        raise CommandError(f"the broker at {_broker()} cannot be reached ({exc}); nothing was queued") from None
+    if not any(q.get("name") == queue for queues in answers.values() for q in queues or []):
+        heard = f" ({len(answers)} answered, none consuming it)" if answers else ""
+        raise CommandError(
+            f"no Celery worker consuming queue {queue!r} answered within {timeout:g} s on {_broker()}{heard}; "
+            "nothing was queued. Start one with `celery -A n17q_site worker` (or use --inline)"
+        )
+
+
+def _wait(replay: Replay, timeout: float, claim_timeout: float) -> Replay:
+    started = time.monotonic()
+    while not replay.ended:
+        waited = time.monotonic() - started
+        if replay.state == Replay.State.QUEUED and waited > claim_timeout:
+            raise CommandError(
+                f"replay {replay.pk} was queued but no worker took it within {claim_timeout:g} s; it stays queued "
+                "and runs when a worker takes it"
+            )
+        if waited > timeout:
+            raise CommandError(f"replay {replay.pk} is still {replay.state} after {timeout:g} s")
+        time.sleep(0.1)
+        replay.refresh_from_db()
+    return replay

@@ -1,0 +1,103 @@
+"""Replays: what an operator launched against a recorded run, and the workers that run them.
+
+The tables keep the names they had when these models lived in `runs` (runs_replay, runs_workerheartbeat):
+the move changed where the code is, not the data (replays/migrations/0001_initial.py).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from runs.models import Mode, Run
+
+
+class Replay(models.Model):
+    """One launch of a replay: what was asked, and (once run) the child run it produced.
+
+    Operational state, not history: `state` moves queued -> running -> finished | refused | failed | interrupted
+    (a running replay whose worker died goes back to queued, or to interrupted after too many lost workers;
+    see `replays/services.py`). The run it produced is imported like any other and is append-only.
+
+    `environment` is the pre-launch summary (model, policy revision, workspaces, fixture completeness, clock,
+    isolation) computed once, at creation, from the source run and the pinned scenario version; nothing the
+    replay does can write it.
+    """
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        FINISHED = "finished"
+        REFUSED = "refused"
+        FAILED = "failed"
+        INTERRUPTED = "interrupted"
+
+    ENDED = (State.FINISHED, State.REFUSED, State.FAILED, State.INTERRUPTED)
+
+    source_run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="replays")
+    mode = models.CharField(max_length=20, choices=Mode.choices)
+    vary = models.JSONField(default=dict)
+    decider = models.CharField(max_length=50, default="recorded")
+    # The checkpoint the replay starts from: "start" (the run's initial checkpoint) is the one the engine
+    # branches at today; see docs/decisions.md.
+    checkpoint = models.CharField(max_length=200, default="start")
+    scenario_version = models.ForeignKey(
+        "fixtures_review.ScenarioVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
+    )
+    environment = models.JSONField(default=dict)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.QUEUED)
+    run = models.OneToOneField(Run, null=True, blank=True, on_delete=models.PROTECT, related_name="replay_of")
+    isolation = models.CharField(max_length=20, blank=True, default="")
+    package_digest = models.CharField(max_length=71, blank=True, default="")
+    missing = models.JSONField(default=list)
+    violations = models.JSONField(default=list)
+    error = models.TextField(blank=True, default="")
+    wall_s = models.FloatField(null=True, blank=True)  # measured by the launcher, outside the event log
+    created_at = models.DateTimeField(auto_now_add=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # The claim: one worker at a time holds a replay, for a lease it renews while the sandbox runs.
+    claim_token = models.CharField(max_length=32, blank=True, default="")
+    claimed_by = models.CharField(max_length=300, blank=True, default="")  # host:pid of the process running it
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)  # claims so far (1 unless a worker died)
+    # Progress while it runs (the sandbox's replay.progress lines), shown live on the replay page.
+    progress_events = models.PositiveIntegerField(default=0)
+    progress_logical = models.CharField(max_length=40, blank=True, default="")
+    progress_checkpoint = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        db_table = "runs_replay"
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "lease_expires_at"])]
+
+    def __str__(self) -> str:
+        return f"replay {self.pk} of {self.source_run.run_id} ({self.mode})"
+
+    @property
+    def run_id_for(self) -> str:
+        """The id the replay's run gets: the source's id, the mode and this replay's number."""
+        return f"{self.source_run.run_id}~{self.mode}-{self.pk}"
+
+    @property
+    def ended(self) -> bool:
+        return self.state in self.ENDED
+
+
+class WorkerHeartbeat(models.Model):
+    """The last sign of life of one Celery worker (one row per worker name), written every few seconds by the
+    worker itself (replays/heartbeat.py) and read by the health endpoint. Operational state, not history."""
+
+    hostname = models.CharField(max_length=200, unique=True)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "runs_workerheartbeat"
+
+    def __str__(self) -> str:
+        return self.hostname

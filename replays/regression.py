@@ -1,0 +1,116 @@
+""" "Make regression scenario" (issue 6): a scenario version whose success criteria are a run's invariants.
+
+The new version is `<scenario>-regression@<next>`: the run's scenario version's package (contracts, fixtures,
+world, workspaces, policy, unchanged) with `source_runs` naming the run and `invariants` derived from what the
+run did, so replaying it later asserts that the run's outcome still holds:
+
+- no live effect (always);
+- for each effect route of the scenario (`mailbox:`, `review-service:` …), at most as many fixture-world
+  transitions as the run made there, capped at one: a run that sent once pins "at most one delivery", a run that
+  stopped without a request pins "no request", and a run that delivered twice pins one (the regression is the fix);
+- approval before the effect, whenever the scenario routes effects.
+
+The version is minted like any other (immutable, digest-verified, `source="regression"`). Two people minting
+at once each get a version of their own: a lost race on the number is retried with the next one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db.models import Max
+
+from fixtures_review.models import ScenarioVersion
+from fixtures_review.scenarios import ScenarioRefused, scenario_for_run, scenario_import
+from n17q_engine.package import PackageError, build_scenario
+from runs.models import Event, Run
+
+from .launch import scenario_loaded
+
+
+class RegressionRefused(ValueError):
+    pass
+
+
+def regression_base(run: Run) -> ScenarioVersion | None:
+    if run.scenario_name and run.scenario_version:
+        return ScenarioVersion.objects.filter(name=run.scenario_name, version=run.scenario_version).first()
+    return scenario_for_run(run)
+
+
+def regression_invariants(run: Run, base: ScenarioVersion) -> list[dict[str, Any]]:
+    sc = scenario_loaded(base)
+    assert sc is not None
+    events = list(
+        Event.objects.filter(run=run, kind__in=("effect.execution", "world.transition"))
+        .order_by("seq")
+        .values_list("body", flat=True)
+    )
+    executions = {e["id"] for e in events if e["kind"] == "effect.execution"}
+    delivered = [e["resource"] for e in events if e["kind"] == "world.transition" and e.get("cause") in executions]
+    out: list[dict[str, Any]] = [
+        {"id": "regression-no-live-effect", "check": "no_live_effect", "text": f"no live effect (as in {run.run_id})"}
+    ]
+    for route in sc.effects:
+        made = sum(1 for r in delivered if r.startswith(route.destination_prefix))
+        most = min(made, 1)
+        out.append(
+            {
+                "id": f"regression-{route.tool.replace('.', '-')}-at-most-{most}",
+                "check": "max_transitions",
+                "resource_prefix": route.destination_prefix,
+                "max": most,
+                "text": (
+                    f"at most one {route.tool} effect on {route.destination_prefix}* ({run.run_id} made {made})"
+                    if most
+                    else f"no {route.tool} effect on {route.destination_prefix}* (as in {run.run_id})"
+                ),
+            }
+        )
+    if sc.effects:
+        out.append(
+            {
+                "id": "regression-approval-first",
+                "check": "approval_before_effect",
+                "text": "every effect approved in the run before it is executed",
+            }
+        )
+    return out
+
+
+def regression_scenario_mint(*, run: Run, user: Any) -> ScenarioVersion:
+    base = regression_base(run)
+    if base is None:
+        raise RegressionRefused(
+            f"run {run.run_id} names no scenario version and none was recorded from it: nothing to build on"
+        )
+    files = {name: json.loads(text) for name, text in base.files.items()}
+    meta = dict(files["scenario.json"])
+    name = meta["name"] if meta["name"].endswith("-regression") else f"{meta['name']}-regression"
+    invariants = regression_invariants(run, base)
+    for _ in range(5):
+        latest = ScenarioVersion.objects.filter(name=name).aggregate(n=Max("version"))["n"] or 0
+        scenario = {
+            **meta,
+            "name": name,
+            "version": latest + 1,
+            # the same fixture world (and so the same effect namespace) as the version it was built from
+            "world": meta.get("world", f"{meta['name']}-w{meta['version']}"),
+            "source_runs": [run.run_id],
+            "invariants": invariants,
+            "description": f"regression scenario from run {run.run_id} on {base.ref}: its invariants are the "
+            "success criteria",
+        }
+        try:
+            package = build_scenario({**files, "scenario.json": scenario})
+        except PackageError as exc:
+            raise RegressionRefused(f"the regression scenario could not be built: {exc}") from None
+        try:
+            version, _created = scenario_import(package, user=user, source="regression")
+        except ScenarioRefused as exc:
+            if "concurrently" in str(exc) or "already held" in str(exc):
+                continue  # another mint took this number; take the next
+            raise RegressionRefused(str(exc)) from None
+        return version
+    raise RegressionRefused(f"{name}: too many concurrent mints; try again")

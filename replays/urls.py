@@ -1,0 +1,15 @@
+from django.urls import path
+
+from . import views
+
+app_name = "replays"
+urlpatterns = [
+    path("runs/<str:run_id>/launch/<slug:button>/", views.replay_new, name="replay-new"),
+    path("runs/<str:run_id>/regression/", views.regression_new, name="regression-new"),
+    path("replays/", views.replay_list, name="replay-list"),
+    path("replays/<int:pk>/", views.replay_detail, name="replay-detail"),
+    path("replays/<int:pk>/comparison/", views.replay_comparison, name="replay-comparison"),
+    path("replays/<int:pk>/missing/<int:index>/", views.missing_fixture, name="missing-fixture"),
+    path("replays/<int:pk>/missing/<int:index>/copy-similar/", views.missing_copy_similar, name="missing-copy-similar"),
+    path("replays/<int:pk>/missing/<int:index>/exclude-tool/", views.missing_exclude_tool, name="missing-exclude-tool"),
+]
