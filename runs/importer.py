@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 EVENT_BATCH = 2000
 EDGE_BATCH = 5000
+# Event keys reserved up front (a list of ints: 100,000 of them are about 4 MB); a larger run reserves the rest
+# in blocks of 10 batches as it goes.
+PRIMED_EVENT_KEYS = 100_000
 MANIFEST_MAX_BYTES = bundle.MANIFEST_MAX_BYTES
 
 
@@ -126,12 +129,17 @@ def _read_manifest(root: Path) -> tuple[bundle.Manifest, bytes]:
     return bundle.parse_manifest(raw), raw
 
 
-def _bundle_digest(manifest_raw: bytes, events_path: Path) -> str:
+def _bundle_digest(manifest_raw: bytes, events_path: Path) -> tuple[str, int]:
+    """The bundle's digest, and the number of lines of events.jsonl (at most one event each)."""
     h = hashlib.sha256(manifest_raw)
+    lines = 0
+    last = b"\n"
     with open(events_path, "rb") as fh:
         while block := fh.read(1 << 20):
             h.update(block)
-    return "sha256:" + h.hexdigest()
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return "sha256:" + h.hexdigest(), lines + (last != b"\n")
 
 
 def _import_root(root: Path, *, user: Any) -> ImportResult:
@@ -143,12 +151,12 @@ def _import_root(root: Path, *, user: Any) -> ImportResult:
     if Run.objects.filter(run_id=run_meta["id"]).exists():
         raise BundleError(f"run {run_meta['id']!r} is already imported; history is never replaced", field="run.id")
     blob_paths = bundle.verify_blobs(root, manifest)
-    digest = _bundle_digest(manifest_raw, events_path)
+    digest, lines = _bundle_digest(manifest_raw, events_path)
     written: list[str] = []
     try:
         with transaction.atomic():
             written = _store_blobs(blob_paths)
-            result = _write_run(run_meta, manifest, events_path, digest, user=user)
+            result = _write_run(run_meta, manifest, events_path, digest, user=user, lines=lines)
             audit_record(
                 actor=user,
                 action="run.import",
@@ -246,7 +254,9 @@ def _verify_edges(run_pk: int, written: int) -> None:
         )
 
 
-def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path: Path, digest: str, *, user: Any):
+def _write_run(
+    run_meta: dict[str, Any], manifest: bundle.Manifest, events_path: Path, digest: str, *, user: Any, lines: int
+):
     scenario = run_meta.get("scenario") or {}
     parent_ref = run_meta.get("parent_run") or ""
     run = Run.objects.create(
@@ -282,7 +292,11 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
         ("id", "run_id", "seq", "event_id", "kind", "attempt_ref", "workspace_ref", "logical_at", "wall_at", "body"),
         id_block=10 * EVENT_BATCH,
     )
-    objects_out = Appender(RunObject._meta.db_table, ("id", "run_id", "kind", "ref", "introduced_by_id"), id_block=256)
+    objects_out = Appender(RunObject._meta.db_table, ("id", "run_id", "kind", "ref", "introduced_by_id"), id_block=1024)
+    # Keys reserved before the writer thread starts: a reservation made while it streams a COPY waits for the
+    # connection. Every line is at most one event; objects are far fewer than events.
+    events_out.prime(min(lines, PRIMED_EVENT_KEYS))
+    objects_out.prime(objects_out.id_block)
     edges_out = Appender(
         Edge._meta.db_table, ("run_id", "source_id", "field", "target_ref", "target_event_id", "target_object_id")
     )
@@ -308,7 +322,10 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
             target_object, target_event = object_pk[target]
         return (run.pk, source_pk, path[:300], _ref(target), target_event, target_object)
 
-    def flush() -> None:
+    pending_objects: list[tuple[Any, ...]] = []
+    pending_edges: list[tuple[Any, ...]] = []
+
+    def flush(final: bool = False) -> None:
         ids = events_out.take_ids(len(batch))
         rows, object_rows, edge_rows = [], [], []
         for pk, (event, text, logical, wall, refs) in zip(ids, batch, strict=True):
@@ -341,9 +358,17 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
                 else:
                     edge_rows.append(row)
         writer.submit(events_out, rows)
-        writer.submit(objects_out, object_rows)
-        writer.submit(edges_out, edge_rows)
-        edges_written[0] += len(edge_rows)
+        # Objects and edges are few per event: they wait until a batch of them is worth a COPY of its own.
+        # (An object follows the events that introduce it in the writer's queue; edges have no row-wise keys.)
+        pending_objects.extend(object_rows)
+        pending_edges.extend(edge_rows)
+        if len(pending_objects) >= EDGE_BATCH or final:
+            writer.submit(objects_out, pending_objects[:])
+            pending_objects.clear()
+        if len(pending_edges) >= EDGE_BATCH or final:
+            writer.submit(edges_out, pending_edges[:])
+            edges_written[0] += len(pending_edges)
+            pending_edges.clear()
         batch.clear()
 
     try:
@@ -369,8 +394,7 @@ def _write_run(run_meta: dict[str, Any], manifest: bundle.Manifest, events_path:
             kind_counts[kind] = kind_counts.get(kind, 0) + 1
             if len(batch) >= EVENT_BATCH:
                 flush()
-        if batch:
-            flush()
+        flush(final=True)
     except BaseException:
         writer.abandon()
         raise

@@ -125,6 +125,32 @@ def test_the_edge_check_finds_an_edge_outside_its_run_and_one_without_its_source
         _verify_edges(run.pk, written + 2)
 
 
+def test_the_switch_interval_the_writer_needs_is_put_back_after_an_import_and_after_a_refusal(
+    tmp_path, parts, monkeypatch
+):
+    import sys
+
+    from runs import bulk
+
+    before = sys.getswitchinterval()
+    seen = []
+    real = bulk.BackgroundInserts._work
+
+    def work(self):
+        seen.append(sys.getswitchinterval())
+        real(self)
+
+    monkeypatch.setattr(bulk.BackgroundInserts, "_work", work)
+    run_import_from_path(bundles.EXAMPLE)
+    manifest, events, blobs = parts
+    manifest["run"]["id"] = "run-refused"
+    events[3]["seq"] = events[2]["seq"]  # refused mid-stream, with the writer running
+    with pytest.raises(BundleError):
+        run_import_from_path(bundles.write_folder(tmp_path / "b", manifest, events, blobs))
+    assert seen == [bulk.WRITER_SWITCH_INTERVAL_S] * 2
+    assert sys.getswitchinterval() == before
+
+
 def test_it_refuses_a_second_import_of_the_same_run():
     run_import_from_path(bundles.EXAMPLE)
     with pytest.raises(BundleError, match="already imported"):
