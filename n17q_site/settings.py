@@ -162,6 +162,9 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # JSON only. DRF's browsable pages style themselves inline, which the CSP blocks (a browser opening
+    # /health/ or /api/v1/runs/ got a page with a dozen violations); people read the API at /api/v1/docs/.
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "console.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "console.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,

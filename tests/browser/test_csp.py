@@ -36,6 +36,16 @@ def test_the_api_docs_render_under_the_csp(page, login, live_server, violations)
     assert violations == []
 
 
+@pytest.mark.parametrize("path", ["/health/", "/api/v1/runs/"])
+def test_the_api_opened_in_a_browser_answers_json_without_a_violation(page, login, live_server, violations, path):
+    # A person who follows an API link lands on JSON, not on a page that styles itself against the policy.
+    login("viewer")
+    response = page.goto(f"{live_server.url}{path}")
+    page.wait_for_load_state("networkidle")
+    assert response is not None and response.headers["content-type"].startswith("application/json")
+    assert violations == []
+
+
 def test_the_run_page_and_the_admin_work_under_the_csp(page, login, live_server, violations, tmp_path):
     story = next(b for b in stories.demo_bundles() if b.manifest["run"]["id"] == "run-003-review-request")
     run_import_from_path(stories.write_bundle(story, tmp_path / "003"))
