@@ -8,7 +8,10 @@ The parent (bench_import / bench_lineage) sets N17Q_DATA_DIR and DATABASE_URL an
 starting with N17Q-BENCH-RESULT. `migrate` runs in a process of its own first, so that a migration's
 memory never counts in the import's peak; the measuring child then runs `migrate` again (a no-op on the
 migrated database, as a long-running worker would have done at start) before it takes its baseline.
-Peak memory is `getrusage(RUSAGE_SELF).ru_maxrss`, the process's high-water mark.
+Peak memory is the process's high-water mark of resident memory: `VmHWM` in /proc/self/status on Linux, else
+`getrusage(RUSAGE_SELF).ru_maxrss`. Not ru_maxrss on Linux: it carries over the RSS the parent had when it forked
+this child (the kernel keeps the pre-exec high-water mark), so after other benchmarks had grown the parent to
+600 MB, every child "peaked" at 600 MB before it had done anything.
 """
 
 from __future__ import annotations
@@ -27,6 +30,12 @@ from benchmarks.common import RESULT_MARK
 
 
 def _maxrss_mb() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     # Linux reports kilobytes, macOS bytes.
     raw = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return raw / (1024 * 1024) if sys.platform == "darwin" else raw / 1024
