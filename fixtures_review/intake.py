@@ -40,6 +40,8 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 from n17q_engine import canonical
 from n17q_engine.vocabulary import CAPTURE_FORMAT
 
+from .secret_rules import reference_rules
+
 REDACTED = "[redacted]"
 EFFECT_CLASSES = ("read", "mutation")
 BODY_ENCODINGS = ("base64", "gzip+base64")
@@ -742,16 +744,27 @@ def mask_token(rule: str) -> str:
 def scan_text(text: str) -> list[tuple[str, str]]:
     """(rule, value) for every secret found in `text`; one value reported once, by the first rule naming it.
 
-    A text with no place a rule could match (no token run that is not plainly an id, a digest or a harmless
-    link; no secret-sounding name followed by an assignment; no `Bearer`) costs one cheap pass and no rule.
+    Our own and detect-secrets' rules run only where one could match (a token run that is not plainly an id, a
+    digest or a harmless link; a secret-sounding name followed by an assignment; `Bearer`); the reference rule
+    set (gitleaks') runs on every text, behind its keyword automaton.
     """
+    found: dict[str, str] = {}
     by_anchor = _candidates(text)
-    if not by_anchor["token"] and not by_anchor["keyword"]:
-        return []
+    if by_anchor["token"] or by_anchor["keyword"]:
+        _scan_own_and_detect_secrets(text, by_anchor, found)
+    # The field's rule set (gitleaks' default rules) on the whole text: its keyword automaton is the prefilter, and
+    # RE2 keeps every rule linear in the text's size.
+    for hit in reference_rules().find(text):
+        value = hit.secret
+        if len(value) >= _MIN_SECRET and value not in found and not _is_placeholder(value):
+            found[value] = hit.rule
+    return [(rule, value) for value, rule in found.items()]
+
+
+def _scan_own_and_detect_secrets(text: str, by_anchor: dict[str, str], found: dict[str, str]) -> None:
     if len(text) <= _DIRECT_SCAN_CHARS:  # short: every rule that could match sees the whole text
         by_anchor = {anchor: text if window else "" for anchor, window in by_anchor.items()}
     lowered = {anchor: window.lower() for anchor, window in by_anchor.items()}
-    found: dict[str, str] = {}
     for rule in rules():
         candidate = by_anchor[rule.anchor]
         if not candidate or (rule.hints and not any(h in lowered[rule.anchor] for h in rule.hints)):
@@ -759,7 +772,6 @@ def scan_text(text: str) -> list[tuple[str, str]]:
         for value in rule.find(candidate):
             if len(value) >= _MIN_SECRET and value not in found and not _is_placeholder(value):
                 found[value] = rule.name
-    return [(rule, value) for value, rule in found.items()]
 
 
 # Every detector's match holds a run of at least 12 token characters (the value itself, a URL, a
