@@ -36,6 +36,21 @@ from .common import Config, median, row
 
 NAME = "capture"
 BUDGET_MB_S = 10.0
+PATHOLOGICAL_BUDGET_S = 5.0
+PATHOLOGICAL_BYTES = 10_000_000
+
+
+def pathological_body() -> str:
+    """10 MB of near-matches, one after another: every line holds the keywords of many reference rules and an
+    assignment of a value one character short of a token, so that each rule's prefilter admits the body and each
+    regex walks all of it. A backtracking engine would pay per attempt; RE2 is linear in the body."""
+    unit = (
+        'api_key = "sk_live_aaaaaaaa" token: ghp_aaaaaaaaaaaaaaaa secret=AKIAAAAAAAAAAAAA '
+        "password: xoxb-1-1 Bearer glpat-aaaa sk-ant-api03-aaaa npm_aaaa "
+    )
+    return (unit * (PATHOLOGICAL_BYTES // len(unit) + 1))[:PATHOLOGICAL_BYTES]
+
+
 DEFAULT_REPEAT = 5
 TARGET_BYTES = 4 * 1024 * 1024
 WORDS = [
@@ -244,6 +259,20 @@ def run(config: Config) -> dict[str, Any]:
                 Config(),  # the body sizes are this benchmark's own, not the run size --events sets
             )
         )
+    hostile = pathological_body()
+    raw = json.dumps(capture_with(hostile, "text/plain")).encode()
+    measured = time_intake(raw, 1 if repeat < 3 else 3)
+    details["pathological"] = {"body_bytes": len(hostile.encode()), **measured}
+    rows.append(
+        row(
+            f"capture intake: pathological body, near-matches ({len(hostile.encode()) / 1e6:.0f} MB)",
+            f"< {PATHOLOGICAL_BUDGET_S:g} s",
+            f"{measured['median_s']:.2f} s median ({', '.join(f'{r:.2f}' for r in measured['runs_s'])} s; "
+            f"{measured['findings']} findings)",
+            measured["median_s"] < PATHOLOGICAL_BUDGET_S,
+            Config(),
+        )
+    )
     html = html_body(random.Random(7))[: 1024 * 1024]
     sanitizers = time_sanitizers(html, repeat)
     details["sanitizers"] = {"html_bytes": len(html.encode()), **sanitizers}

@@ -157,9 +157,13 @@ class ReferenceRules:
                 continue
             start = m.start() + m.group(0).index(match)
             secret = match
-            # gitleaks takes the groups of the pattern applied again to the trimmed match.
-            again = rule.regex.search(match)
-            groups = again.groups() if again is not None else ()
+            # gitleaks takes the groups of the pattern applied again to the trimmed match; untrimmed, that is this
+            # match's own groups.
+            if len(match) == len(m.group(0)):
+                groups = m.groups()
+            else:
+                again = rule.regex.search(match)
+                groups = again.groups() if again is not None else ()
             if groups:
                 if rule.secret_group > 0:
                     if len(groups) < rule.secret_group:

@@ -20,6 +20,7 @@ ALNUM = string.ascii_letters + string.digits
 LOWER_ALNUM = string.ascii_lowercase + string.digits
 HEX = "0123456789abcdef"
 UPPER_DIGITS = string.ascii_uppercase + string.digits
+BASE32 = string.ascii_uppercase + "234567"
 URLSAFE = ALNUM + "-_"
 
 
@@ -56,7 +57,7 @@ def positives() -> dict[str, list[tuple[str, str]]]:
     out: dict[str, list[tuple[str, str]]] = {
         "artifactory": [one(lambda s: f'artifactory_token: "{s}"', "AKC" + rnd(70))],
         "awskey": [
-            one(lambda s: f"aws_access_key_id={s}", "AKIA" + rnd(16, UPPER_DIGITS)),
+            one(lambda s: f"aws_access_key_id={s}", "AKIA" + rnd(16, BASE32)),  # key ids are base32
             one(lambda s: f'aws_secret_access_key = "{s}"', rnd(40, ALNUM + "/+")),
         ],
         "azure-storage-key": [
@@ -101,9 +102,12 @@ def positives() -> dict[str, list[tuple[str, str]]]:
         ],
         "google-api-key": [one(lambda s: f"maps?key={s}", "AIza" + rnd(35, URLSAFE))],
         "google-oauth-token": [one(lambda s: f"token {s}", "ya29." + rnd(60, URLSAFE))],
-        "anthropic-api-key": [one(lambda s: f"ANTHROPIC_API_KEY {s}", "sk-ant-api03-" + rnd(80, URLSAFE))],
-        "openai-api-key": [one(lambda s: f"key {s}", "sk-proj-" + rnd(48, URLSAFE))],
-        "huggingface-token": [one(lambda s: f"HF {s}", "hf_" + rnd(34))],
+        # The providers' real shapes: 93 characters and "AA"; the T3BlbkFJ marker; 34 letters.
+        "anthropic-api-key": [one(lambda s: f"ANTHROPIC_API_KEY {s}", "sk-ant-api03-" + rnd(93, URLSAFE) + "AA")],
+        "openai-api-key": [
+            one(lambda s: f"key {s}", "sk-proj-" + rnd(74, URLSAFE) + "T3BlbkFJ" + rnd(73, URLSAFE) + rnd(1))
+        ],
+        "huggingface-token": [one(lambda s: f"HF {s}", "hf_" + rnd(34, string.ascii_letters))],
         "github-fine-grained-token": [one(lambda s: f"pat {s}", "github_pat_" + rnd(22) + "_" + rnd(59))],
         "connection-string-password": [one(lambda s: f"Server=db;Database=app;User Id=app;Password={s};", rnd(16))],
     }

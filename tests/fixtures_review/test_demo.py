@@ -27,7 +27,7 @@ def test_load_demo_stages_two_recordings_once_and_keeps_its_shape(capsys):
     again = load(capsys)
     assert again["staged"] == first["staged"] and StagedRecording.objects.count() == 2
     search = StagedRecording.objects.get(tool="docs.search")
-    assert {f["rule"] for f in search.findings} == {"git-hub-token"}
+    assert {f["rule"] for f in search.findings} == {"github-pat"}
     assert {r["rule"] for r in search.redactions} == {"secret-header", "signed-url-param"}
     assert search.encodings == {"response.body": "gzip+base64"}
     assert promotion_blockers(search) == ["1 unresolved finding(s)"]

@@ -68,7 +68,7 @@ def test_a_staged_recording_shows_what_a_reviewer_needs(client, role_user, seed_
     assert "Recording age" in page and "docs-api" in page and "docs@2026-07-01" in page
     # The response's shape (PostgreSQL's jsonb may return keys in another order).
     assert "items: [1 x {" in page and "title: string (12 chars)" in page and "url: string (22 chars)" in page
-    assert "git-hub-token" in page and "ghp_•••• (40 chars)" in page and token not in page
+    assert "github-pat" in page and "ghp_•••• (40 chars)" in page and token not in page
     assert "request.headers.Authorization" in page  # the redaction on intake
     assert "search-rotate-keys" in page and "only-staged" in page  # the nearest fixture and its field diff
     assert "unresolved finding(s) block approval" in page

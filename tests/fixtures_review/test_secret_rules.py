@@ -110,10 +110,9 @@ def test_intake_masks_what_the_reference_finds_and_keeps_no_piece_of_it():
         # Nothing past the public prefix survives, not even an 8-character piece.
         tail = token.split("_", 1)[-1] if token.startswith("npm_") else token[5:]
         assert not any(tail[i : i + 8] in stored for i in range(len(tail) - 7)), token
-    # npm's format is the reference's alone; the Slack token is named by the first rule that finds it.
     assert {f["path"]: f["rule"] for f in red.findings} == {
         "response.body.log": "npm-access-token",
-        "response.body.items[0].note": "slack",
+        "response.body.items[0].note": "slack-bot-token",
     }
 
 
