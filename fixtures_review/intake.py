@@ -29,6 +29,8 @@ import base64
 import binascii
 import functools
 import gzip
+import hashlib
+import hmac
 import json
 import re
 import zlib
@@ -309,7 +311,7 @@ class Redacted:
     """A capture after redaction and masking: what may be stored."""
 
     capture: dict[str, Any]
-    original_digest: str  # the digest of the capture as it arrived (canonical JSON), kept as provenance
+    original_digest: str  # keyed digest of the capture as it arrived (`original_digest`), "" when none is kept
     redactions: list[dict[str, str]] = field(default_factory=list)  # {path, rule}
     findings: list[dict[str, str]] = field(default_factory=list)  # {rule, path, preview}
     # "request.body" -> "gzip+base64": how a body arrived; it is stored decoded (text or JSON).
@@ -318,13 +320,13 @@ class Redacted:
     binary: dict[str, bytes] = field(default_factory=dict)
 
 
-def redact_capture(data: dict[str, Any], *, original_digest: str | None = None) -> Redacted:
+def redact_capture(data: dict[str, Any], *, original_digest: str = "") -> Redacted:
     """Redaction by place. `data` must have passed `parse_capture`; it is not modified (every redaction builds
     new containers; the strings it keeps are shared, being immutable)."""
     cap = dict(data)
     request, response = dict(data["request"]), dict(data["response"])
     cap["request"], cap["response"] = request, response
-    out = Redacted(capture=cap, original_digest=original_digest or canonical.digest_json(data))
+    out = Redacted(capture=cap, original_digest=original_digest)
     record = out.redactions.append
     request["url"] = redact_url(request["url"], "request.url", record)
     for where, part in (("request", request), ("response", response)):
@@ -999,17 +1001,26 @@ def _mask_pairs(text: str, where: str, findings: list[dict[str, str]]) -> str:
     return urlencode(kept, safe="[]:", quote_via=quote) if changed else text
 
 
-def intake(raw: bytes | str | dict) -> Redacted:
-    """Everything intake does before storage: parse, redact, scan and mask.
+def original_digest(raw: bytes | str | dict, key: bytes) -> str:
+    """The capture as it arrived (its bytes; the canonical JSON of a dict), keyed: `hmac:<HMAC-SHA256 hex>`.
 
-    The original digest is of the bytes as they arrived (of the canonical JSON when given a dict).
+    Keyed, it tells the console whether two captures were the same without being an oracle for what was removed:
+    a plain digest of a capture whose only secret is a 4-digit PIN gives the PIN back in 10,000 hashes to anyone
+    who sees the rest of the capture. The key is the server's (`fixtures_review.services.capture_digest_key`).
     """
-    digest = (
-        canonical.digest_bytes(raw if isinstance(raw, bytes) else raw.encode("utf-8"))
-        if not isinstance(raw, dict)
-        else None
-    )
-    return scan_capture(redact_capture(parse_capture(raw), original_digest=digest))
+    if isinstance(raw, dict):
+        data = canonical.canonical_json(raw)
+    else:
+        data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
+    return "hmac:" + hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def intake(raw: bytes | str | dict, *, digest_key: bytes | None = None) -> Redacted:
+    """Everything intake does before storage: parse, redact, scan and mask. The original digest is keyed by
+    `digest_key` (`original_digest`); without a key none is kept (""), never a plain digest."""
+    data = parse_capture(raw)
+    digest = original_digest(raw, digest_key) if digest_key is not None else ""
+    return scan_capture(redact_capture(data, original_digest=digest))
 
 
 def body_bytes(body: Any) -> bytes:

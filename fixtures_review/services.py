@@ -30,6 +30,7 @@ from django.core.files.storage import storages
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from n17q_engine import canonical
 from n17q_engine.contracts import ContractError
@@ -92,9 +93,20 @@ class StageResult:
         }
 
 
+def capture_digest_key() -> bytes:
+    """The server's key for captures' original digests: derived from SECRET_KEY for this one purpose (a new
+    SECRET_KEY gives new digests; a digest is provenance shown to reviewers, never a lookup across keys)."""
+    return salted_hmac("n17q.capture-original-digest", "key", algorithm="sha256").digest()
+
+
+def capture_original_digest(raw: bytes | str | dict) -> str:
+    """The keyed digest `capture_stage` keeps for a capture as it arrives."""
+    return intake.original_digest(raw, capture_digest_key())
+
+
 def capture_stage(*, raw: bytes | str | dict, user: Any = None, token: Any = None) -> StageResult:
     """Redact, scan and mask a capture, then store it as a staged recording. `intake.CaptureError` if bad."""
-    red = intake.intake(raw)
+    red = intake.intake(raw, digest_key=capture_digest_key())
     cap = red.capture
     actor = user if getattr(user, "is_authenticated", False) else None
     recording = _stage(
@@ -842,7 +854,7 @@ def recording_copy_similar(
         "world_revision": body.get("world_revision") or 0,
     }
     try:
-        red = intake.intake(capture)
+        red = intake.intake(capture, digest_key=capture_digest_key())
     except intake.CaptureError as exc:
         raise ReviewRefused(f"the candidate cannot be staged: {exc}") from None
     recording = _stage(

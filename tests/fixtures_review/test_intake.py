@@ -13,6 +13,8 @@ from django.urls import reverse
 from accounts.models import HarnessToken
 from fixtures_review import intake
 from fixtures_review.models import ReviewEvent, StagedRecording
+from n17q_engine import canonical
+from tests.bundles import EXAMPLE
 
 from .conftest import status_capture
 from .corpus import canary
@@ -204,3 +206,27 @@ def test_a_bad_capture_is_a_400_naming_the_field_and_stores_nothing(client, role
     assert response.json() == {"error": "request.args: required, an object (the tool call's arguments)"}
     assert post(client, b"[1,", key).json()["error"].startswith("the capture is not JSON")
     assert StagedRecording.objects.count() == 0
+
+
+def test_the_original_digest_is_keyed_so_a_low_entropy_secret_cannot_be_recovered_from_it():
+    # A capture whose only secret is a 4-digit PIN under a secret name: redacted by place, and the rest visible to
+    # a reviewer. A plain digest of the original would give the PIN back in 10,000 hashes; the keyed one does not.
+    base = json.loads((EXAMPLE.parent / "example-capture.json").read_text())
+    base["response"]["body"] = {"account": "acct-17", "pin": "4821"}
+    key = b"k" * 32
+    red = intake.intake(base, digest_key=key)
+    assert red.original_digest.startswith("hmac:") and "4821" not in json.dumps(red.capture)
+
+    def candidate(pin: str) -> dict:
+        guess = json.loads(json.dumps(base))
+        guess["response"]["body"]["pin"] = pin
+        return guess
+
+    plain = {canonical.digest_json(candidate(f"{n:04d}")) for n in range(10_000)}
+    assert red.original_digest.removeprefix("hmac:") not in {d.removeprefix("sha256:") for d in plain}
+    # Same capture, same key: the same digest (identity for the console); another key: another digest.
+    assert intake.intake(base, digest_key=key).original_digest == red.original_digest
+    assert intake.intake(base, digest_key=b"j" * 32).original_digest != red.original_digest
+    assert intake.original_digest(candidate("4821"), key) == red.original_digest
+    # Without a key, no digest is kept at all.
+    assert intake.intake(base).original_digest == ""

@@ -58,7 +58,7 @@ def test_it_stages_the_example_capture_with_its_authorization_redacted(seed_scen
     rec = StagedRecording.objects.get(public_id=out["staged"])
     assert rec.request["headers"]["Authorization"] == intake.REDACTED
     assert rec.outcome == "not_found" and rec.normalized_request == {"request_id": "req-7781"}
-    assert rec.original_digest.startswith("sha256:") and rec.state == "staged"
+    assert rec.original_digest.startswith("hmac:") and rec.state == "staged"
     assert [e.action for e in rec.events.all()] == ["staged"]
 
 

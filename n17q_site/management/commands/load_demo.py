@@ -45,15 +45,14 @@ class Command(JsonCommand):
 
     def _staged(self) -> list[dict[str, Any]]:
         """The demo's captures, staged once (by the operator, so the reviewer may approve them)."""
-        from fixtures_review.intake import redact_capture
         from fixtures_review.models import StagedRecording
-        from fixtures_review.services import capture_stage
+        from fixtures_review.services import capture_original_digest, capture_stage
         from n17q_demo.captures import demo_captures
 
         operator = get_user_model().objects.get(username="operator")
         out = []
         for capture in demo_captures():
-            held = StagedRecording.objects.filter(original_digest=redact_capture(capture).original_digest).first()
+            held = StagedRecording.objects.filter(original_digest=capture_original_digest(capture)).first()
             recording = held or capture_stage(raw=capture, user=operator).recording
             out.append({"staged": recording.public_id, "tool": recording.tool, "state": recording.state})
         return out
