@@ -51,18 +51,25 @@ MAX_BODY_BYTES = 32 * 1024 * 1024  # a decoded body larger than this is refused 
 
 # --- redaction rules -------------------------------------------------------------------------------------------
 
-# Headers that carry credentials by definition (compared lower-case). A header whose *name* is secret-named
-# (below) is redacted too: `X-Vendor-Token`, `X-Client-Secret`.
+# Headers that carry credentials, a rule set of its own (compared lower-case, `_` read as `-`): the names the
+# field uses for credentials (HTTP auth, cookies, API gateways, cloud and SaaS APIs, CSRF and session ids), any
+# name ending in a credential word (`-key`, `-token`, `-secret`, `-session`, `-session-id`, `-password`,
+# `-signature`, `-auth`), and any name holding `api-key`, `apikey`, `authorization`, `cookie` or `credential`.
+# Known non-secrets are kept: CORS headers (their values name headers or say whether credentials are allowed,
+# which changes what a fixture means), a WebSocket handshake nonce, an idempotency key the client chose.
 SECRET_HEADERS = frozenset(
     {
         "authorization",
         "proxy-authorization",
+        "authentication",
         "cookie",
         "set-cookie",
         "x-api-key",
         "api-key",
         "apikey",
         "x-auth-token",
+        "x-auth-key",
+        "x-auth-email-key",
         "x-access-token",
         "x-amz-security-token",
         "x-goog-api-key",
@@ -71,12 +78,48 @@ SECRET_HEADERS = frozenset(
         "x-functions-key",
         "x-csrf-token",
         "x-xsrf-token",
+        "csrf-token",
         "private-token",
+        "job-token",
         "x-gitlab-token",
         "x-hub-signature",
         "x-hub-signature-256",
+        "dd-api-key",
+        "dd-application-key",
+        "x-shopify-access-token",
+        "x-vault-token",
+        "x-consul-token",
+        "x-nomad-token",
+        "x-honeycomb-team",
+        "circle-token",
+        "x-figma-token",
+        "x-session-id",
+        "session-id",
+        "x-session-token",
+        "sessionid",
+        "x-upload-token",
+        "x-algolia-api-key",
+        "x-rapidapi-key",
+        "x-postmark-server-token",
+        "x-twilio-signature",
+        "x-slack-signature",
+        "stripe-signature",
     }
 )
+_SECRET_HEADER_SUFFIXES = (
+    "-key",
+    "-token",
+    "-secret",
+    "-session",
+    "-session-id",
+    "-sessionid",
+    "-password",
+    "-signature",
+    "-auth",
+)
+_SECRET_HEADER_PARTS = ("api-key", "apikey", "authorization", "cookie", "credential", "secret", "password")
+_NOT_SECRET_HEADER_PREFIXES = ("access-control-", "accept", "content-", "sec-websocket-")
+_NOT_SECRET_HEADERS = frozenset({"idempotency-key", "x-idempotency-key", "public-key-pins", "www-authenticate"})
 # Query parameters of signed URLs: AWS SigV4 (`X-Amz-*`), GCS V4 and V2 (`X-Goog-*`, `GoogleAccessId`,
 # `Signature`), Azure SAS (`sig`), CloudFront (`Signature`, `Key-Pair-Id`, `Policy`). Compared lower-case;
 # a prefix ends with `-`.
@@ -118,8 +161,18 @@ def is_secret_name(name: str) -> bool:
     return any(part in norm for part in _SECRET_NAME_PARTS)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_header(name: str) -> bool:
-    return name.lower() in SECRET_HEADERS or is_secret_name(name)
+    low = name.strip().lower().replace("_", "-")
+    if low in SECRET_HEADERS:
+        return True
+    if low in _NOT_SECRET_HEADERS or low.startswith(_NOT_SECRET_HEADER_PREFIXES):
+        return False
+    return (
+        low.endswith(_SECRET_HEADER_SUFFIXES)
+        or any(part in low for part in _SECRET_HEADER_PARTS)
+        or (is_secret_name(name))
+    )
 
 
 def is_signed_url_param(name: str) -> bool:

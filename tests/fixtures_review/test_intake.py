@@ -230,3 +230,52 @@ def test_the_original_digest_is_keyed_so_a_low_entropy_secret_cannot_be_recovere
     assert intake.original_digest(candidate("4821"), key) == red.original_digest
     # Without a key, no digest is kept at all.
     assert intake.intake(base).original_digest == ""
+
+
+def _with_request_headers(headers: dict) -> dict:
+    capture = status_capture()
+    capture["request"]["headers"] = headers
+    return capture
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "X-Auth-Key",
+        "DD-APPLICATION-KEY",
+        "DD-API-KEY",
+        "Authentication",
+        "X-Session-Id",
+        "session_id",
+        "X-Vendor-Token",
+        "X-Client-Secret",
+        "X-Partner-Signature",
+        "X-Upstream-Password",
+        "Cookie",
+        "Set-Cookie",
+        "Proxy-Authorization",
+    ],
+)
+def test_a_credential_header_is_redacted_by_its_name(name):
+    red = intake.intake(_with_request_headers({name: "opaque-value-7Kq2", "Accept": "application/json"}))
+    assert red.capture["request"]["headers"][name] == intake.REDACTED
+    assert red.capture["request"]["headers"]["Accept"] == "application/json"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("Access-Control-Allow-Credentials", "true"),
+        ("Access-Control-Allow-Headers", "Authorization, X-Api-Key"),
+        ("Content-Type", "application/json"),
+        ("User-Agent", "harness/1.4"),
+        ("X-Request-Id", "req-7781"),
+        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ("Idempotency-Key", "order-4411-attempt-2"),
+        ("X-RateLimit-Remaining", "17"),
+    ],
+)
+def test_a_header_that_is_not_a_credential_is_kept_as_it_was(name, value):
+    # Access-Control-Allow-Credentials changes what a fixture means; redacting it would change the fixture.
+    red = intake.intake(_with_request_headers({name: value}))
+    assert red.capture["request"]["headers"][name] == value and red.redactions == []
