@@ -446,14 +446,18 @@ def redact_url(url: str, where: str, record: Record) -> str:
 def redact_json(value: Any, where: str, record: Record, *, inherited: str | None = None) -> Any:
     """Secret-named fields at any depth: every string leaf under such a name is replaced.
 
-    Numbers, booleans and nulls under a secret name are kept: `max_tokens: 200` or `password_set: true` say
-    nothing secret, and replacing them would change meaning for no protection. Links anywhere lose their user
-    info and signed or secret-named parameters (a presigned download, a redirect target).
+    A number under a secret name is replaced too (`"pin": 4821`, `"otp": 123456`), unless the name says it
+    counts or measures something (`password_min_length`, `token_ttl`, `secret_version`); booleans and nulls are
+    kept (`password_set: true` says nothing secret). Links anywhere lose their user info and signed or
+    secret-named parameters (a presigned download, a redirect target).
     """
     if isinstance(value, dict):
         out = {}
         for key, child in value.items():
             rule = inherited or ("secret-name" if is_secret_name(key) else None)
+            if rule is not None and _is_number(child) and _measures(key):
+                out[key] = child  # a length, a count, a lifetime: not the secret itself
+                continue
             # Only what can change is visited (a call per node is most of the cost on a large body).
             if rule is not None or isinstance(child, dict | list) or (isinstance(child, str) and _link_to_check(child)):
                 out[key] = redact_json(child, join(where, key), record, inherited=rule)
@@ -469,12 +473,48 @@ def redact_json(value: Any, where: str, record: Record, *, inherited: str | None
             else child
             for i, child in enumerate(value)
         ]
-    if isinstance(value, str) and inherited and value and value != REDACTED:
+    if ((isinstance(value, str) and value) or _is_number(value)) and inherited and value != REDACTED:
         record({"path": where, "rule": inherited})
         return REDACTED
     if isinstance(value, str) and _link_to_check(value):
         return redact_url(value, where, record)
     return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_MEASURE_SUFFIXES = (
+    "length",
+    "len",
+    "count",
+    "size",
+    "ttl",
+    "max",
+    "min",
+    "seconds",
+    "secs",
+    "ms",
+    "age",
+    "version",
+    "attempts",
+    "expiry",
+    "expires",
+    "expiresin",
+    "expiresat",
+    "lifetime",
+    "timeout",
+    "at",
+    "rounds",
+    "bits",
+    "iterations",
+)
+
+
+def _measures(name: str) -> bool:
+    norm = _NON_ALNUM.sub("", name.lower())
+    return norm.endswith(_MEASURE_SUFFIXES)
 
 
 def _link_to_check(value: str) -> bool:

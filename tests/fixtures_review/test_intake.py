@@ -85,11 +85,12 @@ def test_secret_names_are_recognised_and_counters_are_not():
         assert not intake.is_secret_name(name), name
 
 
-def test_a_secret_named_number_is_kept():
+def test_a_secret_named_number_in_the_arguments_is_redacted_like_a_string():
     red = intake.intake(
         status_capture(request={**status_capture()["request"], "args": {"request_id": "r", "pin": 1234}})
     )
-    assert red.capture["request"]["args"]["pin"] == 1234
+    assert red.capture["request"]["args"] == {"request_id": "r", "pin": intake.REDACTED}
+    assert {"path": "request.args.pin", "rule": "secret-name"} in red.redactions
 
 
 def test_a_gzip_body_is_stored_decoded_with_its_encoding_recorded():
@@ -279,3 +280,19 @@ def test_a_header_that_is_not_a_credential_is_kept_as_it_was(name, value):
     # Access-Control-Allow-Credentials changes what a fixture means; redacting it would change the fixture.
     red = intake.intake(_with_request_headers({name: value}))
     assert red.capture["request"]["headers"][name] == value and red.redactions == []
+
+
+def test_a_number_under_a_secret_name_is_redacted_unless_the_name_measures_something():
+    capture = status_capture()
+    capture["response"]["body"] = {
+        "pin": 4821,
+        "otp": 123456,
+        "account": {"password": 20240611, "password_min_length": 12, "token_ttl": 3600, "password_set": True},
+        "api_keys": ["k-1", 998877],
+        "max_tokens": 200,
+    }
+    body = intake.intake(capture).capture["response"]["body"]
+    assert body["pin"] == body["otp"] == body["account"]["password"] == intake.REDACTED
+    assert body["api_keys"] == [intake.REDACTED, intake.REDACTED]
+    assert body["account"]["password_min_length"] == 12 and body["account"]["token_ttl"] == 3600
+    assert body["account"]["password_set"] is True and body["max_tokens"] == 200
