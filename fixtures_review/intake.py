@@ -924,12 +924,13 @@ def _is_placeholder(value: str, *, by_entropy: bool = True) -> bool:
     return bool(_PLACEHOLDER.match(value)) or (by_entropy and len(value) >= 8 and shannon_entropy(value) < 1.5)
 
 
-def mask_text(text: str, where: str, findings: list[dict[str, str]]) -> str:
-    """`text` with every secret found replaced by `[masked:<rule>]`, scanned again until nothing is left."""
+def mask_text(text: str, where: str, findings: list[dict[str, str]], *, depth: int = 0) -> str:
+    """`text` with every secret found replaced by `[masked:<rule>]`, scanned again until nothing is left; then
+    every base64 (or gzip+base64) run in it is decoded and scanned the same way (`_mask_encoded`)."""
     for _ in range(8):  # a keyword rule reports one match per pass; masking one can reveal none new
         hits = scan_text(text)
         if not hits:
-            return text
+            return _mask_encoded(_mask_utf16(text, where, findings), where, findings, depth)
         for rule, value in sorted(hits, key=lambda h: -len(h[1])):
             if value in text:
                 findings.append({"rule": rule, "path": where, "preview": preview(value)})
@@ -940,6 +941,101 @@ def mask_text(text: str, where: str, findings: list[dict[str, str]]) -> str:
 
 
 _TOKEN_CHARS = "[A-Za-z0-9_-]*"
+
+# Encoded forms inside a text: a run of base64 (standard or URL-safe) long enough to hold a credential is decoded
+# (and gunzipped when it is gzip), and if what comes out is text it is scanned like any text, down to
+# MAX_DECODE_DEPTH levels (base64 of a JSON document holding base64, a body encoded twice). A secret found inside
+# masks the whole encoded run: a piece of base64 cannot be masked in place.
+MAX_DECODE_DEPTH = 3
+_MAX_DECODED_BYTES = 4 * 1024 * 1024
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
+
+
+def _mask_encoded(text: str, where: str, findings: list[dict[str, str]], depth: int) -> str:
+    if depth >= MAX_DECODE_DEPTH or len(text) < 24:
+        return text
+
+    parts: list[str] = []
+    last = 0
+    for m in _B64_RUN.finditer(text):
+        run = m.group()
+        if run.islower() or run.isupper():  # the common case, checked before any call
+            continue
+        decoded = decode_text(run)
+        if decoded is None:
+            continue
+        inner: list[dict[str, str]] = []
+        mask_text(decoded, f"{where}(decoded)", inner, depth=depth + 1)
+        if inner:
+            findings.extend(inner)
+            parts += [text[last : m.start()], mask_token(inner[0]["rule"])]
+            last = m.end()
+    return "".join([*parts, text[last:]]) if parts else text
+
+
+def _mask_utf16(text: str, where: str, findings: list[dict[str, str]]) -> str:
+    """Text that is UTF-16 read as UTF-8 (a NUL after every ASCII character): scanned without the NULs, each
+    secret masked in its interleaved form."""
+    if text.count("\x00") < 12:
+        return text
+    for rule, value in scan_text(text.replace("\x00", "")):
+        spread = "\x00".join(value)
+        if spread in text:
+            findings.append({"rule": rule, "path": where, "preview": preview(value)})
+            text = text.replace(spread, "\x00".join(mask_token(rule)))
+    return text
+
+
+def _encoded_secret(text: str, depth: int = 0) -> bool:
+    """Whether a base64 run in `text` decodes to text in which a secret is found (at any decoding depth)."""
+    if depth >= MAX_DECODE_DEPTH:
+        return False
+    for m in _B64_RUN.finditer(text):
+        run = m.group()
+        if run.islower() or run.isupper():
+            continue
+        decoded = decode_text(run)
+        if decoded is not None and (scan_text(decoded) or _encoded_secret(decoded, depth + 1)):
+            return True
+    return False
+
+
+def decode_text(run: str) -> str | None:
+    """The text a base64 run encodes (gunzipped when gzip; UTF-8, or UTF-16 with a BOM or a zero byte every other
+    byte), or None when it does not decode to printable text.
+
+    A run in one letter case only (hex digests, UUIDs, paths, upper-case ids) is not looked at: base64 of text
+    of this length mixes both cases, and most long runs in a body are such ids.
+    """
+    if run.islower() or run.isupper() or len(run) % 4 == 1:
+        return None
+    try:
+        urlsafe = "-" in run or "_" in run
+        raw = base64.b64decode(run + "=" * (-len(run) % 4), altchars=b"-_" if urlsafe else None, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, _MAX_DECODED_BYTES)
+        except zlib.error:
+            return None
+    return _printable_text(raw)
+
+
+def _printable_text(raw: bytes) -> str | None:
+    text = None
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(raw) >= 8 and raw[1::2].count(0) > len(raw) // 3):
+        try:
+            text = raw.decode("utf-16")
+        except UnicodeDecodeError:
+            text = None
+    if text is None:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    printable = sum(1 for c in text if c.isprintable() or c in "\n\r\t")
+    return text if text and printable >= 0.95 * len(text) else None
 
 
 def mask_json(value: Any, where: str, findings: list[dict[str, str]]) -> Any:
@@ -953,7 +1049,11 @@ def mask_json(value: Any, where: str, findings: list[dict[str, str]]) -> Any:
         return mask_text(value, where, findings)
     if not isinstance(value, dict | list):
         return value
-    hits = scan_text("\n".join(_strings(value)))
+    joined = "\n".join(_strings(value))
+    hits = scan_text(joined)
+    if _encoded_secret(joined):  # base64 holding a secret somewhere: every leaf goes through mask_text
+        known_hits = {found: rule for rule, found in hits}
+        return _mask_leaves(value, where, findings, None, known_hits)
     if not hits:
         return value
     # The leaves to rescan are those holding a found value (as found in the JSON text, or unescaped); a value
@@ -1018,6 +1118,7 @@ def _mask_leaf(
 
 
 _PRINTABLE_RUN = re.compile(rb"[\x20-\x7e]{12,}")
+_UTF16LE_RUN = re.compile(rb"(?:[\x20-\x7e]\x00){12,}")
 
 
 def mask_binary(raw: bytes, where: str, findings: list[dict[str, str]]) -> bytes:
@@ -1032,6 +1133,25 @@ def mask_binary(raw: bytes, where: str, findings: list[dict[str, str]]) -> bytes
             idx = raw.find(needle, start, m.end())
             while idx != -1:
                 out[idx : idx + len(needle)] = b"*" * len(needle)
+                idx = raw.find(needle, idx + len(needle), m.end())
+        # A run that is base64 of something secret (a body encoded twice): the whole run is overwritten.
+        for b in _B64_RUN.finditer(run):
+            decoded = decode_text(b.group())
+            inner: list[dict[str, str]] = []
+            if decoded is not None:
+                mask_text(decoded, f"{where}(decoded)", inner, depth=1)
+            if inner:
+                findings.extend(inner)
+                out[m.start() + b.start() : m.start() + b.end()] = b"*" * (b.end() - b.start())
+    # Text stored as UTF-16 (little-endian, as Windows writes it): scanned decoded, overwritten in place.
+    for m in _UTF16LE_RUN.finditer(raw):
+        run = m.group(0).decode("utf-16-le")
+        for rule, value in scan_text(run):
+            findings.append({"rule": rule, "path": where, "preview": preview(value)})
+            needle = value.encode("utf-16-le")
+            idx = raw.find(needle, m.start(), m.end())
+            while idx != -1:
+                out[idx : idx + len(needle)] = "*".encode("utf-16-le") * len(value)
                 idx = raw.find(needle, idx + len(needle), m.end())
     return bytes(out)
 
@@ -1055,6 +1175,8 @@ def scan_capture(red: Redacted) -> Redacted:
             else:
                 if key == "url" and isinstance(part[key], str):
                     part[key] = mask_url(part[key], path, findings)
+                elif key == "body" and isinstance(part[key], str) and _FORM_RE.match(part[key].strip()):
+                    part[key] = _mask_pairs(part[key], f"{path}?", findings)  # a form's values, decoded
                 part[key] = mask_json(part[key], path, findings)
     return red
 

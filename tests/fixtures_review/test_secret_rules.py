@@ -6,6 +6,8 @@ small rule set built for the point; and intake masks what the reference finds.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import tomllib
 
@@ -124,3 +126,56 @@ def test_a_10_mb_body_of_near_matches_is_scanned_to_the_end():
     assert list(reference_rules().find(body[:200_000])) == []
     hits = list(reference_rules().find(body + " " + STRIPE))
     assert [h.secret for h in hits if h.rule == "stripe-access-token"] == [STRIPE]
+
+
+def _stored_after_intake(body: object, content_type: str) -> tuple[str, list[dict]]:
+    capture = json.loads((bundles.EXAMPLE.parent / "example-capture.json").read_text())
+    capture["response"] = {"status": 200, "headers": {"Content-Type": content_type}, "body": body}
+    red = intake.intake(capture)
+    stored = json.dumps(red.capture) + repr(red.binary)
+    return stored.replace("\\u0000", "").replace("\\x00", ""), red.findings
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.mark.parametrize(
+    ("case", "body", "content_type"),
+    [
+        ("base64 in a JSON field", lambda t: {"blob": _b64(json.dumps({"k": t}).encode())}, "application/json"),
+        ("gzip+base64 in a JSON field", lambda t: {"blob": _b64(gzip.compress(f"k={t}".encode()))}, "application/json"),
+        ("base64 of base64 in a field", lambda t: {"b": _b64(_b64(f"k {t} .".encode()).encode())}, "application/json"),
+        (
+            "a body encoded twice",
+            lambda t: {"encoding": "base64", "data": _b64(_b64(f"x {t} y".encode()).encode())},
+            "application/octet-stream",
+        ),
+        (
+            "UTF-16 inside a binary body",
+            lambda t: {
+                "encoding": "base64",
+                "data": _b64(b"\x89PNG\r\n\x1a\n" + f"x {t} y".encode("utf-16-le") + b"\xff"),
+            },
+            "application/octet-stream",
+        ),
+        ("a token in an HTML comment", lambda t: f"<p>hi</p><!-- debug: {t} -->", "text/html"),
+        (
+            "a URL-encoded form value",
+            lambda t: "a=1&b=" + t.replace("_", "%5F") + "&c=2",
+            "application/x-www-form-urlencoded",
+        ),
+        (
+            "a JSON document inside a string",
+            lambda t: {"payload": json.dumps({"auth": {"npm": t}})},
+            "application/json",
+        ),
+    ],
+)
+def test_a_secret_in_an_encoded_or_nested_form_is_found_and_nothing_of_it_is_stored(case, body, content_type):
+    stored, findings = _stored_after_intake(body(NPM), content_type)
+    assert findings, case
+    tail = NPM[4:]
+    assert not any(tail[i : i + 8] in stored for i in range(len(tail) - 7)), case
+    encoded = _b64(NPM.encode())
+    assert encoded[4:20] not in stored, case
