@@ -29,26 +29,28 @@ from typing import Any
 from benchmarks.common import RESULT_MARK
 
 
-def _maxrss_mb() -> float:
+def _proc_status_mb(field: str) -> float | None:
+    """A memory figure of /proc/self/status (`VmHWM`, `VmRSS`) in MB, or None where there is no /proc."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
+    return None
+
+
+def _maxrss_mb() -> float:
+    peak = _proc_status_mb("VmHWM")
+    if peak is not None:
+        return peak
     # Linux reports kilobytes, macOS bytes.
     raw = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return raw / (1024 * 1024) if sys.platform == "darwin" else raw / 1024
 
 
 def _rss_now_mb() -> float | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+    return _proc_status_mb("VmRSS")
 
 
 def _cpu_s() -> float:
