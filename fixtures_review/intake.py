@@ -1093,8 +1093,16 @@ def _mask_leaves(
     if isinstance(value, dict):
         out = {}
         for key, child in value.items():
-            path = join(where, key)
-            masked_key = _mask_leaf(key, path, findings, holder, known) if len(key) >= _MIN_SECRET else key
+            masked_key = key
+            if len(key) >= _MIN_SECRET:
+                # A secret that is a key: masked, and the path every finding names is the masked one (the
+                # finding's path is shown on the review page and in the API; it must not carry the secret).
+                key_findings: list[dict[str, str]] = []
+                masked_key = _mask_leaf(key, where, key_findings, holder, known)
+                for finding in key_findings:
+                    finding["path"] = join(where, masked_key)
+                findings.extend(key_findings)
+            path = join(where, masked_key)
             out[masked_key] = _mask_leaves(child, path, findings, holder, known)
         return out
     if isinstance(value, list):

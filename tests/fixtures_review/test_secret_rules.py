@@ -179,3 +179,14 @@ def test_a_secret_in_an_encoded_or_nested_form_is_found_and_nothing_of_it_is_sto
     assert not any(tail[i : i + 8] in stored for i in range(len(tail) - 7)), case
     encoded = _b64(NPM.encode())
     assert encoded[4:20] not in stored, case
+
+
+def test_a_secret_that_is_a_json_key_is_masked_in_the_stored_copy_and_in_every_finding_path():
+    stored, findings = _stored_after_intake({NPM: {"note": f"again {SLACK_BOT}"}}, "application/json")
+    written = stored + json.dumps(findings)
+    for token in (NPM, SLACK_BOT):
+        assert token[5:13] not in written
+    assert {f["path"] for f in findings} == {
+        'response.body["[masked:npm-access-token]"]',
+        'response.body["[masked:npm-access-token]"].note',
+    }
