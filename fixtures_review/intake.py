@@ -937,7 +937,16 @@ def mask_text(text: str, where: str, findings: list[dict[str, str]], *, depth: i
                 # The whole token is masked, not only what the rule's pattern took: a pattern that stops short of
                 # a token's end (a Slack token's later segments) must not leave the rest in clear.
                 text = re.sub(_TOKEN_CHARS + re.escape(value) + _TOKEN_CHARS, mask_token(rule), text)
+        if not any(rule in _keyword_rules() for rule, _ in hits):
+            # Every rule that reported reports all its matches in one pass: nothing is left to find but what is
+            # encoded. Only a keyword rule (one match per pass) needs the text scanned again.
+            return _mask_encoded(_mask_utf16(text, where, findings), where, findings, depth)
     return text
+
+
+@functools.cache
+def _keyword_rules() -> frozenset[str]:
+    return frozenset(rule.name for rule in rules() if rule.anchor == "keyword")
 
 
 _TOKEN_CHARS = "[A-Za-z0-9_-]*"
