@@ -102,6 +102,10 @@ def positives() -> dict[str, list[tuple[str, str]]]:
         ],
         "google-api-key": [one(lambda s: f"maps?key={s}", "AIza" + rnd(35, URLSAFE))],
         "google-oauth-token": [one(lambda s: f"token {s}", "ya29." + rnd(60, URLSAFE))],
+        "aws-secret-access-key": [
+            one(lambda s: f'aws_secret_access_key = "{s}"', "/" + rnd(39, ALNUM + "/+")),
+            one(lambda s: f"AWS_SECRET_KEY: '{s}'", "+" + rnd(39, ALNUM + "/+")),
+        ],
         # The providers' real shapes: 93 characters and "AA"; the T3BlbkFJ marker; 34 letters.
         "anthropic-api-key": [one(lambda s: f"ANTHROPIC_API_KEY {s}", "sk-ant-api03-" + rnd(93, URLSAFE) + "AA")],
         "openai-api-key": [
@@ -147,6 +151,7 @@ NEAR_MISSES: dict[str, list[str]] = {
     "signed-url-param": ["https://x.example/?signature_version=4", "https://x.example/?sig=short"],
     "google-api-key": ["AIza-short"],
     "google-oauth-token": ["ya29.short"],
+    "aws-secret-access-key": ['aws_secret_access_key = "${AWS_SECRET_ACCESS_KEY}"', "aws docs: rotate the secret key"],
     "anthropic-api-key": ["sk-ant-short"],
     "openai-api-key": ["sk-proj-short"],
     "huggingface-token": ["hf_hub_download", "hf_short"],
