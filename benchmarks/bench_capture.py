@@ -51,6 +51,26 @@ def pathological_body() -> str:
     return (unit * (PATHOLOGICAL_BYTES // len(unit) + 1))[:PATHOLOGICAL_BYTES]
 
 
+def hostile_bodies() -> dict[str, str]:
+    """Other hostile shapes, reported beside the budgeted one (no budget of their own): each would cost a scanner
+    with a quadratic step (a regex that backtracks over a token run, a replacement per value, a scan per run)
+    far more than its size."""
+    rng = random.Random(20261204)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+    def rnd(n: int) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(n))
+
+    size = PATHOLOGICAL_BYTES
+    return {
+        "one token run, a secret at its end": "a" * (size - 40) + "ghp_" + rnd(36),
+        "base64 runs of text, each decoded": " ".join(
+            base64.b64encode(f"log line {i} {rnd(16)}".encode()).decode() for i in range(size // 45)
+        ),
+        "a distinct secret on every line": "".join(f'api_key = "{rnd(24)}"\n' for _ in range(size // 36)),
+    }
+
+
 DEFAULT_REPEAT = 5
 TARGET_BYTES = 4 * 1024 * 1024
 WORDS = [
@@ -273,6 +293,19 @@ def run(config: Config) -> dict[str, Any]:
             Config(),
         )
     )
+    for name, body in hostile_bodies().items():
+        raw = json.dumps(capture_with(body, "text/plain")).encode()
+        measured = time_intake(raw, 1)
+        details.setdefault("hostile", {})[name] = {"body_bytes": len(body.encode()), **measured}
+        rows.append(
+            row(
+                f"capture intake: {name} ({len(body.encode()) / 1e6:.0f} MB)",
+                "report",
+                f"{measured['median_s']:.2f} s ({measured['findings']} findings)",
+                None,
+                Config(),
+            )
+        )
     html = html_body(random.Random(7))[: 1024 * 1024]
     sanitizers = time_sanitizers(html, repeat)
     details["sanitizers"] = {"html_bytes": len(html.encode()), **sanitizers}

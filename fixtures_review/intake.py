@@ -39,10 +39,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
+import ahocorasick
+
 from n17q_engine import canonical
 from n17q_engine.vocabulary import CAPTURE_FORMAT
 
-from .secret_rules import reference_rules, shannon_entropy
+from .secret_rules import compile_rule, decode, iter_spans, reference_rules, shannon_entropy, utf8
 
 REDACTED = "[redacted]"
 EFFECT_CLASSES = ("read", "mutation")
@@ -573,39 +575,65 @@ def redact_form(text: str, where: str, record: Record) -> str:
 
 
 # --- secret scanning -------------------------------------------------------------------------------------------
+#
+# Every rule runs on RE2 over the text's UTF-8 bytes (`secret_rules.compile_rule`), so a hostile body costs time in
+# proportion to its size whatever it holds: the reference's rules, the project's own, and detect-secrets'
+# detectors (their patterns compiled on RE2; `_to_re2` rewrites the one construct RE2 lacks that they use, a
+# look-behind for "not after a word character"). Every rule reports every match in one pass; masking then
+# replaces every occurrence of every value found in one pass over the text (an Aho-Corasick automaton of the
+# values), so a body of ten thousand secrets costs ten thousand replacements, not ten thousand passes.
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One detector: a name (the finding's `rule`), how it finds values, and a public prefix a preview may show."""
+    """One detector: a name (the finding's `rule`), how it finds values in a text's UTF-8 bytes, where it comes
+    from, and lower-case substrings one of which every match holds (a rule runs only on a text that has one)."""
 
     name: str
-    find: Callable[[str], Iterator[str]]
+    find_bytes: Callable[[bytes], Iterator[str]]
     source: str  # "detect-secrets" | "n17q"
-    # "keyword": matches only after a secret-sounding name and an assignment (`db_password = "…"`);
-    # "token": matches a run of token characters (a key's own format, a URL, `Bearer …`).
-    anchor: str = "token"
-    # Lower-case substrings one of which every match holds: a rule runs only on a text that has one.
     hints: tuple[str, ...] = ()
 
+    def find(self, text: str) -> Iterator[str]:
+        return self.find_bytes(utf8(text))
 
-def _regex(pattern: str, group: int = 0, flags: int = 0) -> Callable[[str], Iterator[str]]:
-    compiled = re.compile(pattern, flags)
 
-    def find(text: str) -> Iterator[str]:
-        for m in compiled.finditer(text):
-            value = m.group(group)
-            if value:
-                yield value
+def _re2_finder(
+    patterns: tuple[str, ...], pick: Callable[[bytes, list[tuple[int, int]]], bytes]
+) -> Callable[[bytes], Iterator[str]]:
+    compiled = tuple(compile_rule(p) for p in patterns)
+
+    def find(data: bytes) -> Iterator[str]:
+        for regex in compiled:
+            for spans in iter_spans(regex, data):
+                value = pick(data, spans)
+                if value:
+                    yield decode(value)
 
     return find
+
+
+def _group(n: int) -> Callable[[bytes, list[tuple[int, int]]], bytes]:
+    def pick(data: bytes, spans: list[tuple[int, int]]) -> bytes:
+        start, stop = spans[n]
+        return data[start:stop] if start >= 0 else b""
+
+    return pick
+
+
+def _first_group(data: bytes, spans: list[tuple[int, int]]) -> bytes:
+    return next((data[a:b] for a, b in spans[1:] if b > a >= 0), b"")
+
+
+def _regex(pattern: str, group: int = 0) -> Callable[[bytes], Iterator[str]]:
+    return _re2_finder((pattern,), _group(group))
 
 
 # The project's own rules, only for what the reference rule set (gitleaks', fixtures_review/secret_rules/) lacks:
 # the console's own token, credentials by place (a bearer header value, URL user info, a signed URL's signature, a
 # connection string's password), Google OAuth access tokens and AWS secret access keys. Each has a labelled
 # corpus in the tests.
-N17Q_RULES: tuple[tuple[str, Callable[[str], Iterator[str]]], ...] = (
+N17Q_RULES: tuple[tuple[str, Callable[[bytes], Iterator[str]]], ...] = (
     ("n17q-harness-token", _regex(r"n17q_[A-Za-z0-9_-]{43}")),
     ("bearer-token", _regex(r"\b[Bb]earer\s+([A-Za-z0-9._~+/-]{16,}=*)", 1)),
     # Credentials in any URL: scheme://user:password@host, user and password together (a user name can be the
@@ -614,10 +642,9 @@ N17Q_RULES: tuple[tuple[str, Callable[[str], Iterator[str]]], ...] = (
     (
         "signed-url-param",
         _regex(
-            r"[?&](?:X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|X-Goog-Signature|X-Goog-Credential|"
+            r"(?i)[?&](?:X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|X-Goog-Signature|X-Goog-Credential|"
             r"Signature|sig)=([A-Za-z0-9%/+=_.-]{16,})",
             1,
-            re.IGNORECASE,
         ),
     ),
     ("google-oauth-token", _regex(r"ya29\.[0-9A-Za-z_-]{20,}")),
@@ -630,22 +657,39 @@ N17Q_RULES: tuple[tuple[str, Callable[[str], Iterator[str]]], ...] = (
     ("connection-string-password", _regex(r"(?i)(?:^|;)\s*(?:password|pwd)\s*=\s*([^;\s\"']{4,})", 1)),
 )
 
+# A value assigned to a password-like name in quotes (`db_password = "…"`, `secret: '…'`, `"…" == password`,
+# `private_key "…";`, `api_key => "…"`): detect-secrets' keyword detector, its quotes-required patterns (the set it
+# applies to text of no known file type), rewritten for RE2: a back-reference to the opening quote becomes one
+# alternative per quote character. The reference's generic rule lets a value of letters only through, and a
+# password can be letters only. Unlike detect-secrets' own search, every match is reported, not the first.
+_KEYWORD_NAMES = (
+    r"(?:api_?key|auth_?key|service_?key|account_?key|db_?key|database_?key|priv_?key|private_?key|client_?key|"
+    r"db_?pass|database_?pass|key_?pass|password|passwd|pwd|secret|contraseña|contrasena)\w*"
+)
+_KEYWORD_VALUE = r"\w(?:[^\x0b'\"]*[^\x0b,'\"`])?"
+_QUOTED = f"(?:\"({_KEYWORD_VALUE})\"|'({_KEYWORD_VALUE})'|`({_KEYWORD_VALUE})`)"
+_CLOSING = r"(?:[\]'\"]{0,2})?"
+KEYWORD_PATTERNS = (
+    rf"(?i){_KEYWORD_NAMES}{_CLOSING}:\s*{_QUOTED}",  # api_key: "…"
+    rf"{_QUOTED}\s*[!=]{{2,3}}\s*\w*{_KEYWORD_NAMES}",  # "…" == password (case-sensitive, as detect-secrets')
+    rf"(?i){_KEYWORD_NAMES}{_CLOSING}\s*(?:={{1,3}}|!==?)\s*{_QUOTED}",  # password = "…", secret !== '…'
+    rf"(?i){_KEYWORD_NAMES}[^\s]{{0,50}}?\s*{_QUOTED};",  # private_key "…";
+    rf"(?i){_KEYWORD_NAMES}{_CLOSING}\s*=>?\s*{_QUOTED}",  # api_key => "…"
+)
+
 # detect-secrets' detectors used: only those for what the reference rule set (gitleaks') has no rule for, or finds
 # only next to a provider's name: IBM Cloud IAM and COS HMAC keys, Softlayer, Cloudant, Azure storage account keys,
 # Discord bot tokens, Square OAuth secrets, and bare Mailchimp keys, Telegram bot tokens and Twilio keys. The others
 # are the reference's too, where each comes with the field's allowlists, entropy floors and labelled samples;
 # detect-secrets alone is measured beside intake in tests/fixtures_review/test_gitleaks_corpus.py. Left out as
 # before: the high-entropy string detectors (they flag UUIDs, digests, commit ids and base64 images, the controls
-# that must stay clean) and the public-IP one.
+# that must stay clean) and the public-IP one. Their patterns run on RE2 (`_to_re2`).
 DETECT_SECRETS_PLUGINS = (
     "AzureStorageKeyDetector",
     "CloudantDetector",
     "DiscordBotTokenDetector",
     "IbmCloudIamDetector",
     "IbmCosHmacDetector",
-    # A value assigned to a password-like name (`db_password = "…"`): the reference's generic rule lets a value of
-    # letters only through, and a password can be letters only.
-    "KeywordDetector",
     "MailchimpDetector",
     "SoftlayerDetector",
     "SquareOAuthDetector",
@@ -670,10 +714,6 @@ DETECT_SECRETS_COVERED_BY_THE_REFERENCE = (
     "StripeDetector",
 )
 
-_KEYWORD_ANCHORED = frozenset(
-    {"KeywordDetector", "CloudantDetector", "IbmCloudIamDetector", "IbmCosHmacDetector", "SoftlayerDetector"}
-)
-
 
 # What every match of a rule holds (lower-case), so a text without it costs the rule one substring test.
 # The labelled corpus tests every rule, so a hint that misses its own rule's matches fails there.
@@ -682,6 +722,7 @@ HINTS: dict[str, tuple[str, ...]] = {
     "mailchimp": ("-us",),
     "square-oauth": ("sq0csp-",),
     "twilio-key": ("ac", "sk"),
+    "keyword": ("key", "pass", "pwd", "secret", "contrase"),
     "n17q-harness-token": ("n17q_",),
     "bearer-token": ("bearer",),
     "url-userinfo": ("@",),
@@ -697,46 +738,76 @@ def _slug(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", name).lower().replace("a-w-s", "aws")
 
 
-def _with_hints(rule: Rule) -> Rule:
-    return Rule(rule.name, rule.find, rule.source, rule.anchor, HINTS.get(rule.name, ()))
+_LOOKBEHIND_NOT_WORD = r"(?:(?<=\W)|(?<=^))"
+# A group that ends in "not followed by one of these characters": `([a-f0-9]{48}(?![a-f0-9]))`.
+_GROUP_THEN_NOT_FOLLOWED = re.compile(r"\(([^()]*)\(\?!\[([^\]]+)\]\)\)")
 
 
-def _detect_secrets_rules(names: tuple[str, ...] = DETECT_SECRETS_PLUGINS) -> tuple[Rule, ...]:
+def _to_re2(regex: re.Pattern[str]) -> str:
+    """A detect-secrets pattern as RE2 syntax: its flags inline, and the two look-arounds its detectors use, which
+    RE2 lacks, as what they mean taken into the match (the value is a group of its own, so the group is the same):
+    "not after a word character" as a non-word character or the start, "not followed by one of these" after a
+    group as one other character or the end, outside the group. re2.error when something else is not RE2's."""
+    pattern = regex.pattern.replace(_LOOKBEHIND_NOT_WORD, r"(?:^|\W)")
+    pattern = _GROUP_THEN_NOT_FOLLOWED.sub(r"(\1)(?:[^\2]|$)", pattern)
+    flags = ("i" if regex.flags & re.IGNORECASE else "") + ("m" if regex.flags & re.MULTILINE else "")
+    return f"(?{flags}){pattern}" if flags else pattern
+
+
+def _detect_secrets_plugins(names: tuple[str, ...]) -> dict[str, Any]:
     import detect_secrets.plugins as plugins_pkg
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
     mapping: dict[str, Any] = get_mapping_from_secret_type_to_class()
     classes = {plugin_class.__name__: plugin_class for plugin_class in mapping.values()}
+    missing = [name for name in names if name not in classes]
+    if missing:  # pragma: no cover - a detector renamed upstream must be noticed, not skipped
+        raise RuntimeError(f"detect-secrets has no {missing[0]} (installed from {plugins_pkg.__path__})")
+    return {name: classes[name]() for name in names}
+
+
+def _denylist_value(data: bytes, spans: list[tuple[int, int]]) -> bytes:
+    """What to mask of a detect-secrets match. Its own analyze_string yields a regex's groups when it has any,
+    which for some detectors is a prefix (`ghp`), not the secret: the last non-empty group is taken when it is at
+    least 8 characters long (a password after `user:`, a key after its keyword), else the whole match without the
+    delimiters some patterns take before and after the value (`"AKC…"`)."""
+    groups = [data[a:b] for a, b in spans[1:] if b > a >= 0]
+    if groups and len(groups[-1]) >= 8:
+        return groups[-1]
+    start, stop = spans[0]
+    return data[start:stop].lstrip(b' \t\r\n"=:').rstrip(b' \t\r\n"')
+
+
+def _detect_secrets_rules() -> tuple[Rule, ...]:
+    """The detect-secrets detectors intake runs, on RE2."""
+    plugins = _detect_secrets_plugins(DETECT_SECRETS_PLUGINS)
+    return tuple(
+        Rule(_slug(name), _re2_finder(tuple(_to_re2(r) for r in plugin.denylist), _denylist_value), "detect-secrets")
+        for name, plugin in plugins.items()
+    )
+
+
+def _detect_secrets_as_published(names: tuple[str, ...]) -> tuple[Rule, ...]:
+    """detect-secrets' detectors run by detect-secrets itself (Python's `re`, one match per keyword pattern), for
+    the comparison: the library as a user of it would get it."""
     rules: list[Rule] = []
-    for name in names:
-        cls = classes.get(name)
-        if cls is None:  # pragma: no cover - a detector renamed upstream must be noticed, not skipped
-            raise RuntimeError(f"detect-secrets has no {name} (installed from {plugins_pkg.__path__})")
-        plugin = cls()
-        if name == "JwtTokenDetector":
-            # Its analyze_string yields every eyJ… match; analyze_line keeps only well-formed tokens.
-            rules.append(Rule("jwt", _jwt_finder(plugin), "detect-secrets"))
+    for name, plugin in _detect_secrets_plugins(names).items():
+        if name == "JwtTokenDetector":  # its analyze_string yields every eyJ… match; analyze_line keeps well-formed
+            rules.append(Rule("jwt", _published_jwt(plugin), "detect-secrets"))
         else:
-            anchor = "keyword" if name in _KEYWORD_ANCHORED else "token"
-            find = _denylist_finder(plugin) if hasattr(plugin, "denylist") else plugin.analyze_string
-            rules.append(Rule(_slug(name), find, "detect-secrets", anchor))
+            rules.append(Rule(_slug(name), _published(plugin), "detect-secrets"))
     return tuple(rules)
 
 
-def _denylist_finder(plugin: Any) -> Callable[[str], Iterator[str]]:
-    """The detector's own regexes, yielding what to mask.
-
-    detect-secrets' analyze_string yields a regex's groups when it has any, which for some detectors is a
-    prefix (`ghp`), not the secret; a mask needs the secret. The last non-empty group is taken when it is at
-    least 8 characters long (a password after `user:`, a key after its keyword), else the whole match.
-    """
-    patterns = tuple(plugin.denylist)
-
-    def find(text: str) -> Iterator[str]:
-        for regex in patterns:
+def _published(plugin: Any) -> Callable[[bytes], Iterator[str]]:
+    def find(data: bytes) -> Iterator[str]:
+        text = decode(data)
+        if not hasattr(plugin, "denylist"):
+            yield from plugin.analyze_string(text)
+            return
+        for regex in plugin.denylist:
             for m in regex.finditer(text):
                 groups = [g for g in m.groups() if g]
-                # Some patterns take the delimiter before and after the value (`"AKC…"`): not part of it.
                 value = (
                     groups[-1]
                     if groups and len(groups[-1]) >= 8
@@ -748,11 +819,9 @@ def _denylist_finder(plugin: Any) -> Callable[[str], Iterator[str]]:
     return find
 
 
-def _jwt_finder(plugin: Any) -> Callable[[str], Iterator[str]]:
-    def find(text: str) -> Iterator[str]:
-        if "eyJ" not in text:
-            return
-        for value in plugin.analyze_string(text):
+def _published_jwt(plugin: Any) -> Callable[[bytes], Iterator[str]]:
+    def find(data: bytes) -> Iterator[str]:
+        for value in plugin.analyze_string(decode(data)):
             if plugin.is_formally_valid(value):
                 yield value
 
@@ -763,17 +832,22 @@ _RULES: tuple[Rule, ...] | None = None
 
 
 def detect_secrets_alone() -> tuple[Rule, ...]:
-    """Every detect-secrets format detector, the ones intake leaves to the reference included: the comparison."""
+    """Every detect-secrets format detector and its keyword detector, run by detect-secrets as published: the
+    comparison."""
+    names = DETECT_SECRETS_PLUGINS + DETECT_SECRETS_COVERED_BY_THE_REFERENCE + ("KeywordDetector",)
     return tuple(
-        _with_hints(r) for r in _detect_secrets_rules(DETECT_SECRETS_PLUGINS + DETECT_SECRETS_COVERED_BY_THE_REFERENCE)
+        Rule(r.name, r.find_bytes, r.source, HINTS.get(r.name, ())) for r in _detect_secrets_as_published(names)
     )
 
 
 def rules() -> tuple[Rule, ...]:
+    """The rules intake runs besides the reference's: detect-secrets' (on RE2), the keyword rule, the project's."""
     global _RULES
     if _RULES is None:
-        found = _detect_secrets_rules() + tuple(Rule(name, find, "n17q") for name, find in N17Q_RULES)
-        _RULES = tuple(_with_hints(rule) for rule in found)
+        keyword = Rule("keyword", _re2_finder(KEYWORD_PATTERNS, _first_group), "detect-secrets")
+        own = tuple(Rule(name, find, "n17q") for name, find in N17Q_RULES)
+        found = (*_detect_secrets_rules(), keyword, *own)
+        _RULES = tuple(Rule(r.name, r.find_bytes, r.source, HINTS.get(r.name, ())) for r in found)
     return _RULES
 
 
@@ -824,102 +898,25 @@ def mask_token(rule: str) -> str:
 def scan_text(text: str) -> list[tuple[str, str]]:
     """(rule, value) for every secret found in `text`; one value reported once, by the first rule naming it.
 
-    The reference rule set (gitleaks') runs on every text, behind its keyword automaton, and names what it finds;
-    our own and detect-secrets' rules (for what the reference lacks) run only where one could match (a token run
-    that is not plainly an id, a digest or a harmless link; a secret-sounding name followed by an assignment;
-    `Bearer`).
+    The reference rule set (gitleaks') runs first, behind its keyword automaton; then our own and detect-secrets'
+    rules for what the reference lacks, each behind its hints. All of them on RE2, over the same UTF-8 bytes.
     """
     found: dict[str, str] = {}
-    # The field's rule set (gitleaks' default rules) first, on the whole text: its keyword automaton is the
-    # prefilter, and RE2 keeps every rule linear in the text's size.
-    for hit in reference_rules().find(text):
+    data = utf8(text)
+    lowered = text.lower()
+    for hit in reference_rules().find(text, lowered, data):
         # A rule whose first group is a fragment of the token's structure (a repeated `[a-z0-9]{4}-` of a webhook
         # path) names a few characters as the secret: then the whole match is what to mask.
         value = hit.secret if len(hit.secret) >= _SHORTEST_REFERENCE_SECRET else hit.match
         if len(value) >= _MIN_SECRET and value not in found and not _is_placeholder(value, by_entropy=False):
             found[value] = hit.rule
-    by_anchor = _candidates(text)
-    if by_anchor["token"] or by_anchor["keyword"]:
-        _scan_own_and_detect_secrets(text, by_anchor, found)
-    return [(rule, value) for value, rule in found.items()]
-
-
-def _scan_own_and_detect_secrets(text: str, by_anchor: dict[str, str], found: dict[str, str]) -> None:
-    if len(text) <= _DIRECT_SCAN_CHARS:  # short: every rule that could match sees the whole text
-        by_anchor = {anchor: text if window else "" for anchor, window in by_anchor.items()}
-    lowered = {anchor: window.lower() for anchor, window in by_anchor.items()}
     for rule in rules():
-        candidate = by_anchor[rule.anchor]
-        if not candidate or (rule.hints and not any(h in lowered[rule.anchor] for h in rule.hints)):
+        if rule.hints and not any(h in lowered for h in rule.hints):
             continue
-        for value in rule.find(candidate):
+        for value in rule.find_bytes(data):
             if len(value) >= _MIN_SECRET and value not in found and not _is_placeholder(value):
                 found[value] = rule.name
-
-
-# Every detector's match holds a run of at least 12 token characters (the value itself, a URL, a
-# `key=value` pair) or follows a secret-sounding keyword and an assignment. A long text is scanned only
-# around those places: windows cut from the text with enough context before (`Bearer `, a PEM header) and
-# after (a PEM footer) for every rule to match as it would on the whole text; keyword-anchored rules see
-# only the windows after a keyword and an assignment. The labelled corpus runs every rule both ways
-# (tests/fixtures_review/test_scanning.py).
-_DIRECT_SCAN_CHARS = 4096
-_TOKEN_RUN = re.compile(r"[A-Za-z0-9_+/=.:@%;~-]{12,}")
-_KEYWORDS = ("pass", "pwd", "secret", "key", "token", "contrase", "cred", "auth")
-_ASSIGNMENT = re.compile(r"[A-Za-z0-9_-]*[\]'\"]{0,2}\s*(?:=|:|<-|->|=>)")
-_BEFORE, _AFTER, _KEYWORD_BEFORE, _KEYWORD_AFTER = 40, 40, 60, 240
-
-
-# Token runs no rule can match: lower-case hex (UUIDs, digests, commit ids; a rule for a hex secret is
-# keyword-anchored or has a non-hex part), timestamps and numbers, and links with nothing secret-looking in them.
-_BENIGN_TOKEN = re.compile(r"(?:[a-z_]{1,24}[=:])?(?:(?:sha(?:1|256|512):)?[0-9a-f-]+|[0-9TZ:.+-]+)")
-_URL_SUSPECT = ("@", "sig", "token", "key", "x-amz", "x-goog", "secret", "pass", "pwd", "auth", "cred", "session")
-
-
-def _benign(token: str) -> bool:
-    m = _BENIGN_TOKEN.fullmatch(token)
-    if m:
-        # `req=<uuid>` is an id; `token=<hex>` is not, whatever its value looks like.
-        name = token.split("=", 1)[0] if "=" in token else ""
-        return not (name and is_secret_name(name))
-    if token.startswith(("https://", "http://")):
-        low = token.lower()
-        return not any(s in low for s in _URL_SUSPECT)
-    return False
-
-
-def _candidates(text: str) -> dict[str, str]:
-    tokens = [
-        (max(0, m.start() - _BEFORE), m.end() + _AFTER) for m in _TOKEN_RUN.finditer(text) if not _benign(m.group())
-    ]
-    keywords = []
-    low = text.lower()
-    # `Bearer <token>`: the token may be plain hex, so its window opens at the word, not at the token.
-    i = low.find("bearer")
-    while i != -1:
-        tokens.append((max(0, i - 8), i + 6 + _KEYWORD_AFTER))
-        i = low.find("bearer", i + 6)
-    for keyword in _KEYWORDS:
-        i = low.find(keyword)
-        while i != -1:
-            end = i + len(keyword)
-            if _ASSIGNMENT.match(low, end):
-                keywords.append((max(0, i - _KEYWORD_BEFORE), end + _KEYWORD_AFTER))
-            i = low.find(keyword, end)
-    return {"token": _windows(text, tokens), "keyword": _windows(text, keywords)}
-
-
-def _windows(text: str, spans: list[tuple[int, int]]) -> str:
-    if not spans:
-        return ""
-    spans.sort()
-    merged = [list(spans[0])]
-    for start, end in spans[1:]:
-        if start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return "\n\n".join(text[s:e] for s, e in merged)
+    return [(rule, value) for value, rule in found.items()]
 
 
 _PLACEHOLDER = re.compile(r"^(?:\[redacted\]|\[masked:[a-z0-9-]+\]|\*+|x+|X+|<[^>]*>|\$\{[^}]*\}|\{\{[^}]*\}\})$")
@@ -933,55 +930,123 @@ def _is_placeholder(value: str, *, by_entropy: bool = True) -> bool:
 
 
 def mask_text(text: str, where: str, findings: list[dict[str, str]], *, depth: int = 0) -> str:
-    """`text` with every secret found replaced by `[masked:<rule>]`, scanned again until nothing is left; then
-    every base64 (or gzip+base64) run in it is decoded and scanned the same way (`_mask_encoded`)."""
-    for _ in range(8):  # a keyword rule reports one match per pass; masking one can reveal none new
-        hits = scan_text(text)
-        for rule, value in sorted(hits, key=lambda h: -len(h[1])):
-            if value in text:
-                findings.append({"rule": rule, "path": where, "preview": preview(value)})
-                # The whole token is masked, not only what the rule's pattern took: a pattern that stops short of
-                # a token's end (a Slack token's later segments) must not leave the rest in clear.
-                text = re.sub(_TOKEN_CHARS + re.escape(value) + _TOKEN_CHARS, mask_token(rule), text)
-        # Every rule other than a keyword rule reports all its matches in one pass: then nothing is left to find
-        # but what is encoded. Only a keyword rule's report sends the text round again.
-        if not any(rule in _keyword_rules() for rule, _ in hits):
-            break
-    else:
-        return text
+    """`text` with every secret found replaced by `[masked:<rule>]`; then text stored as UTF-16 inside it
+    (`_mask_utf16`) and every base64 (or gzip+base64) run in it, decoded (`_mask_encoded`)."""
+    hits = scan_text(text)
+    if hits:
+        text = _mask_values(text, {value: rule for rule, value in hits}, where, findings)
     return _mask_encoded(_mask_utf16(text, where, findings), where, findings, depth)
 
 
-@functools.cache
-def _keyword_rules() -> frozenset[str]:
-    return frozenset(rule.name for rule in rules() if rule.anchor == "keyword")
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_TOKEN_RUN_FROM = re.compile(r"[A-Za-z0-9_-]*")
 
 
-_TOKEN_CHARS = "[A-Za-z0-9_-]*"
+def _token_end(text: str, end: int) -> int:
+    """Where the run of token characters that reaches `end` ends."""
+    m = _TOKEN_RUN_FROM.match(text, end)
+    return m.end() if m else end
+
+
+def _mask_values(
+    text: str,
+    values: dict[str, str],
+    where: str,
+    findings: list[dict[str, str]],
+    *,
+    replace: Callable[[str, str], str] | None = None,
+    whole_tokens: bool = True,
+) -> str:
+    """Every occurrence of every value (`{value: rule}`) in `text` replaced, in one pass: by `[masked:<rule>]`, or
+    by what `replace(rule, span)` gives. With `whole_tokens`, a span is widened to the whole token it sits in (a
+    pattern that stops short of a token's end, a Slack token's later segments, must not leave the rest in clear).
+    One finding per value that occurs, longest first, at `where`."""
+    automaton = ahocorasick.Automaton()
+    for value, rule in values.items():
+        if value:
+            automaton.add_word(value, (len(value), rule, value))
+    if not len(automaton):
+        return text
+    automaton.make_automaton()
+    spans = sorted(
+        ((last - n + 1, last + 1, rule, value) for last, (n, rule, value) in automaton.iter(text)),
+        key=lambda s: (s[0], s[0] - s[1]),
+    )
+    if not spans:
+        return text
+    present: dict[str, str] = {}
+    merged: list[list[Any]] = []  # [start, end, rule]
+    for start, end, rule, value in spans:
+        present.setdefault(value, rule)
+        floor = merged[-1][1] if merged else 0
+        if whole_tokens:
+            while start > floor and text[start - 1] in _TOKEN_CHARS:
+                start -= 1
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1][1] = _token_end(text, end) if whole_tokens else end
+            continue
+        merged.append([start, _token_end(text, end) if whole_tokens else end, rule])
+    for value, rule in sorted(present.items(), key=lambda item: -len(item[0])):
+        findings.append({"rule": rule, "path": where, "preview": preview(value)})
+    out: list[str] = []
+    last = 0
+    for start, end, rule in merged:
+        out += [text[last:start], replace(rule, text[start:end]) if replace else mask_token(rule)]
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
 
 # Encoded forms inside a text: a run of base64 (standard or URL-safe) long enough to hold a credential is decoded
 # (and gunzipped when it is gzip), and if what comes out is text it is scanned like any text, down to
 # MAX_DECODE_DEPTH levels (base64 of a JSON document holding base64, a body encoded twice). A secret found inside
-# masks the whole encoded run: a piece of base64 cannot be masked in place.
+# masks the whole encoded run: a piece of base64 cannot be masked in place. The decoded runs of a text are scanned
+# together, as one text (a separator between them that no value crosses), so ten thousand runs cost one scan.
 MAX_DECODE_DEPTH = 3
 _MAX_DECODED_BYTES = 4 * 1024 * 1024
 _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
+_RUN_SEPARATOR = "\n\x00\n"
+_MASKED = re.compile(r"\[masked:([a-z0-9-]+)\]")
 
 
 def _mask_encoded(text: str, where: str, findings: list[dict[str, str]], depth: int) -> str:
     if depth >= MAX_DECODE_DEPTH or len(text) < 24:
         return text
-
+    spans = _encoded_runs_holding_secrets(text, where, findings, depth)
+    if not spans:
+        return text
     parts: list[str] = []
     last = 0
-    for m, decoded in _decoded_runs(text):
-        inner: list[dict[str, str]] = []
-        mask_text(decoded, f"{where}(decoded)", inner, depth=depth + 1)
-        if inner:
-            findings.extend(inner)
-            parts += [text[last : m.start()], mask_token(inner[0]["rule"])]
-            last = m.end()
-    return "".join([*parts, text[last:]]) if parts else text
+    for start, end, rule in spans:
+        parts += [text[last:start], mask_token(rule)]
+        last = end
+    return "".join([*parts, text[last:]])
+
+
+def _encoded_runs_holding_secrets(
+    text: str, where: str, findings: list[dict[str, str]], depth: int
+) -> list[tuple[int, int, str]]:
+    """(start, end, rule) of each base64 run of `text` whose decoded text holds a secret; the findings inside are
+    added to `findings` at `<where>(decoded)`."""
+    runs = list(_decoded_runs(text))
+    if not runs:
+        return []
+    inner: list[dict[str, str]] = []
+    joined = _RUN_SEPARATOR.join(decoded for _start, _end, decoded in runs)
+    masked = mask_text(joined, f"{where}(decoded)", inner, depth=depth + 1)
+    if not inner:
+        return []
+    findings.extend(inner)
+    pieces: list[str | None] = list(masked.split(_RUN_SEPARATOR))
+    if len(pieces) != len(runs):  # a value that crossed a separator: every run is masked
+        pieces = [None] * len(runs)
+    out = []
+    for (start, end, decoded), piece in zip(runs, pieces, strict=True):
+        if piece is None or piece != decoded:
+            named = _MASKED.search(piece or "")
+            out.append((start, end, named.group(1) if named else inner[0]["rule"]))
+    return out
 
 
 def _mask_utf16(text: str, where: str, findings: list[dict[str, str]]) -> str:
@@ -989,30 +1054,43 @@ def _mask_utf16(text: str, where: str, findings: list[dict[str, str]]) -> str:
     secret masked in its interleaved form."""
     if text.count("\x00") < 12:
         return text
-    for rule, value in scan_text(text.replace("\x00", "")):
-        spread = "\x00".join(value)
-        if spread in text:
-            findings.append({"rule": rule, "path": where, "preview": preview(value)})
-            text = text.replace(spread, "\x00".join(mask_token(rule)))
-    return text
+    spread = {"\x00".join(value): rule for rule, value in scan_text(text.replace("\x00", ""))}
+    if not spread:
+        return text
+    unspread: list[dict[str, str]] = []
+    masked = _mask_values(
+        text, spread, where, unspread, replace=lambda rule, _span: "\x00".join(mask_token(rule)), whole_tokens=False
+    )
+    findings.extend({**f, "preview": _unspread_preview(f["preview"])} for f in unspread)
+    return masked
+
+
+def _unspread_preview(spread_preview: str) -> str:
+    # The preview of an interleaved value counts its NULs: give the value's own length.
+    m = re.search(r"\((\d+) chars\)$", spread_preview)
+    return spread_preview if m is None else spread_preview[: m.start()] + f"({(int(m.group(1)) + 1) // 2} chars)"
 
 
 def _encoded_secret(text: str, depth: int = 0) -> bool:
     """Whether a base64 run in `text` decodes to text in which a secret is found (at any decoding depth)."""
     if depth >= MAX_DECODE_DEPTH:
         return False
-    return any(scan_text(decoded) or _encoded_secret(decoded, depth + 1) for _m, decoded in _decoded_runs(text))
+    runs = [decoded for _start, _end, decoded in _decoded_runs(text)]
+    if not runs:
+        return False
+    joined = _RUN_SEPARATOR.join(runs)
+    return bool(scan_text(joined)) or _encoded_secret(joined, depth + 1)
 
 
-def _decoded_runs(text: str) -> Iterator[tuple[re.Match[str], str]]:
-    """Each base64 run of `text` that decodes to text, with that text."""
+def _decoded_runs(text: str) -> Iterator[tuple[int, int, str]]:
+    """Each base64 run of `text` that decodes to text: its start, its end, and that text."""
     for m in _B64_RUN.finditer(text):
         run = m.group()
         if run.islower() or run.isupper():  # the common case (ids, digests), checked before any call
             continue
         decoded = decode_text(run)
         if decoded is not None:
-            yield m, decoded
+            yield m.start(), m.end(), decoded
 
 
 def decode_text(run: str) -> str | None:
@@ -1037,6 +1115,9 @@ def decode_text(run: str) -> str | None:
     return _printable_text(raw)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def _printable_text(raw: bytes) -> str | None:
     text = None
     if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(raw) >= 8 and raw[1::2].count(0) > len(raw) // 3):
@@ -1049,8 +1130,10 @@ def _printable_text(raw: bytes) -> str | None:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             return None
-    printable = sum(1 for c in text if c.isprintable() or c in "\n\r\t")
-    return text if text and printable >= 0.95 * len(text) else None
+    if not text:
+        return None
+    # Control characters other than tab and line ends count against it (one pass in C, not one call a character).
+    return text if len(_CONTROL.findall(text)) <= 0.05 * len(text) else None
 
 
 def mask_json(value: Any, where: str, findings: list[dict[str, str]]) -> Any:
@@ -1081,7 +1164,10 @@ def mask_json(value: Any, where: str, findings: list[dict[str, str]]) -> Any:
                 known.setdefault(json.loads(f'"{found}"'), rule)
             except ValueError:
                 return _mask_leaves(value, where, findings, None, {})
-    holder = re.compile("|".join(re.escape(v) for v in sorted(known, key=len, reverse=True)))
+    holder = ahocorasick.Automaton()
+    for found in known:
+        holder.add_word(found, found)
+    holder.make_automaton()
     return _mask_leaves(value, where, findings, holder, known)
 
 
@@ -1101,7 +1187,7 @@ def _strings(value: Any) -> list[str]:
 
 
 def _mask_leaves(
-    value: Any, where: str, findings: list[dict[str, str]], holder: re.Pattern | None, known: dict[str, str]
+    value: Any, where: str, findings: list[dict[str, str]], holder: Any | None, known: dict[str, str]
 ) -> Any:
     if isinstance(value, str):
         return _mask_leaf(value, where, findings, holder, known)
@@ -1125,56 +1211,59 @@ def _mask_leaves(
     return value
 
 
-def _mask_leaf(
-    text: str, where: str, findings: list[dict[str, str]], holder: re.Pattern | None, known: dict[str, str]
-) -> str:
-    if holder is not None and not holder.search(text):
+def _mask_leaf(text: str, where: str, findings: list[dict[str, str]], holder: Any | None, known: dict[str, str]) -> str:
+    if holder is not None and next(holder.iter(text), None) is None:
         return text
     text = mask_text(text, where, findings)
     # A value found only in the JSON text's context (a keyword rule reading `"name": "value"`) is masked here
     # even though the leaf alone no longer shows a rule why.
-    for found, rule in known.items():
-        if found in text:
-            findings.append({"rule": rule, "path": where, "preview": preview(found)})
-            text = text.replace(found, mask_token(rule))
-    return text
+    left = {found: rule for found, rule in known.items() if found in text}
+    return _mask_values(text, left, where, findings) if left else text
 
 
-_PRINTABLE_RUN = re.compile(rb"[\x20-\x7e]{12,}")
-_UTF16LE_RUN = re.compile(rb"(?:[\x20-\x7e]\x00){12,}")
+_PRINTABLE_RUN = re.compile(r"[\x20-\x7e]{12,}")
+_UTF16LE_RUN = re.compile(r"(?:[\x20-\x7e]\x00){12,}")
+_BINARY_SEPARATOR = "\x00"
 
 
 def mask_binary(raw: bytes, where: str, findings: list[dict[str, str]]) -> bytes:
-    """Secrets in a binary body, found in its printable runs, overwritten with `*` byte for byte."""
-    out = bytearray(raw)
-    for m in _PRINTABLE_RUN.finditer(raw):
-        run = m.group(0).decode("ascii")
-        for rule, value in scan_text(run):
-            findings.append({"rule": rule, "path": where, "preview": preview(value)})
-            needle = value.encode("ascii")
-            start = m.start()
-            idx = raw.find(needle, start, m.end())
-            while idx != -1:
-                out[idx : idx + len(needle)] = b"*" * len(needle)
-                idx = raw.find(needle, idx + len(needle), m.end())
-        # A run that is base64 of something secret (a body encoded twice): the whole run is overwritten.
-        for b, decoded in _decoded_runs(run):
-            inner: list[dict[str, str]] = []
-            mask_text(decoded, f"{where}(decoded)", inner, depth=1)
-            if inner:
-                findings.extend(inner)
-                out[m.start() + b.start() : m.start() + b.end()] = b"*" * (b.end() - b.start())
-    # Text stored as UTF-16 (little-endian, as Windows writes it): scanned decoded, overwritten in place.
-    for m in _UTF16LE_RUN.finditer(raw):
-        run = m.group(0).decode("utf-16-le")
-        for rule, value in scan_text(run):
-            findings.append({"rule": rule, "path": where, "preview": preview(value)})
-            needle = value.encode("utf-16-le")
-            idx = raw.find(needle, m.start(), m.end())
-            while idx != -1:
-                out[idx : idx + len(needle)] = "*".encode("utf-16-le") * len(value)
-                idx = raw.find(needle, idx + len(needle), m.end())
-    return bytes(out)
+    """Secrets in a binary body, found in its printable runs (ASCII, and UTF-16 as Windows writes it), overwritten
+    with `*` byte for byte. The runs are scanned together as one text (one scan, however many runs), and every
+    occurrence of a value found is overwritten in one pass; a base64 run that decodes to something secret (a body
+    encoded twice) is overwritten whole."""
+    text = raw.decode("latin-1")  # one character a byte: offsets are the bytes'
+    needles: dict[str, str] = {}
+    ascii_runs = _PRINTABLE_RUN.findall(text)
+    if ascii_runs:
+        joined = _BINARY_SEPARATOR.join(ascii_runs)
+        for rule, value in scan_text(joined):
+            for piece in value.split(_BINARY_SEPARATOR):  # a value across runs: each piece of it
+                if len(piece) >= 4:
+                    needles.setdefault(piece, rule)
+        for start, end, rule in _encoded_runs_holding_secrets(joined, where, findings, 1):
+            needles.setdefault(joined[start:end], rule)
+    masked = (
+        _mask_values(text, needles, where, findings, replace=lambda _rule, span: "*" * len(span)) if needles else text
+    )
+    wide_runs = [m.group().encode("latin-1").decode("utf-16-le") for m in _UTF16LE_RUN.finditer(masked)]
+    if wide_runs:
+        wide: dict[str, str] = {}
+        for rule, value in scan_text(_BINARY_SEPARATOR.join(wide_runs)):
+            for piece in value.split(_BINARY_SEPARATOR):
+                if len(piece) >= 4:
+                    wide.setdefault(piece.encode("utf-16-le").decode("latin-1"), rule)
+        if wide:
+            wide_findings: list[dict[str, str]] = []
+            masked = _mask_values(
+                masked,
+                wide,
+                where,
+                wide_findings,
+                replace=lambda _rule, span: "*\x00" * (len(span) // 2),
+                whole_tokens=False,
+            )
+            findings.extend({**f, "preview": _unspread_preview(f["preview"])} for f in wide_findings)
+    return masked.encode("latin-1")
 
 
 def scan_capture(red: Redacted) -> Redacted:

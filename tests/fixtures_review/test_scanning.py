@@ -1,13 +1,13 @@
 """The secret scanner, rule by rule, against a labelled corpus generated afresh (corpus.py); and the controls.
 
-Every rule is run two ways: on the text alone (a short string, scanned whole) and buried in a long body
-(scanned through the windows around token runs and keywords): a hint or a window that loses a match fails here.
+Every rule is run two ways: on the text alone and buried in a long body: a hint that loses a match fails here.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import string
 
 import pytest
 
@@ -144,3 +144,76 @@ def test_a_json_body_is_scanned_leaf_by_leaf_as_the_leaves_read():
         {"keyword"},
     )
     assert ("github-pat", "response.body.notes[1]") in paths
+
+
+def test_detect_secrets_detectors_on_re2_find_what_detect_secrets_itself_finds():
+    """Intake runs detect-secrets' patterns on RE2 (look-arounds rewritten); on every labelled sample and near
+    miss, each finds what the detector as published finds."""
+    on_re2 = {rule.name: rule for rule in intake.rules() if rule.source == "detect-secrets" and rule.name != "keyword"}
+    published = {rule.name: rule for rule in intake._detect_secrets_as_published(intake.DETECT_SECRETS_PLUGINS)}
+    assert set(on_re2) == set(published)
+    for name in on_re2:
+        texts = [text for text, _ in POSITIVES.get(name, [])] + corpus.NEAR_MISSES.get(name, [])
+        assert texts, name
+        for text in texts:
+            assert set(on_re2[name].find(text)) == set(published[name].find(text)), (name, text)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'db_password = "{v}"',
+        "api_key: '{v}'",
+        'secret !== "{v}"',
+        '"{v}" == my_password',
+        'private_key "{v}";',
+        'client_key => "{v}"',
+        "contraseña = '{v}'",
+        "PASSWORD = `{v}`",
+    ],
+)
+def test_the_keyword_rule_finds_what_detect_secrets_keyword_detector_finds(line):
+    value = corpus.rnd(16, string.ascii_letters)  # letters only: the reference's generic rule lets these by
+    text = line.format(v=value)
+    published = next(r for r in intake.detect_secrets_alone() if r.name == "keyword")
+    keyword = next(r for r in intake.rules() if r.name == "keyword")
+    assert value in set(published.find(text)) and value in set(keyword.find(text))
+
+
+def test_every_keyword_assignment_in_a_text_is_masked_not_the_first_few():
+    # detect-secrets' own keyword search stops at the first match of each pattern; intake's finds them all, so a
+    # config with a hundred passwords keeps none of them.
+    values = [corpus.rnd(14, string.ascii_letters) for _ in range(100)]
+    findings: list[dict] = []
+    masked = intake.mask_text("\n".join(f'db_password_{i} = "{v}"' for i, v in enumerate(values)), "b", findings)
+    assert [v for v in values if v in masked] == [] and len(findings) == 100
+
+
+def test_ten_thousand_distinct_secrets_in_one_body_are_all_masked():
+    tokens = ["ghp_" + corpus.rnd(36) for _ in range(10_000)]
+    findings: list[dict] = []
+    masked = intake.mask_text(" ".join(f"t{i}={t};" for i, t in enumerate(tokens)), "b", findings)
+    assert not any(t[4:12] in masked for t in tokens) and len(findings) == 10_000
+
+
+def test_a_secret_inside_a_long_token_run_masks_the_whole_run():
+    token = "ghp_" + corpus.rnd(36)
+    findings: list[dict] = []
+    masked = intake.mask_text("a" * 200_000 + "-" + token + "_" + "b" * 1000 + " tail", "b", findings)
+    assert masked == "[masked:github-pat] tail" and findings[0]["rule"] == "github-pat"
+
+
+def test_many_printable_runs_of_a_binary_body_are_scanned_as_one_text():
+    tokens = ["ghp_" + corpus.rnd(36) for _ in range(50)]
+    blob = b"\x00\xff".join(f"note {t} end".encode() for t in tokens) + b"\x00" + b"\x01abc" * 5000
+    findings: list[dict] = []
+    masked = intake.mask_binary(blob, "response.body", findings)
+    assert len(masked) == len(blob) and not any(t.encode()[4:] in masked for t in tokens)
+    assert len(findings) == 50
+
+
+def test_a_lone_surrogate_or_any_unicode_in_a_body_does_not_stop_the_scan():
+    token, other = "ghp_" + corpus.rnd(36), "ghp_" + corpus.rnd(36)
+    findings: list[dict] = []
+    masked = intake.mask_json({"x": "\ud800 " + token, "y": "é—ü " + other + " and " + token}, "b", findings)
+    assert masked == {"x": "\ud800 [masked:github-pat]", "y": "é—ü [masked:github-pat] and [masked:github-pat]"}

@@ -190,3 +190,23 @@ def test_a_secret_that_is_a_json_key_is_masked_in_the_stored_copy_and_in_every_f
         'response.body["[masked:npm-access-token]"]',
         'response.body["[masked:npm-access-token]"].note',
     }
+
+
+def test_re2_spans_are_what_finditer_gives_and_offsets_count_characters():
+    from fixtures_review.secret_rules import compile_rule, iter_spans
+
+    text = f"é — {STRIPE} ü {NPM} {STRIPE}"
+    data = text.encode()
+    for pattern in (r"(sk_live_[0-9a-zA-Z]{24,})", r"npm_[a-zA-Z0-9]{36}", r"x*"):
+        regex = compile_rule(pattern)
+        assert [s[0] for s in iter_spans(regex, data)] == [m.span() for m in regex.finditer(data)], pattern
+    hits = [h for h in reference_rules().find(text) if h.rule == "stripe-access-token"]
+    assert [text[h.start : h.end] for h in hits] == [h.match for h in hits] and len(hits) == 2
+
+
+def test_a_line_allowlist_reads_a_bounded_window_of_a_one_line_body():
+    rules = _rules(allowlists=[{"regexTarget": "line", "regexes": ["IGNORE-ME"]}])
+    far = "IGNORE-ME " + "x" * 10_000 + " tok_realvalue1234567"
+    near = "x" * 10_000 + " IGNORE-ME tok_realvalue1234567"
+    assert [h.secret for h in rules.find(far)] == ["tok_realvalue1234567"]
+    assert list(rules.find(near)) == []
