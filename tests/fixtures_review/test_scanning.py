@@ -8,10 +8,12 @@ from __future__ import annotations
 import base64
 import json
 import string
+from pathlib import Path
 
 import pytest
 
 from fixtures_review import intake
+from tests import bundles
 
 from . import corpus
 
@@ -217,3 +219,26 @@ def test_a_lone_surrogate_or_any_unicode_in_a_body_does_not_stop_the_scan():
     findings: list[dict] = []
     masked = intake.mask_json({"x": "\ud800 " + token, "y": "é—ü " + other + " and " + token}, "b", findings)
     assert masked == {"x": "\ud800 [masked:github-pat]", "y": "é—ü [masked:github-pat] and [masked:github-pat]"}
+
+
+def _shipped_minified_javascript() -> list[Path]:
+    """Minified JavaScript nobody here wrote, from the packages the console installs: jQuery, select2 and
+    XRegExp as Django's admin ships them, htmx as django-htmx ships it, Bootstrap as DRF ships it."""
+    import django
+    import django_htmx
+    import rest_framework
+
+    roots = [Path(m.__file__).parent for m in (django, django_htmx, rest_framework)]  # type: ignore[arg-type]
+    return sorted(p for root in roots for p in root.rglob("*.min.js") if p.stat().st_size > 10_000)
+
+
+def test_real_minified_javascript_gives_no_finding_in_a_captured_body():
+    scripts = _shipped_minified_javascript()
+    assert len(scripts) >= 6, scripts  # the control is real only if the files are there
+    for script in scripts:
+        text = script.read_text(encoding="utf-8")
+        capture = json.loads((bundles.EXAMPLE.parent / "example-capture.json").read_text())
+        capture["response"] = {"status": 200, "headers": {"Content-Type": "application/javascript"}, "body": text}
+        red = intake.intake(capture)
+        assert red.findings == [], (script.name, red.findings[:3])
+        assert red.capture["response"]["body"] == text, script.name
