@@ -205,8 +205,9 @@ def bodies() -> dict[str, tuple[bytes, int]]:
 
 def time_intake(raw: bytes, repeat: int) -> dict[str, Any]:
     from fixtures_review import intake
+    from n17q_secrets import scanning
 
-    intake.rules()  # detectors loaded once, as in a running console
+    scanning.rules()  # detectors loaded once, as in a running console
     runs, cpu = [], []
     red = None
     for _ in range(repeat):

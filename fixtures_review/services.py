@@ -36,6 +36,7 @@ from n17q_engine import canonical
 from n17q_engine.contracts import ContractError
 from n17q_engine.fixtures import Fixture, FixtureError
 from n17q_engine.package import PackageError, build_scenario, load_scenario
+from n17q_secrets import scanning
 
 from . import intake
 from .models import FixtureVersion, ReviewEvent, ScenarioVersion, StagedRecording
@@ -448,7 +449,7 @@ def recording_synthesize(
         check_json(value, path)
     except ContractError as exc:
         raise ReviewRefused(str(exc)) from None
-    hits = intake.scan_text(json.dumps(value, ensure_ascii=False))
+    hits = scanning.scan_text(json.dumps(value, ensure_ascii=False))
     if hits:
         raise ReviewRefused(f"{path}: the replacement itself looks like a secret ({hits[0][0]}); use a made-up value")
 

@@ -2,7 +2,7 @@
 
     python scripts/update_secret_rules.py PATH_TO_A_GITLEAKS_CHECKOUT
 
-Copies `config/gitleaks.toml` and `LICENSE` from the checkout's HEAD into fixtures_review/secret_rules/ and writes
+Copies `config/gitleaks.toml` and `LICENSE` from the checkout's HEAD into n17q_secrets/reference/ and writes
 the commit into that folder's README. Nothing is fetched: bring the repository here first (git clone or a mirror).
 """
 
@@ -14,7 +14,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent / "fixtures_review" / "secret_rules"
+HERE = Path(__file__).resolve().parent.parent / "n17q_secrets" / "reference"
 
 
 def _git(checkout: Path, *args: str) -> str:

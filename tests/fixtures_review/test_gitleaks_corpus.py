@@ -16,7 +16,8 @@ from urllib.parse import quote
 import pytest
 
 from fixtures_review import intake
-from fixtures_review.secret_rules import reference_rules
+from n17q_secrets import scanning
+from n17q_secrets.reference import reference_rules
 from tests.bundles import EXAMPLE
 
 from . import gitleaks_corpus
@@ -60,7 +61,7 @@ def measured() -> dict:
     corpus = gitleaks_corpus.load()
     rules = reference_rules()
     by_id = {r.id: r for r in rules.rules}
-    ds = intake.detect_secrets_alone()
+    ds = scanning.detect_secrets_alone()
     reference_ids = set(by_id)
     out: dict = {
         "tp": 0,
@@ -87,9 +88,9 @@ def measured() -> dict:
         out["rules"] += 1
         for tp in samples.tps:
             # The secret as intake takes it from the rule: its group, or the whole match when the group is a
-            # fragment of the token's structure (intake._SHORTEST_REFERENCE_SECRET).
+            # fragment of the token's structure (scanning._SHORTEST_REFERENCE_SECRET).
             secrets = {
-                h.secret if len(h.secret) >= intake._SHORTEST_REFERENCE_SECRET else h.match
+                h.secret if len(h.secret) >= scanning._SHORTEST_REFERENCE_SECRET else h.match
                 for h in rules.find_by(rule, tp)
             }
             for placement in PLACEMENTS:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fixtures_review import intake
+from n17q_secrets import scanning
 from tests import bundles
 
 from . import corpus
@@ -24,24 +25,24 @@ FILLER = "Keys rotate every 90 days; see the runbook for the procedure and the o
 def test_every_rule_has_a_labelled_corpus():
     # Our own rules and the detect-secrets detectors intake still runs each have one; the corpus also keeps the
     # formats the reference rule set took over (gitleaks' own corpus is tests/fixtures_review/test_gitleaks_corpus.py).
-    names = {rule.name for rule in intake.rules()}
+    names = {rule.name for rule in scanning.rules()}
     assert names <= set(POSITIVES) and set(POSITIVES) == set(corpus.NEAR_MISSES)
 
 
 def test_every_hint_belongs_to_a_rule_intake_runs():
-    assert set(intake.HINTS) <= {rule.name for rule in intake.rules()}
+    assert set(scanning.HINTS) <= {rule.name for rule in scanning.rules()}
 
 
 @pytest.mark.parametrize("rule_name", sorted(POSITIVES))
 def test_each_rule_catches_its_true_positives_alone_and_inside_a_long_body(rule_name):
-    rule = next((r for r in intake.rules() if r.name == rule_name), None)  # None: a format the reference covers
+    rule = next((r for r in scanning.rules() if r.name == rule_name), None)  # None: a format the reference covers
     for text, secret in POSITIVES[rule_name]:
         for where, candidate in (("alone", text), ("in a long body", f"{FILLER}\n{text}\n{FILLER}")):
-            found = [v for _, v in intake.scan_text(candidate)]
+            found = [v for _, v in scanning.scan_text(candidate)]
             if where == "alone" and rule is not None:
                 found += list(rule.find(text))  # the rule in its own right, not only whichever rule came first
             assert any(secret in v or (v in secret and len(v) >= 8) for v in found), (rule_name, where, found)
-        masked = intake.mask_text(f"{FILLER}\n{text}\n{FILLER}", "body", [])
+        masked = scanning.mask_text(f"{FILLER}\n{text}\n{FILLER}", "body", [])
         if rule_name != "private-key":  # its "secret" here is the header line; the block is masked whole
             assert secret not in masked, rule_name
 
@@ -49,14 +50,14 @@ def test_each_rule_catches_its_true_positives_alone_and_inside_a_long_body(rule_
 @pytest.mark.parametrize("rule_name", sorted(corpus.NEAR_MISSES))
 def test_no_rule_reports_a_near_miss(rule_name):
     for text in corpus.NEAR_MISSES[rule_name]:
-        assert intake.scan_text(text) == [], (rule_name, text)
-        assert intake.scan_text(f"{FILLER}\n{text}\n{FILLER}") == [], (rule_name, text)
+        assert scanning.scan_text(text) == [], (rule_name, text)
+        assert scanning.scan_text(f"{FILLER}\n{text}\n{FILLER}") == [], (rule_name, text)
 
 
 def test_a_pem_block_is_masked_whole_not_just_its_header():
     key = corpus.pem()
     findings: list[dict] = []
-    masked = intake.mask_text(f"config:\n{key}\n", "response.body", findings)
+    masked = scanning.mask_text(f"config:\n{key}\n", "response.body", findings)
     body_line = key.splitlines()[3]
     assert body_line not in masked and "[masked:private-key]" in masked
     assert findings[0]["rule"] == "private-key"
@@ -120,16 +121,16 @@ def test_a_secret_inside_a_binary_body_is_overwritten_in_place():
     token = "ghp_" + corpus.rnd(36)
     blob = b"\x89PNG\r\n\x1a\n\x00\x01" + f"tEXt comment {token} end".encode() + b"\x00\xff"
     findings: list[dict] = []
-    masked = intake.mask_binary(blob, "response.body", findings)
+    masked = scanning.mask_binary(blob, "response.body", findings)
     assert token.encode() not in masked and len(masked) == len(blob)
     assert findings[0]["rule"] == "github-pat" and token not in findings[0]["preview"]
 
 
 def test_a_preview_shows_a_public_prefix_and_the_length_never_the_value():
     token = "ghp_" + corpus.rnd(36)
-    assert intake.preview(token) == "ghp_•••• (40 chars)"
+    assert scanning.preview(token) == "ghp_•••• (40 chars)"
     secret = corpus.rnd(30)
-    assert secret[:6] not in intake.preview(secret)
+    assert secret[:6] not in scanning.preview(secret)
 
 
 def test_a_json_body_is_scanned_leaf_by_leaf_as_the_leaves_read():
@@ -137,7 +138,7 @@ def test_a_json_body_is_scanned_leaf_by_leaf_as_the_leaves_read():
     secret, token = corpus.rnd(14), "ghp_" + corpus.rnd(36)
     body = {"items": [{"config": f'db_password = "{secret}"'}] * 3, "notes": ["ok", f"token {token}"], token: 1}
     findings: list[dict] = []
-    masked = json.dumps(intake.mask_json(body, "response.body", findings))
+    masked = json.dumps(scanning.mask_json(body, "response.body", findings))
     assert secret not in masked and token not in masked
     paths = {(f["rule"], f["path"]) for f in findings}
     # The reference's generic rule names it, or the keyword rule (a value of letters only, which generic lets by).
@@ -151,8 +152,10 @@ def test_a_json_body_is_scanned_leaf_by_leaf_as_the_leaves_read():
 def test_detect_secrets_detectors_on_re2_find_what_detect_secrets_itself_finds():
     """Intake runs detect-secrets' patterns on RE2 (look-arounds rewritten); on every labelled sample and near
     miss, each finds what the detector as published finds."""
-    on_re2 = {rule.name: rule for rule in intake.rules() if rule.source == "detect-secrets" and rule.name != "keyword"}
-    published = {rule.name: rule for rule in intake._detect_secrets_as_published(intake.DETECT_SECRETS_PLUGINS)}
+    on_re2 = {
+        rule.name: rule for rule in scanning.rules() if rule.source == "detect-secrets" and rule.name != "keyword"
+    }
+    published = {rule.name: rule for rule in scanning._detect_secrets_as_published(scanning.DETECT_SECRETS_PLUGINS)}
     assert set(on_re2) == set(published)
     for name in on_re2:
         texts = [text for text, _ in POSITIVES.get(name, [])] + corpus.NEAR_MISSES.get(name, [])
@@ -177,8 +180,8 @@ def test_detect_secrets_detectors_on_re2_find_what_detect_secrets_itself_finds()
 def test_the_keyword_rule_finds_what_detect_secrets_keyword_detector_finds(line):
     value = corpus.rnd(16, string.ascii_letters)  # letters only: the reference's generic rule lets these by
     text = line.format(v=value)
-    published = next(r for r in intake.detect_secrets_alone() if r.name == "keyword")
-    keyword = next(r for r in intake.rules() if r.name == "keyword")
+    published = next(r for r in scanning.detect_secrets_alone() if r.name == "keyword")
+    keyword = next(r for r in scanning.rules() if r.name == "keyword")
     assert value in set(published.find(text)) and value in set(keyword.find(text))
 
 
@@ -187,21 +190,21 @@ def test_every_keyword_assignment_in_a_text_is_masked_not_the_first_few():
     # config with a hundred passwords keeps none of them.
     values = [corpus.rnd(14, string.ascii_letters) for _ in range(100)]
     findings: list[dict] = []
-    masked = intake.mask_text("\n".join(f'db_password_{i} = "{v}"' for i, v in enumerate(values)), "b", findings)
+    masked = scanning.mask_text("\n".join(f'db_password_{i} = "{v}"' for i, v in enumerate(values)), "b", findings)
     assert [v for v in values if v in masked] == [] and len(findings) == 100
 
 
 def test_ten_thousand_distinct_secrets_in_one_body_are_all_masked():
     tokens = ["ghp_" + corpus.rnd(36) for _ in range(10_000)]
     findings: list[dict] = []
-    masked = intake.mask_text(" ".join(f"t{i}={t};" for i, t in enumerate(tokens)), "b", findings)
+    masked = scanning.mask_text(" ".join(f"t{i}={t};" for i, t in enumerate(tokens)), "b", findings)
     assert not any(t[4:12] in masked for t in tokens) and len(findings) == 10_000
 
 
 def test_a_secret_inside_a_long_token_run_masks_the_whole_run():
     token = "ghp_" + corpus.rnd(36)
     findings: list[dict] = []
-    masked = intake.mask_text("a" * 200_000 + "-" + token + "_" + "b" * 1000 + " tail", "b", findings)
+    masked = scanning.mask_text("a" * 200_000 + "-" + token + "_" + "b" * 1000 + " tail", "b", findings)
     assert masked == "[masked:github-pat] tail" and findings[0]["rule"] == "github-pat"
 
 
@@ -209,7 +212,7 @@ def test_many_printable_runs_of_a_binary_body_are_scanned_as_one_text():
     tokens = ["ghp_" + corpus.rnd(36) for _ in range(50)]
     blob = b"\x00\xff".join(f"note {t} end".encode() for t in tokens) + b"\x00" + b"\x01abc" * 5000
     findings: list[dict] = []
-    masked = intake.mask_binary(blob, "response.body", findings)
+    masked = scanning.mask_binary(blob, "response.body", findings)
     assert len(masked) == len(blob) and not any(t.encode()[4:] in masked for t in tokens)
     assert len(findings) == 50
 
@@ -217,7 +220,7 @@ def test_many_printable_runs_of_a_binary_body_are_scanned_as_one_text():
 def test_a_lone_surrogate_or_any_unicode_in_a_body_does_not_stop_the_scan():
     token, other = "ghp_" + corpus.rnd(36), "ghp_" + corpus.rnd(36)
     findings: list[dict] = []
-    masked = intake.mask_json({"x": "\ud800 " + token, "y": "é—ü " + other + " and " + token}, "b", findings)
+    masked = scanning.mask_json({"x": "\ud800 " + token, "y": "é—ü " + other + " and " + token}, "b", findings)
     assert masked == {"x": "\ud800 [masked:github-pat]", "y": "é—ü [masked:github-pat] and [masked:github-pat]"}
 
 

@@ -14,7 +14,7 @@ import tomllib
 import pytest
 
 from fixtures_review import intake
-from fixtures_review.secret_rules import RULES_FILE, ReferenceRules, reference_rules, shannon_entropy
+from n17q_secrets.reference import RULES_FILE, ReferenceRules, reference_rules, shannon_entropy
 from tests import bundles
 
 # Assembled at run time so that no token sits whole in the repository; the parts are the documented formats.
@@ -193,7 +193,7 @@ def test_a_secret_that_is_a_json_key_is_masked_in_the_stored_copy_and_in_every_f
 
 
 def test_re2_spans_are_what_finditer_gives_and_offsets_count_characters():
-    from fixtures_review.secret_rules import compile_rule, iter_spans
+    from n17q_secrets.reference import compile_rule, iter_spans
 
     text = f"é — {STRIPE} ü {NPM} {STRIPE}"
     data = text.encode()
