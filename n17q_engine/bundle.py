@@ -380,7 +380,7 @@ def iter_event_lines(stream: BinaryIO, *, file: str = "events.jsonl") -> Iterato
         yield record.line, record.event
 
 
-def _lines(stream: BinaryIO, *, chunk: int = 1 << 20) -> Iterator[bytes]:
+def iter_lines(stream: BinaryIO, *, chunk: int = 1 << 20) -> Iterator[bytes]:
     """The stream's lines (each with its newline, the last perhaps without), read a megabyte at a time.
 
     Reading in large blocks keeps the reader off the GIL's queue while the import's writer thread is
@@ -425,7 +425,7 @@ def iter_event_records(stream: BinaryIO, *, file: str = "events.jsonl") -> Itera
     seen: set[str] = set()
     objects: dict[str, str] = {}
     line_no = 0
-    for raw in _lines(stream):
+    for raw in iter_lines(stream):
         line_no += 1
         if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
             raise BundleError(f"line longer than {MAX_LINE_BYTES} bytes", file=file, line=line_no)

@@ -107,13 +107,29 @@ class RunCollectionApi(APIView):
     @extend_schema(
         summary="Import a run bundle",
         description="A bundle (`n17q.run-bundle/1`) as a .zip or .tar.gz in the multipart field `bundle`. All or "
-        "nothing: a refused bundle stores nothing and the error names the file, line and field. A harness token "
+        "nothing: a refused bundle stores nothing and the error names the file, line and field. Secrets the scan "
+        "finds are masked before anything is stored and listed in `masked_secrets`. A harness token "
         "needs the `runs:import` scope; the user, the operator role.",
         request={"multipart/form-data": ImportInput},
         responses={
             201: inline_serializer(
                 "ImportResult",
-                {"run": serializers.CharField(), "events": serializers.IntegerField(), "findings": findings_schema()},
+                {
+                    "run": serializers.CharField(),
+                    "events": serializers.IntegerField(),
+                    "findings": findings_schema(),
+                    "masked_secrets": inline_serializer(
+                        "MaskedSecret",
+                        {
+                            "place": serializers.ChoiceField(["manifest", "event", "blob"]),
+                            "event": serializers.CharField(required=False, help_text="the event's id"),
+                            "path": serializers.CharField(),
+                            "rule": serializers.CharField(),
+                            "preview": serializers.CharField(help_text="a public prefix and a length, never the value"),
+                        },
+                        many=True,
+                    ),
+                },
             ),
             400: ErrorOutput,
         },

@@ -57,6 +57,8 @@ class Run(models.Model):
     # Events per kind, so that pane totals cost no scan of a large run.
     kind_counts = models.JSONField(default=dict)
     finding_count = models.IntegerField(default=0)
+    # Secrets the scan found in the bundle and masked before storing it (MaskedSecret rows).
+    masked_secret_count = models.IntegerField(default=0)
     error_count = models.IntegerField(default=0)
     final_state = models.CharField(max_length=30, blank=True, default="")
     first_logical_at = models.DateTimeField(null=True)
@@ -213,3 +215,31 @@ class Finding(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.code} {self.from_ref} -> {self.to_ref}"
+
+
+class MaskedSecret(AppendOnlyModel):
+    """A secret the scan found in a run bundle on import and masked before anything was stored (runs.secret_scan):
+    where it was, which rule found it, a masked preview; never the value."""
+
+    class Place(models.TextChoices):
+        MANIFEST = "manifest", "the manifest's run"
+        EVENT = "event", "an event"
+        BLOB = "blob", "a blob"
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="masked_secrets")
+    place = models.CharField(max_length=10, choices=Place.choices)
+    event = models.ForeignKey(Event, null=True, on_delete=models.PROTECT, related_name="+")
+    event_ref = models.CharField(max_length=200, blank=True)
+    blob_digest = models.CharField(max_length=71, blank=True)  # the digest the masked bytes are stored under
+    # HMAC (server key) of the digest the harness recorded for the blob: identity without an oracle.
+    recorded_as = models.CharField(max_length=69, blank=True)
+    path = models.CharField(max_length=500)
+    rule = models.CharField(max_length=100)
+    preview = models.CharField(max_length=100)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["run", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.rule} at {self.path}"

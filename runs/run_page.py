@@ -17,7 +17,7 @@ from django.db.models.fields.json import KT
 
 from n17q_engine.lineage import CODES
 
-from .models import Edge, Event, Finding, Run, RunObject
+from .models import Edge, Event, Finding, MaskedSecret, Run, RunObject
 
 WINDOW = 40
 NEIGHBOURHOOD_CAP = 150
@@ -469,6 +469,7 @@ class RunPage:
     timeline: list[Event]
     timeline_from: int
     timeline_more: bool
+    masked_secrets: list[MaskedSecret] = field(default_factory=list)
 
     @property
     def pane_map(self) -> dict[str, Pane]:
@@ -485,6 +486,9 @@ def _seq_param(value: Any) -> int:
         return max(0, min(int(value), 10**9))
     except (TypeError, ValueError):
         return 0
+
+
+MASKED_SECRETS_SHOWN = 200
 
 
 def page_build(
@@ -514,6 +518,10 @@ def page_build(
         timeline=timeline,
         timeline_from=timeline_from,
         timeline_more=timeline_more,
+        # Read only when the run has any (its count is a column): a run without one costs no query.
+        masked_secrets=list(MaskedSecret.objects.filter(run=run).order_by("id")[:MASKED_SECRETS_SHOWN])
+        if run.masked_secret_count
+        else [],
     )
 
 

@@ -17,7 +17,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("n17q_engine", "n17q_secrets", "n17q_demo", "console", "accounts", "runs", "fixtures_review", "replays", "n17q_site")
+PACKAGES = (
+    "n17q_engine",
+    "n17q_secrets",
+    "n17q_demo",
+    "console",
+    "accounts",
+    "runs",
+    "fixtures_review",
+    "replays",
+    "n17q_site",
+)
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 

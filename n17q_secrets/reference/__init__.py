@@ -179,6 +179,7 @@ class ReferenceRules:
         for keyword, indexes in by_keyword.items():
             self._automaton.add_word(keyword, tuple(indexes))
         self._automaton.make_automaton()
+        self.keywords: dict[str, tuple[int, ...]] = {k: tuple(i) for k, i in by_keyword.items()}
 
     @classmethod
     def load(cls, path: Path = RULES_FILE) -> ReferenceRules:
@@ -192,16 +193,34 @@ class ReferenceRules:
             chosen.update(indexes)
         return sorted(chosen)
 
-    def find(self, text: str, lowered: str | None = None, data: bytes | None = None) -> Iterator[Hit]:
-        """Every hit in `text` (`lowered` and `data`, its lower case and its `utf8` bytes, when the caller has them).
+    def candidates_holding(self, present: frozenset[str]) -> list[int]:
+        """`candidates` for a text known to hold exactly the keywords `present` (found by a faster prefilter)."""
+        chosen = set(self._always)
+        for keyword in present:
+            chosen.update(self.keywords.get(keyword, ()))
+        return sorted(chosen)
+
+    def find(
+        self,
+        text: str,
+        lowered: str | None = None,
+        data: bytes | None = None,
+        *,
+        present: frozenset[str] | None = None,
+    ) -> Iterator[Hit]:
+        """Every hit in `text` (`lowered` and `data`, its lower case and its `utf8` bytes, when the caller has them;
+        `present`, the keywords it holds, when a prefilter found them).
 
         Entropy is computed once per distinct secret of this call (a body of near-matches repeats them), and the
         values are forgotten with the call: no secret outlives the scan in a cache."""
-        lowered = text.lower() if lowered is None else lowered
         data = utf8(text) if data is None else data
+        if present is not None:
+            candidates = self.candidates_holding(present)
+        else:
+            candidates = self.candidates(text.lower() if lowered is None else lowered)
         ascii_only = len(data) == len(text)
         entropies: dict[str, float] = {}
-        for index in self.candidates(lowered):
+        for index in candidates:
             yield from self._find_rule(self.rules[index], text, data, ascii_only, entropies)
 
     def find_by(self, rule: ReferenceRule, text: str) -> Iterator[Hit]:

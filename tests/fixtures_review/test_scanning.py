@@ -245,3 +245,19 @@ def test_real_minified_javascript_gives_no_finding_in_a_captured_body():
         red = intake.intake(capture)
         assert red.findings == [], (script.name, red.findings[:3])
         assert red.capture["response"]["body"] == text, script.name
+
+
+def test_the_prefilter_finds_exactly_the_keywords_and_hints_a_text_holds():
+    prefilter = scanning._prefilter()
+    literals = prefilter._literals
+    texts = [t for samples in POSITIVES.values() for t, _ in samples] + [json.dumps(corpus.controls()), FILLER]
+    texts += ["ÉCLAIR Kelvin \u212a KEY", "s.ext_TOKEN test_ a3- sk"]
+    for text in texts:
+        expected = {k for k in literals if k in text.lower()}
+        assert prefilter.present(text.encode("utf-8")) == expected, text[:60]
+
+
+def test_when_the_prefilter_cannot_answer_every_rule_still_runs(monkeypatch):
+    token = "ghp_" + corpus.rnd(36)
+    monkeypatch.setattr(scanning.Prefilter, "present", lambda self, data: None)
+    assert ("github-pat", token) in scanning.scan_text(f"deploy with {token}")

@@ -77,7 +77,7 @@ def test_it_imports_through_the_api_as_an_operator(client, role_user, tmp_path):
     client.force_login(role_user("operator"))
     response = upload(client, example_zip(tmp_path))
     assert response.status_code == 201
-    assert response.json() == {"run": "run-example-docs", "events": 9, "findings": []}
+    assert response.json() == {"run": "run-example-docs", "events": 9, "findings": [], "masked_secrets": []}
 
 
 def test_it_imports_a_tarball_with_a_harness_token(client, role_user, tmp_path):

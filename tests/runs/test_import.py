@@ -45,7 +45,7 @@ def parts():
 
 def test_it_imports_the_example_bundle_with_its_graph(tmp_path):
     result = run_import_from_path(bundles.EXAMPLE)
-    assert result.to_json() == {"run": "run-example-docs", "events": 9, "findings": []}
+    assert result.to_json() == {"run": "run-example-docs", "events": 9, "findings": [], "masked_secrets": []}
     run = Run.objects.get(run_id="run-example-docs")
     assert run.event_count == 9 and run.final_state == "completed" and run.environment == "live"
     assert list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True)) == list(range(1, 10))
@@ -330,7 +330,12 @@ def test_it_refuses_raw_sql_changes_to_history_on_postgresql():
 
 def test_it_prints_one_json_object_from_the_command(capsys):
     call_command("import_run", str(bundles.EXAMPLE), "--json")
-    assert json.loads(capsys.readouterr().out) == {"run": "run-example-docs", "events": 9, "findings": []}
+    assert json.loads(capsys.readouterr().out) == {
+        "run": "run-example-docs",
+        "events": 9,
+        "findings": [],
+        "masked_secrets": [],
+    }
 
 
 def test_it_fails_the_command_with_one_line(tmp_path, parts):

@@ -1,0 +1,306 @@
+"""The secret scan of a run bundle on import: DESIGN §7's promise ("nothing detected is ever written in the clear")
+kept for runs as it is for captures, with the same rules (`n17q_secrets`).
+
+What is scanned, before any of it is stored: the manifest's `run`, every event, every blob. What is found is masked
+in what is stored (`[masked:<rule>]` in text, `*` byte for byte in a binary blob) and recorded as a `MaskedSecret`
+(where, which rule, a masked preview; never the value), shown on the run page and in `import_run --json`.
+
+How references stay consistent (docs/decisions.md, "Secrets in run bundles"):
+
+- A blob is content-addressed. A masked blob is stored under the digest of its masked bytes; every event that names
+  the blob (`tool.result.blob`, `command.receipt.output_blob`) and the run's blob list are rewritten to that digest,
+  so the run never names bytes the store does not hold, and a replay package built from the run carries the masked
+  bytes under their own digest. The digest the harness recorded is not kept: it is a plain SHA-256 of bytes that
+  held a secret, an offline oracle for a short one when the rest of the blob is visible. Kept instead, on the
+  `MaskedSecret`, is an HMAC of it under the server's key (`recorded_as`): the console can still tell whether a
+  digest someone holds is the one the harness recorded, nobody else can test guesses against it.
+- An event's ids and references are its graph. A secret found in one (an event id, an attempt, a `*_id`, any
+  reference) cannot be masked without breaking the graph: the import is refused, naming the line and the field.
+- The bundle's digest (`Run.bundle_digest`) is then keyed too (`hmac:`), for the same reason as a blob's.
+
+Events are scanned in a thread of their own, a megabyte of lines at a time, ahead of the importer, which waits only
+when it catches up: RE2 releases the GIL while it matches, so the scan costs little of the import's time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import ahocorasick
+from django.utils.crypto import salted_hmac
+
+from n17q_engine import bundle
+from n17q_engine import vocabulary as v
+from n17q_engine.bundle import BundleError
+from n17q_secrets import scanning
+
+MAX_SCANNED_BLOB_BYTES = 64 * 1024 * 1024  # a blob is scanned whole; a larger one is refused, never stored unscanned
+SCAN_CHUNK_BYTES = 1 << 20
+
+
+def digest_key() -> bytes:
+    """The server's key for the digests kept of what was masked (derived from SECRET_KEY for this one purpose)."""
+    return salted_hmac("n17q.run-bundle-masked-digest", "key", algorithm="sha256").digest()
+
+
+def keyed(data: bytes, key: bytes) -> str:
+    return "hmac:" + hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+@dataclass
+class BundleMasks:
+    """What the scan found and changed in one bundle."""
+
+    found: list[dict[str, str]] = field(default_factory=list)  # {place, event, path, rule, preview, blob, recorded_as}
+    blob_remap: dict[str, str] = field(default_factory=dict)  # recorded digest -> digest of the masked bytes
+
+    @property
+    def masked(self) -> bool:
+        return bool(self.found)
+
+
+# --- the manifest's run --------------------------------------------------------------------------------------------
+
+_RUN_IDENTITY = (("id",), ("task", "id"), ("parent_run",), ("scenario", "name"))
+
+
+def mask_run(run_meta: dict[str, Any], masks: BundleMasks) -> dict[str, Any]:
+    """The manifest's `run` with what the scan finds masked; BundleError when that would change an id it holds."""
+    found: list[dict[str, str]] = []
+    masked = scanning.mask_json(run_meta, "run", found)
+    if not found:
+        return run_meta
+    for path in _RUN_IDENTITY:
+        if _at(masked, path) != _at(run_meta, path):
+            raise BundleError(
+                f"run.{'.'.join(path)} holds what the secret scan finds ({found[0]['rule']}); an id cannot be masked",
+                file="manifest.json",
+                field="run." + ".".join(path),
+            )
+    masks.found += [{"place": "manifest", **f} for f in found]
+    return masked
+
+
+def _at(value: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+# --- blobs --------------------------------------------------------------------------------------------------------
+
+
+def mask_blobs(
+    blob_paths: dict[str, Path], manifest: bundle.Manifest, workdir: Path, masks: BundleMasks
+) -> tuple[dict[str, Path], bundle.Manifest]:
+    """Every blob scanned; one that holds a secret is written masked into `workdir` and listed under the digest of
+    its masked bytes. Returns the blobs to store and the manifest that names them."""
+    key = digest_key()
+    paths = dict(blob_paths)
+    entries = dict(manifest.blobs)
+    for digest, path in sorted(blob_paths.items()):
+        size = path.stat().st_size
+        if size > MAX_SCANNED_BLOB_BYTES:
+            raise BundleError(
+                f"blob is larger than {MAX_SCANNED_BLOB_BYTES} bytes, which the secret scan reads whole",
+                file=f"blobs/sha256/{digest.removeprefix('sha256:')}",
+            )
+        raw = path.read_bytes()
+        found: list[dict[str, str]] = []
+        masked = _mask_blob_bytes(raw, entries[digest].media_type, found)
+        if not found:
+            continue
+        new_digest = "sha256:" + hashlib.sha256(masked).hexdigest()
+        target = workdir / new_digest.removeprefix("sha256:")
+        target.write_bytes(masked)
+        entry = entries.pop(digest)
+        del paths[digest]
+        paths[new_digest] = target
+        entries.setdefault(
+            new_digest, bundle.BlobEntry(new_digest, entry.media_type, len(masked), entry.role, entry.retention)
+        )
+        masks.blob_remap[digest] = new_digest
+        recorded_as = keyed(digest.encode("ascii"), key)
+        for f in found:
+            masks.found.append(
+                {
+                    "place": "blob",
+                    **f,
+                    "path": "blob " + new_digest + f["path"].removeprefix("blob"),
+                    "blob": new_digest,
+                    "recorded_as": recorded_as,
+                }
+            )
+    return paths, bundle.Manifest(run=manifest.run, blobs=entries)
+
+
+def _mask_blob_bytes(raw: bytes, media_type: str, found: list[dict[str, str]]) -> bytes:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return scanning.mask_binary(raw, "blob", found)
+    if "json" in media_type.lower() or text.lstrip()[:1] in ("{", "["):
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict | list):
+            masked_value = scanning.mask_json(value, "blob", found)
+            return json.dumps(masked_value, ensure_ascii=False).encode("utf-8") if found else raw
+    masked_text = scanning.mask_text(text, "blob", found)
+    return masked_text.encode("utf-8") if found else raw
+
+
+# --- events -------------------------------------------------------------------------------------------------------
+
+
+class EventScan:
+    """events.jsonl scanned in a thread of its own, a megabyte of lines at a time, ahead of the importer.
+
+    `values_for(line)` waits until that line has been scanned and gives the values found in it (`{value: rule}`), or
+    None. A line is numbered as the bundle reader numbers it. An error in the scan is raised in the importer."""
+
+    def __init__(self, events_path: Path) -> None:
+        self._path = events_path
+        self._flagged: dict[int, dict[str, str]] = {}
+        self._scanned = 0
+        self._finished = False
+        self._stopping = False
+        self._error: BaseException | None = None
+        self._ready = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="n17q-bundle-secret-scan", daemon=True)
+
+    def __enter__(self) -> EventScan:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._ready:
+            self._stopping = True
+        self._thread.join()
+
+    def values_for(self, line_no: int) -> dict[str, str] | None:
+        if line_no > self._scanned:
+            with self._ready:
+                while line_no > self._scanned and not self._finished:
+                    self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self._flagged.pop(line_no, None)
+
+    def _run(self) -> None:
+        try:
+            with open(self._path, "rb") as fh:
+                for first, text in _chunks(fh):
+                    if self._stopping:
+                        return
+                    flagged = _scan_lines(text)
+                    with self._ready:
+                        for offset, values in flagged.items():
+                            self._flagged[first + offset] = values
+                        self._scanned = first + text.count("\n")
+                        self._ready.notify_all()
+        except BaseException as exc:  # raised in the importer, which fails closed
+            self._error = exc
+        finally:
+            with self._ready:
+                self._finished = True
+                self._ready.notify_all()
+
+
+def _chunks(stream: BinaryIO) -> Iterator[tuple[int, str]]:
+    """(number of the first line, the lines as one text) about SCAN_CHUNK_BYTES at a time, whole lines, numbered as
+    the bundle reader numbers them (a line ends at each line feed)."""
+    first = 1
+    pending = b""
+    while True:
+        block = stream.read(SCAN_CHUNK_BYTES)
+        data = pending + block
+        if not block:
+            if data:
+                yield first, data.decode("utf-8", "replace").removesuffix("\n")
+            return
+        cut = data.rfind(b"\n")
+        if cut == -1:
+            pending = data
+            continue
+        pending = data[cut + 1 :]
+        text = data[:cut].decode("utf-8", "replace")
+        yield first, text
+        first += text.count("\n") + 1
+
+
+def _scan_lines(text: str) -> dict[int, dict[str, str]]:
+    """{offset of a line in `text`: {value: rule}} for the lines holding a value the scan finds."""
+    hits = scanning.scan_lines(text)
+    if not hits:
+        return {}
+    automaton = ahocorasick.Automaton()
+    for rule, value in hits:
+        automaton.add_word(value, (value, rule))
+    automaton.make_automaton()
+    starts = [0]
+    position = text.find("\n")
+    while position != -1:
+        starts.append(position + 1)
+        position = text.find("\n", position + 1)
+    flagged: dict[int, dict[str, str]] = {}
+    for end, (value, rule) in automaton.iter(text):
+        offset = bisect.bisect_right(starts, end) - 1
+        flagged.setdefault(offset, {})[value] = rule
+    return flagged
+
+
+def mask_event(
+    event: dict[str, Any], known: dict[str, str] | None, masks: BundleMasks, *, line_no: int
+) -> tuple[dict[str, Any], str | None]:
+    """The event as it may be stored, and its JSON text (None when nothing changed: the line is stored as read).
+    BundleError when a secret sits in one of its ids or references."""
+    out = event
+    blob_fields = v.BLOB_FIELDS.get(event["kind"], ())
+    if masks.blob_remap and any(event.get(name) in masks.blob_remap for name in blob_fields):
+        out = dict(event)
+        for name in blob_fields:
+            if out.get(name) in masks.blob_remap:
+                out[name] = masks.blob_remap[out[name]]
+    if known:
+        found: list[dict[str, str]] = []
+        masked = scanning.mask_json(out, f"events[{event['seq']}]", found, known=known)
+        if found:
+            _refuse_masked_identity(event, masked, found, line_no)
+            out = masked
+            masks.found += [{"place": "event", "event": event["id"], **f} for f in found]
+    if out is event:
+        return event, None
+    return out, json.dumps(out, ensure_ascii=False)
+
+
+def _refuse_masked_identity(
+    event: dict[str, Any], masked: dict[str, Any], found: list[dict[str, str]], line_no: int
+) -> None:
+    def refuse(name: str) -> None:
+        raise BundleError(
+            f"{name} holds what the secret scan finds ({found[0]['rule']}); an id or a reference cannot be masked "
+            "without breaking the run's graph",
+            file="events.jsonl",
+            line=line_no,
+            field=name,
+        )
+
+    for name in ("id", "kind", "seq", "attempt", "at"):
+        if masked.get(name) != event.get(name):
+            refuse(name)
+    before, after = v.references(event), v.references(masked)
+    if before != after:
+        changed = next((b for b, a in zip(before, after, strict=False) if b != a), before[-1] if before else None)
+        refuse(changed[0] if changed else "a reference")
+    if v.introduced_object(masked) != v.introduced_object(event):
+        refuse("the id of the object it introduces")
