@@ -149,6 +149,9 @@ _SECRET_NAME_PARTS = (
     "sessionid",
     "signature",
     "clientassertion",
+    "backupcode",  # second-factor backup and recovery codes
+    "recoverycode",
+    "seedphrase",
 )
 _SECRET_NAME_EXACT = frozenset({"pwd", "pass", "sig", "dsn", "auth", "key", "jwt", "otp", "pin"})
 _NOT_SECRET_NAMES = frozenset({"tokentype", "secretname", "passwordpolicy", "keyid", "signaturealgorithm"})
