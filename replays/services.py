@@ -445,22 +445,33 @@ def _execute_claimed(replay: Replay, token: str) -> Replay:
 def _ingest(replay: Replay, output: bytes) -> Run:
     """Import the sandbox's log as the replay's child run, once.
 
-    The run id is the replay's own (`run_id_for`) and an import is all-or-nothing, so a run already held
-    under that id is this replay's complete log (written by an earlier delivery that died before it could
-    record the end): it is taken as it is, never imported twice.
+    The run id is the replay's own (`run_id_for`), in a namespace no other import may use, and an import is
+    all-or-nothing: a run already held under that id that this replay's worker made is this replay's complete log
+    (written by an earlier delivery that died before it could record the end) and is taken as it is, never imported
+    twice. A run under that id that this replay did not make is never adopted: the replay fails.
     """
-    existing = Run.objects.filter(run_id=replay.run_id_for).first()
+    existing = _own_child(replay)
     if existing is not None:
         return existing
     parsed = ReplayOutput.from_wire(output)
     with tempfile.TemporaryDirectory(prefix="n17q-replay-") as tmp:
         try:
-            return run_import_from_path(parsed.write_bundle(Path(tmp) / "bundle")).run
+            return run_import_from_path(parsed.write_bundle(Path(tmp) / "bundle"), made_by_replay=replay.pk).run
         except BundleError:
-            existing = Run.objects.filter(run_id=replay.run_id_for).first()
+            existing = _own_child(replay)
             if existing is not None:  # a concurrent delivery imported it first
                 return existing
             raise
+
+
+def _own_child(replay: Replay) -> Run | None:
+    existing = Run.objects.filter(run_id=replay.run_id_for).first()
+    if existing is not None and existing.made_by_replay != replay.pk:
+        raise ReplayRefused(
+            f"a run named {replay.run_id_for} exists that this replay did not make; it is not adopted as the "
+            "replay's result"
+        )
+    return existing
 
 
 def _package(replay: Replay) -> Any:

@@ -67,9 +67,9 @@ def _audit_refusals(describe: Any) -> Any:
 
     def wrap(function: Any) -> Any:
         @functools.wraps(function)
-        def audited(source: Any, *, user: Any = None) -> ImportResult:
+        def audited(source: Any, *, user: Any = None, **options: Any) -> ImportResult:
             try:
-                return function(source, user=user)
+                return function(source, user=user, **options)
             except BundleError as exc:
                 audit_record(
                     actor=user,
@@ -85,8 +85,10 @@ def _audit_refusals(describe: Any) -> Any:
 
 
 @_audit_refusals(lambda path: str(path))
-def run_import_from_path(path: Path, *, user: Any = None) -> ImportResult:
-    """Import a bundle given as a folder, a .zip or a .tar.gz on disk."""
+def run_import_from_path(path: Path, *, user: Any = None, made_by_replay: int | None = None) -> ImportResult:
+    """Import a bundle given as a folder, a .zip or a .tar.gz on disk. `made_by_replay`: the pk of the replay whose
+    worker, holding its claim, imports the sandbox's log as the replay's child run (only then may the run's id be
+    in the replays' namespace, REPLAY_RUN_SEPARATOR)."""
     try:
         path = Path(path)
         exists = path.exists()
@@ -95,7 +97,7 @@ def run_import_from_path(path: Path, *, user: Any = None) -> ImportResult:
     if not exists:
         raise BundleError(f"{path} does not exist")
     if path.is_dir():
-        return _import_root(archive.check_directory(path), user=user)
+        return _import_root(archive.check_directory(path), user=user, made_by_replay=made_by_replay)
     with tempfile.TemporaryDirectory(prefix="n17q-bundle-") as tmp:
         root = archive.unpack(
             path,
@@ -103,7 +105,7 @@ def run_import_from_path(path: Path, *, user: Any = None) -> ImportResult:
             max_bytes=settings.N17Q_MAX_BUNDLE_BYTES,
             max_members=settings.N17Q_MAX_BUNDLE_MEMBERS,
         )
-        return _import_root(root, user=user)
+        return _import_root(root, user=user, made_by_replay=made_by_replay)
 
 
 @_audit_refusals(lambda upload: f"upload {getattr(upload, 'name', '') or ''}")
@@ -151,8 +153,20 @@ def _bundle_digest(manifest_raw: bytes, events_path: Path) -> tuple[str, int]:
     return "sha256:" + h.hexdigest(), lines + (last != b"\n")
 
 
-def _import_root(root: Path, *, user: Any) -> ImportResult:
+# A replay's child run is named `<source run>~<mode>-<replay pk>`: the separator is reserved for runs the console's
+# replay worker makes, so no harness can import a run under a replay's name ahead of it (a forged replay result).
+REPLAY_RUN_SEPARATOR = "~"
+
+
+def _import_root(root: Path, *, user: Any, made_by_replay: int | None = None) -> ImportResult:
     manifest, manifest_raw = _read_manifest(root)
+    if made_by_replay is None and REPLAY_RUN_SEPARATOR in manifest.run["id"]:
+        raise BundleError(
+            f"run ids holding {REPLAY_RUN_SEPARATOR!r} are reserved for the replays this console runs; "
+            "name the run without it",
+            file="manifest.json",
+            field="run.id",
+        )
     events_path = root / "events.jsonl"
     if events_path.is_symlink() or not events_path.is_file():
         raise BundleError("events.jsonl is missing from the bundle")
@@ -172,7 +186,15 @@ def _import_root(root: Path, *, user: Any) -> ImportResult:
             with transaction.atomic():
                 written = _store_blobs(blob_paths)
                 result = _write_run(
-                    run_meta, manifest, events_path, digest, user=user, lines=lines, scan=scan, masks=masks
+                    run_meta,
+                    manifest,
+                    events_path,
+                    digest,
+                    user=user,
+                    lines=lines,
+                    scan=scan,
+                    masks=masks,
+                    made_by_replay=made_by_replay,
                 )
                 audit_record(
                     actor=user,
@@ -286,6 +308,7 @@ def _write_run(
     lines: int,
     scan: EventScan,
     masks: BundleMasks,
+    made_by_replay: int | None = None,
 ):
     scenario = run_meta.get("scenario") or {}
     parent_ref = run_meta.get("parent_run") or ""
@@ -307,6 +330,7 @@ def _write_run(
         manifest_run=run_meta,
         bundle_digest=digest,
         imported_by=user if getattr(user, "is_authenticated", False) else None,
+        made_by_replay=made_by_replay,
     )
     blob_ids = dict(Blob.objects.filter(digest__in=list(manifest.blobs)).values_list("digest", "id"))
     RunBlob.objects.bulk_create(

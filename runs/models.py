@@ -52,6 +52,8 @@ class Run(models.Model):
     bundle_digest = models.CharField(max_length=71)
     imported_at = models.DateTimeField(auto_now_add=True)
     imported_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # The replay (its pk) whose worker imported this run as the replay's child run; null for every other import.
+    made_by_replay = models.IntegerField(null=True, blank=True)
     # Summary written once at the end of the import transaction.
     event_count = models.IntegerField(default=0)
     # Events per kind, so that pane totals cost no scan of a large run.
