@@ -62,6 +62,8 @@ MIDDLEWARE = [
     "n17q_site.logs.RequestLogMiddleware",
     # Everything needs a login (DESIGN §8); views that must not (the login page) opt out explicitly.
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    # ...and a role: a signed-in user without one reads nothing (accounts/permissions.py).
+    "accounts.permissions.RoleRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -161,7 +163,8 @@ REST_FRAMEWORK = {
         "accounts.auth.HarnessTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Signed in and holding a role (accounts/permissions.py); an operation that needs more names it on its view.
+    "DEFAULT_PERMISSION_CLASSES": ["accounts.permissions.HasRole"],
     # JSON only. DRF's browsable pages style themselves inline, which the CSP blocks (a browser opening
     # /health/ or /api/v1/runs/ got a page with a dozen violations); people read the API at /api/v1/docs/.
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
@@ -184,7 +187,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Run bundles, run graphs, lineage findings, captures and replays.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SERVE_PERMISSIONS": ["accounts.permissions.HasRole"],  # the schema and the docs need a role, like the API
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -4,11 +4,13 @@ from django.contrib.auth.decorators import login_not_required, login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from accounts.permissions import role_not_required
+
 from .health import HealthApi
 
 urlpatterns = [
     path("login/", login_not_required(auth_views.LoginView.as_view()), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", role_not_required(auth_views.LogoutView.as_view()), name="logout"),
     path("admin/", admin.site.urls),
     # For load balancers and health checks: no sign-in (details only for a signed-in user; n17q_site/health.py).
     path("health/", login_not_required(HealthApi.as_view()), name="health"),
