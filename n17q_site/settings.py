@@ -141,6 +141,11 @@ if _blob_backend := env_str("N17Q_BLOB_STORAGE_BACKEND", ""):
     STORAGES["blobs"] = {"BACKEND": _blob_backend, "OPTIONS": {}}
 
 # Bundle import limits: archives past these are refused before anything is written.
+# Failed sign-ins allowed per window, per account and address, per address, per account (accounts/signin.py).
+N17Q_SIGNIN_WINDOW_S = env_int("N17Q_SIGNIN_WINDOW_S", 15 * 60, minimum=1)
+N17Q_SIGNIN_PAIR_LIMIT = env_int("N17Q_SIGNIN_PAIR_LIMIT", 5, minimum=1)
+N17Q_SIGNIN_ADDRESS_LIMIT = env_int("N17Q_SIGNIN_ADDRESS_LIMIT", 30, minimum=1)
+N17Q_SIGNIN_ACCOUNT_LIMIT = env_int("N17Q_SIGNIN_ACCOUNT_LIMIT", 100, minimum=1)
 N17Q_MAX_BUNDLE_BYTES = env_int("N17Q_MAX_BUNDLE_BYTES", 2 * 1024**3, minimum=1024)
 N17Q_MAX_BUNDLE_MEMBERS = env_int("N17Q_MAX_BUNDLE_MEMBERS", 200_000, minimum=3)
 # Replays (n17q_engine.sandbox): a sandbox without its own network namespace is refused unless this is set,

@@ -5,11 +5,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from accounts.permissions import role_not_required
+from accounts.signin import ThrottledLoginView
 
 from .health import HealthApi
 
 urlpatterns = [
-    path("login/", login_not_required(auth_views.LoginView.as_view()), name="login"),
+    path("login/", login_not_required(ThrottledLoginView.as_view()), name="login"),
     path("logout/", role_not_required(auth_views.LogoutView.as_view()), name="logout"),
     path("admin/", admin.site.urls),
     # For load balancers and health checks: no sign-in (details only for a signed-in user; n17q_site/health.py).
