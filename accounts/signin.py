@@ -41,7 +41,7 @@ _SALT = "n17q.signin.known-browser"
 
 def client_address(request: HttpRequest) -> str:
     """The client's address as the API's throttles see it (REMOTE_ADDR, or behind N17Q_NUM_PROXIES trusted ones)."""
-    return str(BaseThrottle().get_ident(request))
+    return str(BaseThrottle().get_ident(request))  # type: ignore[arg-type]  # it reads request.META only
 
 
 def _key(kind: str, *parts: str) -> str:
@@ -91,7 +91,7 @@ class ThrottledLoginView(auth_views.LoginView):
                 "registration/login.html",
                 {
                     "form": self.get_form(),
-                    "throttled": f"Too many failed sign-ins; try again in {minutes} minute{'s' if minutes != 1 else ''}.",
+                    "throttled": f"Too many failed sign-ins; try again in {minutes} minute{'' if minutes == 1 else 's'}.",
                 },
                 status=429,
             )
