@@ -86,12 +86,13 @@ class ThrottledLoginView(auth_views.LoginView):
                 actor=None, action="auth.sign_in_throttled", target=username, detail={"limit": kind}, request=request
             )
             minutes = max(1, settings.N17Q_SIGNIN_WINDOW_S // 60)
+            wait = f"{minutes} minute{'' if minutes == 1 else 's'}"
             response = render(
                 request,
                 "registration/login.html",
                 {
                     "form": self.get_form(),
-                    "throttled": f"Too many failed sign-ins; try again in {minutes} minute{'' if minutes == 1 else 's'}.",
+                    "throttled": f"Too many failed sign-ins; try again in {wait}.",
                 },
                 status=429,
             )
