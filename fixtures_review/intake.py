@@ -32,6 +32,7 @@ import gzip
 import hashlib
 import hmac
 import json
+import math
 import re
 import zlib
 from collections.abc import Callable
@@ -224,7 +225,10 @@ def covers(outer: str, inner: str) -> bool:
 
 
 def parse_capture(raw: bytes | str | dict) -> dict[str, Any]:
-    """The capture as a dict, checked against `n17q.capture/1`; CaptureError naming the field otherwise."""
+    """The capture as a dict, checked against `n17q.capture/1`; CaptureError naming the field otherwise.
+
+    Before the shape, what any value may be (`check_json_values`): integers within 64 bits, finite numbers, at most
+    MAX_JSON_DEPTH levels of nesting, valid Unicode (no lone surrogate from a `\\ud800` escape), no NUL."""
     if isinstance(raw, dict):
         data = raw
     else:
@@ -233,9 +237,12 @@ def parse_capture(raw: bytes | str | dict) -> dict[str, Any]:
         except UnicodeDecodeError as exc:
             raise CaptureError(f"the capture is not UTF-8 (byte {exc.start})") from None
         try:
-            data = json.loads(text, parse_constant=_no_constant)
+            data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_bounded_int)
+        except _ValueRefused as exc:
+            raise CaptureError(str(exc)) from None
         except (ValueError, RecursionError) as exc:
             raise CaptureError(f"the capture is not JSON: {exc}") from None
+    check_json_values(data)
     if not isinstance(data, dict):
         raise CaptureError("the capture must be a JSON object")
     if data.get("format") != CAPTURE_FORMAT:
@@ -321,8 +328,72 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+MAX_JSON_DEPTH = 64
+INT_BOUND = 2**63  # integers are stored and compared as 64-bit ones (PostgreSQL's bigint, a fixture key's digest)
+
+
+class _ValueRefused(ValueError):
+    """A JSON value no capture may hold; the message says which."""
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _ValueRefused(f"the capture holds a number too large to represent ({literal[:40]})")
+    return value
+
+
+def _bounded_int(literal: str) -> int:
+    value = int(literal)
+    if not -INT_BOUND <= value < INT_BOUND:
+        raise _ValueRefused(f"the capture holds an integer beyond 64 bits ({literal[:40]}…)")
+    return value
+
+
+def check_json_values(value: Any, where: str = "the capture") -> None:
+    """CaptureError unless every value is one a capture may hold: nesting at most MAX_JSON_DEPTH deep, integers
+    within 64 bits, finite numbers, strings and keys of valid Unicode. One pass, no recursion (a hostile nesting
+    depth must not become a RecursionError, or minutes of a debug page's frames)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                raise CaptureError(f"{where} nests deeper than {MAX_JSON_DEPTH} levels")
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            for key, child in items:
+                if isinstance(key, str):
+                    _check_text(key, where, "key")
+                if isinstance(child, dict | list):
+                    stack.append((child, depth + 1))
+                elif isinstance(child, str):
+                    _check_text(child, where, "string")
+                elif isinstance(child, bool) or child is None:
+                    continue
+                elif isinstance(child, int) and not -INT_BOUND <= child < INT_BOUND:
+                    raise CaptureError(f"{where} holds an integer beyond 64 bits")
+                elif isinstance(child, float) and not math.isfinite(child):
+                    raise CaptureError(f"{where} holds a number that is not finite")
+        elif isinstance(node, str):
+            _check_text(node, where, "string")
+
+
+def _check_text(text: str, where: str, what: str) -> None:
+    if "\x00" in text:
+        # PostgreSQL stores no NUL in text or JSON; binary content travels as a base64 body.
+        raise CaptureError(
+            f'{where} holds a {what} with a NUL character (\\u0000), which is not text; send such a body as '
+            '{"encoding": "base64", "data": …}'
+        )
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CaptureError(f"{where} holds a {what} that is not valid Unicode (a lone surrogate)") from None
+
+
 def _instant(value: str, where: str) -> None:
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -330,6 +401,10 @@ def _instant(value: str, where: str) -> None:
         raise CaptureError(f"{where}: {value!r} is not an ISO-8601 instant") from None
     if moment.tzinfo is None:
         raise CaptureError(f"{where}: {value!r} has no time zone (write Z or +00:00)")
+    try:
+        moment.astimezone(UTC)  # stored as UTC: year 1 at +01:00 is before the first representable instant
+    except OverflowError:
+        raise CaptureError(f"{where}: {value!r} is outside the years 1 to 9999 in UTC") from None
 
 
 def _is_encoded(body: Any) -> TypeGuard[dict[str, Any]]:
@@ -538,6 +613,8 @@ def _redact_body(body: Any, where: str, headers: dict[str, Any], out: Redacted) 
         out.encodings[where] = body["encoding"]
         try:
             text = raw.decode("utf-8")
+            if "\x00" in text:  # UTF-16 text, or binary that happens to be valid UTF-8: not storable as text
+                raise UnicodeDecodeError("utf-8", raw, 0, 1, "holds NUL")
         except UnicodeDecodeError:
             out.binary[where] = raw
             return {"encoding": "base64", "data": base64.b64encode(raw).decode("ascii")}

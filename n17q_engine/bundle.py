@@ -194,6 +194,17 @@ def check_field(value: Any, spec: v.Field, *, name: str, err: Any) -> None:
                 raise err(f"{name}[{i}]", f"must be {spec.items}, got {type(item).__name__}")
 
 
+def is_run_id(value: Any) -> bool:
+    """Whether `value` can name a run: 1-200 printable characters, no whitespace, no "/" (a URL path segment)."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= 200
+        and "/" not in value
+        and value.isprintable()
+        and not any(c.isspace() for c in value)
+    )
+
+
 def parse_manifest(raw: bytes, *, file: str = "manifest.json") -> Manifest:
     def err(field: str | None, message: str) -> BundleError:
         return BundleError(message, file=file, field=field)
@@ -252,7 +263,7 @@ def validate_run(run: dict[str, Any], err: Any) -> None:
             raise err(where, f"must be at most {MAX_ID_CHARS} characters")
 
     run_id = need("id", str)
-    if not run_id or len(run_id) > 200 or any(c.isspace() for c in run_id) or "/" in run_id:
+    if not is_run_id(run_id):
         raise err("run.id", "must be 1-200 characters without spaces or '/'")
     task = need("task", dict)
     if not isinstance(task.get("id"), str):

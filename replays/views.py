@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
@@ -22,6 +22,7 @@ from accounts.audit import audit_record
 from console.htmx import HtmxHttpRequest
 from fixtures_review.models import ScenarioVersion
 from fixtures_review.services import recording_copy_similar, scenario_version_mint
+from n17q_engine.bundle import is_run_id
 from n17q_engine.deciders import DECIDERS
 from runs.models import Run
 
@@ -120,11 +121,16 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
 
 def replay_list(request: HtmxHttpRequest) -> HttpResponse:
     replays = Replay.objects.select_related("source_run", "scenario_version", "run").order_by("-id")
-    source = request.GET.get("source")
+    source = request.GET.get("source") or ""
+    if source and not is_run_id(source):  # no run can have it (the bundle reader refuses it): a bad request
+        return HttpResponseBadRequest(
+            "source: a run id (1-200 characters, no '/', no spaces)", content_type="text/plain"
+        )
+    source_run = Run.objects.filter(run_id=source).first() if source else None
     if source:
         replays = replays.filter(source_run__run_id=source)
     page = Paginator(replays, 50).get_page(request.GET.get("page"))
-    return render(request, "replays/replay_list.html", {"page": page, "source": source})
+    return render(request, "replays/replay_list.html", {"page": page, "source": source, "source_run": source_run})
 
 
 def replay_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
