@@ -382,7 +382,7 @@ def _check_text(text: str, where: str, what: str) -> None:
     if "\x00" in text:
         # PostgreSQL stores no NUL in text or JSON; binary content travels as a base64 body.
         raise CaptureError(
-            f'{where} holds a {what} with a NUL character (\\u0000), which is not text; send such a body as '
+            f"{where} holds a {what} with a NUL character (\\u0000), which is not text; send such a body as "
             '{"encoding": "base64", "data": …}'
         )
     if not text.isascii():

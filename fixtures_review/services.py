@@ -497,13 +497,35 @@ def recording_reject(
     return recording
 
 
+# The review actions that write content a fixture version will hold: whoever did one is one of its authors.
+AUTHORING_ACTIONS = (ReviewEvent.Action.SYNTHESIZE, ReviewEvent.Action.REDACT)
+
+
+def content_authors(recording: StagedRecording) -> dict[int, str]:
+    """{user pk: what they authored} for everyone who wrote any part of what the recording's fixture would contain:
+    captured it (or copied it similar), owned the token that captured it, synthesized or redacted a value in it.
+    Four eyes is a rule on content: none of them may approve it."""
+    authors: dict[int, str] = {}
+    for pk in recording.excluded_approvers or []:
+        if recording.captured_by_id == pk:
+            copied = recording.origin == StagedRecording.Origin.COPY_SIMILAR
+            authors[pk] = "copied this recording from a similar one" if copied else "captured this recording"
+        else:
+            authors[pk] = "own the token that captured it"
+    events = ReviewEvent.objects.filter(recording=recording, action__in=AUTHORING_ACTIONS, actor__isnull=False)
+    for actor_id, action, path in events.order_by("id").values_list("actor_id", "action", "path"):
+        done = "synthesized" if action == ReviewEvent.Action.SYNTHESIZE else "redacted"
+        authors.setdefault(actor_id, f"{done} {path} in it")
+    return authors
+
+
 def approval_refusal(recording: StagedRecording, user: Any) -> str | None:
-    """Why `user` may not approve `recording` now (role, four eyes, state, findings), or None."""
+    """Why `user` may not approve `recording` now (role, four eyes on its content, state, findings), or None."""
     if not (getattr(user, "is_authenticated", False) and user.has_perm(REVIEW_PERM)):
         return "approving needs the reviewer role"
-    if user.pk in (recording.excluded_approvers or []):
-        how = "captured this recording" if recording.captured_by_id == user.pk else "own the token that captured it"
-        return f"four eyes: you {how}, so another reviewer must approve it"
+    authored = content_authors(recording).get(user.pk)
+    if authored:
+        return f"four eyes: you {authored}, so another reviewer must approve it"
     if recording.state != StagedRecording.State.STAGED:
         return f"{recording.public_id} is already {recording.state}"
     open_findings = unresolved_findings(recording)
@@ -650,6 +672,10 @@ def _approve(recording: StagedRecording, user: Any, revision: int | None) -> Sta
         if claim.update(state=StagedRecording.State.PROMOTED, decided_at=timezone.now()) != 1:
             raise ReviewRefused(f"{recording.public_id} was approved, rejected or changed meanwhile: reload it")
         recording.refresh_from_db()
+        # Again under the row lock: a change made between the check and the claim (by this approver too) counts.
+        authored = content_authors(recording).get(user.pk)
+        if authored:
+            raise ReviewRefused(f"four eyes: you {authored}, so another reviewer must approve it")
         _lock_scenario(recording.scenario_name)
         base = _latest_base(recording)
         fixture = _fixture_for(recording, base)

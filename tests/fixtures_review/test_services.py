@@ -104,6 +104,47 @@ def test_the_owner_of_the_capturing_token_cannot_approve(seed_scenarios, role_us
     assert recording_approve(recording=rec, user=role_user("reviewer", "other")).state == "promoted"
 
 
+@pytest.mark.parametrize(
+    ("act", "said"),
+    [
+        (
+            lambda rec, who: recording_synthesize(
+                recording=rec, path="response.body.error", value="gone", user=who, fidelity_note="made up for a test"
+            ),
+            "you synthesized response.body.error in it",
+        ),
+        (
+            lambda rec, who: recording_redact(recording=rec, path="response.headers.Content-Type", user=who),
+            "you redacted response.headers.Content-Type in it",
+        ),
+    ],
+)
+def test_a_reviewer_who_wrote_part_of_the_content_cannot_approve_it_alone(seed_scenarios, role_user, act, said):
+    # On 775880e a reviewer could synthesize the whole response of anyone's recording and approve it alone.
+    author = role_user("reviewer", "author")
+    rec = stage(status_capture(), user=role_user("operator", "capturer"))
+    rec = act(rec, author)
+    with pytest.raises(ReviewRefused, match=f"four eyes: {said}"):
+        recording_approve(recording=rec, user=author, revision=rec.revision)
+    rec.refresh_from_db()
+    assert rec.state == "staged" and rec.events.filter(action="refused", actor=author).exists()
+    approved = recording_approve(recording=rec, user=role_user("reviewer", "second"), revision=rec.revision)
+    assert approved.state == "promoted" and approved.fixture_version.approved_by.username == "second"
+
+
+def test_the_author_of_a_copy_similar_cannot_approve_it(seed_scenarios, role_user):
+    from fixtures_review.services import content_authors
+
+    rec = stage(status_capture(), user=role_user("operator", "capturer"))
+    copier = role_user("reviewer", "copier")
+    authors = content_authors(rec)
+    assert authors == {rec.captured_by_id: "captured this recording"}
+    rec.excluded_approvers = [copier.pk]
+    rec.captured_by = copier
+    rec.origin = StagedRecording.Origin.COPY_SIMILAR
+    assert content_authors(rec) == {copier.pk: "copied this recording from a similar one"}
+
+
 @pytest.mark.parametrize("role", ["viewer", "operator"])
 def test_approving_needs_the_reviewer_role(seed_scenarios, role_user, role):
     rec = stage(status_capture())
@@ -128,7 +169,8 @@ def test_an_unresolved_finding_blocks_approval_until_a_reviewer_redacts_its_path
         recording_approve(recording=rec, user=reviewer)
     rec = recording_redact(recording=rec, path="response.body.debug", user=reviewer, reason="a token in a debug field")
     assert rec.response["body"]["debug"] == intake.REDACTED and rec.revision == 2
-    rec = recording_approve(recording=rec, user=reviewer, revision=2)
+    # The redacting reviewer wrote part of the content: another reviewer approves it.
+    rec = recording_approve(recording=rec, user=role_user("reviewer", "second-reviewer"), revision=2)
     fixture = rec.fixture_version.fixture
     assert fixture["response"]["absent"] == {"debug": "redacted"}
 
@@ -172,7 +214,7 @@ def test_an_action_on_a_stale_revision_is_refused(seed_scenarios, role_user):
     with pytest.raises(ReviewRefused, match="changed since you opened it"):
         recording_redact(recording=rec, path="response.headers.Content-Type", user=reviewer, revision=1)
     with pytest.raises(ReviewRefused, match="changed meanwhile"):
-        recording_approve(recording=rec, user=reviewer, revision=1)
+        recording_approve(recording=rec, user=role_user("reviewer", "second-reviewer"), revision=1)
 
 
 def test_a_path_the_recording_does_not_hold_is_refused(seed_scenarios, role_user):
