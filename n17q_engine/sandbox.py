@@ -4,12 +4,21 @@
 spawns ``n17q_engine.sandbox_child`` which reads ``payload`` from stdin, calls ``function(payload) -> bytes``
 and writes the bytes to stdout; stderr carries one JSON audit event per line.
 
-Isolation, applied in the forked child before the interpreter starts (``preexec_fn``):
+Isolation, applied in the forked child before the interpreter starts (``preexec_fn``), a kernel boundary that holds
+even if code inside gets past the audit hook:
 
-* its own network namespace (``unshare(CLONE_NEWNET)``; ``CLONE_NEWUSER|CLONE_NEWNET`` when not root): only a
-  loopback interface, left down, so nothing at all is reachable, not even 127.0.0.1 or abstract unix sockets
-  of the host. If the namespace cannot be made the launcher raises :class:`IsolationUnavailable` and nothing
-  runs, unless ``allow_degraded=True``, in which case the run goes ahead and reports ``isolation="degraded"``;
+* its own network namespace: only a loopback interface, left down, so nothing at all is reachable, not even
+  127.0.0.1 or abstract unix sockets of the host;
+* its own mount namespace and root (:class:`_View`): an empty tmpfs holding read-only binds of the interpreter and
+  the engine package, four device nodes, a private /tmp, the working folder and its own /proc. The host's data
+  folder, database files, settings, pathname sockets (PostgreSQL's) and other files are not in it;
+* its own PID namespace (the child is its pid 1; the launcher's fork waits outside it), so no host process can be
+  signalled or seen, and IPC and UTS namespaces;
+* an unprivileged uid: nobody (65534) when the launcher is root, else the launcher's own uid inside a user
+  namespace (``CLONE_NEWUSER``, the only way an unprivileged process makes the others);
+* if any of it cannot be made the launcher raises :class:`IsolationUnavailable` and nothing runs, unless
+  ``allow_degraded=True``, in which case the run goes ahead without namespaces and reports
+  ``isolation="degraded"`` (the run's label stays ``netns`` for a bounded one: DESIGN's contract);
 * resource limits (CPU seconds, address space, open files, processes, file size, no core dumps);
 * every capability dropped (bounding set emptied, ``no_new_privs``), so a root child cannot leave the
   namespace again (``setns`` needs CAP_SYS_ADMIN) or raise its limits;
@@ -58,6 +67,15 @@ __all__ = [
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUTS = 0x04000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+# The uid and gid a sandbox started by root runs as: nobody's, owning nothing on the host.
+SANDBOX_UID = SANDBOX_GID = 65534
+WORKDIR_INSIDE = "/.n17q-sandbox-work"  # the working folder inside: a name no bound host path has
 _PR_SET_PDEATHSIG = 1
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -130,6 +148,8 @@ class _Libc:
         self.prctl_fn = lib.prctl
         self.prctl_fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
         self.capset_fn = lib.capset
+        self.mount_fn = lib.mount
+        self.mount_fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
         try:
             self.cap_last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
         except (OSError, ValueError):
@@ -146,13 +166,19 @@ class _Libc:
     def unshare(self, flags: int) -> None:
         self._check(self.unshare_fn(flags))
 
+    def mount(self, source: bytes | None, target: bytes, fstype: bytes | None, flags: int, data: bytes | None) -> None:
+        self._check(self.mount_fn(source, target, fstype, flags, data))
+
     def prctl(self, option: int, arg: int) -> None:
         self._check(self.prctl_fn(option, arg, 0, 0, 0))
 
-    def drop_capabilities(self, *, required: bool) -> None:
+    def drop_bounding_set(self, *, required: bool) -> None:
         for cap in range(self.cap_last + 1):
             if self.prctl_fn(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and required:
                 self._check(-1)
+
+    def drop_capabilities(self, *, required: bool) -> None:
+        self.drop_bounding_set(required=required)
         self.prctl(_PR_SET_NO_NEW_PRIVS, 1)
         self._check(self.capset_fn(self.cap_header, self.cap_data))
 
@@ -178,12 +204,102 @@ def _rlimits(limits: Limits) -> list[tuple[int, int]]:
     ]
 
 
+@dataclass(frozen=True)
+class _View:
+    """What the sandbox sees of the host, worked out in the launcher (nothing is looked up after fork): read-only
+    binds of the interpreter (its prefix, and /usr for the libraries it links), the engine package (and the tests'
+    probes when test entries are allowed), the merged-/usr links, four device nodes; the rest of the new root is
+    an empty tmpfs with a private writable /tmp, the working folder and the PID namespace's own /proc. No data
+    folder, database, settings, sockets or processes of the host are in it."""
+
+    new_root: bytes  # the (empty) folder the tmpfs root is mounted on
+    read_only: tuple[bytes, ...]  # host paths bound read-only at the same path inside
+    links: tuple[tuple[bytes, bytes], ...]  # (path, target) symlinks made inside (/lib -> usr/lib)
+    owner: tuple[int, int] | None = None  # (uid, gid) the working folder is given to, when root starts it
+    devices: tuple[bytes, ...] = (b"/dev/null", b"/dev/zero", b"/dev/urandom", b"/dev/random")
+
+
+def _view(new_root: str, *, allow_test_entries: bool) -> _View:
+    interpreter = os.path.realpath(sys.executable)
+    prefix = os.path.realpath(sys.base_prefix)
+    paths = {"/usr", prefix, str(REPO_ROOT / "n17q_engine")}
+    if not interpreter.startswith(prefix + os.sep):
+        paths.add(os.path.dirname(interpreter))
+    if allow_test_entries:
+        paths.add(str(REPO_ROOT / "tests"))
+    links = []
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            links.append((top.encode(), os.readlink(top).encode()))
+        elif os.path.isdir(top):
+            paths.add(top)
+    return _View(
+        new_root=new_root.encode(),
+        read_only=tuple(sorted(p.encode() for p in paths if os.path.isdir(p))),
+        links=tuple(links),
+        owner=(SANDBOX_UID, SANDBOX_GID) if os.geteuid() == 0 else None,
+    )
+
+
+def _enter_view(libc: _Libc, view: _View) -> None:
+    """In the forked child, inside its new mount namespace: build the new root and move into it."""
+    root = view.new_root
+    libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None)  # nothing of this namespace propagates back
+    libc.mount(b"tmpfs", root, b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=67108864,mode=0755")
+    for path in view.read_only:
+        inside = root + path
+        os.makedirs(inside, exist_ok=True)
+        libc.mount(path, inside, None, _MS_BIND | _MS_REC, None)
+        libc.mount(None, inside, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None)
+    for path, target in view.links:
+        os.symlink(target, root + path)
+    os.makedirs(root + b"/dev", exist_ok=True)
+    for device in view.devices:
+        if os.path.exists(device):
+            os.close(os.open(root + device, os.O_CREAT | os.O_WRONLY, 0o666))
+            libc.mount(device, root + device, None, _MS_BIND, None)
+    for folder, mode in ((b"/tmp", 0o1777), (WORKDIR_INSIDE.encode(), 0o700)):
+        os.makedirs(root + folder, exist_ok=True)
+        os.chmod(root + folder, mode)
+    if view.owner is not None:  # root's sandbox runs as nobody: the working folder is nobody's
+        os.chown(root + WORKDIR_INSIDE.encode(), *view.owner)
+    # This PID namespace's own /proc: its processes only (this one and what it starts), its network's devices.
+    os.makedirs(root + b"/proc", exist_ok=True)
+    libc.mount(b"proc", root + b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+    os.chroot(root)
+    os.chdir(WORKDIR_INSIDE)
+
+
+def _as_pid_one() -> None:
+    """Continue as the first process of the new PID namespace: fork; the parent, outside it, only waits and
+    passes the exit status on (it keeps no file open, so the launcher sees the child's pipes close with it)."""
+    child = os.fork()
+    if child == 0:
+        return
+    os.closerange(0, 65536)
+    while True:
+        try:
+            _pid, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
 def _make_preexec(
-    *, isolate: bool, limits: Limits, unshare: Callable[[int], None] | None, parent_pid: int
+    *,
+    isolate: bool,
+    limits: Limits,
+    unshare: Callable[[int], None] | None,
+    parent_pid: int,
+    view: _View | None = None,
 ) -> Callable[[], None]:
     libc = _get_libc()
     root = os.geteuid() == 0
+    uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNET if root else CLONE_NEWUSER | CLONE_NEWNET
+    if view is not None:
+        flags |= CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
     do_unshare = unshare if unshare is not None else libc.unshare
     rlimits = _rlimits(limits)
 
@@ -194,19 +310,45 @@ def _make_preexec(
             except BaseException:
                 os._exit(_EXIT_NO_NAMESPACE)
         try:
+            if view is not None:
+                if not root:  # the same unprivileged ids inside the user namespace, so the mounts can be made
+                    _write(b"/proc/self/setgroups", b"deny")
+                    _write(b"/proc/self/uid_map", b"%d %d 1" % (uid, uid))
+                    _write(b"/proc/self/gid_map", b"%d %d 1" % (gid, gid))
+                libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != parent_pid:
+                    os._exit(_EXIT_SETUP_FAILED)
+                _as_pid_one()
+                try:
+                    _enter_view(libc, view)
+                except BaseException:  # no boundary could be made: as good as no namespace (refused, or degraded)
+                    os._exit(_EXIT_NO_NAMESPACE)
             for which, value in rlimits:
                 _soft, hard = resource.getrlimit(which)
                 if hard != resource.RLIM_INFINITY and value > hard and not root:
                     value = hard
                 resource.setrlimit(which, (value, value))
-            libc.drop_capabilities(required=root)
+            if view is not None and root:  # root leaves its bounding set empty, then becomes nobody
+                libc.drop_bounding_set(required=True)
+                os.setgroups([])
+                os.setgid(SANDBOX_GID)
+                os.setuid(SANDBOX_UID)
+            libc.drop_capabilities(required=root and view is None)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != parent_pid:  # the launcher died before the death signal was armed
+            if view is None and os.getppid() != parent_pid:  # the launcher died before the death signal was armed
                 os._exit(_EXIT_SETUP_FAILED)
         except BaseException:
             os._exit(_EXIT_SETUP_FAILED)
 
     return preexec
+
+
+def _write(path: bytes, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 _ENTRY_SHAPE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+:[A-Za-z_]\w*$")
@@ -238,11 +380,13 @@ def _spawn(
     allow_test_entries: bool,
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[int, bytes, bytes, float, int, bool]:
-    argv = [sys.executable, "-P", "-S", "-c", CHILD_CODE, entry]
+    workdir = tempfile.mkdtemp(prefix="n17q-sandbox-")
+    view = _view(workdir, allow_test_entries=allow_test_entries) if isolate else None
+    # Inside the new root the interpreter is found at its real path (the venv's link is not in the view).
+    argv = [os.path.realpath(sys.executable) if view else sys.executable, "-P", "-S", "-c", CHILD_CODE, entry]
     if allow_test_entries:
         argv.append("--allow-test-entries")
-    workdir = tempfile.mkdtemp(prefix="n17q-sandbox-")
-    preexec = _make_preexec(isolate=isolate, limits=limits, unshare=unshare, parent_pid=os.getpid())
+    preexec = _make_preexec(isolate=isolate, limits=limits, unshare=unshare, parent_pid=os.getpid(), view=view)
     timed_out = False
     try:
         spawn_ns = time.monotonic_ns()

@@ -158,6 +158,10 @@ def write_in_cwd(payload: bytes) -> bytes:
         return f.read().encode()
 
 
+def list_cwd(payload: bytes) -> bytes:
+    return json.dumps(sorted(os.listdir("."))).encode()
+
+
 def allocate(payload: bytes) -> bytes:
     a = _args(payload)
     try:
@@ -183,3 +187,66 @@ def echo(payload: bytes) -> bytes:
 
 def fail(payload: bytes) -> bytes:
     raise ValueError("probe failure")
+
+
+# --- the host boundary, with the audit hook bypassed (assume a breach: only the kernel can stop these) ----------
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def raw_read_file(payload: bytes) -> bytes:
+    """Read {"path"} through libc's open/read."""
+    libc = _libc()
+    fd = libc.open(_args(payload)["path"].encode(), os.O_RDONLY)
+    if fd < 0:
+        return f"denied:open:{ctypes.get_errno()}".encode()
+    buf = ctypes.create_string_buffer(64)
+    n = libc.read(fd, buf, 64)
+    libc.close(fd)
+    return b"read:" + buf.raw[: max(n, 0)]
+
+
+def raw_write_file(payload: bytes) -> bytes:
+    """Create {"path"} through libc's open, write a byte."""
+    libc = _libc()
+    fd = libc.open(_args(payload)["path"].encode(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    if fd < 0:
+        return f"denied:open:{ctypes.get_errno()}".encode()
+    libc.write(fd, b"x", 1)
+    libc.close(fd)
+    return b"written"
+
+
+def raw_rename(payload: bytes) -> bytes:
+    """Rename {"path"} to {"to"} through libc."""
+    a = _args(payload)
+    rc = _libc().rename(a["path"].encode(), a["to"].encode())
+    return b"renamed" if rc == 0 else f"denied:rename:{ctypes.get_errno()}".encode()
+
+
+def raw_unix_connect(payload: bytes) -> bytes:
+    """Connect to the pathname unix socket {"path"} (PostgreSQL's, say) through libc."""
+    libc = _libc()
+    fd = libc.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0)
+    if fd < 0:
+        return f"denied:socket:{ctypes.get_errno()}".encode()
+    path = _args(payload)["path"].encode()
+    addr = (ctypes.c_ubyte * 110)()
+    addr[0:2] = list(socket.AF_UNIX.to_bytes(2, "little"))
+    addr[2 : 2 + len(path)] = list(path)
+    rc = libc.connect(fd, addr, 2 + len(path) + 1)
+    err = ctypes.get_errno()
+    libc.close(fd)
+    return b"connected" if rc == 0 else f"denied:connect:{err}".encode()
+
+
+def raw_signal(payload: bytes) -> bytes:
+    """Signal 0 to {"pid"} through libc: whether this process could signal it at all."""
+    rc = _libc().kill(int(_args(payload)["pid"]), 0)
+    return b"signalled" if rc == 0 else f"denied:kill:{ctypes.get_errno()}".encode()
+
+
+def whoami(payload: bytes) -> bytes:
+    return json.dumps({"uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid()}).encode()

@@ -292,14 +292,11 @@ def test_it_stops_file_writes_outside_its_working_folder(tmp_path):
 
 
 def test_it_works_in_a_fresh_working_folder_that_is_removed_afterwards():
+    before = set(Path(tempfile.gettempdir()).glob("n17q-sandbox-*"))
     assert sandboxed("write_in_cwd").output == b"ok"
-
-    first = json.loads(sandboxed("identity").output)["cwd"]
-    second = json.loads(sandboxed("identity").output)["cwd"]
-
-    assert first != second
-    assert Path(first).name.startswith("n17q-sandbox-")
-    assert not Path(first).exists() and not Path(second).exists()
+    # The next run's folder is a new one: nothing the last run wrote is in it.
+    assert json.loads(sandboxed("list_cwd").output) == []
+    assert set(Path(tempfile.gettempdir()).glob("n17q-sandbox-*")) <= before  # the launcher's folders are gone
 
 
 # --- hygiene ------------------------------------------------------------------------------------------
@@ -402,8 +399,12 @@ def test_it_dies_when_its_parent_is_killed():
         deadline = time.monotonic() + 60
         children: list[int] = []
         while not children and time.monotonic() < deadline:
+            # The sandbox child is a grandchild: between them, the first process outside its PID namespace.
             children = [
-                c for c in _children_of(parent.pid) if b"sandbox_child" in Path(f"/proc/{c}/cmdline").read_bytes()
+                c
+                for middle in _children_of(parent.pid)
+                for c in _children_of(middle)
+                if b"sandbox_child" in Path(f"/proc/{c}/cmdline").read_bytes()
             ]
             time.sleep(0.05)
         assert children, "the sandbox child never appeared"
@@ -558,3 +559,65 @@ def test_it_makes_the_namespace_without_root_through_a_user_namespace(canaries, 
     assert canary.settled_count() == 0
     assert control("raw_libc_connect", json.loads(target)) == b"connected"  # positive control
     assert canary.settled_count() == 1
+
+
+# --- the host boundary (issue 14): the audit hook bypassed, only the kernel stands in the way --------------------
+
+PG_SOCKET = Path("/var/run/postgresql/.s.PGSQL.5432")
+
+
+def _denied(result: SandboxResult) -> bool:
+    return result.returncode == 0 and result.output.startswith(b"denied:")
+
+
+def test_it_cannot_read_a_host_file_the_database_or_the_settings(tmp_path):
+    secret = tmp_path / "db.sqlite3"
+    secret.write_bytes(b"SQLite format 3\x00 host data")
+    for path in (secret, REPO_ROOT / "n17q_site" / "settings.py", Path("/etc/hostname")):
+        if not path.exists():
+            continue
+        assert control("raw_read_file", {"path": str(path)}).startswith(b"read:"), path  # the control reads it
+        result = sandboxed("raw_read_file", {"path": str(path)})
+        assert _denied(result), (path, result)
+
+
+def test_it_cannot_create_rename_or_delete_outside_its_folder(tmp_path):
+    outside = tmp_path / "planted.txt"
+    assert control("raw_write_file", {"path": str(outside)}) == b"written"  # the control can
+    outside.unlink()
+    assert _denied(sandboxed("raw_write_file", {"path": str(outside)})) and not outside.exists()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    assert _denied(sandboxed("raw_rename", {"path": str(victim), "to": str(tmp_path / "moved.txt")}))
+    assert victim.read_text() == "keep"
+    # What it can see of the host is read-only: its own engine package, say.
+    engine_file = REPO_ROOT / "n17q_engine" / "planted.py"
+    assert _denied(sandboxed("raw_write_file", {"path": str(engine_file)})) and not engine_file.exists()
+
+
+def test_it_cannot_reach_a_pathname_unix_socket_of_the_host(tmp_path):
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    path = tmp_path / "canary.sock"
+    listener.bind(str(path))
+    listener.listen(1)
+    try:
+        assert control("raw_unix_connect", {"path": str(path)}) == b"connected"  # the control reaches it
+        assert _denied(sandboxed("raw_unix_connect", {"path": str(path)}))
+        if PG_SOCKET.exists():  # PostgreSQL's own socket, where the machine runs one
+            assert _denied(sandboxed("raw_unix_connect", {"path": str(PG_SOCKET)}))
+    finally:
+        listener.close()
+
+
+def test_it_cannot_signal_the_launcher_or_its_siblings_and_runs_unprivileged():
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for pid in (os.getpid(), sibling.pid):
+            assert control("raw_signal", {"pid": pid}) == b"signalled"  # the control can
+            assert _denied(sandboxed("raw_signal", {"pid": pid})), pid
+    finally:
+        sibling.kill()
+        sibling.wait()
+    inside = json.loads(sandboxed("whoami").output)
+    assert inside["uid"] != 0 and inside["gid"] != 0
+    assert inside["pid"] == 1  # the first process of a PID namespace of its own
