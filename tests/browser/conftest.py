@@ -57,8 +57,8 @@ def page(chromium, request):
 
 @pytest.fixture
 def login(page, live_server, role_user):
-    def sign_in(role: str):
-        user = role_user(role)
+    def sign_in(role: str, username: str | None = None):
+        user = role_user(role, username)
         page.goto(f"{live_server.url}/login/")
         page.fill("input[name=username]", user.username)
         page.fill("input[name=password]", "a-long-test-password")

@@ -62,11 +62,12 @@ def sign_in(page, live_server, role_user):
     """Sign in as a role's user (made once per test), through the login form."""
     users: dict[str, Any] = {}
 
-    def go(role: str):
-        if role not in users:
-            users[role] = role_user(role)
+    def go(role: str, username: str | None = None):
+        name = username or f"{role}-user"
+        if name not in users:
+            users[name] = role_user(role, name)
         page.goto(f"{live_server.url}/login/")
-        page.fill("input[name=username]", users[role].username)
+        page.fill("input[name=username]", users[name].username)
         page.fill("input[name=password]", "a-long-test-password")
         page.click("button[type=submit]")
         page.wait_for_url(f"{live_server.url}/")
@@ -114,13 +115,18 @@ def test_story_000_replay_lands_on_the_missing_fixture_then_copy_similar_review_
     sign_in("reviewer")
     page.goto(staged_url)
     # the copy has an empty response, which status.lookup cannot answer: the reviewer synthesizes what the
-    # recording observed (not_found, e-000-res-status) with a fidelity note, then approves
+    # recording observed (not_found, e-000-res-status) with a fidelity note; a second reviewer approves
     synth = page.locator("form:has(button:has-text('Synthesize'))")
     synth.locator("select[name=path]").select_option("response.status")
     synth.locator("input[name=value]").fill("404")
     synth.locator("input[name=fidelity_note]").fill("the recording observed not_found for req-7781 (e-000-res-status)")
     synth.locator("button[type=submit]").click()
     page.wait_for_selector("text=synthesized", timeout=30000)
+    # Four eyes on content: the reviewer who synthesized the response cannot approve it; a second reviewer does.
+    assert "four eyes: you synthesized response.status" in page.locator("#approve-refusal").inner_text()
+    sign_out(page)
+    sign_in("reviewer", "second-reviewer")
+    page.goto(staged_url)
     page.click("#approve-form button[type=submit]")
     page.wait_for_function("() => !document.querySelector('#approve-form')", timeout=30000)
     shot(page, "replay-000-approved")

@@ -45,12 +45,18 @@ def test_a_reviewer_redacts_a_field_approves_and_sees_the_new_scenario_version(
     page.wait_for_selector("text=Redacted response.body.error.")
     assert '"error": "[redacted]"' in page.locator("#response-body").inner_text()
     assert "redact by reviewer-user" in page.locator("#redactions").inner_text()
+    # Four eyes on content: the redacting reviewer cannot approve what they changed; a second reviewer does.
+    assert "four eyes: you redacted response.body.error" in page.locator("#approve-refusal").inner_text()
+    page.click("header .who button")
+    page.wait_for_url("**/login/")
+    login("reviewer", "second-reviewer")
+    page.goto(f"{live_server.url}/review/{rec.public_id}/")
 
     page.click("#approve-form button[type=submit]")
     page.wait_for_selector("#new-scenario-version")
     assert "docs-research@2" in page.locator("#new-scenario-version").inner_text()
     events = page.locator("#review-events").inner_text()
-    assert "approve by reviewer-user" in events and "redact by reviewer-user" in events
+    assert "approve by second-reviewer" in events and "redact by reviewer-user" in events
     shot(page, "review-recording-approved")
     page.click("#new-scenario-version")
     page.wait_for_url("**/scenarios/docs-research@2/")
