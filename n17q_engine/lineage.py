@@ -79,6 +79,37 @@ CODES: dict[str, str] = {
     "LIN014": "live observation in a non-live run",
 }
 
+# What each finding means, for the glossary page and wherever a code is shown (a finding names its own ends).
+EXPLANATIONS: dict[str, str] = {
+    "LIN001": "An admission used by a decision or an intent was made in a workspace, or on a tree, other than the "
+    "artifact's, and no compatibility was recorded: a test receipt from one workspace is authorizing an artifact "
+    "from another.",
+    "LIN002": "The admitted source is a receipt whose completion is not completed (partial, cancelled, "
+    "interrupted, unknown), used for a validation purpose as if the run had finished.",
+    "LIN003": "An intent was allowed while the latest receipt for a required purpose on the artifact's lineage "
+    "had failures, and no waiver covers them.",
+    "LIN004": "The approval's evidence-set digest differs from the intent's, or it approves another subject: what "
+    "was approved is not what is being done.",
+    "LIN005": "An approval from another run or environment (a historical approval in a replay) is used as "
+    "authority here.",
+    "LIN006": "An admission is used after its workspace was superseded or quarantined, or its tree changed.",
+    "LIN007": "An intent in a run that is not live has namespace live, or was executed on a live connection: "
+    "a replay reached the outside world.",
+    "LIN008": "A validation or completion claim whose supports are not completed receipts covering the required "
+    "scope, or that a failed receipt contradicts.",
+    "LIN009": "A workspace left uncertain (or with a termination of unknown outcome) is used later without a "
+    "cleanup receipt.",
+    "LIN010": "An artifact includes files of its workspace's initial overlay: an edit inherited from before the "
+    "attempt is presented as the attempt's work.",
+    "LIN011": "An event refers to an id the run does not hold (a warning: an export may have left it out).",
+    "LIN012": "More than one acknowledged execution for one intent, or two intents for one idempotency key: the "
+    "consequence happened twice.",
+    "LIN013": "A decision allowed an intent although a purpose in its required list has no admitted evidence "
+    "for the intent's artifact.",
+    "LIN014": "A tool result with origin live in a run that is not live: a replay fetched from the present "
+    "instead of stopping on a missing fixture.",
+}
+
 # A dangling reference is worth investigating but may be an export that left something out; every
 # other finding is a broken authority edge.
 WARNING_CODES = frozenset({"LIN011"})

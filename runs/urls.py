@@ -6,5 +6,6 @@ app_name = "runs"
 urlpatterns = [
     path("", views.run_list, name="run-list"),
     path("runs/import/", views.run_import, name="run-import"),
+    path("glossary/", views.glossary, name="glossary"),
     path("runs/<str:run_id>/", views.run_detail, name="run-detail"),
 ]

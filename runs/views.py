@@ -14,6 +14,7 @@ from n17q_engine.bundle import BundleError
 
 from . import run_page, selectors
 from .forms import BundleUploadForm, RunFilterForm
+from .glossary import glossary_entries
 from .importer import run_import_from_upload
 from .models import Run
 
@@ -63,3 +64,8 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if request.htmx:
         return render(request, "runs/run_focus.html", {"page": page, "oob": True})
     return render(request, "runs/run_detail.html", {"page": page})
+
+
+def glossary(request: HtmxHttpRequest) -> HttpResponse:
+    """Every lineage code and product term, each with the anchor other pages link to."""
+    return render(request, "runs/glossary.html", {"entries": glossary_entries()})

@@ -1,0 +1,86 @@
+"""The console's vocabulary, for the glossary page (`/glossary/`): every lineage code (n17q_engine.lineage) and the
+product terms the pages use, each with an anchor other pages link to (`{% url 'runs:glossary' %}#LIN014`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from n17q_engine.lineage import CODES, EXPLANATIONS, WARNING_CODES
+
+
+@dataclass(frozen=True)
+class Entry:
+    anchor: str
+    term: str
+    meaning: str
+    severity: str = ""  # for a lineage code: "error" or "warning"
+
+
+TERMS: tuple[tuple[str, str], ...] = (
+    ("run", "An append-only event graph a harness recorded (or a replay wrote), with content-addressed blobs."),
+    ("attempt", "One try at the task inside a run; a retry is a new attempt with its parent attempt named."),
+    (
+        "workspace",
+        "A working tree an attempt runs commands in; derived from another by copy, reconstruction or "
+        "branch, and ended by a lifecycle event (superseded, quarantined, uncertain, torn down).",
+    ),
+    ("receipt", "What a command did: its workspace, the trees before and after, its completion and results."),
+    (
+        "admission",
+        "A receipt or result admitted as evidence for a policy purpose (validation:focused, say), "
+        "for one artifact in one workspace and tree.",
+    ),
+    (
+        "approval",
+        "A decision by a person (or a simulated or historical one) that binds a set of evidence to an intent.",
+    ),
+    (
+        "intent",
+        "An external effect the run meant to cause (a send, a deploy), with its destination, artifact, "
+        "admissions, approval and idempotency key.",
+    ),
+    (
+        "origin",
+        "Where a tool result came from: historical (the recording), fixture (a reviewed fixture), "
+        "derived (computed from them), live (the present: never in a replay).",
+    ),
+    ("absent", "What a result lacks and why: absent, redacted, unavailable or not_applicable."),
+    ("fixture", "A reviewed, immutable answer to one normalized request of one tool contract."),
+    (
+        "scenario version",
+        "An immutable set of fixtures, contracts, a simulated world and policies that replays run against.",
+    ),
+    (
+        "staged recording",
+        "A captured tool response after redaction and secret scanning, waiting for review; "
+        "never used by a replay until approved into a fixture version.",
+    ),
+    (
+        "four eyes",
+        "Whoever wrote any part of a recording's content (captured it, owned the capturing token, "
+        "copied it similar, synthesized or redacted a value in it) cannot approve it.",
+    ),
+    (
+        "masked secret",
+        "A value the secret scan found and replaced with [masked:<rule>] before anything was "
+        "stored; only its rule, place and a preview are kept.",
+    ),
+    ("reconstruction", "A replay that reproduces the recorded run against its scenario version."),
+    ("rerun", "A replay that runs the task again in the sandbox against fixtures and the simulated world."),
+    ("counterfactual", "A replay that changes exactly one declared variable and compares the outcome."),
+    ("incomplete test world", "A replay that stopped on a missing fixture instead of reaching a live service."),
+    (
+        "isolation",
+        "How a replay's sandbox was bounded: netns (its own namespaces, nothing of the host) or "
+        "degraded (explicitly allowed, labelled).",
+    ),
+)
+
+
+def glossary_entries() -> list[Entry]:
+    codes = [
+        Entry(code, f"{code}: {title}", EXPLANATIONS[code], "warning" if code in WARNING_CODES else "error")
+        for code, title in CODES.items()
+    ]
+    terms = [Entry("term-" + term.replace(" ", "-"), term, meaning) for term, meaning in TERMS]
+    return codes + terms
