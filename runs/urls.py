@@ -8,4 +8,6 @@ urlpatterns = [
     path("runs/import/", views.run_import, name="run-import"),
     path("glossary/", views.glossary, name="glossary"),
     path("runs/<str:run_id>/", views.run_detail, name="run-detail"),
+    path("runs/<str:run_id>/events/<str:event_id>/", views.event_detail, name="event-detail"),
+    path("runs/<str:run_id>/blobs/<str:digest>/", views.blob_download, name="blob-download"),
 ]

@@ -5,18 +5,23 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
-from django.http import HttpResponse
+from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
 from console.htmx import HtmxHttpRequest
 from n17q_engine.bundle import BundleError
 
 from . import run_page, selectors
+from .blob_preview import INLINE_IMAGE_TYPES, blob_for_run
+from .event_detail import event_detail_build
 from .forms import BundleUploadForm, RunFilterForm
 from .glossary import glossary_entries
 from .importer import run_import_from_upload
 from .models import Run
+from .trace import SEARCH_SPAN
 
 
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -46,24 +51,58 @@ def run_import(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "runs/run_import.html", {"form": form}, status=400 if form.errors else 200)
 
 
-def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
-    """The run page. With htmx, a focus change answers with the focus bar and every pane out of band."""
-    run = get_object_or_404(Run, run_id=run_id)
-    starts = {key: request.GET.get(f"{key}_from") for key in run_page.PANES}
-    starts["timeline"] = request.GET.get("timeline_from")
-    only_pane = request.GET.get("pane") if request.htmx else None
-    page = run_page.page_build(
+def _page(request: HtmxHttpRequest, run: Run, *, event_ref: str) -> run_page.RunPage:
+    get = request.GET
+    return run_page.page_build(
         run,
-        focus_ref=request.GET.get("focus", ""),
-        starts=starts,
-        picture_start=request.GET.get("picture_start"),
-        only_pane=only_pane,
+        focus_ref=get.get("focus", ""),
+        event_ref=event_ref,
+        facets=get.getlist("facet"),
+        query=get.get("q", ""),
+        trace_from=get.get("trace_from"),
+        narrow=get.get("narrow", "dim"),
+        picture_start=get.get("picture_start"),
+        finding=get.get("finding"),
     )
-    if only_pane in run_page.PANES:
-        return render(request, "runs/run_detail.html#pane", {"page": page, "pane": page.panes[0]})
-    if request.htmx:
-        return render(request, "runs/run_focus.html", {"page": page, "oob": True})
-    return render(request, "runs/run_detail.html", {"page": page})
+
+
+def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """The run page: verdict, trace and detail panel, lineage picture; every link works without JavaScript."""
+    run = get_object_or_404(Run, run_id=run_id)
+    page = _page(request, run, event_ref=request.GET.get("event", ""))
+    context = {"page": page, "search_span": f"{SEARCH_SPAN:,}"}
+    return render(request, "runs/run_detail.html", context)
+
+
+def event_detail(request: HtmxHttpRequest, run_id: str, event_id: str) -> HttpResponse:
+    """One event in the detail panel: the panel alone for htmx, else the run page with it selected."""
+    run = get_object_or_404(Run, run_id=run_id)
+    if not request.htmx:
+        return redirect(f"{reverse('runs:run-detail', args=[run.run_id])}?{urlencode({'event': event_id})}#detail")
+    detail = event_detail_build(run, event_id)
+    if detail is None:
+        raise Http404("this run holds no such event")
+    return render(request, "runs/_detail.html", {"detail": detail, "run": run})
+
+
+def blob_download(request: HtmxHttpRequest, run_id: str, digest: str) -> FileResponse:
+    """A blob of the run: raster images inline (the detail panel shows them), everything else as an attachment."""
+    run = get_object_or_404(Run, run_id=run_id)
+    found = blob_for_run(run, digest)
+    if found is None:
+        raise Http404("this run holds no such blob")
+    run_blob, handle = found
+    inline = run_blob.media_type in INLINE_IMAGE_TYPES and request.GET.get("inline") == "1"
+    response = FileResponse(
+        handle,
+        as_attachment=not inline,
+        filename="" if inline else f"{run.run_id}-{digest.removeprefix('sha256:')[:16]}.bin",
+        content_type=run_blob.media_type if inline else "application/octet-stream",
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    # Served bytes are the world's, not ours: even a browser that ignored the type would run nothing.
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    return response
 
 
 def glossary(request: HtmxHttpRequest) -> HttpResponse:

@@ -1,16 +1,16 @@
+from __future__ import annotations
+
+import re
 from typing import Any
 
 from django import template
 from django.http import QueryDict
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 
-from runs import run_page
+from runs import event_facts
 
 register = template.Library()
-
-
-@register.filter
-def describe_item(item: run_page.Item) -> list[tuple[str, str]]:
-    return run_page.describe(item.body, item.related)
 
 
 @register.simple_tag(takes_context=True)
@@ -18,8 +18,6 @@ def query(context: Any, **changes: Any) -> str:
     """The current query string with some parameters changed (None or "" removes one)."""
     request = context.get("request")
     params = request.GET.copy() if request is not None else QueryDict(mutable=True)
-    for name in ("pane",):
-        params.pop(name, None)
     for key, value in changes.items():
         if value is None or value == "":
             params.pop(key, None)
@@ -29,9 +27,47 @@ def query(context: Any, **changes: Any) -> str:
     return f"?{encoded}" if encoded else "?"
 
 
+@register.simple_tag(takes_context=True)
+def facet_query(context: Any, key: str) -> str:
+    """The current query string with one trace facet toggled (and the trace back at its start)."""
+    request = context.get("request")
+    params = request.GET.copy() if request is not None else QueryDict(mutable=True)
+    chosen = params.getlist("facet")
+    params.setlist("facet", [k for k in chosen if k != key] if key in chosen else [*chosen, key])
+    params.pop("trace_from", None)
+    encoded = params.urlencode()
+    return f"?{encoded}" if encoded else "?"
+
+
 @register.filter
 def short_digest(value: Any) -> str:
-    return run_page._short(value)
+    return event_facts._short(value)
+
+
+@register.simple_tag
+def digest(value: Any) -> str:
+    """A digest shortened, whole in its title and a copy button (static/n17q.js copies; without JS it is text)."""
+    text = str(value or "")
+    if not text:
+        return ""
+    return format_html(
+        '<span class="digest"><code title="{}">{}</code>'
+        '<button type="button" class="copy" data-copy="{}" aria-label="Copy {}">copy</button></span>',
+        text,
+        event_facts._short(text),
+        text,
+        text,
+    )
+
+
+_DIGEST_IN_TEXT = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+@register.filter
+def digests_shortened(text: Any) -> SafeString:
+    """Text (a finding's sentence, say) with every whole digest in it shortened behind a copy button."""
+    escaped = str(escape(str(text or "")))
+    return mark_safe(_DIGEST_IN_TEXT.sub(lambda m: str(digest(m.group(0))), escaped))
 
 
 @register.filter
@@ -39,11 +75,16 @@ def iso(value: Any) -> str:
     return value.isoformat().replace("+00:00", "Z") if value else ""
 
 
-@register.simple_tag(takes_context=True)
-def pane_query(context: Any, pane: run_page.Pane, from_seq: int | None) -> str:
-    return query(context, **{f"{pane.key}_from": from_seq or ""})
+@register.filter
+def filesize(value: Any) -> str:
+    size = int(value or 0)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:,} {unit}" if unit == "bytes" else f"{size:,.1f} {unit}"
+        size /= 1024  # type: ignore[assignment]
+    return str(value)
 
 
 @register.filter
-def attr_seq(item: run_page.Item) -> int:
-    return item.event.seq
+def row_seq(row: Any) -> int:
+    return int(row.event.seq)

@@ -1,0 +1,145 @@
+"""The detail panel: one event for people — its facts, its references both ways, its blobs rendered, its badges.
+
+A fixed set of bounded queries whatever the run's size: the event by (run, event_id), what its facts need from
+related events (two queries), its references out and in (each capped), the blobs it names, the findings it is
+an end of, and its masked secrets when the run has any.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Q
+
+from n17q_engine.lineage import CODES
+
+from .blob_preview import BlobPreview, blob_preview
+from .event_facts import Item, describe, items_annotate
+from .models import Edge, Event, Finding, MaskedSecret, Run, RunBlob
+from .trace import Family, call_tools, family_of, row_summary
+
+REFS_SHOWN = 30
+FINDINGS_SHOWN = 20
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+ABSENCE_WORDS = {
+    "absent": "absent",
+    "redacted": "redacted",
+    "unavailable": "unavailable",
+    "not_applicable": "not applicable",
+}
+
+
+@dataclass
+class Reference:
+    field: str
+    ref: str
+    kind: str | None  # None: the reference names nothing in the run (LIN011)
+    event_id: str | None
+
+
+@dataclass
+class EventDetail:
+    event: Event
+    family: Family
+    summary: str
+    facts: list[tuple[str, str]]
+    badges: list[tuple[str, str]]
+    refs_out: list[Reference]
+    refs_in: list[Reference]
+    refs_in_more: bool
+    blobs: list[BlobPreview]
+    named_blobs: list[tuple[str, str]]  # (field, digest) the event names whose bytes the run does not hold
+    findings: list[dict[str, Any]]
+    masked: list[MaskedSecret] = field(default_factory=list)
+
+    @property
+    def raw(self) -> str:
+        return json.dumps(self.event.body, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def _digests_in(body: Any, path: str = "", depth: int = 0) -> list[tuple[str, str]]:
+    """Every (field path, digest) in the event that could name a blob; bounded in depth."""
+    out: list[tuple[str, str]] = []
+    if depth > 6:
+        return out
+    if isinstance(body, dict):
+        for key, value in body.items():
+            out.extend(_digests_in(value, f"{path}.{key}" if path else str(key), depth + 1))
+    elif isinstance(body, list):
+        for index, value in enumerate(body[:50]):
+            out.extend(_digests_in(value, f"{path}[{index}]", depth + 1))
+    elif isinstance(body, str) and _DIGEST.match(body):
+        out.append((path, body))
+    return out
+
+
+def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
+    event = next(iter(Event.objects.filter(run=run, event_id=event_id[:200]).order_by()[:1]), None)
+    if event is None:
+        return None
+    item = Item(event)
+    items_annotate(run, [item])
+    summary, badges = row_summary(event.body, tool=call_tools(run, [event]).get(str(event.body.get("call_id"))))
+    body = event.body
+    if event.kind == "tool.result" and body.get("blob") is None:
+        badges.append(("absent-absent", f"no body ({body.get('outcome')})"))
+    refs_out = [
+        Reference(field=f, ref=ref, kind=kind, event_id=target)
+        for f, ref, kind, target in Edge.objects.filter(source=event)
+        .order_by("id")
+        .values_list("field", "target_ref", "target_event__kind", "target_event__event_id")[:REFS_SHOWN]
+    ]
+    incoming = list(
+        Edge.objects.filter(target_event=event)
+        .order_by("id")
+        .values_list("field", "source__event_id", "source__kind")[: REFS_SHOWN + 1]
+    )
+    refs_in = [Reference(field=f, ref=src, kind=kind, event_id=src) for f, src, kind in incoming[:REFS_SHOWN]]
+    named = _digests_in({k: v for k, v in body.items() if k not in ("id", "kind", "seq", "at", "attempt")})
+    stored = {
+        rb.blob.digest: rb
+        for rb in RunBlob.objects.filter(run=run, blob__digest__in=sorted({d for _, d in named})[:50]).select_related(
+            "blob"
+        )
+    }
+    blobs: list[BlobPreview] = []
+    seen: set[str] = set()
+    for _, digest in named:
+        rb = stored.get(digest)
+        if rb is not None and digest not in seen:
+            seen.add(digest)
+            blobs.append(blob_preview(digest, media_type=rb.media_type, size=rb.blob.size, role=rb.role))
+    # A digest of the event names a blob only where the vocabulary says so; other digests (trees, contexts)
+    # are identities, not bytes the run was meant to carry.
+    blob_fields = {"blob", "output_blob"}
+    named_missing = [(f, d) for f, d in named if d not in stored and f.split(".")[-1] in blob_fields]
+    findings = [
+        {"finding": f, "title": CODES.get(f.code, f.code)}
+        for f in Finding.objects.filter(run=run)
+        .filter(Q(from_ref=event.event_id) | Q(to_ref=event.event_id))
+        .order_by("id")[:FINDINGS_SHOWN]
+    ]
+    masked = (
+        list(MaskedSecret.objects.filter(run=run, event=event).order_by("id")[:REFS_SHOWN])
+        if run.masked_secret_count
+        else []
+    )
+    if masked:
+        badges.append(("absent-redacted", f"{len(masked)} secret{'s' if len(masked) != 1 else ''} masked"))
+    return EventDetail(
+        event=event,
+        family=family_of(event.kind),
+        summary=summary,
+        facts=describe(body, item.related),
+        badges=badges,
+        refs_out=refs_out,
+        refs_in=refs_in,
+        refs_in_more=len(incoming) > REFS_SHOWN,
+        blobs=blobs,
+        named_blobs=named_missing,
+        findings=findings,
+        masked=masked,
+    )

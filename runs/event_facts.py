@@ -1,0 +1,276 @@
+"""An event's facts in the product's own words, with what they need from related events.
+
+Shared by the detail panel and every other place that shows an event to a person.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Subquery
+from django.db.models.fields.json import KT
+
+from .models import Event, Run
+
+
+@dataclass
+class Item:
+    """One event as a pane shows it."""
+
+    event: Event
+    focused: bool = False
+    related: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return self.event.body
+
+    @property
+    def raw(self) -> str:
+        return json.dumps(self.event.body, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def items_annotate(run: Run, items: list[Item]) -> None:
+    """Attach what each item needs from other events (a receipt's completion behind an admission, say).
+
+    Two queries for all items together, bounded by the number of items.
+    """
+    wanted: set[str] = set()
+    for item in items:
+        body = item.body
+        for name in ("observation_id", "source", "call_id", "intent_id", "admission_id", "failure", "subject"):
+            if isinstance(body.get(name), str):
+                wanted.add(body[name])
+        for name in ("supports", "admission_ids", "input_ids"):
+            if isinstance(body.get(name), list):
+                wanted.update(x for x in body[name] if isinstance(x, str))
+    if not wanted:
+        return
+    wanted_ids = sorted(wanted)[:2000]
+    by_id = {e.event_id: e for e in Event.objects.filter(run=run, event_id__in=wanted_ids).order_by()}
+    # Admissions point at observations, which point at receipts: the receipts come in a second query
+    # whose inner select always runs, so the page's query count does not depend on what the window
+    # holds. (One query with an OR of the two made SQLite give up the (run, event_id) index.)
+    behind_observations = (
+        Event.objects.filter(run=run, kind="evidence.observed", event_id__in=wanted_ids)
+        .order_by()
+        .values(source=KT("body__source"))
+    )
+    by_id.update(
+        {e.event_id: e for e in Event.objects.filter(run=run, event_id__in=Subquery(behind_observations)).order_by()}
+    )
+    for item in items:
+        item.related = _related(item.body, by_id)
+
+
+def _receipt_summary(receipt: Event | None) -> dict[str, Any] | None:
+    if receipt is None or receipt.kind != "command.receipt":
+        return None
+    body = receipt.body
+    results = body.get("results") or {}
+    return {
+        "id": receipt.event_id,
+        "completion": body.get("completion"),
+        "workspace": body.get("workspace_id"),
+        "tree": body.get("post_tree") or body.get("pre_tree"),
+        "failed": results.get("failed"),
+        "passed": results.get("passed"),
+        "suites": body.get("suites"),
+    }
+
+
+def _related(body: dict[str, Any], by_id: dict[str, Event]) -> dict[str, Any]:
+    kind = body.get("kind")
+    related: dict[str, Any] = {}
+    if kind == "evidence.admitted":
+        observation = by_id.get(body.get("observation_id") or "")
+        source = by_id.get(observation.body.get("source") or "") if observation else None
+        related["receipt"] = _receipt_summary(source)
+        related["source_kind"] = source.kind if source else None
+        related["source_id"] = source.event_id if source else None
+    elif kind == "evidence.observed":
+        related["receipt"] = _receipt_summary(by_id.get(body.get("source") or ""))
+    elif kind == "account.claim":
+        related["supports"] = [
+            {"id": ref, "kind": by_id[ref].kind if ref in by_id else None, "receipt": _receipt_summary(by_id.get(ref))}
+            for ref in body.get("supports") or []
+        ]
+    elif kind == "effect.intent":
+        related["admissions"] = [
+            {
+                "id": ref,
+                "workspace": by_id[ref].body.get("workspace_id") if ref in by_id else None,
+                "purpose": by_id[ref].body.get("purpose") if ref in by_id else None,
+            }
+            for ref in body.get("admission_ids") or []
+        ]
+    elif kind == "policy.decision":
+        related["inputs"] = [
+            {"id": ref, "purpose": by_id[ref].body.get("purpose") if ref in by_id else None}
+            for ref in body.get("input_ids") or []
+        ]
+    return related
+
+
+def _short(digest: Any) -> str:
+    text = str(digest or "")
+    return text[:15] + "…" if text.startswith("sha256:") and len(text) > 15 else text
+
+
+# The facts each pane item shows: (label, field) pairs read straight from the event, in the product's
+# own words; the few facts that combine fields or come from related events are added in `describe`.
+_FACTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "attempt.started": (("reason", "reason"), ("parent attempt", "parent_attempt_id")),
+    "attempt.ended": (("attempt", "attempt"), ("outcome", "outcome")),
+    "run.state": (("state", "state"), ("reason", "reason")),
+    "checkpoint": (("world revision", "world_revision"),),
+    "workspace.created": (("workspace", "workspace_id"),),
+    "workspace.changed": (("workspace", "workspace_id"), ("overlay revision", "overlay_revision")),
+    "workspace.lifecycle": (("workspace", "workspace_id"), ("state", "state")),
+    "artifact.created": (("artifact", "artifact_id"), ("workspace", "workspace_id")),
+    "command.receipt": (("command", "command"), ("workspace", "workspace_id")),
+    "evidence.observed": (("source", "source"), ("workspace", "workspace_id"), ("scope", "scope")),
+    "evidence.admitted": (
+        ("purpose", "purpose"),
+        ("decision", "decision"),
+        ("for artifact", "artifact_id"),
+        ("workspace", "workspace_id"),
+    ),
+    "evidence.superseded": (("admission", "admission_id"), ("cause", "cause")),
+    "waiver.granted": (("failure", "failure"), ("suite", "suite"), ("by", "actor_role"), ("rationale", "rationale")),
+    "policy.decision": (("outcome", "outcome"), ("subject", "subject")),
+    "approval.recorded": (("decision", "decision"), ("subject", "subject"), ("origin", "origin")),
+    "human.input": (("by", "actor_role"), ("action", "action"), ("note", "note")),
+    "effect.intent": (("artifact", "artifact_id"),),
+    "effect.execution": (
+        ("intent", "intent_id"),
+        ("attempt", "attempt_no"),
+        ("stage", "stage"),
+        ("outcome", "outcome"),
+        ("connection", "connection"),
+    ),
+    "world.transition": (("resource", "resource"),),
+    "world.observation": (("resource", "resource"), ("world revision", "world_revision")),
+    "account.claim": (("claim", "claim_kind"), ("text", "text")),
+    "model.proposal": (("proposal", "proposal"), ("accepted", "accepted"), ("context", "context_digest")),
+    "tool.call": (
+        ("tool", "tool"),
+        ("contract revision", "contract_revision"),
+        ("request", "request"),
+        ("request digest", "request_digest"),
+        ("proposal", "proposal_id"),
+        ("workspace", "workspace_id"),
+    ),
+    "tool.result": (("call", "call_id"), ("origin", "origin"), ("outcome", "outcome")),
+    "clock.advanced": (("from", "from"), ("to", "to"), ("cause", "cause")),
+    "fixture.missing": (
+        ("scenario", "scenario"),
+        ("tool", "tool"),
+        ("contract revision", "contract_revision"),
+        ("request digest", "request_digest"),
+        ("world revision", "world_revision"),
+        ("checkpoint", "checkpoint_id"),
+        ("reason", "reason"),
+    ),
+    "fixture.ambiguous": (
+        ("scenario", "scenario"),
+        ("tool", "tool"),
+        ("reason", "reason"),
+        ("candidates", "candidates"),
+    ),
+    "sandbox.violation": (("attempted", "attempted"), ("target", "target"), ("stopped", "stopped")),
+    "replay.scope": (
+        ("scenario", "scenario"),
+        ("scope", "scope"),
+        ("recorded between", "recorded_between"),
+        ("synthetic fixtures", "synthetic"),
+        ("uncovered", "uncovered"),
+        ("isolation", "isolation"),
+    ),
+}
+# Digests shown shortened, by field.
+_TREES = {"tree_digest": "tree", "post_tree": "tree", "evidence_set_digest": "evidence set"}
+
+
+def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, str]]:
+    """The facts a pane shows for one event, as (label, value) pairs, in the product's own words."""
+    k = body.get("kind")
+    out: list[tuple[str, str]] = []
+
+    def add(label: str, value: Any) -> None:
+        if value not in (None, "", [], {}):
+            out.append((label, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)))
+
+    if k == "attempt.started":
+        add("attempt", f"{body.get('attempt')} (#{body.get('number')})")
+    for label, name in _FACTS.get(str(k), ()):
+        add(label, body.get(name))
+    for name, label in _TREES.items():
+        if name in body:
+            add(label, _short(body.get(name)))
+
+    if k == "checkpoint":
+        add("workspaces", ", ".join(f"{w} {_short(t)}" for w, t in (body.get("workspaces") or {}).items()))
+    elif k == "budget.charged":
+        add(str(body.get("resource")), body.get("amount"))
+    elif k == "workspace.created":
+        derived = body.get("derived_from")
+        if derived:
+            equal = "content equal" if derived.get("content_equal") else "content differs"
+            add("derived from", f"{derived.get('workspace_id')} by {derived.get('relation')} ({equal})")
+        add("base", _short(body.get("base_digest")))
+        add("initial overlay", _short(body.get("overlay_digest")))
+        add("inherited edits", ", ".join(body.get("overlay_files") or []))
+    elif k == "workspace.lifecycle":
+        add("cleanup receipt", body.get("cleanup_receipt_id") or "none")
+    elif k == "artifact.created":
+        add("files", ", ".join(body.get("files") or []))
+    elif k == "command.receipt":
+        results = body.get("results") or {}
+        add("completion", body.get("completion"))
+        add(
+            "results",
+            f"{results.get('passed', '?')} passed, {results.get('failed', '?')} failed, "
+            f"{results.get('skipped', 0)} skipped",
+        )
+        add("exit code", "none" if body.get("exit_code") is None else str(body.get("exit_code")))
+    elif k == "evidence.admitted":
+        receipt = related.get("receipt")
+        if receipt:
+            add(
+                "receipt",
+                f"{receipt['id']} in {receipt['workspace']}: {receipt['completion']}, {receipt['failed']} failed",
+            )
+        compat = body.get("compatibility")
+        add("compatibility", f"{compat.get('rule')}: {compat.get('rationale')}" if compat else "none recorded")
+    elif k == "policy.decision":
+        add("required", ", ".join(body.get("required") or []) or "nothing")
+        add("inputs", ", ".join(f"{i['id']} ({i['purpose']})" for i in related.get("inputs", [])) or "none")
+        add("policy", body.get("policy_revision"))
+    elif k == "approval.recorded":
+        add("from run", f"{body.get('run')} ({body.get('environment')})")
+    elif k == "effect.intent":
+        add("effect", f"{body.get('effect_class')} to {body.get('destination')}")
+        admissions = related.get("admissions", [])
+        add("admissions", ", ".join(f"{a['id']} ({a['purpose']}, {a['workspace']})" for a in admissions) or "none")
+        add("approval", body.get("approval_id") or "none")
+        add("namespace", body.get("namespace"))
+        add("idempotency key", body.get("idempotency_key"))
+        add("historical intent", body.get("historical_intent"))
+    elif k == "world.transition":
+        before = body.get("revision_before")
+        add("revision", f"{'new' if before is None else before} → {body.get('revision_after')}")
+        add("change", body.get("change"))
+        add("cause", body.get("cause"))
+    elif k == "account.claim":
+        add(
+            "supports",
+            ", ".join(
+                s["id"] + (f" ({s['receipt']['completion']}, {s['receipt']['failed']} failed)" if s["receipt"] else "")
+                for s in related.get("supports", [])
+            )
+            or "nothing",
+        )
+    return out

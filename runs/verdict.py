@@ -1,0 +1,178 @@
+"""The verdict at the top of a run page: what the run is, what went wrong in one sentence per root cause, and
+the objects an investigator will want next (attempts, workspaces, artifacts, effects, approvals) as chips.
+
+Findings are grouped by root cause: the same code meeting at the same end (two LIN001 findings whose
+admission is the same are one broken edge used twice). Bounded reads only: the first FINDINGS_GROUPED
+findings, the first CHIPS objects and key events, each through an index that leads with the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from n17q_engine.lineage import CODES
+
+from .models import Event, Finding, Run, RunObject
+
+FINDINGS_GROUPED = 200
+CHIPS = 12
+KEY_KINDS = ("effect.intent", "effect.execution", "world.transition", "approval.recorded")
+
+
+@dataclass
+class FindingGroup:
+    code: str
+    title: str
+    severity: str
+    findings: list[Finding]
+    shared: str  # the end every finding of the group meets at ("" when a single finding)
+
+    @property
+    def ends(self) -> list[str]:
+        refs: list[str] = []
+        for f in self.findings:
+            for ref in (f.from_ref, f.to_ref):
+                if ref != self.shared and ref not in refs:
+                    refs.append(ref)
+        return refs
+
+    @property
+    def sentence(self) -> str:
+        """One sentence for the group: the finding's own for one; where they meet and from where for several."""
+        if len(self.findings) == 1:
+            return self.findings[0].message
+        return f"{len(self.findings)} findings meet at {self.shared}, reached from {', '.join(self.ends)}."
+
+
+@dataclass
+class Chip:
+    kind: str  # attempt, workspace, artifact, effect, approval, delivery…
+    ref: str  # what focusing it selects
+    label: str
+    tone: str = ""  # "bad" when the chip is an end of a finding or carries a warning of its own
+    note: str = ""
+
+
+@dataclass
+class Verdict:
+    groups: list[FindingGroup]
+    findings_read: int
+    objects: list[Chip]
+    effects: list[Chip]
+    approvals: list[Chip]
+    kind_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def headline(self) -> str:
+        errors = sum(len(g.findings) for g in self.groups if g.severity == "error")
+        warnings = sum(len(g.findings) for g in self.groups if g.severity != "error")
+        if not self.groups:
+            return "No lineage findings"
+        parts = []
+        if errors:
+            parts.append(f"{errors} error{'s' if errors != 1 else ''}")
+        if warnings:
+            parts.append(f"{warnings} warning{'s' if warnings != 1 else ''}")
+        causes = len(self.groups)
+        return f"{' and '.join(parts)} in {causes} root cause{'s' if causes != 1 else ''}"
+
+
+def _root(parent: list[int], i: int) -> int:
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
+
+
+def group_findings(findings: list[Finding]) -> list[FindingGroup]:
+    """Same code, joined through a shared end (union-find over the findings of one code)."""
+    by_code: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_code.setdefault(f.code, []).append(f)
+    groups: list[FindingGroup] = []
+    for code, items in by_code.items():
+        parent = list(range(len(items)))
+        first_at: dict[str, int] = {}
+        for i, f in enumerate(items):
+            for ref in {f.from_ref, f.to_ref}:
+                if ref in first_at:
+                    parent[_root(parent, i)] = _root(parent, first_at[ref])
+                else:
+                    first_at[ref] = i
+        clusters: dict[int, list[Finding]] = {}
+        for i, f in enumerate(items):
+            clusters.setdefault(_root(parent, i), []).append(f)
+        for members in clusters.values():
+            shared = ""
+            if len(members) > 1:
+                common = set.intersection(*({m.from_ref, m.to_ref} for m in members))
+                # The end they all meet at; with none common to all, the most shared one.
+                counts: dict[str, int] = {}
+                for m in members:
+                    for ref in {m.from_ref, m.to_ref}:
+                        counts[ref] = counts.get(ref, 0) + 1
+                shared = sorted(common)[0] if common else max(counts, key=lambda r: (counts[r], r))
+            severity = "error" if any(m.severity == "error" for m in members) else members[0].severity
+            groups.append(
+                FindingGroup(code=code, title=CODES.get(code, code), severity=severity, findings=members, shared=shared)
+            )
+    groups.sort(key=lambda g: (g.severity != "error", g.findings[0].pk))
+    return groups
+
+
+def _effect_chip(event: Event, bad: set[str]) -> Chip:
+    body = event.body
+    tone = "bad" if event.event_id in bad else ""
+    if event.kind == "effect.intent":
+        return Chip(
+            "intent", event.event_id, f"{body.get('effect_class')} to {body.get('destination')}", tone,
+            f"namespace {body.get('namespace')}",
+        )  # fmt: skip
+    if event.kind == "effect.execution":
+        return Chip(
+            "execution", event.event_id, f"{body.get('outcome')} via {body.get('connection')}", tone,
+            f"attempt {body.get('attempt_no')}, {body.get('stage')}",
+        )  # fmt: skip
+    change = body.get("change") if isinstance(body.get("change"), dict) else {}
+    before = body.get("revision_before")
+    note = f"revision {'new' if before is None else before} → {body.get('revision_after')}"
+    if change.get("duplicate_of"):
+        note += f", duplicate of {change['duplicate_of']}"
+        tone = "bad"
+    op = change.get("op")
+    return Chip("world change", event.event_id, f"{op + ' ' if op else ''}{body.get('resource')}", tone, note)
+
+
+def verdict_build(run: Run) -> Verdict:
+    findings = list(Finding.objects.filter(run=run).order_by("id")[:FINDINGS_GROUPED])
+    bad = {ref for f in findings for ref in (f.from_ref, f.to_ref)}
+    objects = [
+        Chip(o.kind, o.ref, o.ref, "bad" if o.ref in bad or o.introduced_by.event_id in bad else "")
+        for o in RunObject.objects.filter(run=run).select_related("introduced_by").order_by("id")[:CHIPS]
+    ]
+    # One read per key kind would be four queries; one IN over the (run, kind, seq) index, capped, is one.
+    key_events = list(Event.objects.filter(run=run, kind__in=KEY_KINDS).order_by("seq")[: CHIPS * 2])
+    effects = [_effect_chip(e, bad) for e in key_events if e.kind != "approval.recorded"][:CHIPS]
+    approvals = []
+    for e in key_events:
+        if e.kind != "approval.recorded":
+            continue
+        body = e.body
+        foreign = body.get("run") not in (None, run.run_id) or body.get("environment") not in (None, run.environment)
+        approvals.append(
+            Chip(
+                "approval",
+                e.event_id,
+                f"{body.get('decision')} by {body.get('actor_role')}",
+                "bad" if foreign or e.event_id in bad else "",
+                f"{body.get('origin')}, from run {body.get('run')} ({body.get('environment')})",
+            )
+        )
+    return Verdict(
+        groups=group_findings(findings),
+        findings_read=len(findings),
+        objects=objects,
+        effects=effects,
+        approvals=approvals[:CHIPS],
+        kind_counts=run.kind_counts or {},
+    )
