@@ -633,7 +633,8 @@ class _Recorder:
     def bundle(self, *, story: str, title: str, run: dict[str, Any], expected: set[str]) -> StoryBundle:
         manifest = {
             "format": v.BUNDLE_FORMAT,
-            "run": run,
+            # The run's name in the console (DESIGN §10), the same line load_demo prints.
+            "run": {**run, "title": title},
             "blobs": {digest: self.blob_meta[digest] for digest in sorted(self.blob_meta)},
         }
         blobs = {digest: self.blobs[digest] for digest in sorted(self.blobs)}

@@ -33,6 +33,8 @@ MAX_ID_CHARS = 200
 # A BIGINT column holds `seq`.
 _INT64 = (-(2**63), 2**63 - 1)
 MAX_MESSAGE_CHARS = 1000
+# `run.title` (DESIGN §10): one line a person reads as the run's name, so bounded and printable.
+MAX_TITLE_CHARS = 300
 
 # What would break a refusal over lines (everything str.splitlines splits on), make it unprintable, or
 # unencodable as UTF-8 (lone surrogates): such characters in a name or value are shown escaped.
@@ -205,6 +207,30 @@ def is_run_id(value: Any) -> bool:
     )
 
 
+# What a title cannot hold: control characters (line breaks and tabs included), line and paragraph separators,
+# and the bidirectional embeddings, overrides and isolates that make text read other than it is stored.
+_NOT_A_TITLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def title_problem(value: Any) -> str | None:
+    """Why `value` cannot be a run's title (DESIGN §10), or None when it can. Surrounding spaces are allowed (the
+    title is kept stripped) and an empty title is no title: the run is named by its id."""
+    if not isinstance(value, str):
+        return f"must be a string, got {type(value).__name__}"
+    if len(value.strip()) > MAX_TITLE_CHARS:
+        return f"must be at most {MAX_TITLE_CHARS} characters"
+    bad = _NOT_A_TITLE.search(value)
+    if bad is not None:
+        return f"must be one line of printable text (holds U+{ord(bad.group()):04X})"
+    return None
+
+
+def run_title(run: dict[str, Any]) -> str:
+    """The title of a validated manifest's `run`, stripped; "" when it has none."""
+    title = run.get("title")
+    return title.strip() if isinstance(title, str) else ""
+
+
 def parse_manifest(raw: bytes, *, file: str = "manifest.json") -> Manifest:
     def err(field: str | None, message: str) -> BundleError:
         return BundleError(message, file=file, field=field)
@@ -297,6 +323,10 @@ def validate_run(run: dict[str, Any], err: Any) -> None:
     isolation = run.get("isolation")
     if isolation is not None and isolation not in v.ISOLATION_LEVELS:
         raise err("run.isolation", f"{isolation!r} is not one of {' | '.join(v.ISOLATION_LEVELS)}")
+    title = run.get("title")
+    problem = None if title is None else title_problem(title)
+    if problem is not None:
+        raise err("run.title", problem)
 
 
 def validate_event(obj: Any, *, line: int, file: str = "events.jsonl") -> dict[str, Any]:

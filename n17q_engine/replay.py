@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import canonical
+from .bundle import MAX_TITLE_CHARS, title_problem
 from .contracts import Contract, ContractError
 from .deciders import (
     DECIDERS,
@@ -293,7 +294,7 @@ class _Log:
 
 def _run_meta(package: ReplayPackage, source: SourceRun, **fields: Any) -> dict[str, Any]:
     src = source.run
-    return {
+    meta = {
         "id": package.run_id,
         "task": src.get("task"),
         "model": src.get("model"),
@@ -302,6 +303,22 @@ def _run_meta(package: ReplayPackage, source: SourceRun, **fields: Any) -> dict[
         "parent_run": src.get("id"),
         **fields,
     }
+    title = _replay_title(src.get("title"), str(fields.get("mode") or package.mode))
+    if title:
+        meta["title"] = title
+    return meta
+
+
+def _replay_title(source_title: Any, mode: str) -> str:
+    """The source's title with the replay's mode after it (DESIGN §10: a run's name everywhere), shortened to fit;
+    "" when the source has no title a bundle could carry."""
+    if not isinstance(source_title, str) or not source_title.strip() or title_problem(source_title):
+        return ""
+    suffix = f" (replay: {mode})"
+    head = source_title.strip()
+    if len(head) + len(suffix) > MAX_TITLE_CHARS:
+        head = head[: MAX_TITLE_CHARS - len(suffix) - 1].rstrip() + "\u2026"
+    return head + suffix
 
 
 # --- reconstruction --------------------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ class RunOutput(serializers.ModelSerializer):
             "error_count",
             "final_state",
             "imported_at",
+            "title",
         ]
 
 

@@ -32,7 +32,19 @@ from n17q_engine.lineage import LineageGraph
 
 from . import secret_scan
 from .bulk import Appender, BackgroundInserts, datetime_adapter
-from .models import Blob, Edge, Event, Finding, MaskedSecret, Run, RunBlob, RunObject, blob_storage_name
+from .models import (
+    SEARCH_VALUE_CHARS,
+    SEARCH_VALUES_MAX,
+    Blob,
+    Edge,
+    Event,
+    Finding,
+    MaskedSecret,
+    Run,
+    RunBlob,
+    RunObject,
+    blob_storage_name,
+)
 from .secret_scan import BundleMasks, EventScan
 
 log = logging.getLogger(__name__)
@@ -314,6 +326,8 @@ def _write_run(
     parent_ref = run_meta.get("parent_run") or ""
     run = Run.objects.create(
         run_id=run_meta["id"],
+        # Cut to its column: the secret scan may have masked part of it (a validated title fits).
+        title=bundle.run_title(run_meta)[: Run._meta.get_field("title").max_length],
         task_id=run_meta["task"]["id"],
         task_revision=str(run_meta["task"]["revision"]),
         environment=run_meta["environment"],
@@ -363,6 +377,9 @@ def _write_run(
     count = 0
     last_state = ""
     kind_counts: dict[str, int] = {}
+    # What the run list searches (Run.tools, Run.destinations), gathered as the events go by.
+    tools: set[str] = set()
+    destinations: set[str] = set()
     first_at = last_at = None
     writer = BackgroundInserts()
     edges_written = [0]
@@ -447,6 +464,10 @@ def _write_run(
             last_at = logical
             if kind == "run.state":
                 last_state = event["state"]
+            elif kind == "tool.call" and len(tools) < SEARCH_VALUES_MAX:
+                tools.add(event["tool"][:SEARCH_VALUE_CHARS])
+            elif kind == "effect.intent" and len(destinations) < SEARCH_VALUES_MAX:
+                destinations.add(event["destination"][:SEARCH_VALUE_CHARS])
             batch.append((event, text, logical, wall, refs))
             count += 1
             kind_counts[kind] = kind_counts.get(kind, 0) + 1
@@ -514,6 +535,8 @@ def _write_run(
     run.kind_counts = kind_counts
     run.first_logical_at = first_at
     run.last_logical_at = last_at
+    run.tools = "\n".join(sorted(tools))
+    run.destinations = "\n".join(sorted(destinations))
     run.save(
         update_fields=[
             "event_count",
@@ -525,6 +548,8 @@ def _write_run(
             "last_logical_at",
             "masked_secret_count",
             "bundle_digest",
+            "tools",
+            "destinations",
         ]
     )
     masked: list[dict[str, str]] = [

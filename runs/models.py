@@ -35,6 +35,8 @@ class Run(models.Model):
     """One imported run. Its identity and environment are fixed at import; only its summary is derived."""
 
     run_id = models.CharField(max_length=200, unique=True)
+    # The manifest's `run.title`, stripped (DESIGN §10): the run's name wherever it is shown; "" names it by its id.
+    title = models.CharField(max_length=300, blank=True, default="")
     task_id = models.CharField(max_length=200)
     task_revision = models.CharField(max_length=200)
     environment = models.CharField(max_length=20, choices=Environment.choices)
@@ -65,6 +67,11 @@ class Run(models.Model):
     final_state = models.CharField(max_length=30, blank=True, default="")
     first_logical_at = models.DateTimeField(null=True)
     last_logical_at = models.DateTimeField(null=True)
+    # What the run list searches besides ids and the title, collected while the import streams the events (no
+    # second pass, no query per listed run): the tools of its `tool.call` events and the destinations of its
+    # `effect.intent` events, distinct, sorted, one per line, at most SEARCH_VALUES_MAX of each.
+    tools = models.TextField(blank=True, default="")
+    destinations = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["-imported_at", "-id"]
@@ -76,6 +83,8 @@ class Run(models.Model):
             models.Index(fields=["environment", "mode"]),
             models.Index(fields=["scenario_name", "scenario_version"]),
             models.Index(fields=["final_state"]),
+            # The run list's order (runs.selectors.run_list).
+            models.Index(fields=["-created_at", "-imported_at", "-id"], name="run_list_order"),
         ]
 
     def __str__(self) -> str:
@@ -83,6 +92,12 @@ class Run(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise HistoryIsAppendOnly(f"run {self.run_id} is history and cannot be deleted")
+
+
+# Distinct values kept per searched field of a run (Run.tools, Run.destinations), each cut to SEARCH_VALUE_CHARS: a run
+# with more than that is found by its first ones, and the import's memory and the row stay bounded.
+SEARCH_VALUES_MAX = 200
+SEARCH_VALUE_CHARS = 200
 
 
 class Blob(models.Model):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Case, Count, F, OuterRef, Q, QuerySet, Subquery, When
+from django.db.models.functions import Coalesce
+
 from n17q_engine.lineage import Finding as LineageFinding
 from n17q_engine.lineage import LineageGraph
 
@@ -27,13 +30,31 @@ def run_lineage_json(run: Run) -> dict[str, Any]:
 
 
 def run_list(
-    *, q: str = "", state: str = "", mode: str = "", environment: str = "", scenario: str = "", findings: str = ""
-):
-    """Runs for the list page, filtered; one query however many runs match (paginated by the caller)."""
-    from django.db.models import Q
+    *,
+    q: str = "",
+    state: str = "",
+    mode: str = "",
+    environment: str = "",
+    scenario: str = "",
+    findings: str = "",
+    replays: bool = False,
+    source: str = "",
+) -> QuerySet[Run]:
+    """Runs for the list page, filtered, newest created first; one query however many runs and replays match
+    (paginated by the caller, which adds its count).
 
+    A replay (a run with a parent: a replay's or counterfactual's child run) is counted on its source's row
+    (`replay_count`) and listed only with `replays` or when a search names it; it then follows its source, with
+    the source's title beside it (`source_title`). `source` narrows the list to one run and its replays. `q` finds a
+    run by its id, title, task, a tool of its `tool.call` events or a destination of its `effect.intent` events: the
+    last two are kept on the run at import (Run.tools, Run.destinations), so the search reads no events.
+    """
+    child_counts = (
+        Run.objects.filter(parent=OuterRef("pk")).order_by().values("parent").annotate(n=Count("pk")).values("n")
+    )
     runs = Run.objects.only(
         "run_id",
+        "title",
         "task_id",
         "environment",
         "mode",
@@ -47,9 +68,17 @@ def run_list(
         "final_state",
         "imported_at",
         "created_at",
-    ).order_by("-imported_at", "-id")
+        "parent_run_ref",
+        "parent",
+    ).annotate(replay_count=Coalesce(Subquery(child_counts), 0), source_title=F("parent__title"))
     if q:
-        runs = runs.filter(Q(run_id__icontains=q) | Q(task_id__icontains=q))
+        runs = runs.filter(
+            Q(run_id__icontains=q)
+            | Q(title__icontains=q)
+            | Q(task_id__icontains=q)
+            | Q(tools__icontains=q)
+            | Q(destinations__icontains=q)
+        )
     if state:
         runs = runs.filter(final_state=state)
     if mode:
@@ -62,4 +91,23 @@ def run_list(
         runs = runs.filter(finding_count__gt=0)
     elif findings == "no":
         runs = runs.filter(finding_count=0)
-    return runs
+    if source:
+        runs = runs.filter(Q(run_id=source) | Q(parent__run_id=source) | Q(parent__parent__run_id=source))
+    if not (replays or q or source):
+        return runs.filter(parent__isnull=True).order_by("-created_at", "-imported_at", "-id")
+    # Families in the list's order: each source, then each of its replays newest created first, each followed by its
+    # own replays. A family reaches two generations below its source: a deeper replay opens a family of its own (it
+    # still names its source), which keeps this one query without a walk up the tree.
+    grandchild = Q(parent__parent__isnull=False)
+    return runs.order_by(
+        Coalesce("parent__parent__created_at", "parent__created_at", "created_at").desc(),
+        Coalesce("parent__parent__imported_at", "parent__imported_at", "imported_at").desc(),
+        Coalesce("parent__parent_id", "parent_id", "id").desc(),
+        Case(When(parent__isnull=True, then=0), default=1).asc(),
+        Case(When(grandchild, then=F("parent__created_at")), default=F("created_at")).desc(),
+        Case(When(grandchild, then=F("parent_id")), default=F("id")).desc(),
+        Case(When(grandchild, then=1), default=0).asc(),
+        "-created_at",
+        "-imported_at",
+        "-id",
+    )

@@ -453,6 +453,7 @@ MANIFEST_PATHS = [
     "run.created_at",
     "run.parent_run",
     "run.isolation",
+    "run.title",
     f"blobs.{BLOB_DIGEST}",
     f"blobs.{BLOB_DIGEST}.size",
     f"blobs.{BLOB_DIGEST}.media_type",

@@ -13,7 +13,9 @@ class Command(JsonCommand):
         super().add_arguments(parser)
 
     def run(self, *, path: Path, **options: Any) -> dict[str, Any]:
-        return run_import_from_path(path).to_json()
+        result = run_import_from_path(path)
+        # `title` (DESIGN §10) is a key added after the shape of §8 was fixed; those keys stay as they are.
+        return {**result.to_json(), "title": result.run.title}
 
     def human(self, result: dict[str, Any]) -> str:
         lines = [f"imported {result['run']}: {result['events']} events, {len(result['findings'])} lineage findings"]
