@@ -41,7 +41,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     # The console's own apps, from the bottom layer up (pyproject's import-linter contract holds the direction):
     # accounts (tokens, roles, audit) <- runs (the run graph) <- fixtures_review <- replays <- n17q_site (the site:
-    # settings, URLs, health, the demo loader).
+    # settings, URLs, health, the demo loader). console holds what every app's pages share (template tags).
+    "console",
     "accounts",
     "runs",
     "fixtures_review",
@@ -196,6 +197,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Deep links put a link inside each operation's expand button, a control nested in a control that screen
+    # readers cannot reach (axe: nested-interactive); the docs page works without them.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": False},
 }
 
 # The cache holds throttle counts, which every web process must share: Redis when there is one (its own

@@ -1,0 +1,279 @@
+"""Accessibility in real headless Chromium (issue 15, point 7): axe-core run on every page a person uses reports no
+serious or critical violation, and the keyboard reaches the skip link first and shows where its focus is.
+
+The pages are walked from the URL conf: every named route is either a page visited here (PAGES) or named in
+NOT_PAGES with the reason it is no page, so a page added later without a case here fails the walk test. Every
+page's violations, of every impact, are written to test-artifacts/axe-results.json for the record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+from django.core.management import call_command
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from fixtures_review.services import capture_stage
+from n17q_demo import stories
+from replays import services as replays
+from replays.launch import BUTTONS
+from runs.models import Run
+from tests.fixtures_review.conftest import search_capture
+
+from .conftest import ARTIFACTS
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+BLOCKING = ("serious", "critical")
+IMPACTS = ("critical", "serious", "moderate", "minor")
+RESULTS_FILE = ARTIFACTS / "axe-results.json"
+STORY_RUNS = [b.manifest["run"]["id"] for b in stories.demo_bundles()]
+FOCUS_RUN, FOCUS_EVENT = "run-003-review-request", "e-003-intent-review-request"
+# A captured page as a reviewer sees it: sanitized HTML inside the console's own page.
+CAPTURED_HTML = (
+    "<!doctype html><html><head><title>Key rotation</title></head><body><h1>Key rotation</h1>"
+    '<p>Rotate the signing keys every 90 days. <a href="https://docs.example/k">Read more</a></p></body></html>'
+)
+
+
+class Demo:
+    """The demo a page needs, made in the test's own database: `load_demo`'s runs, scenario versions and staged
+    recordings; replays are executed inline (no worker) only when a page asks for one."""
+
+    def __init__(self, loaded: dict[str, Any]):
+        self.staged = [s["staged"] for s in loaded["staged"]]
+        self._replays: dict[str, int] = {}
+
+    def replay(self, run_id: str) -> int:
+        # run-001-recorded replays to completion; run-000-recorded stops on its missing status.lookup fixture.
+        if run_id not in self._replays:
+            made = replays.replay_create(Run.objects.get(run_id=run_id), mode="rerun")
+            self._replays[run_id] = replays.replay_execute(made.pk).pk
+        return self._replays[run_id]
+
+    def replays_listed(self) -> str:
+        """The replay list with a finished replay and one stopped on a missing fixture in it."""
+        self.replay("run-001-recorded")
+        self.replay("run-000-recorded")
+        return "/replays/"
+
+    def replay_page(self, run_id: str, tail: str = "") -> str:
+        return f"/replays/{self.replay(run_id)}/{tail}"
+
+    def recording_page(self, index: int) -> str:
+        return f"/review/{self.staged[index]}/"
+
+    def html_recording_page(self) -> str:
+        capture = search_capture()
+        capture["response"]["headers"]["Content-Type"] = "text/html; charset=utf-8"
+        capture["response"]["body"] = CAPTURED_HTML
+        return f"/review/{capture_stage(raw=json.dumps(capture).encode()).recording.public_id}/"
+
+
+@dataclass(frozen=True)
+class Page:
+    route: str  # the URL name, namespaced ("runs:run-detail"); "" for the error pages, which have none
+    label: str  # the test id
+    path: str | Callable[[Demo], str]  # the address, or how to make what it shows and answer its address
+    role: str | None = "admin"  # the role that sees every page and every control on it; None: signed out
+    status: int = 200
+    ready: str | None = None  # a selector that shows the page has finished rendering
+
+
+FINISHED, MISSING = "run-001-recorded", "run-000-recorded"
+PAGES = [
+    Page("runs:run-list", "run-list", "/"),
+    *(Page("runs:run-detail", f"run-detail[{run}]", f"/runs/{run}/") for run in STORY_RUNS),
+    Page("runs:run-detail", "run-detail[focus]", f"/runs/{FOCUS_RUN}/?focus={FOCUS_EVENT}"),
+    # Without htmx an event's address is the run page with the event open in the detail panel.
+    Page("runs:event-detail", "event-detail", f"/runs/{FOCUS_RUN}/events/{FOCUS_EVENT}/"),
+    Page("runs:run-import", "run-import", "/runs/import/"),
+    Page("runs:glossary", "glossary", "/glossary/"),
+    Page("replays:replay-list", "replay-list", Demo.replays_listed),
+    *(Page("replays:replay-new", f"replay-new[{slug}]", f"/runs/{MISSING}/launch/{slug}/") for slug in BUTTONS),
+    Page("replays:regression-new", "regression-new", f"/runs/{FINISHED}/regression/"),
+    Page("replays:replay-detail", "replay-detail[finished]", partial(Demo.replay_page, run_id=FINISHED)),
+    Page("replays:replay-detail", "replay-detail[missing]", partial(Demo.replay_page, run_id=MISSING)),
+    Page(
+        "replays:replay-comparison", "replay-comparison", partial(Demo.replay_page, run_id=FINISHED, tail="comparison/")
+    ),
+    Page("replays:missing-fixture", "missing-fixture", partial(Demo.replay_page, run_id=MISSING, tail="missing/0/")),
+    Page("fixtures:queue", "review-queue", "/review/"),
+    *(Page("fixtures:recording", f"recording[{i}]", partial(Demo.recording_page, index=i)) for i in range(2)),
+    Page("fixtures:recording", "recording[html]", Demo.html_recording_page),
+    Page("fixtures:scenarios", "scenario-list", "/scenarios/"),
+    Page("fixtures:scenario", "scenario-detail", "/scenarios/docs-research@1/"),
+    Page("login", "login", "/login/", role=None),
+    Page("api-docs", "api-docs", "/api/v1/docs/", ready=".swagger-ui .opblock-summary-path"),
+    Page("admin:accounts_auditentry_changelist", "audit-log", "/admin/accounts/auditentry/"),
+    Page("", "403", "/runs/import/", role="viewer", status=403),
+    Page("", "404", "/runs/no-such-run/", status=404),
+]
+
+# Routes that are no page: what a person reaches there is a file, JSON, or the answer to a POST (which redirects
+# to a page above). Django's admin is its own; the audit log, which the console's header links to, is visited.
+NOT_PAGES = {
+    "logout": "POST only; redirects to the login page",
+    "health": "JSON for load balancers",
+    "api-schema": "the OpenAPI document; people read it at api-docs",
+    "api-runs": "JSON API",
+    "api-run": "JSON API",
+    "api-run-lineage": "JSON API",
+    "api-captures": "JSON API",
+    "runs:blob-download": "a file download",
+    "fixtures:body": "a file download",
+    "fixtures:action": "POST only; redirects to the recording",
+    "replays:missing-copy-similar": "POST only; redirects to the staged candidate",
+    "replays:missing-exclude-tool": "POST only; redirects to the launch summary",
+}
+
+RESULTS: dict[str, Any] = {}
+
+
+def _routes(patterns=None, namespaces: tuple[str, ...] = ()):
+    for p in get_resolver().url_patterns if patterns is None else patterns:
+        if isinstance(p, URLResolver):
+            yield from _routes(p.url_patterns, namespaces + ((p.namespace,) if p.namespace else ()))
+        elif isinstance(p, URLPattern):
+            yield ":".join((*namespaces, p.name or str(p.pattern)))
+
+
+def test_every_route_is_a_page_here_or_named_as_no_page():
+    routes = {r for r in _routes() if not r.startswith("admin:")}
+    covered = {p.route for p in PAGES} | set(NOT_PAGES)
+    assert sorted(routes - covered) == [], "a route with no accessibility case: add it to PAGES or NOT_PAGES"
+    gone = {r for r in covered - routes if r and not r.startswith("admin:")}
+    assert sorted(gone) == [], "cases for routes the URL conf no longer has"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _results_file():
+    """One file for the run: each page's violations by impact and by rule (rewritten by every run of this module)."""
+    yield
+    if RESULTS:
+        ARTIFACTS.mkdir(exist_ok=True)
+        pages = dict(sorted(RESULTS.items()))
+        totals: Counter[str] = Counter()
+        for found in pages.values():
+            totals.update(found["by_impact"])
+        RESULTS_FILE.write_text(json.dumps({"by_impact": dict(totals), "pages": pages}, indent=2) + "\n")
+
+
+@pytest.fixture
+def demo(capsys) -> Demo:
+    call_command("load_demo", "--json")
+    return Demo(json.loads(capsys.readouterr().out))
+
+
+def axe(page) -> list[dict[str, Any]]:
+    """axe-core's violations on the page as it is now. Playwright evaluates axe's script through the DevTools
+    protocol, which the page's CSP does not govern, and axe itself needs neither eval nor inline script: the pages
+    are checked under the same policy people get (no bypass_csp; the test asserts the policy saw nothing)."""
+    blocked: list[str] = []
+    page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+    violations = Axe().run(page).response["violations"]
+    assert blocked == [], blocked
+    return violations
+
+
+def summary(url: str, violations: list[dict[str, Any]]) -> dict[str, Any]:
+    by_impact = Counter(v["impact"] for v in violations)
+    return {
+        "url": url,
+        "by_impact": {i: by_impact[i] for i in IMPACTS if by_impact[i]},
+        "violations": [
+            {
+                "rule": v["id"],
+                "impact": v["impact"],
+                "help": v["help"],
+                "nodes": len(v["nodes"]),
+                "targets": [" ".join(map(str, n["target"])) for n in v["nodes"][:5]],
+            }
+            for v in sorted(violations, key=lambda v: (IMPACTS.index(v["impact"]), v["id"]))
+        ],
+    }
+
+
+def report(violations: list[dict[str, Any]]) -> str:
+    return "\n".join(
+        f"{v['impact']} {v['id']} ({v['help']}): " + ", ".join(" ".join(map(str, n["target"])) for n in v["nodes"][:8])
+        for v in violations
+    )
+
+
+@pytest.mark.parametrize("case", PAGES, ids=lambda c: c.label)
+def test_axe_finds_no_serious_or_critical_violation(case, page, live_server, login, demo):
+    path = case.path if isinstance(case.path, str) else case.path(demo)
+    if case.role:
+        login(case.role)
+    response = page.goto(f"{live_server.url}{path}")
+    assert response is not None and response.status == case.status, page.url
+    page.wait_for_load_state("networkidle")
+    if case.ready:
+        page.wait_for_selector(case.ready, timeout=15000)
+    violations = axe(page)
+    RESULTS[case.label] = summary(path, violations)
+    blocking = [v for v in violations if v["impact"] in BLOCKING]
+    assert blocking == [], report(blocking)
+
+
+def test_axe_reports_what_is_planted_on_a_page_under_its_csp(page, live_server, login):
+    # The check above can fail: an image without a text alternative and a button without a name, added to a clean
+    # page, are found (critical both), with the page's CSP in force.
+    login("admin")
+    page.goto(f"{live_server.url}/glossary/")
+    page.evaluate(
+        "document.querySelector('main').append(document.createElement('img'), document.createElement('button'))"
+    )
+    found = {v["id"]: v["impact"] for v in axe(page)}
+    assert (found.get("image-alt"), found.get("button-name")) == ("critical", "critical"), found
+
+
+# What the keyboard's focus looks like on the element that has it: its outline or its box shadow.
+FOCUS_STYLE = """() => {
+  const el = document.activeElement;
+  if (!el || el === document.body) return null;
+  const s = getComputedStyle(el);
+  return {
+    tag: el.tagName.toLowerCase(), id: el.id, cls: el.getAttribute('class') || '',
+    text: (el.textContent || el.getAttribute('aria-label') || '').trim().slice(0, 40),
+    visible: el.matches(':focus-visible'),
+    outline: s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) > 0 && s.outlineColor !== 'rgba(0, 0, 0, 0)',
+    shadow: s.boxShadow !== 'none',
+  };
+}"""
+
+
+def test_the_keyboard_meets_the_skip_link_first_and_sees_every_focus(page, live_server, login, demo):
+    login("admin")
+    url = f"{live_server.url}/runs/{FOCUS_RUN}/"
+    page.goto(url)
+    page.keyboard.press("Tab")
+    first = page.evaluate(FOCUS_STYLE)
+    assert (first["cls"], first["text"]) == ("skip", "Skip to content")
+    box = page.locator("a.skip").bounding_box()
+    assert box is not None and box["x"] >= 0 and box["y"] >= 0, "the skip link is on screen when focused"
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "main"
+
+    # Every stop of the Tab order, from the top of the page until the focus leaves it.
+    page.goto(url)
+    stops: list[dict[str, Any]] = []
+    for _ in range(1500):
+        page.keyboard.press("Tab")
+        stop = page.evaluate(FOCUS_STYLE)
+        if stop is None or (stops and stop["cls"] == "skip"):
+            break
+        stops.append(stop)
+    else:
+        pytest.fail("the Tab order did not come to an end")
+    unseen = [s for s in stops if not (s["visible"] and (s["outline"] or s["shadow"]))]
+    assert unseen == [], "focus not shown on these stops"
+    assert {"a", "button"} <= {s["tag"] for s in stops} and {"input", "select"} & {s["tag"] for s in stops}, stops
