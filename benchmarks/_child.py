@@ -166,8 +166,9 @@ def cmd_lineage_db(folder: str, repeat: str) -> dict[str, Any]:
     }
 
 
-def cmd_run_page(large_folder: str, small_folder: str, repeat: str) -> dict[str, Any]:
-    """Server time of the run page for a large and a small run, and the queries each issues.
+def cmd_run_page(small_folder: str, repeat: str, *large_folders: str) -> dict[str, Any]:
+    """Server time of the run page and its detail panel for a small run and each large one, and the queries each
+    request issues.
 
     Requests go through Django's test client: the whole request path (middleware, session, view, query,
     template) without a socket, which is what "server time" means here.
@@ -187,8 +188,14 @@ def cmd_run_page(large_folder: str, small_folder: str, repeat: str) -> dict[str,
     from runs.importer import run_import_from_path
     from runs.models import Event
 
-    large = run_import_from_path(Path(large_folder)).run
     small = run_import_from_path(Path(small_folder)).run
+    larges = []
+    import_s = {}
+    for folder in large_folders:
+        started = time.perf_counter()
+        run = run_import_from_path(Path(folder)).run
+        import_s[run.event_count] = time.perf_counter() - started
+        larges.append(run)
     user = get_user_model().objects.create_user("bench-viewer", password="bench-password-1")
     user.groups.add(Group.objects.get(name="viewer"))
     from django.conf import settings
@@ -200,25 +207,32 @@ def cmd_run_page(large_folder: str, small_folder: str, repeat: str) -> dict[str,
     client = Client(HTTP_HOST="localhost")
     client.force_login(user)
 
-    def intent(run: Any) -> str:
-        return (
-            Event.objects.filter(run=run, kind="effect.intent").order_by("-seq").values_list("event_id", flat=True)[0]
-        )
+    def last(run: Any, kind: str) -> str:
+        return Event.objects.filter(run=run, kind=kind).order_by("-seq").values_list("event_id", flat=True)[0]
 
+    # The last tool result and the last intent: the deepest events of the run, with a blob and a neighbourhood.
     pages = {
         "run page": lambda run: f"/runs/{run.run_id}/",
-        "run page, focused on the last intent": lambda run: f"/runs/{run.run_id}/?focus={intent(run)}",
-        "run page, htmx focus swap": lambda run: f"/runs/{run.run_id}/?focus={intent(run)}",
-        "evidence pane, a window deep in the run": lambda run: (
-            f"/runs/{run.run_id}/?evidence_from={run.event_count // 2}&pane=evidence"
+        "run page, focused on the last intent": lambda run: f"/runs/{run.run_id}/?focus={last(run, 'effect.intent')}",
+        "run page, focus narrowed (hide)": lambda run: (
+            f"/runs/{run.run_id}/?focus={last(run, 'effect.intent')}&narrow=hide"
         ),
+        "run page, the last result in the detail panel": lambda run: (
+            f"/runs/{run.run_id}/?event={last(run, 'tool.result')}"
+        ),
+        "detail panel (htmx), the last result": lambda run: f"/runs/{run.run_id}/events/{last(run, 'tool.result')}/",
+        "trace window in the middle of the run": lambda run: f"/runs/{run.run_id}/?trace_from={run.event_count // 2}",
+        "trace, two facets, middle of the run": lambda run: (
+            f"/runs/{run.run_id}/?facet=evidence&facet=effects&trace_from={run.event_count // 2}"
+        ),
+        "trace search with no match": lambda run: f"/runs/{run.run_id}/?q=no-such-text-anywhere",
     }
-    htmx = {"run page, htmx focus swap", "evidence pane, a window deep in the run"}
+    htmx = {"detail panel (htmx), the last result"}
     out: dict[str, Any] = {}
     for name, url_of in pages.items():
         headers: dict[str, Any] = {"HTTP_HX_REQUEST": "true"} if name in htmx else {}
         entry: dict[str, Any] = {}
-        for label, run in (("large", large), ("small", small)):
+        for run in (small, *larges):
             url = url_of(run)
             client.get(url, **headers)  # warm: template loading, the first connection
             connection.queries_log.clear()  # a full log (it keeps 9,000) would make the count read 0
@@ -232,14 +246,19 @@ def cmd_run_page(large_folder: str, small_folder: str, repeat: str) -> dict[str,
                 started = time.perf_counter()
                 client.get(url, **headers)
                 times.append(time.perf_counter() - started)
-            entry[label] = {
+            entry[str(run.event_count)] = {
                 "url": url,
                 "queries": queries,
                 "times_s": times,
                 "bytes": len(response.content),
             }
         out[name] = entry
-    return {"pages": out, "large_events": large.event_count, "small_events": small.event_count}
+    return {
+        "pages": out,
+        "small_events": small.event_count,
+        "large_events": [run.event_count for run in larges],
+        "import_s": import_s,
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -15,7 +15,7 @@ Intake is single-threaded Python, so the budget is judged on the CPU time the in
 throughput a dedicated core gives); the wall-clock figure is reported beside it, and on a shared machine
 (the load average is in the machine line) it is lower by the other processes' share.
 
-Second part, no budget: bleach (what the console uses, `fixtures_review.html.sanitize_captured_html`) and nh3
+Second part, no budget: bleach (what the console uses, `console.captured_html.sanitize_captured_html`) and nh3
 (Rust's ammonia; a dev dependency, compared only) on the same captured HTML, configured alike (the same tags,
 no attribute, no URL scheme, comments stripped). Both outputs are checked for anything live left.
 """
@@ -233,7 +233,7 @@ LIVE = ("<script", "<img", "<iframe", "<style", "onclick", "onerror", "href=", "
 def time_sanitizers(html: str, repeat: int) -> dict[str, Any]:
     import nh3
 
-    from fixtures_review.html import ALLOWED_TAGS, sanitize_captured_html
+    from console.captured_html import ALLOWED_TAGS, sanitize_captured_html
 
     def with_nh3(text: str) -> str:
         return nh3.clean(

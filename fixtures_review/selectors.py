@@ -10,11 +10,11 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
+from console.captured_html import looks_like_html, sanitize_captured_html
 from n17q_engine import coverage
 from n17q_engine.package import PackageError, load_scenario
 
 from . import intake, services
-from .html import looks_like_html, sanitize_captured_html
 from .models import ReviewEvent, ScenarioVersion, StagedRecording
 from .scenarios import ScenarioRefused, scenario_package
 

@@ -4,9 +4,9 @@ The detail panel reads at most PREVIEW_BYTES of a blob (the rest is a download),
 what a 2 KB one does. JSON is pretty-printed and highlighted with its nested members folded, a patch is shown
 as a diff, other text with line numbers (Pygments does the highlighting: its lexers know the formats, and its
 HTML formatter emits class names the stylesheet colours, so the CSP needs no inline style). Captured HTML goes
-through the one sanitizer (fixtures_review.html). Raster images are shown from the blob's own URL, served
-inline only for the raster types a browser cannot run. Anything else is binary: its size, digest, the first
-bytes in hex, and the download.
+through the one sanitizer (console.captured_html: captures and run blobs share it). Raster images are shown
+from the blob's own URL, served inline only for the raster types a browser cannot run. Anything else is binary:
+its size, digest, the first bytes in hex, and the download.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer, HtmlLexer, JsonLexer, TextLexer
 
-from fixtures_review.html import sanitize_captured_html
+from console.captured_html import sanitize_captured_html
 
 from .models import Run, RunBlob, blob_storage_name
 

@@ -114,11 +114,6 @@ def _related(body: dict[str, Any], by_id: dict[str, Event]) -> dict[str, Any]:
     return related
 
 
-def _short(digest: Any) -> str:
-    text = str(digest or "")
-    return text[:15] + "…" if text.startswith("sha256:") and len(text) > 15 else text
-
-
 # The facts each pane item shows: (label, field) pairs read straight from the event, in the product's
 # own words; the few facts that combine fields or come from related events are added in `describe`.
 _FACTS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -190,7 +185,7 @@ _FACTS: dict[str, tuple[tuple[str, str], ...]] = {
         ("isolation", "isolation"),
     ),
 }
-# Digests shown shortened, by field.
+# Digests shown by field (the template shortens every digest behind a copy button).
 _TREES = {"tree_digest": "tree", "post_tree": "tree", "evidence_set_digest": "evidence set"}
 
 
@@ -209,10 +204,10 @@ def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, s
         add(label, body.get(name))
     for name, label in _TREES.items():
         if name in body:
-            add(label, _short(body.get(name)))
+            add(label, body.get(name))
 
     if k == "checkpoint":
-        add("workspaces", ", ".join(f"{w} {_short(t)}" for w, t in (body.get("workspaces") or {}).items()))
+        add("workspaces", ", ".join(f"{w} {t}" for w, t in (body.get("workspaces") or {}).items()))
     elif k == "budget.charged":
         add(str(body.get("resource")), body.get("amount"))
     elif k == "workspace.created":
@@ -220,8 +215,8 @@ def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, s
         if derived:
             equal = "content equal" if derived.get("content_equal") else "content differs"
             add("derived from", f"{derived.get('workspace_id')} by {derived.get('relation')} ({equal})")
-        add("base", _short(body.get("base_digest")))
-        add("initial overlay", _short(body.get("overlay_digest")))
+        add("base", body.get("base_digest"))
+        add("initial overlay", body.get("overlay_digest"))
         add("inherited edits", ", ".join(body.get("overlay_files") or []))
     elif k == "workspace.lifecycle":
         add("cleanup receipt", body.get("cleanup_receipt_id") or "none")

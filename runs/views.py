@@ -25,12 +25,18 @@ from .trace import SEARCH_SPAN
 
 
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
+    """The runs, newest created first, each named by its title; replays under their source when asked for."""
     form = RunFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
     runs = selectors.run_list(**{k: v for k, v in filters.items() if v})
     page = Paginator(runs, 50).get_page(request.GET.get("page"))
     template = "runs/run_list.html#run-table" if request.htmx else "runs/run_list.html"
-    return render(request, template, {"form": form, "page": page})
+    context = {
+        "form": form,
+        "page": page,
+        "replays_shown": bool(filters.get("replays") or filters.get("q") or filters.get("source")),
+    }
+    return render(request, template, context)
 
 
 @permission_required("runs.import_run", raise_exception=True)

@@ -1,14 +1,9 @@
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django import template
 from django.http import QueryDict
-from django.utils.html import escape, format_html
-from django.utils.safestring import SafeString, mark_safe
-
-from runs import event_facts
 
 register = template.Library()
 
@@ -37,37 +32,6 @@ def facet_query(context: Any, key: str) -> str:
     params.pop("trace_from", None)
     encoded = params.urlencode()
     return f"?{encoded}" if encoded else "?"
-
-
-@register.filter
-def short_digest(value: Any) -> str:
-    return event_facts._short(value)
-
-
-@register.simple_tag
-def digest(value: Any) -> str:
-    """A digest shortened, whole in its title and a copy button (static/n17q.js copies; without JS it is text)."""
-    text = str(value or "")
-    if not text:
-        return ""
-    return format_html(
-        '<span class="digest"><code title="{}">{}</code>'
-        '<button type="button" class="copy" data-copy="{}" aria-label="Copy {}">copy</button></span>',
-        text,
-        event_facts._short(text),
-        text,
-        text,
-    )
-
-
-_DIGEST_IN_TEXT = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-@register.filter
-def digests_shortened(text: Any) -> SafeString:
-    """Text (a finding's sentence, say) with every whole digest in it shortened behind a copy button."""
-    escaped = str(escape(str(text or "")))
-    return mark_safe(_DIGEST_IN_TEXT.sub(lambda m: str(digest(m.group(0))), escaped))
 
 
 @register.filter

@@ -8,7 +8,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from fixtures_review.html import sanitize_captured_html
+from console.captured_html import sanitize_captured_html
 from fixtures_review.models import StagedRecording
 from fixtures_review.services import capture_stage
 

@@ -90,12 +90,16 @@ def test_it_keeps_every_run_page_query_count_flat_from_10_to_100000_events(viewe
     run_import_from_path(huge_bundle)
     small_run, large_run = "run-example-docs", "bench-run-100000"
     small_event = Event.objects.filter(run__run_id=small_run, kind="tool.result").values_list("event_id", flat=True)[0]
-    large_event = Event.objects.filter(run__run_id=large_run, kind="tool.result").order_by("-seq")
-    large_event = large_event.values_list("event_id", flat=True)[0]
+    large_event = (
+        Event.objects.filter(run__run_id=large_run, kind="tool.result")
+        .order_by("-seq")
+        .values_list("event_id", flat=True)[0]
+    )
     small_intent = _last_intent(small_run) if Event.objects.filter(run__run_id=small_run, kind="effect.intent") else ""
     cases = {
         # 1 session, 2 user; 3 the run; 4 the trace's window, 5 the tools of its results' calls; 6 the findings
-        # (verdict), 7 the objects, 8 the key events; 9 the picture's window, 10 its edges, 11 its broken edges;
+        # (verdict), 7 the objects, 8 the key events; 9 the picture's window, 10 the findings touching it, 11 its
+        # references;
         # 12 the user's groups (role badge); 13-14 the user's and the groups' permissions (launch controls).
         "page": ("/runs/{run}/", {}, 14),
         # the trace's window deep in the run: + the previous window's start.
@@ -243,7 +247,7 @@ def test_it_pages_the_trace_with_keyset_windows(viewer_client, large_bundle):
 def test_it_links_each_finding_to_its_edge_and_both_ends(viewer_client, story_003):
     html = viewer_client.get(f"/runs/{STORY_003}/").content.decode()
     findings = html[html.index('id="findings"') : html.index('id="focus-bar"')]
-    assert re.search(r'href="\?finding=\d+&amp;event=e-003-intent-review-request#picture"', findings)
+    assert re.search(r"href=\"\?finding=\d+&amp;event=e-003-intent-review-request#picture-edge-\d+\"", findings)
     assert '?event=e-003-focused-admitted#detail"' in findings
 
 
