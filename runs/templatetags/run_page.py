@@ -4,6 +4,10 @@ from typing import Any
 
 from django import template
 from django.http import QueryDict
+from django.urls import reverse
+from django.utils.html import escape, format_html
+
+from runs.glossary import TERMS
 
 register = template.Library()
 
@@ -52,3 +56,17 @@ def filesize(value: Any) -> str:
 @register.filter
 def row_seq(row: Any) -> int:
     return int(row.event.seq)
+
+
+_TERMS = {term for term, _meaning in TERMS}
+
+
+@register.simple_tag
+def term(word: Any) -> str:
+    """A product word linked to its glossary entry when the glossary has one; the word alone otherwise."""
+    text = str(word or "")
+    if text not in _TERMS:
+        return str(escape(text))
+    return format_html(
+        '<a class="term" href="{}#term-{}">{}</a>', reverse("runs:glossary"), text.replace(" ", "-"), text
+    )

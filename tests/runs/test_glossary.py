@@ -31,3 +31,15 @@ def test_a_finding_on_the_run_page_links_to_its_code(client, role_user, capsys):
     page = client.get("/runs/run-000-fail-open-replay/").content.decode()
     linked = set(re.findall(r'href="/glossary/#(LIN\d{3})"', page))
     assert "LIN014" in linked, sorted(linked)
+
+
+def test_the_run_pages_product_words_link_to_their_entries(client, role_user, capsys):
+    call_command("load_demo", "--json")
+    capsys.readouterr()
+    client.force_login(role_user("viewer"))
+    page = client.get("/runs/run-001-naive-replay/").content.decode()
+    linked = set(re.findall(r'<a class="term" href="/glossary/#term-([a-z-]+)">', page))
+    # The mode (a rerun), isolation, the objects and the approval chips name glossary terms.
+    assert {"rerun", "isolation", "attempt", "intent", "approval"} <= linked, sorted(linked)
+    entries = client.get("/glossary/").content.decode()
+    assert all(f'id="term-{anchor}"' in entries for anchor in linked)
