@@ -30,7 +30,7 @@ from django.db.models import Q
 from .models import Edge, Event, Finding, Run
 
 if TYPE_CHECKING:
-    from .run_page import Focus
+    from .focus import Focus
 
 
 @dataclass(frozen=True)

@@ -291,12 +291,14 @@ def test_it_stops_file_writes_outside_its_working_folder(tmp_path):
     assert not marker.exists()
 
 
-def test_it_works_in_a_fresh_working_folder_that_is_removed_afterwards():
-    before = set(Path(tempfile.gettempdir()).glob("n17q-sandbox-*"))
+def test_it_works_in_a_fresh_working_folder_that_is_removed_afterwards(monkeypatch, tmp_path):
+    # The launcher's folders go to a temporary directory of this test's own: on a shared machine other processes
+    # spawn sandboxes in the same /tmp, and their folders are none of this test's business.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert sandboxed("write_in_cwd").output == b"ok"
     # The next run's folder is a new one: nothing the last run wrote is in it.
     assert json.loads(sandboxed("list_cwd").output) == []
-    assert set(Path(tempfile.gettempdir()).glob("n17q-sandbox-*")) <= before  # the launcher's folders are gone
+    assert list(tmp_path.glob("n17q-sandbox-*")) == []  # the launcher's folders are gone
 
 
 # --- hygiene ------------------------------------------------------------------------------------------

@@ -169,7 +169,9 @@ def test_it_shows_the_second_delivery_and_the_historical_approval_in_the_verdict
     verdict = html[: html.index('id="focus-bar"')]
     assert "duplicate of &lt;m-5501@acme.example&gt;" in verdict
     assert "revision 42 → 43" in verdict
-    approval = re.search(r'<li class="chip bad"><span class="chip-k">approval</span>.*?</li>', verdict, re.S)
+    approval = re.search(
+        r'<li class="chip bad"><span class="chip-k">[^<]*<a [^>]*>approval</a></span>.*?</li>', verdict, re.S
+    )
     assert approval and "historical, from run run-001-recorded (live)" in approval.group(0)
 
 
