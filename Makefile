@@ -7,7 +7,7 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 DEMO_PORT ?= 8017
 
-.PHONY: install check lint test test-sqlite test-postgres bench demo demo-data stack clean
+.PHONY: install check lint test test-sqlite test-postgres bench demo demo-reset demo-data stack clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,8 +48,13 @@ demo-data: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py load_demo
 
+# The demo keeps its data folder (./var, or N17Q_DATA_DIR) from one start to the next; demo-reset removes that
+# folder, and only it, and starts afresh.
 demo: $(STAMP)
 	bash docker/demo.sh $(DEMO_PORT)
+
+demo-reset: $(STAMP)
+	bash docker/demo.sh --reset $(DEMO_PORT)
 
 # Production shape under Docker Compose: PostgreSQL, Redis (noeviction), gunicorn, a Celery worker (docker/).
 stack:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import getpass
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from n17q_engine.bundle import BundleError
 
@@ -25,11 +27,35 @@ def _os_user() -> str:
         return "unknown"
 
 
+def database_ready() -> None:
+    """Refuse, in one line, to work on a database that has no tables: the user meant another one, or has not migrated.
+
+    Without this a command answered with a long `no such table` traceback, and SQLite first created the missing
+    file, leaving an empty database where the user expected the demo's. A missing SQLite file is reported
+    before anything connects, so nothing is created.
+    """
+    connection = connections[DEFAULT_DB_ALIAS]
+    where = connection.settings_dict["NAME"]
+    if connection.vendor == "sqlite":
+        where = str(where)
+        in_memory = where == ":memory:" or "mode=memory" in where
+        if not in_memory and not Path(where).is_file():
+            raise CommandError(
+                f"there is no database at {where} yet: run `python manage.py migrate` (or `make demo`), "
+                "or point N17Q_DATA_DIR or DATABASE_URL at the database you meant"
+            )
+    if "django_migrations" not in connection.introspection.table_names():
+        raise CommandError(
+            f"the database at {where} has no tables yet: run `python manage.py migrate` (or `make demo`)"
+        )
+
+
 class JsonCommand(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        database_ready()
         try:
             with audit_via(f"cli {_os_user()}"):
                 result = self.run(**options)

@@ -7,6 +7,7 @@ REDIS_URL, N17Q_SECRET_KEY and N17Q_DEBUG=0; see the README's configuration tabl
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -16,11 +17,21 @@ from pythonjsonlogger.core import RESERVED_ATTRS as JSON_LOG_RESERVED_ATTRS
 from .env import ConfigurationError, env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# One data folder for `make demo` and every command run from this checkout: both default to ./var, so the
+# README's commands after `make demo` read the demo's database (docker/demo.sh uses this same default).
 DATA_DIR = Path(env_str("N17Q_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+# Made on demand: a bare `manage.py migrate` on a fresh clone must not fail with "unable to open database file".
+# A folder that cannot be made is left to the database to report.
+with contextlib.suppress(OSError):
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("N17Q_DEBUG", True)
 _DEV_KEY = "n17q-development-key-not-for-production"
-SECRET_KEY = env_str("N17Q_SECRET_KEY", _DEV_KEY if DEBUG else None)
+# The demo writes a key of its own into its data folder (docker/demo.sh) and runs with N17Q_DEBUG=0; a command
+# run against that folder reads the same key, so the keyed digests it writes agree with the web process's.
+SECRET_KEY_FILE = DATA_DIR / "secret_key"
+_file_key = SECRET_KEY_FILE.read_text().strip() if SECRET_KEY_FILE.is_file() else ""
+SECRET_KEY = env_str("N17Q_SECRET_KEY", _file_key or (_DEV_KEY if DEBUG else None))
 if not DEBUG and SECRET_KEY == _DEV_KEY:
     raise ConfigurationError("N17Q_SECRET_KEY must be set when N17Q_DEBUG=0")
 ALLOWED_HOSTS = env_list("N17Q_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
@@ -315,6 +326,19 @@ LOGGING = {
             "reserved_attrs": [*JSON_LOG_RESERVED_ATTRS, "request"],
         },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT},
+        # A logger with no handler at all falls back to Python's last-resort stderr handler for its warnings.
+        "discard": {"class": "logging.NullHandler"},
+    },
     "root": {"handlers": ["console"], "level": env_str("N17Q_LOG_LEVEL", "INFO")},
+    # One line per request, n17q.request's (n17q_site/logs.py). Django's own handlers would print django.request
+    # records a second time (its debug console handler) besides our root handler, runserver's django.server
+    # repeats every request as an access line, and django.request logs each 4xx, a 403 with the whole traceback
+    # of PermissionDenied. What remains of them: django.request's errors (a 500 and its traceback), once.
+    "loggers": {
+        "django": {"handlers": [], "propagate": True},
+        "django.server": {"handlers": ["discard"], "propagate": False},
+        "django.request": {"handlers": [], "level": "ERROR", "propagate": True},
+    },
 }

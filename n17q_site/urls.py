@@ -1,7 +1,10 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required, login_required
+from django.http import HttpRequest, HttpResponseRedirect
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.decorators.cache import cache_control
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from accounts.permissions import role_not_required
@@ -9,7 +12,16 @@ from accounts.signin import ThrottledLoginView
 
 from .health import HealthApi
 
+
+@login_not_required
+@cache_control(max_age=86400)
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """Browsers ask for /favicon.ico on pages that name no icon (JSON, the admin): the console's icon, not a 404."""
+    return HttpResponseRedirect(static("favicon.svg"))
+
+
 urlpatterns = [
+    path("favicon.ico", favicon, name="favicon"),
     path("login/", login_not_required(ThrottledLoginView.as_view()), name="login"),
     path("logout/", role_not_required(auth_views.LogoutView.as_view()), name="logout"),
     path("admin/", admin.site.urls),

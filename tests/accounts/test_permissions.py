@@ -17,8 +17,9 @@ from tests.runs.test_api import token_for
 
 pytestmark = pytest.mark.django_db
 
-# Open to anyone by design: signing in, signing out, the load balancer's health check (no details without a role).
-PUBLIC = {"login", "logout", "health"}
+# Open to anyone by design: signing in, signing out, the load balancer's health check (no details without a role),
+# the icon browsers ask for.
+PUBLIC = {"login", "logout", "health", "favicon"}
 _CONVERTERS = {"int": "1", "str": "x", "slug": "x", "path": "x/y", "uuid": "00000000-0000-0000-0000-000000000000"}
 
 
