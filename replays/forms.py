@@ -6,13 +6,14 @@ from django import forms
 
 
 class LaunchForm(forms.Form):
-    """Inspect recorded run / Replay in fixtures: nothing to choose but the scenario version (pinned by default)."""
+    """Inspect recorded run / Replay in fixtures: nothing to choose but the scenario version (the run's recorded
+    version by default). `scenarios` are (ref, "ref — label") pairs from `replays.launch.launch_options`."""
 
     scenario = forms.ChoiceField(required=False, label="Scenario version")
 
-    def __init__(self, *args, scenarios: list[str], default: str | None, **kwargs):
+    def __init__(self, *args, scenarios: list[tuple[str, str]], default: str | None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.choice_field("scenario").choices = [(s, s) for s in scenarios] or [("", "none held")]
+        self.choice_field("scenario").choices = list(scenarios) or [("", "none held")]
         if default:
             self.fields["scenario"].initial = default
 

@@ -8,13 +8,17 @@ them. `vary_check` refuses a variation the scenario cannot honour before a repla
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
+from django.db.models.fields.json import KeyTextTransform
 
 from fixtures_review.models import ScenarioVersion
 from fixtures_review.scenarios import ScenarioRefused, scenario_package
+from n17q_engine.canonical import digest_json
 from n17q_engine.deciders import DECIDERS
 from n17q_engine.package import PackageError, ScenarioPackage, check_fault, load_scenario
 from n17q_engine.vocabulary import FAULT_STAGES
@@ -262,3 +266,133 @@ def launch_summary(
         ],
     )
     return summary
+
+
+# --- what a run can be launched in, and whether each button can work -------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScenarioChoice:
+    version: ScenarioVersion
+    kind: str  # recorded | newer | regression
+    label: str
+
+    @property
+    def ref(self) -> str:
+        return self.version.ref
+
+
+@dataclass(frozen=True)
+class ModeOption:
+    slug: str
+    label: str
+    available: bool
+    reason: str  # why it cannot work, in the web's words; "" when it can
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What the run page's buttons, the launch page and its POST agree on (`launch_options`)."""
+
+    recorded: ScenarioVersion | None
+    choices: tuple[ScenarioChoice, ...]
+    buttons: dict[str, ModeOption]  # by button slug, and "regression" for Make regression scenario
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why the unavailable buttons cannot work, each sentence once."""
+        return list(dict.fromkeys(b.reason for b in self.buttons.values() if not b.available))
+
+    def choice(self, ref: str) -> ScenarioChoice | None:
+        return next((c for c in self.choices if c.ref == ref), None)
+
+
+def _meta(version: Any) -> dict[str, Any]:
+    try:
+        meta = json.loads(version.meta or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _derived(version: Any) -> bool:
+    return version.source == "regression" or version.based_on_id is not None or version.name.endswith("-regression")
+
+
+def _versions(condition: Q) -> list[Any]:
+    # scenario.json only (a few hundred bytes), never the fixtures: the choices cost the same for any package size
+    return list(
+        ScenarioVersion.objects.annotate(meta=KeyTextTransform("scenario.json", "files"))
+        .filter(condition)
+        .defer("files", "manifest")
+        .select_related("based_on")
+        .order_by("name", "version")
+    )
+
+
+def launch_options(run: Run) -> LaunchOptions:
+    """The run's scenario choices and, per button, whether it can work and why not (DESIGN §6).
+
+    The recorded version is the one the run names, or else the first original (not derived: no promotion, no
+    exclusion, no regression) version recorded from it; it is the default everywhere, never a derived one.
+    Then its newer versions and the regression versions of its scenario, each labelled.
+    Queries: 1 when the run names its scenario version, 2 otherwise (the versions recorded from it, then the choices).
+    """
+    recorded = None
+    named = f"{run.scenario_name}@{run.scenario_version}" if run.scenario_name and run.scenario_version else ""
+    if named:
+        name = run.scenario_name
+        candidates = _versions(Q(name=name) | Q(name=f"{name}-regression"))
+        recorded = next((v for v in candidates if v.version == run.scenario_version), None)
+    else:
+        from_run = [
+            v for v in _versions(Q(meta__contains=f'"{run.run_id}"')) if run.run_id in _meta(v).get("source_runs", [])
+        ]
+        originals = [v for v in from_run if not _derived(v)] or [v for v in from_run if v.source != "regression"]
+        recorded = min(originals, key=lambda v: (v.imported_at, v.pk), default=None)
+        candidates = []
+        if recorded is not None:
+            candidates = _versions(Q(name=recorded.name) | Q(name=f"{recorded.name}-regression"))
+    choices: list[ScenarioChoice] = []
+    if recorded is not None:
+        choices.append(ScenarioChoice(recorded, "recorded", "recorded version"))
+        for v in candidates:
+            if v.pk == recorded.pk:
+                continue
+            if v.name == recorded.name and v.version > recorded.version:
+                how = {"promotion": "a fixture promoted", "exclusion": "a tool excluded"}.get(v.source, v.source)
+                choices.append(ScenarioChoice(v, "newer", f"newer ({how})"))
+            elif v.name == f"{recorded.name}-regression":
+                base = v.based_on.ref if v.based_on else recorded.name
+                runs = ", ".join(_meta(v).get("source_runs", [])) or "a run"
+                choices.append(ScenarioChoice(v, "regression", f"regression of {base}, from {runs}"))
+    # One sentence for every button it stops: the run page shows it once, under the disabled buttons.
+    if recorded is not None:
+        why_not = ""
+    elif named:
+        why_not = (
+            f"This run names scenario version {named}, which this console does not hold, so there is no fixture "
+            "world to replay it in or build a regression scenario on: import that scenario package first."
+        )
+    else:
+        why_not = (
+            "This run names no scenario version and none was recorded from it, so there is no fixture world to "
+            "replay it in or build a regression scenario on: import a scenario package recorded from this run first."
+        )
+    buttons = {
+        "inspect": ModeOption("inspect", BUTTONS["inspect"].label, True, ""),
+        "replay": ModeOption("replay", BUTTONS["replay"].label, not why_not, why_not),
+        "counterfactual": ModeOption("counterfactual", BUTTONS["counterfactual"].label, not why_not, why_not),
+        "regression": ModeOption(
+            "regression",
+            "Make regression scenario",
+            recorded is not None,
+            why_not,
+        ),
+    }
+    return LaunchOptions(recorded=recorded, choices=tuple(choices), buttons=buttons)
+
+
+def summary_digest(summary: dict[str, Any]) -> str:
+    """The digest the launch form carries: what the operator was shown (DESIGN §3's canonical JSON digest)."""
+    return digest_json(summary)

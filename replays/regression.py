@@ -19,14 +19,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from fixtures_review.models import ScenarioVersion
-from fixtures_review.scenarios import ScenarioRefused, scenario_for_run, scenario_import
-from n17q_engine.package import PackageError, build_scenario
+from fixtures_review.scenarios import ScenarioRefused
+from n17q_engine.package import PackageError, build_scenario, load_scenario
 from runs.models import Event, Run
 
-from .launch import scenario_loaded
+from .launch import launch_options, scenario_loaded
 
 
 class RegressionRefused(ValueError):
@@ -34,9 +35,9 @@ class RegressionRefused(ValueError):
 
 
 def regression_base(run: Run) -> ScenarioVersion | None:
-    if run.scenario_name and run.scenario_version:
-        return ScenarioVersion.objects.filter(name=run.scenario_name, version=run.scenario_version).first()
-    return scenario_for_run(run)
+    """The run's recorded version (`launch_options`), never a version derived from it: a regression scenario
+    made earlier is recorded from the run too, and building on it would hide the original."""
+    return launch_options(run).recorded
 
 
 def regression_invariants(run: Run, base: ScenarioVersion) -> list[dict[str, Any]]:
@@ -107,10 +108,23 @@ def regression_scenario_mint(*, run: Run, user: Any) -> ScenarioVersion:
         except PackageError as exc:
             raise RegressionRefused(f"the regression scenario could not be built: {exc}") from None
         try:
-            version, _created = scenario_import(package, user=user, source="regression")
-        except ScenarioRefused as exc:
-            if "concurrently" in str(exc) or "already held" in str(exc):
-                continue  # another mint took this number; take the next
-            raise RegressionRefused(str(exc)) from None
-        return version
+            load_scenario(package)
+        except (PackageError, ScenarioRefused) as exc:
+            raise RegressionRefused(f"the regression scenario could not be built: {exc}") from None
+        try:
+            # Stored here rather than through scenario_import so that it names its base (`based_on`): the launch
+            # page labels it "regression of <base>" and never mistakes it for the run's recorded version.
+            with transaction.atomic():
+                return ScenarioVersion.objects.create(
+                    name=name,
+                    version=latest + 1,
+                    digest=package.digest,
+                    manifest=package.manifest,
+                    files={n: d.decode("utf-8") for n, d in sorted(package.files.items())},
+                    source="regression",
+                    imported_by=user if getattr(user, "is_authenticated", False) else None,
+                    based_on=base,
+                )
+        except IntegrityError:
+            continue  # another mint took this number; take the next
     raise RegressionRefused(f"{name}: too many concurrent mints; try again")

@@ -20,7 +20,6 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.audit import audit_record
 from console.htmx import HtmxHttpRequest
-from fixtures_review.models import ScenarioVersion
 from fixtures_review.services import recording_copy_similar, scenario_version_mint
 from n17q_engine.bundle import is_run_id
 from n17q_engine.deciders import DECIDERS
@@ -28,10 +27,23 @@ from runs.models import Run
 
 from .comparison import comparison_build, run_outcome
 from .forms import CopySimilarForm, CounterfactualForm, ExcludeToolForm, LaunchForm
-from .launch import BUDGET_RESOURCES, BUTTONS, VaryRefused, fault_choices, launch_summary, scenario_loaded
+from .launch import (
+    BUDGET_RESOURCES,
+    BUTTONS,
+    Button,
+    LaunchOptions,
+    ScenarioChoice,
+    VaryRefused,
+    fault_choices,
+    launch_options,
+    launch_summary,
+    scenario_loaded,
+    summary_digest,
+    vary_check,
+)
 from .missing import missing_fixture_view
 from .models import Replay
-from .regression import RegressionRefused, regression_base, regression_invariants, regression_scenario_mint
+from .regression import RegressionRefused, regression_invariants, regression_scenario_mint
 from .services import ReplayRefused, replay_launch
 
 log = logging.getLogger(__name__)
@@ -41,82 +53,122 @@ def _audit(request: HtmxHttpRequest, action: str, target: str, detail: dict[str,
     audit_record(actor=request.user, action=action, target=target, detail=detail, request=request)
 
 
-def _scenario_refs(run: Run, default: ScenarioVersion | None) -> list[str]:
-    names = {run.scenario_name} if run.scenario_name else set()
-    if default is not None:
-        names |= {default.name, f"{default.name}-regression"}
-    refs = [v.ref for v in ScenarioVersion.objects.filter(name__in=names).only("name", "version")]
-    if default is not None and default.ref in refs:
-        refs.remove(default.ref)
-        refs.insert(0, default.ref)
-    return refs
+STALE = "What would launch changed since you looked: review it again."
+UNSEEN = "Review the summary before launching: this form did not carry the summary it was launched from."
+
+
+def _launch_form(spec: Button, options: LaunchOptions, chosen: ScenarioChoice | None, data: Any) -> LaunchForm:
+    scenarios = [(c.ref, f"{c.ref} — {c.label}") for c in options.choices]
+    initial = chosen.ref if chosen else None
+    if spec.mode != "counterfactual":
+        return LaunchForm(data, scenarios=scenarios, default=initial)
+    sc = scenario_loaded(chosen.version) if chosen else None
+    choices = {
+        "policy": [(p, p) for p in (sc.policies if sc else [])],
+        "decider": [(d, d) for d in sorted(DECIDERS)],
+        "fault": [(f, f.replace(":", ": ")) for f in fault_choices(sc)],
+        "budget_resource": [(r, r) for r in BUDGET_RESOURCES],
+        "delay_tool": [(c.tool, c.tool) for c in (sc.contracts if sc else []) if c.effect_class == "mutation"],
+        "checkpoint": [
+            ("start", f"the run's start: world revision 0, clock {sc.clock_start if sc else 'as recorded'}")
+        ],
+    }
+    return CounterfactualForm(data, scenarios=scenarios, default=initial, choices=choices)
 
 
 @permission_required("runs.launch_replay", raise_exception=True)
 @require_http_methods(["GET", "POST"])
 def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpResponse:
-    """GET: what the button will do and what it can and cannot touch. POST: launch it."""
+    """GET: what the button will do, for exactly the inputs given (htmx re-renders the `launch` partial on every
+    change; without JavaScript, "Update summary" submits them by GET). POST: launch it, only if the summary the
+    form carries (`summary_digest`) is still what would launch now."""
+    if "csrfmiddlewaretoken" in request.GET:
+        # "Update summary" without JavaScript submits the launch form by GET: keep its token out of the address.
+        query = request.GET.copy()
+        for key in ("csrfmiddlewaretoken", "summary_digest", "update"):
+            query.pop(key, None)
+        return redirect(f"{request.path}?{query.urlencode()}")
     run = get_object_or_404(Run, run_id=run_id)
     spec = BUTTONS.get(button)
     if spec is None:
         raise Http404(f"no button {button!r}")
-    default = regression_base(run)
-    refs = _scenario_refs(run, default)
-    wanted = request.POST.get("scenario") or request.GET.get("scenario") or (refs[0] if refs else "")
-    version = ScenarioVersion.objects.filter(
-        name=wanted.partition("@")[0],
-        version=int(wanted.partition("@")[2] or 0) if wanted.partition("@")[2].isdigit() else 0,
-    ).first()
-    data = request.POST if request.method == "POST" else None
-    form: LaunchForm
+    options = launch_options(run)
+    option = options.buttons[spec.slug]
+    data = request.POST if request.method == "POST" else request.GET
+    wanted = data.get("scenario") or ""
+    chosen = options.choice(wanted) or (options.choices[0] if options.choices else None)
+    notes = []
+    if wanted and chosen is not None and chosen.ref != wanted and spec.mode != "reconstruction":
+        notes.append(
+            f"{wanted} is not one of this run's scenario versions (its recorded version, newer ones, regression "
+            f"ones): the summary is for {chosen.ref}, the version the form names."
+        )
+    # A reconstruction uses no scenario; it names the recorded one, never a derived one.
+    version = options.recorded if spec.mode == "reconstruction" else (chosen.version if chosen else None)
+    form = _launch_form(spec, options, chosen, request.POST if request.method == "POST" else None)
+    vary: dict[str, str] = {}
     if spec.mode == "counterfactual":
-        sc = scenario_loaded(version) if version else None
-        choices = {
-            "policy": [(p, p) for p in (sc.policies if sc else [])],
-            "decider": [(d, d) for d in sorted(DECIDERS)],
-            "fault": [(f, f.replace(":", ": ")) for f in fault_choices(sc)],
-            "budget_resource": [(r, r) for r in BUDGET_RESOURCES],
-            "delay_tool": [(c.tool, c.tool) for c in (sc.contracts if sc else []) if c.effect_class == "mutation"],
-            "checkpoint": [
-                ("start", f"the run's start: world revision 0, clock {sc.clock_start if sc else 'as recorded'}")
-            ],
-        }
-        form = CounterfactualForm(data, scenarios=refs, default=wanted, choices=choices)
+        probe = form if request.method == "POST" else _launch_form(spec, options, chosen, request.GET)
+        if probe.is_bound and probe.is_valid():
+            vary = probe.vary()
+        if request.method == "GET":
+            form.initial.update({k: v for k, v in request.GET.items() if k in form.fields})
+    if spec.mode == "counterfactual" and not vary and option.available:
+        notes.append("Choose the one variable to change and its value: the summary then shows it.")
+
+    summary, summary_error, error, status = None, None, None, 200
+    if not option.available:
+        summary_error = option.reason
     else:
-        form = LaunchForm(data, scenarios=refs, default=wanted)
-    if request.method == "POST" and form.is_valid():
         try:
-            replay = replay_launch(
-                run,
-                mode=spec.mode,
-                vary=form.vary(),
-                scenario=form.cleaned_data.get("scenario") or None,
-                checkpoint=form.cleaned_data.get("checkpoint") or "start",
-                user=request.user,
-            )
-        except ReplayRefused as exc:
-            form.add_error(None, str(exc))
-        else:
-            # Audited by replay_create itself ("replay.create", with this request's user and address), inside the
-            # launch's transaction; a second entry here would count one launch twice.
-            return redirect("replays:replay-detail", pk=replay.pk)
-    summary = None
-    summary_error = None
-    if version is not None or spec.mode == "reconstruction":
-        try:
-            summary = launch_summary(run, mode=spec.mode, vary={}, version=version)
+            vary_check(scenario_loaded(version) if spec.mode != "reconstruction" else None, vary)
+            summary = launch_summary(run, mode=spec.mode, vary=vary, version=version)
         except VaryRefused as exc:
             summary_error = str(exc)
-    elif spec.mode != "reconstruction":
-        summary_error = (
-            f"No scenario version holds run {run.run_id}'s world: a {spec.mode} needs one. Import or mint one first."
-        )
-    return render(
-        request,
-        "replays/replay_new.html",
-        {"run": run, "spec": spec, "form": form, "summary": summary, "summary_error": summary_error},
-        status=400 if form.errors else 200,
+
+    if request.method == "POST":
+        status = 400
+        if not option.available:
+            error = option.reason
+        elif not form.is_valid() or summary is None:
+            pass  # the form's or the summary's own message says why
+        elif not request.POST.get("summary_digest"):
+            error = UNSEEN
+        elif request.POST["summary_digest"] != summary_digest(summary):
+            error = STALE
+        else:
+            try:
+                replay = replay_launch(
+                    run,
+                    mode=spec.mode,
+                    vary=vary,
+                    scenario=version.ref if version else None,
+                    checkpoint=form.cleaned_data.get("checkpoint") or "start",
+                    user=request.user,
+                )
+            except ReplayRefused as exc:
+                error = str(exc)
+            else:
+                # Audited by replay_create itself ("replay.create", with this request's user and address), inside
+                # the launch's transaction; a second entry here would count one launch twice.
+                return redirect("replays:replay-detail", pk=replay.pk)
+    context = {
+        "run": run,
+        "spec": spec,
+        "option": option,
+        "options": options,
+        "chosen": chosen,
+        "form": form,
+        "summary": summary,
+        "summary_error": summary_error,
+        "digest": summary_digest(summary) if summary else "",
+        "error": error,
+        "notes": notes,
+    }
+    template = (
+        "replays/replay_new.html#launch" if request.htmx and request.method == "GET" else "replays/replay_new.html"
     )
+    return render(request, template, context, status=status)
 
 
 def replay_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -245,21 +297,26 @@ def missing_exclude_tool(request: HtmxHttpRequest, pk: int, index: int) -> HttpR
 @require_http_methods(["GET", "POST"])
 def regression_new(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = get_object_or_404(Run, run_id=run_id)
-    base = regression_base(run)
+    options = launch_options(run)
+    option, base = options.buttons["regression"], options.recorded
     error = None
     if request.method == "POST":
-        try:
-            version = regression_scenario_mint(run=run, user=request.user)
-        except RegressionRefused as exc:
-            error = str(exc)
+        if not option.available:
+            error = option.reason
         else:
-            _audit(request, "scenario.regression", f"scenario:{version.ref}", {"run": run.run_id})
-            messages.success(request, f"Minted {version.ref}: its success criteria are {run.run_id}'s invariants.")
-            return redirect(reverse("replays:replay-new", args=[run.run_id, "replay"]) + f"?scenario={version.ref}")
+            try:
+                version = regression_scenario_mint(run=run, user=request.user)
+            except RegressionRefused as exc:
+                error = str(exc)
+            else:
+                _audit(request, "scenario.regression", f"scenario:{version.ref}", {"run": run.run_id})
+                messages.success(request, f"Minted {version.ref}: its success criteria are {run.run_id}'s invariants.")
+                launch = reverse("replays:replay-new", args=[run.run_id, "replay"])
+                return redirect(f"{launch}?scenario={version.ref}")
     invariants = regression_invariants(run, base) if base else []
     return render(
         request,
         "replays/regression_new.html",
-        {"run": run, "base": base, "invariants": invariants, "error": error},
+        {"run": run, "base": base, "option": option, "invariants": invariants, "error": error},
         status=400 if error else 200,
     )

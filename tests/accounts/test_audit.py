@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -191,7 +192,9 @@ def test_a_launch_from_its_button_is_one_entry_with_the_operator_and_address(cli
     call_command("load_demo", "--json")
     capsys.readouterr()
     client.force_login(role_user("operator", "olga"))
-    response = client.post("/runs/run-001-recorded/launch/replay/", {})
+    page = client.get("/runs/run-001-recorded/launch/replay/").content.decode()
+    digest = re.search(r'name="summary_digest" value="([^"]+)"', page).group(1)  # the summary the operator saw
+    response = client.post("/runs/run-001-recorded/launch/replay/", {"summary_digest": digest})
     assert response.status_code == 302
     launches = [e for e in AuditEntry.objects.order_by("id") if e.action.startswith("replay.")]
     assert [(e.action, e.actor, e.via, e.ip) for e in launches] == [("replay.create", "olga", "web", "127.0.0.1")]

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
+from replays.launch import launch_options
 from replays.models import Replay
 from replays.services import ReplayRefused, parse_vary, replay_create, replay_execute, replay_json, replay_launch
 from runs.models import Run
@@ -32,7 +33,8 @@ class Command(JsonCommand):
         parser.add_argument(
             "--scenario",
             metavar="NAME@VERSION",
-            help="the scenario version to replay in (default: the one the run names or was recorded into)",
+            help="the scenario version to replay in (default: the run's recorded version: the one it names, or the "
+            "first one recorded from it; never a newer or regression version unless named here)",
         )
         how = parser.add_mutually_exclusive_group(required=True)
         how.add_argument("--inline", action="store_true", help="run the worker's task in this process, still sandboxed")
@@ -56,6 +58,12 @@ class Command(JsonCommand):
         if run is None:
             raise CommandError(f"no run {options['run']!r}")
         mode, vary, scenario = options["mode"], parse_vary_or_fail(options["vary"]), options.get("scenario")
+        choices = launch_options(run)
+        if not scenario and choices.recorded is not None:
+            # Explicitly, not left to the service's own lookup: a regression or promoted version is recorded from
+            # the run too, and must never replace the version the run was recorded in without being asked for.
+            scenario = choices.recorded.ref
+        chosen = choices.choice(scenario) if scenario else None
         try:
             if options["inline"]:
                 replay = replay_execute(replay_create(run, mode=mode, vary=vary, scenario=scenario).pk)
@@ -66,6 +74,12 @@ class Command(JsonCommand):
         except ReplayRefused as exc:
             raise CommandError(str(exc)) from None
         result = replay_json(replay)
+        # Added key (DESIGN §8: extend only): the scenario version replayed in, and how it relates to the run.
+        result["scenario"] = (
+            {"ref": replay.scenario_version.ref, "label": chosen.label if chosen else "named with --scenario"}
+            if replay.scenario_version
+            else None
+        )
         if replay.state in (Replay.State.REFUSED, Replay.State.FAILED, Replay.State.INTERRUPTED):
             raise CommandError(f"replay {replay.pk} {replay.state}: {replay.error}")
         return result
@@ -75,6 +89,8 @@ class Command(JsonCommand):
             f"replay {result['replay']}: {result['mode']} -> run {result['run']} ({result['state']}, "
             f"isolation {result['isolation']})"
         ]
+        if result.get("scenario"):
+            lines.append(f"  scenario: {result['scenario']['ref']} ({result['scenario']['label']})")
         lines += [
             f"  missing: {m['tool']} r{m['contract_revision']} {m['request_digest']}: {m['reason']}"
             for m in result["missing"]
