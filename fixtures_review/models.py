@@ -74,6 +74,7 @@ class StagedRecording(models.Model):
     class Origin(models.TextChoices):
         CAPTURE = "capture"
         COPY_SIMILAR = "copy-similar"
+        COPY_RECORDED = "copy-recorded"  # the answer a run recorded for the request, through the same intake
 
     public_id = models.CharField(max_length=20, unique=True, default=_public_id)
     origin = models.CharField(max_length=20, choices=Origin.choices, default=Origin.CAPTURE)

@@ -199,6 +199,9 @@ class RecordingPage:
     can_review: bool
     content_type: str
     downloads: dict[str, str] = field(default_factory=dict)
+    duplicates: list[StagedRecording] = field(default_factory=list)  # other staged/promoted recordings of its key
+    conflict: str | None = None  # a second body for a key the latest version answers: approval needs a note
+    needed_by: list[Any] = field(default_factory=list)  # NeededBy: the replay runs that stopped for want of it
 
 
 def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
@@ -235,6 +238,9 @@ def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
         can_review=can_review,
         content_type=ctype,
         downloads={where.split(".")[0]: digest for where, digest in recording.body_blobs.items()},
+        duplicates=duplicates_of([recording]).get(recording.pk, []),
+        conflict=services.promoted_key_conflict(recording) if recording.state == "staged" else None,
+        needed_by=runs_needing(recording),
     )
 
 
@@ -276,3 +282,128 @@ def scenario_page(version: ScenarioVersion) -> ScenarioPage:
         promoted=list(version.promoted_recordings.select_related("fixture_version")),
         later=list(ScenarioVersion.objects.filter(name=version.name, version__gt=version.version).order_by("version")),
     )
+
+
+# --- what answers one request ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RequestAnswers:
+    """Everything the console holds for one fixture key (scenario, tool, contract revision, request digest)."""
+
+    staged: list[StagedRecording]  # captures waiting in the review queue
+    candidates: list[StagedRecording]  # copies (of the recorded answer, or similar) waiting in the review queue
+    promoted: list[StagedRecording]  # approved recordings of this key
+    versions: list[tuple[ScenarioVersion, str]]  # (a version holding a fixture for it, that fixture's id)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.staged or self.candidates or self.promoted or self.versions)
+
+
+def request_answers(*, scenario: str, tool: str, contract_revision: int, request_digest: str) -> RequestAnswers:
+    """Staged captures, pending candidates, promoted recordings and scenario versions answering one request.
+
+    Three queries: the recordings of the key (indexed by scenario and tool), the scenario's versions. A version's
+    fixtures are read from its stored files; a scenario holds few versions, each one a handful of kilobytes.
+    """
+    recordings = list(
+        StagedRecording.objects.filter(
+            scenario_name=scenario,
+            tool=tool,
+            contract_revision=contract_revision,
+            request_digest=request_digest,
+            state__in=(StagedRecording.State.STAGED, StagedRecording.State.PROMOTED),
+        )
+        .select_related("scenario_version", "fixture_version")
+        .order_by("staged_at", "id")
+    )
+    staged = [r for r in recordings if r.state == "staged" and r.origin == StagedRecording.Origin.CAPTURE]
+    candidates = [r for r in recordings if r.state == "staged" and r.origin != StagedRecording.Origin.CAPTURE]
+    promoted = [r for r in recordings if r.state == "promoted"]
+    versions = []
+    for version in ScenarioVersion.objects.filter(name=scenario).order_by("version"):
+        for f in version.fixture_items:
+            if (
+                f.get("tool") == tool
+                and f.get("contract_revision") == contract_revision
+                and services.fixture_request_digest(f) == request_digest
+            ):
+                versions.append((version, str(f.get("id") or "")))
+                break
+    return RequestAnswers(staged, candidates, promoted, versions)
+
+
+def duplicates_of(recordings: list[StagedRecording]) -> dict[int, list[StagedRecording]]:
+    """{recording pk: the other staged or promoted recordings of its fixture key}, in one query for a page."""
+    if not recordings:
+        return {}
+    digests = {r.request_digest for r in recordings}
+    others = list(
+        StagedRecording.objects.filter(
+            request_digest__in=digests,
+            state__in=(StagedRecording.State.STAGED, StagedRecording.State.PROMOTED),
+        )
+        .select_related("scenario_version")
+        .order_by("staged_at", "id")
+    )
+
+    def key(r: StagedRecording) -> tuple[str, str, int, str]:
+        return (r.scenario_name, r.tool, r.contract_revision, r.request_digest)
+
+    by_key: dict[tuple[str, str, int, str], list[StagedRecording]] = {}
+    for other in others:
+        by_key.setdefault(key(other), []).append(other)
+    return {r.pk: [o for o in by_key.get(key(r), []) if o.pk != r.pk] for r in recordings}
+
+
+@dataclass
+class NeededBy:
+    """A replay run that stopped for want of this key, and the run it replayed (the one to replay again)."""
+
+    run_id: str
+    source_run_id: str
+    missing_event_id: str
+    scenario_ref: str
+
+
+def runs_needing(recording: StagedRecording, *, limit: int = 50) -> list[NeededBy]:
+    """The replay runs (newest first, among the latest `limit` of its scenario that stopped as incomplete test
+    world) whose `fixture.missing` names this recording's key: the runs that needed it. Two queries."""
+    from runs.models import Event, Run
+
+    runs = list(
+        Run.objects.filter(
+            scenario_name=recording.scenario_name, final_state="incomplete_test_world", parent__isnull=False
+        )
+        .select_related("parent")
+        .order_by("-pk")[:limit]
+    )
+    by_pk = {r.pk: r for r in runs}
+    found: list[NeededBy] = []
+    seen: set[int] = set()
+    for run_pk, event_id, body in (
+        Event.objects.filter(run__in=list(by_pk), kind="fixture.missing")
+        .order_by("-run_id", "seq")
+        .values_list("run_id", "event_id", "body")
+    ):
+        if run_pk in seen:
+            continue
+        if (body.get("tool"), body.get("contract_revision"), body.get("request_digest")) != (
+            recording.tool,
+            recording.contract_revision,
+            recording.request_digest,
+        ):
+            continue
+        seen.add(run_pk)
+        run = by_pk[run_pk]
+        scenario = body.get("scenario") or {}
+        found.append(
+            NeededBy(
+                run.run_id,
+                run.parent.run_id if run.parent else "",
+                event_id,
+                f"{scenario.get('name')}@{scenario.get('version')}",
+            )
+        )
+    return found

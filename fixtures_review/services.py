@@ -508,8 +508,11 @@ def content_authors(recording: StagedRecording) -> dict[int, str]:
     authors: dict[int, str] = {}
     for pk in recording.excluded_approvers or []:
         if recording.captured_by_id == pk:
-            copied = recording.origin == StagedRecording.Origin.COPY_SIMILAR
-            authors[pk] = "copied this recording from a similar one" if copied else "captured this recording"
+            copied = {
+                StagedRecording.Origin.COPY_SIMILAR.value: "copied this recording from a similar one",
+                StagedRecording.Origin.COPY_RECORDED.value: "copied this recording from a run's recorded answer",
+            }
+            authors[pk] = copied.get(str(recording.origin), "captured this recording")
         else:
             authors[pk] = "own the token that captured it"
     events = ReviewEvent.objects.filter(recording=recording, action__in=AUTHORING_ACTIONS, actor__isnull=False)
@@ -644,12 +647,51 @@ def fixture_id_for(fixture: Mapping[str, Any]) -> str:
     return "fx-" + canonical.digest_json(content).removeprefix("sha256:")[:20]
 
 
-def recording_approve(*, recording: StagedRecording, user: Any, revision: int | None = None) -> StagedRecording:
-    """Run the contract tests, mint the fixture version and a scenario version pinning it. Exactly once."""
+def promoted_key_conflict(recording: StagedRecording) -> str | None:
+    """When the latest version of the recording's scenario already answers its fixture key (same tool, contract
+    revision, request digest and world condition) with another response: what holds the key, in one sentence.
+    Approving would replace that answer in the new version, so it is never done silently."""
+    base = ScenarioVersion.objects.filter(name=recording.scenario_name).order_by("-version").first()
+    if base is None:
+        return None
+    try:
+        mine = _fixture_for(recording, base)
+    except ReviewRefused:
+        return None  # the contract tests speak for themselves
+    key = (mine.get("tool"), mine.get("contract_revision"), _digest_of(mine), mine.get("condition") or None)
+    for f in base.fixture_items:
+        if (f.get("tool"), f.get("contract_revision"), _digest_of(f), f.get("condition") or None) != key:
+            continue
+        theirs = (f.get("response"), f.get("transition"))
+        if theirs == (mine.get("response"), mine.get("transition")):
+            return None  # the same answer again: approving changes nothing a replay sees
+        held = StagedRecording.objects.filter(
+            state=StagedRecording.State.PROMOTED, fixture_version__fixture_id=f.get("id")
+        ).first()
+        source = f" (approved from {held.public_id})" if held else ""
+        outcome = (f.get("response") or {}).get("outcome")
+        return (
+            f"{base.ref} already answers this request with fixture {f.get('id')}{source}, outcome {outcome}; "
+            f"approving this one mints a version where its body ({recording.outcome}) replaces that answer"
+        )
+    return None
+
+
+def recording_approve(
+    *, recording: StagedRecording, user: Any, revision: int | None = None, note: str = ""
+) -> StagedRecording:
+    """Run the contract tests, mint the fixture version and a scenario version pinning it. Exactly once.
+
+    A second body for a key the latest version already answers needs `note` (why it replaces the first): refused
+    without one, before anything is written (a form left incomplete is not a decision for the history)."""
+    note = (note or "").strip()
     refusal = approval_refusal(recording, user)
     if refusal is None:
+        conflict = promoted_key_conflict(recording)
+        if conflict and not note:
+            raise ReviewRefused(f"{conflict}. Say why in a note to approve it anyway")
         try:
-            return _approve(recording, user, revision)
+            return _approve(recording, user, revision, note=note, conflict=conflict)
         except ReviewRefused as exc:
             refusal = str(exc)
     with transaction.atomic():
@@ -662,7 +704,9 @@ def recording_approve(*, recording: StagedRecording, user: Any, revision: int | 
     raise ReviewRefused(refusal)
 
 
-def _approve(recording: StagedRecording, user: Any, revision: int | None) -> StagedRecording:
+def _approve(
+    recording: StagedRecording, user: Any, revision: int | None, *, note: str = "", conflict: str | None = None
+) -> StagedRecording:
     with transaction.atomic():
         # The claim: only the approver whose UPDATE changes the row goes on (the other blocks on the row lock
         # until this transaction ends, and then finds it promoted).
@@ -694,17 +738,15 @@ def _approve(recording: StagedRecording, user: Any, revision: int | None) -> Sta
         scenario = scenario_version_mint(base=base, add_fixtures=[fixture], user=user, source="promotion", _locked=True)
         StagedRecording.objects.filter(pk=recording.pk).update(fixture_version=version, scenario_version=scenario)
         recording.refresh_from_db()
-        _event(
-            recording,
-            ReviewEvent.Action.APPROVE,
-            user,
-            detail={
-                "fixture": version.fixture_id,
-                "fixture_digest": version.digest,
-                "scenario": scenario.ref,
-                "based_on": base.ref,
-            },
-        )
+        detail = {
+            "fixture": version.fixture_id,
+            "fixture_digest": version.digest,
+            "scenario": scenario.ref,
+            "based_on": base.ref,
+        }
+        if conflict:
+            detail["replaces"] = conflict
+        _event(recording, ReviewEvent.Action.APPROVE, user, reason=note, detail=detail)
     log.info("approved %s: fixture %s in %s", recording.public_id, version.fixture_id, scenario.ref)
     return recording
 
@@ -806,6 +848,11 @@ def _digest_of(fixture: Mapping[str, Any]) -> str | None:
     return fixture.get("request_digest") or (canonical.request_digest(request) if request is not None else None)
 
 
+def fixture_request_digest(fixture: Mapping[str, Any]) -> str | None:
+    """The request digest a fixture (as a scenario package holds it) is keyed by."""
+    return _digest_of(fixture)
+
+
 # --- copy similar ------------------------------------------------------------------------------------------------
 
 
@@ -853,6 +900,11 @@ def recording_copy_similar(
         like = next((f for f in scenario.fixture_items if f.get("id") == like_fixture_id), None)
         if like is None:
             raise ReviewRefused(f"{scenario.ref} holds no fixture {like_fixture_id!r}")
+        if like.get("tool") != tool:
+            raise ReviewRefused(
+                f"fixture {like_fixture_id} answers {like.get('tool')}, not {tool}: another tool's answer is never a "
+                "candidate"
+            )
         response_body = like.get("response", {}).get("body")
         outcome = like.get("response", {}).get("outcome", "ok")
         transition = like.get("transition")
@@ -860,6 +912,13 @@ def recording_copy_similar(
             f"synthetic: the response is copied from fixture {like_fixture_id} of {scenario.ref}, recorded for "
             f"another request; it was never observed for this one (copy similar in {replay_run.run_id})"
         )
+    else:
+        recorded = _recorded_answer(replay_run, body)
+        if recorded is not None:
+            raise ReviewRefused(
+                f"the source run recorded an answer to this request ({recorded[1].get('outcome')}, "
+                f"{recorded[1]['id']}): copy the recorded answer instead of an empty one"
+            )
     capture = {
         "format": intake.CAPTURE_FORMAT,
         "scenario": scenario.name,
@@ -902,4 +961,147 @@ def recording_copy_similar(
         },
     )
     log.info("copy similar: staged %s from %s/%s", recording.public_id, replay_run.run_id, missing_event_id)
+    return recording
+
+
+# --- copy the recorded answer ------------------------------------------------------------------------------------
+
+# The HTTP status a recorded outcome stands for (the inverse of `outcome_for`, for the outcomes a fixture holds).
+_OUTCOME_STATUS = {
+    "ok": 200,
+    "empty": 200,
+    "not_found": 404,
+    "denied": 403,
+    "deleted": 410,
+    "timeout": 504,
+    "error": 500,
+}
+
+
+def _recorded_answer(replay_run: Any, missing: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(the source run's tool.call, its tool.result) for the request a replay's `fixture.missing` names, or None
+    when the run that was replayed never made that request (or recorded no result for it)."""
+    from runs.models import Event
+
+    source = getattr(replay_run, "parent", None)
+    if source is None:
+        return None
+    call = None
+    for body in (
+        Event.objects.filter(run=source, kind="tool.call", body__tool=missing.get("tool"))
+        .order_by("seq")
+        .values_list("body", flat=True)[:500]
+    ):
+        if body.get("request_digest") == missing.get("request_digest") and body.get("contract_revision") == missing.get(
+            "contract_revision"
+        ):
+            call = body
+            break
+    if call is None:
+        return None
+    result = (
+        Event.objects.filter(run=source, kind="tool.result", body__call_id=call["id"])
+        .values_list("body", flat=True)
+        .first()
+    )
+    return (call, result) if result is not None else None
+
+
+def _recorded_body(run: Any, digest: str | None) -> Any:
+    """A recorded result's body: its blob read from the blob store, JSON when it parses, else text."""
+    from runs.models import RunBlob, blob_storage_name
+
+    if not digest:
+        return None
+    held = RunBlob.objects.filter(run=run, blob__digest=digest).select_related("blob").first()
+    if held is None:
+        raise ReviewRefused(f"the recorded body {digest} is not held with run {run.run_id}")
+    with storages["blobs"].open(blob_storage_name(digest), "rb") as fh:
+        data = fh.read()
+    try:
+        return json.loads(data)
+    except ValueError:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            import base64
+
+            return {"encoding": "base64", "data": base64.b64encode(data).decode("ascii")}
+
+
+def recording_copy_recorded(*, replay_run: Any, missing_event_id: str, user: Any) -> StagedRecording:
+    """'Copy the recorded answer' on a fixture.missing event of a replay's run: a staged candidate keyed by the
+    missing request, whose outcome, status and body are those the source run recorded in its tool.result for the
+    same request. It goes through the same intake (redaction, secret scan) and review as any capture; the copier
+    may not approve it. Not synthetic: it was observed, though never reviewed."""
+    from runs.models import Event
+
+    if not (getattr(user, "is_authenticated", False) and (user.has_perm(REVIEW_PERM) or user.has_perm(CAPTURE_PERM))):
+        raise ReviewRefused("copying a recorded answer into staging needs the reviewer or operator role")
+    missing = Event.objects.filter(run=replay_run, event_id=missing_event_id).first()
+    if missing is None or missing.kind not in ("fixture.missing", "fixture.ambiguous"):
+        raise ReviewRefused(f"{replay_run.run_id} has no fixture.missing event {missing_event_id!r}")
+    body = missing.body
+    answer = _recorded_answer(replay_run, body)
+    if answer is None:
+        raise ReviewRefused("the run that was replayed never recorded an answer to this request: nothing to copy")
+    call, result = answer
+    outcome = result.get("outcome")
+    if outcome not in _OUTCOME_STATUS:
+        raise ReviewRefused(f"the recorded answer {result['id']} is {outcome}: not an observation a fixture can hold")
+    scenario_ref = body.get("scenario") or {}
+    scenario = ScenarioVersion.objects.filter(
+        name=scenario_ref.get("name") or "", version=scenario_ref.get("version") or 0
+    ).first()
+    if scenario is None:
+        raise ReviewRefused(f"the run's scenario version {scenario_ref!r} is not held")
+    tool = str(call.get("tool") or "")
+    contracts = load_scenario(scenario_package(scenario)).contracts
+    effect_class = contracts.get(tool).effect_class if tool in contracts else "read"
+    source = replay_run.parent
+    wall = ((result.get("at") or {}).get("wall")) or timezone.now().isoformat().replace("+00:00", "Z")
+    capture: dict[str, Any] = {
+        "format": intake.CAPTURE_FORMAT,
+        "scenario": scenario.name,
+        "tool": tool,
+        "contract_revision": call.get("contract_revision"),
+        "connection": f"recorded:{source.run_id}",
+        "captured_at": wall,
+        "source_revision": None,
+        "effect_class": effect_class,
+        "request": {"method": "TOOL", "url": f"tool:{tool}", "headers": {}, "body": None, "args": call.get("request")},
+        "response": {
+            "status": _OUTCOME_STATUS[outcome],
+            "headers": {},
+            "body": _recorded_body(source, result.get("blob")),
+        },
+        "proposed_transition": None,
+        "world_revision": body.get("world_revision") or 0,
+    }
+    try:
+        red = intake.intake(capture, digest_key=capture_digest_key())
+    except intake.CaptureError as exc:
+        raise ReviewRefused(f"the recorded answer cannot be staged: {exc}") from None
+    recording = _stage(
+        red,
+        origin=StagedRecording.Origin.COPY_RECORDED,
+        actor=user,
+        token=None,
+        outcome=outcome,
+        fidelity_note=(
+            f"copied from the answer run {source.run_id} recorded in {result['id']} (origin "
+            f"{result.get('origin')}, outcome {outcome}); observed then, never reviewed before"
+        ),
+        copied_from={
+            "run": replay_run.run_id,
+            "event": missing_event_id,
+            "call": call["id"],
+            "result": result["id"],
+            "source_run": source.run_id,
+            "fixture": None,
+            "scenario": scenario.ref,
+            "request_digest": call.get("request_digest"),
+        },
+    )
+    log.info("copy recorded answer: staged %s from %s/%s", recording.public_id, source.run_id, result["id"])
     return recording

@@ -36,10 +36,12 @@ def recording_queue(request: HtmxHttpRequest) -> HttpResponse:
         state = "staged"
     scenario = request.GET.get("scenario", "")[:100]
     page = Paginator(selectors.recording_queue(state=state, scenario=scenario), 50).get_page(request.GET.get("page"))
+    duplicates = selectors.duplicates_of(list(page))
     for rec in page:
         # Attributes for the template's rows, computed per page (the queue is paginated).
         rec.open_findings = selectors.open_findings_count(rec)  # type: ignore[attr-defined]
         rec.age = selectors.age(rec.captured_at)  # type: ignore[attr-defined]
+        rec.duplicates = duplicates.get(rec.pk, [])  # type: ignore[attr-defined]
     template = "fixtures/queue.html#queue-table" if request.htmx else "fixtures/queue.html"
     return render(
         request,
@@ -98,7 +100,9 @@ def recording_action(request: HtmxHttpRequest, public_id: str, action: str) -> H
             )
             outcome = "Rejected."
         else:
-            recording = services.recording_approve(recording=recording, user=request.user, revision=revision)
+            recording = services.recording_approve(
+                recording=recording, user=request.user, revision=revision, note=post.get("note", "")
+            )
             minted, scenario_version = recording.fixture_version, recording.scenario_version
             assert minted is not None and scenario_version is not None  # approval mints both or raises
             outcome = f"Approved: fixture version {minted.fixture_id} in new scenario version {scenario_version.ref}."

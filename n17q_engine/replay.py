@@ -20,10 +20,14 @@ What the engine does with a step, and the decisions behind it:
 - **Tool calls** go through the scenario's contract (normalized, digested) and the fixture registry, with the
   world as it is now and the call's workspace visible as the pseudo-resource `call.workspace:<id>` (at that
   workspace's revision), so a fixture can select "this command in workspace two at overlay revision 2". An
-  unknown or excluded tool, a request the contract refuses, a contract revision other than the recorded one,
+  unknown tool, a request the contract refuses, a contract revision other than the recorded one,
   no match, or more than one match: `fixture.missing` / `fixture.ambiguous` with scenario, tool, contract
   revision, request digest, world revision and the latest checkpoint, then `run.state incomplete_test_world`.
   Never a placeholder, never a nearby fixture, never a live call: there is no live client to call.
+- **Excluded tools** (the scenario version names them with reasons) are the declared scope, not a missing
+  fixture: the call is recorded, its result says `outcome: unknown`, `evaluated: false`, `excluded {tool,
+  reason}`, and the replay goes on. Observations, admissions and claims resting on such a result carry
+  `unevaluated`; the scope note names the tool as uncovered.
 - **Results** are labelled `origin: fixture`; a `produces: receipt` contract yields a `command.receipt` whose
   trees and environment come from the simulated workspace, not from the fixture. A fixture's `elapsed_s`
   advances the clock before the receipt; `termination_unknown` marks the workspace `uncertain`.
@@ -64,6 +68,7 @@ What the engine does with a step, and the decisions behind it:
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -477,6 +482,8 @@ class _Engine:
         self.fired: set[tuple[str, str | None, str]] = set()
         self.spent: dict[str, float] = {}
         self.missing: list[dict[str, Any]] = []
+        # replay event id -> the excluded tool it stands for: results not evaluated, and what rests on them
+        self.unevaluated: dict[str, str] = {}
 
     # ------------------------------------------------------------------ set-up
 
@@ -633,7 +640,7 @@ class _Engine:
             uncovered.append(f"{item['tool']}: excluded: {item['reason']}")
         with_fixtures = {f.tool for f in sc.fixtures}
         for contract in sc.contracts:
-            if contract.tool not in with_fixtures:
+            if contract.tool not in with_fixtures and sc.excluded(contract.tool) is None:
                 uncovered.append(f"{contract.tool} revision {contract.revision}: no fixture in this scenario version")
         self.emit(
             "replay.scope",
@@ -836,7 +843,8 @@ class _Engine:
         workspace = a.workspace
         reason = sc.excluded(a.tool)
         if reason is not None:
-            self._missing_call(a, None, canonical.digest_json(a.args), f"excluded tool: {a.tool} ({reason})")
+            self._excluded_call(a, proposal, reason)
+            return
         if a.tool not in sc.contracts:
             self._missing_call(
                 a, None, canonical.digest_json(a.args), f"unknown tool: the scenario has no contract for {a.tool}"
@@ -912,6 +920,49 @@ class _Engine:
             self.stop(
                 "interrupted", f"fault after_local_commit injected on {a.tool}: the harness stopped after committing"
             )
+
+    def _excluded_call(self, a: CallTool, proposal: str | None, reason: str) -> None:
+        """A call to a tool the scenario version excludes: recorded, not evaluated, and the replay goes on.
+
+        The exclusion is the scenario's declared scope (DESIGN §5: "excluded tools with reasons"), not a hole in
+        the test world, so it is no `fixture.missing`. The result says nothing about the world: outcome
+        `unknown`, no blob, the body `not_applicable`, origin `fixture` (the scenario answered, by excluding), and
+        `excluded` carries the reason. No fixture is consulted and no world state changes, so whatever the source
+        run learned from this tool is not reproduced; what rests on it is marked unevaluated (see `_claim`).
+        """
+        contract = self.sc.contracts.get(a.tool) if a.tool in self.sc.contracts else None
+        request: Any = a.args
+        digest = canonical.digest_json(a.args)
+        if contract is not None:
+            # an excluded tool's request is not checked: nothing is looked up with it
+            with contextlib.suppress(ContractError):
+                request, digest = contract.digest(a.args)
+        revision = contract.revision if contract is not None else (a.recorded_revision or 0)
+        call = self.emit(
+            "tool.call",
+            ref=a.ref,
+            tool=a.tool,
+            contract_revision=revision,
+            request=request,
+            request_digest=digest,
+            proposal_id=proposal,
+            workspace_id=a.workspace,
+        )
+        recorded_result = self.source.result_of.get(a.ref) if a.ref is not None else None
+        res = self.emit(
+            "tool.result",
+            ref=recorded_result,
+            call_id=call,
+            origin="fixture",
+            outcome="unknown",
+            blob=None,
+            absent={"body": "not_applicable"},
+            excluded={"tool": a.tool, "reason": reason},
+            evaluated=False,
+        )
+        self.unevaluated[call] = a.tool
+        self.unevaluated[res] = a.tool
+        self.seen_since_proposal.append(res)
 
     def _receipt(self, fixture: Fixture, call: str, workspace: str | None, recorded: str | None) -> None:
         body = fixture.response.body if isinstance(fixture.response.body, dict) else {}
@@ -1068,9 +1119,11 @@ class _Engine:
             if workspace is not None:
                 held = self.world.get(f"workspace:{workspace}")
                 tree = held[1].get("tree_digest") if held else None
-        self.emit(
+        observed = self.emit(
             "evidence.observed", ref=a.ref, source=source_id, workspace_id=workspace, tree_digest=tree, scope=a.scope
         )
+        if source["id"] in self.unevaluated:
+            self.unevaluated[observed] = self.unevaluated[source["id"]]
 
     def _admit(self, a: Admit) -> None:
         observation = self.log.by_id.get(self.resolve(a.observation) or "")
@@ -1089,6 +1142,8 @@ class _Engine:
         }
         event_id = self.emit("evidence.admitted", ref=a.ref, **fields)
         self.admissions[event_id] = {"id": event_id, **fields}
+        if observation["id"] in self.unevaluated:
+            self.unevaluated[event_id] = self.unevaluated[observation["id"]]
 
     def _supersede(self, a: Supersede) -> None:
         self.emit("evidence.superseded", ref=a.ref, admission_id=self.resolve(a.admission), cause=self.resolve(a.cause))
@@ -1398,6 +1453,14 @@ class _Engine:
         fields["origin"] = "recorded" if a.ref is not None else f"scripted:{self.decider.name}"
         if unmapped:
             fields["unsupported_in_replay"] = unmapped
+        excluded = sorted({self.unevaluated[s] for s in supports if s in self.unevaluated})
+        if excluded:
+            # A claim resting on an excluded tool's answer is neither supported nor contradicted by this replay.
+            fields["unevaluated"] = {
+                "tools": excluded,
+                "supports": [s for s in supports if s in self.unevaluated],
+                "reason": "rests on the answer of an excluded tool, which this scenario version does not evaluate",
+            }
         self.emit("account.claim", ref=a.ref, **fields)
 
     def _charge(self, a: Charge) -> None:

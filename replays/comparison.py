@@ -71,6 +71,8 @@ class Comparison:
     first_divergence: tuple[Layer, Row] | None
     deliveries: dict[str, Any]
     historical_approvals: list[dict[str, Any]]
+    # claims of the replay resting on an excluded tool's answer: neither supported nor contradicted here
+    unevaluated_claims: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _events(run: Run, kinds: tuple[str, ...]) -> tuple[list[dict[str, Any]], bool]:
@@ -209,6 +211,13 @@ def comparison_build(replay_run: Run) -> Comparison:
     claims, src_a, rep_a = layer("claims", "Claims (the final account)", ("account.claim",))
     _pair(claims, src_a, rep_a, lambda e, side: e.get("claim_kind"), text=lambda e: str(e.get("text") or ""))
     claims.summary = f"{len(src_a)} recorded, {len(rep_a)} in the replay; wording compared as text, never scored"
+    unevaluated = [
+        {"id": e["id"], "text": e.get("text") or "", "tools": list((e.get("unevaluated") or {}).get("tools") or [])}
+        for e in rep_a
+        if e.get("unevaluated")
+    ]
+    if unevaluated:
+        claims.summary += f"; {len(unevaluated)} left unevaluated (they rest on an excluded tool)"
 
     src_inv = _invariants(source)
     rep_inv = _invariants(replay_run)
@@ -235,6 +244,7 @@ def comparison_build(replay_run: Run) -> Comparison:
         first_divergence=first,
         deliveries={"source": src_inv["_deliveries"], "replay": rep_inv["_deliveries"]},
         historical_approvals=historical,
+        unevaluated_claims=unevaluated,
     )
 
 
@@ -312,7 +322,9 @@ def _invariants(run: Run) -> dict[str, Any]:
     )
 
     effect_claims = [e for e in events if e["kind"] == "account.claim" and e.get("claim_kind") == "effect"]
-    unsupported = Finding.objects.filter(run=run, code="LIN008").count()
+    unevaluated = [e["id"] for e in events if e["kind"] == "account.claim" and e.get("unevaluated")]
+    # a claim resting on an excluded tool is left unevaluated: its findings count neither way
+    unsupported = Finding.objects.filter(run=run, code="LIN008").exclude(from_ref__in=unevaluated).count()
     matches = bool(effect_claims) == bool(deliveries) and unsupported == 0
     out["account_matches"] = (
         f"{len(effect_claims)} effect claim{'s' if len(effect_claims) != 1 else ''}, "

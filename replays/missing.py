@@ -4,9 +4,11 @@
 replay: the call it stopped on (tool, contract revision, normalized request and its digest, world revision,
 checkpoint), why the run needed it (the proposal that asked, and in the source run the recorded call with the
 same request and what rested on its result), and the nearby recorded requests with a field-level diff: the
-recorded call itself when the recording made it, then the scenario version's fixtures of the same tool, then
-of other tools. Nothing here acts on the replay; the next steps (copy similar, exclude the tool, the
-reconstruction) are separate actions that each make something new.
+recorded call itself when the recording made it, then the scenario version's fixtures of the same tool (never
+another tool's: its answer can be no candidate for this request). It also lists what the console already holds
+for the same request digest: captures waiting in the review queue, pending candidates, and the scenario versions
+whose fixtures answer it. Nothing here acts on the replay; the next steps (copy the recorded answer, copy similar,
+exclude the tool, the reconstruction) are separate actions that each make something new.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fixtures_review.selectors import RequestAnswers, request_answers
 from runs.models import Event
 
 from .launch import scenario_loaded
@@ -59,6 +62,13 @@ class MissingView:
     rests_on_it: list[dict[str, Any]]
     nearby: list[Nearby]
     excluded_reason: str | None
+    answers: RequestAnswers | None = None
+
+    @property
+    def recorded_answer(self) -> bool:
+        """The source run recorded a result a fixture can hold: "copy the recorded answer" can work."""
+        result = self.recorded_result or {}
+        return result.get("kind") == "tool.result" and result.get("outcome") not in (None, "unknown")
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -151,6 +161,8 @@ def missing_fixture_view(replay: Replay, index: int) -> MissingView:
     if sc is not None:
         candidates = []
         for f in sc.fixtures:
+            if f.tool != record.get("tool"):
+                continue  # another tool's answer is no candidate for this request
             rows = request_diff(request, dict(f.request))
             differing = sum(1 for r in rows if r.status != "same")
             same_tool = f.tool == record.get("tool")
@@ -188,4 +200,12 @@ def missing_fixture_view(replay: Replay, index: int) -> MissingView:
         rests_on_it=rests_on_it,
         nearby=nearby,
         excluded_reason=excluded_reason,
+        answers=request_answers(
+            scenario=(record.get("scenario") or {}).get("name") or "",
+            tool=record.get("tool") or "",
+            contract_revision=record.get("contract_revision") or 0,
+            request_digest=record.get("request_digest") or "",
+        )
+        if record.get("request_digest")
+        else None,
     )

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import missing_views, views
 
 app_name = "replays"
 urlpatterns = [
@@ -11,5 +11,10 @@ urlpatterns = [
     path("replays/<int:pk>/comparison/", views.replay_comparison, name="replay-comparison"),
     path("replays/<int:pk>/missing/<int:index>/", views.missing_fixture, name="missing-fixture"),
     path("replays/<int:pk>/missing/<int:index>/copy-similar/", views.missing_copy_similar, name="missing-copy-similar"),
+    path(
+        "replays/<int:pk>/missing/<int:index>/copy-recorded/",
+        missing_views.missing_copy_recorded,
+        name="missing-copy-recorded",
+    ),
     path("replays/<int:pk>/missing/<int:index>/exclude-tool/", views.missing_exclude_tool, name="missing-exclude-tool"),
 ]

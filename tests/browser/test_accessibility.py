@@ -131,6 +131,7 @@ NOT_PAGES = {
     "fixtures:body": "a file download",
     "fixtures:action": "POST only; redirects to the recording",
     "replays:missing-copy-similar": "POST only; redirects to the staged candidate",
+    "replays:missing-copy-recorded": "POST only; redirects to the staged candidate",
     "replays:missing-exclude-tool": "POST only; redirects to the launch summary",
 }
 

@@ -1,7 +1,8 @@
 """Replays from buttons in real headless Chromium, executed by a real Celery worker process on real Redis.
 
 Story 000: an operator reads the summary, clicks Replay in fixtures, watches progress, lands on the
-missing-fixture page and copies similar; a reviewer approves the candidate; the operator replays the new
+missing-fixture page (which lists the waiting capture) and copies the recorded answer; a reviewer approves the
+candidate; from the recording's page the operator replays the run against the new
 scenario version to completion. Story 001: the comparison shows one simulated delivery and the historical
 approval unused. Story 003: a counterfactual with the careful decider ends with validation incomplete and
 no request. A viewer gets no button. Every page is screenshotted into test-artifacts/.
@@ -80,7 +81,7 @@ def sign_out(page):
     page.wait_for_url(re.compile(r".*/login/"))
 
 
-def test_story_000_replay_lands_on_the_missing_fixture_then_copy_similar_review_and_replay_completes(
+def test_story_000_replay_lands_on_the_missing_fixture_then_copy_recorded_review_and_replay_again_completes(
     page, sign_in, live_server, worker, violations
 ):
     sign_in("operator")
@@ -105,27 +106,18 @@ def test_story_000_replay_lands_on_the_missing_fixture_then_copy_similar_review_
     assert page.locator(".nearby").count() >= 1
     shot(page, "replay-000-missing-fixture")
 
-    page.click("button.copy-similar")
+    # the demo's capture of this very request waits in the review queue, and the page says so
+    assert "Staged capture" in page.locator("#answers").inner_text()
+    page.click("button.copy-recorded")
     page.wait_for_url(re.compile(r".*/review/[^/]+/$"))
-    assert "Staged candidate" in page.locator("p.flash").inner_text()
+    assert "the recorded answer (not_found, status 404)" in page.locator("p.flash").inner_text()
+    assert "same fixture key as" in page.locator("#duplicate-flag").inner_text().lower()
     staged_url = page.url
     shot(page, "replay-000-staged-candidate")
 
+    # Four eyes: the operator copied it; a reviewer approves it as recorded (404 not_found, never 200/empty).
     sign_out(page)
     sign_in("reviewer")
-    page.goto(staged_url)
-    # the copy has an empty response, which status.lookup cannot answer: the reviewer synthesizes what the
-    # recording observed (not_found, e-000-res-status) with a fidelity note; a second reviewer approves
-    synth = page.locator("form:has(button:has-text('Synthesize'))")
-    synth.locator("select[name=path]").select_option("response.status")
-    synth.locator("input[name=value]").fill("404")
-    synth.locator("input[name=fidelity_note]").fill("the recording observed not_found for req-7781 (e-000-res-status)")
-    synth.locator("button[type=submit]").click()
-    page.wait_for_selector("text=synthesized", timeout=30000)
-    # Four eyes on content: the reviewer who synthesized the response cannot approve it; a second reviewer does.
-    assert "four eyes: you synthesized response.status" in page.locator("#approve-refusal").inner_text()
-    sign_out(page)
-    sign_in("reviewer", "second-reviewer")
     page.goto(staged_url)
     page.click("#approve-form button[type=submit]")
     page.wait_for_function("() => !document.querySelector('#approve-form')", timeout=30000)
@@ -133,9 +125,13 @@ def test_story_000_replay_lands_on_the_missing_fixture_then_copy_similar_review_
     new_version = ScenarioVersion.objects.filter(name="docs-research").order_by("-version").first()
     assert new_version.version == 2
 
+    page.goto(staged_url)
+    assert page.locator("a.replay-again").inner_text() == "Replay run-000-recorded against @2"
     sign_out(page)
     sign_in("operator")
-    page.goto(f"{live_server.url}/runs/run-000-recorded/launch/replay/?scenario=docs-research@2")
+    page.goto(staged_url)
+    page.click("a.replay-again")
+    page.wait_for_url(re.compile(r".*/runs/run-000-recorded/launch/replay/\?scenario=docs-research%402$"))
     assert "docs-research@2" in page.locator("section.summary").inner_text()
     page.select_option("select[name=scenario]", "docs-research@2")
     page.click("form.launch-form button[type=submit]")
@@ -178,6 +174,8 @@ def test_story_003_careful_counterfactual_ends_with_validation_incomplete_and_no
     page.wait_for_selector("#summary-h")
     page.check("input[name=variable][value=decider]")
     page.select_option("select[name=decider]", "careful")
+    # the summary follows the form (one htmx request): wait for it to name the variable before looking
+    page.wait_for_selector("section.summary code:has-text('decider = careful')")
     shot(page, "replay-003-counterfactual-form")
     page.click("form.launch-form button[type=submit]")
     page.wait_for_selector("#progress.state-finished", timeout=60000)

@@ -313,6 +313,36 @@ def test_the_unrecorded_status_lookup_of_seed_000_stops_as_incomplete_test_world
     assert live_access.calls == []
 
 
+def _docs_research_excluding_status() -> Package:
+    files = {name: json.loads(data) for name, data in SEEDS["docs-research"].files.items()}
+    files["scenario.json"]["version"] = 2
+    files["scenario.json"]["excluded_tools"] = [{"tool": "status.lookup", "reason": "status is out of scope"}]
+    return build_scenario(files)
+
+
+def test_it_goes_on_past_an_excluded_tool_and_leaves_the_claims_resting_on_it_unevaluated(live_access):
+    out, log = story("run-000-recorded", None, scenario_pkg=_docs_research_excluding_status())
+
+    assert kinds(log, "fixture.missing") == []
+    assert final(log)["state"] == "completed"
+    (scope,) = kinds(log, "replay.scope")
+    assert scope["uncovered"] == ["status.lookup: excluded: status is out of scope"]  # once, not also "no fixture"
+    search, status = kinds(log, "tool.result")
+    assert search["outcome"] == "ok" and "excluded" not in search
+    assert status["outcome"] == "unknown" and status["blob"] is None and status["evaluated"] is False
+    assert status["origin"] == "fixture" and status["absent"] == {"body": "not_applicable"}
+    assert status["excluded"] == {"tool": "status.lookup", "reason": "status is out of scope"}
+    (call,) = [c for c in kinds(log, "tool.call") if c["tool"] == "status.lookup"]
+    assert status["call_id"] == call["id"] and call["request_digest"] == digest_json({"request_id": "req-7781"})
+    (claim,) = kinds(log, "account.claim")
+    assert claim["supports"] == [search["id"], status["id"]]
+    assert claim["unevaluated"]["tools"] == ["status.lookup"]
+    assert claim["unevaluated"]["supports"] == [status["id"]]
+    out_run = out.manifest["run"]
+    assert [f.code for f in check_events(out_run, log)] == []  # no dangling reference, no finding
+    assert live_access.calls == []
+
+
 # --- the stories --------------------------------------------------------------------------------------------
 
 

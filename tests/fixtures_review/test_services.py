@@ -19,6 +19,7 @@ from fixtures_review.services import (
     capture_stage,
     promotion_blockers,
     recording_approve,
+    recording_copy_recorded,
     recording_copy_similar,
     recording_redact,
     recording_reject,
@@ -294,9 +295,17 @@ def test_a_contract_test_failure_refuses_the_approval(seed_scenarios, role_user)
 def test_a_recapture_of_the_same_request_replaces_the_fixture_instead_of_making_it_ambiguous(seed_scenarios, role_user):
     reviewer = role_user("reviewer")
     first = recording_approve(recording=stage(status_capture()), user=reviewer)
-    again = status_capture(response={"status": 200, "headers": {}, "body": {"state": "sent"}})
-    second = recording_approve(recording=stage(again), user=reviewer)
+    again = stage(status_capture(response={"status": 200, "headers": {}, "body": {"state": "sent"}}))
+    with pytest.raises(ReviewRefused, match=r"docs-research@2 already answers this request .* Say why in a note"):
+        recording_approve(recording=again, user=reviewer)
+    assert ScenarioVersion.objects.filter(name="docs-research").count() == 2  # refused before anything was minted
+    second = recording_approve(recording=again, user=reviewer, note="the provider's answer changed on 2026-07-02")
     assert second.scenario_version.version == 3
+    approval = second.events.get(action="approve")
+    assert (
+        approval.reason == "the provider's answer changed on 2026-07-02"
+        and "already answers" in approval.detail["replaces"]
+    )
     assert second.scenario_version is not None
     loaded = load_scenario(scenario_package(second.scenario_version))
     status = [f for f in loaded.fixtures if f.tool == "status.lookup"]
@@ -379,32 +388,72 @@ def paused_000(capsys):
     return run, {"event": event.event_id, **event.body}
 
 
-def test_copy_similar_stages_a_synthetic_candidate_that_changes_nothing_until_approved(paused_000, role_user, capsys):
+def test_it_refuses_to_copy_another_tools_fixture_or_an_empty_answer_where_one_was_recorded(paused_000, role_user):
+    run, missing = paused_000
+    operator = role_user("reviewer", "oscar")
+    with pytest.raises(ReviewRefused, match=r"answers docs\.search, not status\.lookup"):
+        recording_copy_similar(
+            replay_run=run, missing_event_id=missing["event"], like_fixture_id="search-rotate-keys", user=operator
+        )
+    with pytest.raises(ReviewRefused, match=r"recorded an answer to this request \(not_found"):
+        recording_copy_similar(replay_run=run, missing_event_id=missing["event"], like_fixture_id=None, user=operator)
+    assert not StagedRecording.objects.filter(origin="copy-similar").exists()
+
+
+def test_it_copies_a_fixture_of_the_same_tool_as_a_synthetic_candidate(paused_000, role_user, capsys):
+    base = ScenarioVersion.objects.get(name="docs-research", version=1)
+    other = {
+        "tool": "status.lookup",
+        "contract_revision": 2,
+        "request": {"request_id": "req-1"},
+        "response": {"outcome": "ok", "body": {"request_id": "req-1", "status": "open"}, "absent": {}},
+        "provenance": {
+            "recorded_at": "2026-07-01T09:00:00Z",
+            "source_revision": None,
+            "connection": "status-service",
+            "synthetic": False,
+            "fidelity_note": None,
+        },
+    }
+    v2 = scenario_version_mint(base=base, add_fixtures=[other], user=None, source="test")
+    call_command("replay", "run-000-recorded", "--mode", "rerun", "--scenario", v2.ref, "--inline", "--json")
+    out = json.loads(capsys.readouterr().out)
+    assert out["state"] == "incomplete_test_world"
+    run = Run.objects.get(run_id=out["run"])
+    missing = Event.objects.get(run=run, kind="fixture.missing")
+    assert missing.body["tool"] == "status.lookup"
+    like = next(f["id"] for f in v2.fixture_items if f["tool"] == "status.lookup")
+    rec = recording_copy_similar(
+        replay_run=run, missing_event_id=missing.event_id, like_fixture_id=like, user=role_user("reviewer", "oscar")
+    )
+    assert (rec.origin, rec.synthetic, rec.tool, rec.outcome) == ("copy-similar", True, "status.lookup", "ok")
+    assert rec.response["body"] == {"request_id": "req-1", "status": "open"} and like in rec.fidelity_note
+    assert rec.request_digest == missing.body["request_digest"]
+
+
+def test_it_copies_the_recorded_answer_through_intake_and_review(paused_000, role_user, capsys):
     run, missing = paused_000
     operator = role_user("reviewer", "oscar")  # a reviewer who copied it: four eyes still applies
-    rec = recording_copy_similar(
-        replay_run=run, missing_event_id=missing["event"], like_fixture_id="search-rotate-keys", user=operator
+    rec = recording_copy_recorded(replay_run=run, missing_event_id=missing["event"], user=operator)
+    assert (rec.origin, rec.synthetic, rec.outcome, rec.response["status"]) == (
+        "copy-recorded",
+        False,
+        "not_found",
+        404,
     )
-    assert (
-        rec.origin == "copy-similar" and rec.synthetic and "copied from fixture search-rotate-keys" in rec.fidelity_note
-    )
+    assert rec.response["body"] == {"request_id": "req-7781", "status": "not_found", "consistency_window_s": 30}
     assert rec.tool == "status.lookup" and rec.request_digest == missing["request_digest"]
+    assert rec.copied_from["result"] == "e-000-res-status" and "e-000-res-status" in rec.fidelity_note  # type: ignore[index]
     assert rec.state == "staged" and ScenarioVersion.objects.filter(name="docs-research").count() == 1
     # Staging satisfies nothing: the same replay still stops at the same place.
     call_command("replay", "run-000-recorded", "--mode", "rerun", "--inline", "--json")
     assert json.loads(capsys.readouterr().out)["state"] == "incomplete_test_world"
-    with pytest.raises(ReviewRefused, match="four eyes"):
+    with pytest.raises(ReviewRefused, match="four eyes: you copied this recording from a run's recorded answer"):
         recording_approve(recording=rec, user=operator)
-    reviewer = role_user("reviewer", "rhea")
-    rec = recording_synthesize(
-        recording=rec,
-        path="response.body",
-        value={"request_id": "req-7781", "state": "sent"},
-        user=reviewer,
-        fidelity_note="status authored from the provider's documentation",
-    )
     rec = recording_approve(recording=rec, user=role_user("reviewer", "rory"))
     assert rec.scenario_version.ref == "docs-research@2"
+    (fixture,) = [f for f in rec.scenario_version.fixture_items if f["tool"] == "status.lookup"]
+    assert fixture["response"]["outcome"] == "not_found"  # never 200/empty where the recording saw 404
     call_command("replay", "run-000-recorded", "--mode", "rerun", "--scenario", "docs-research@2", "--inline", "--json")
     after = json.loads(capsys.readouterr().out)
     assert all(m["tool"] != "status.lookup" for m in after["missing"])

@@ -49,7 +49,16 @@ def no_broker(monkeypatch):
     return sent
 
 
+def seen(client: Client, run_id: str, button: str, data: dict) -> dict:
+    """The launch form's data as a person sends it: after looking at the summary for it (its digest included)."""
+    page = client.get(f"/runs/{run_id}/launch/{button}/", data).content.decode()
+    digest = re.search(r'name="summary_digest" value="([^"]*)"', page)
+    assert digest and digest.group(1), page[:3000]
+    return {**data, "summary_digest": digest.group(1)}
+
+
 def launched(client: Client, run_id: str, button: str, data: dict, django_capture_on_commit_callbacks) -> Replay:
+    data = seen(client, run_id, button, data)
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(f"/runs/{run_id}/launch/{button}/", data)
     assert response.status_code == 302, response.content.decode()[:2000]
@@ -146,8 +155,10 @@ def test_the_counterfactual_form_takes_exactly_one_variable_and_a_checkpoint(dem
 def test_a_launch_fixes_the_environment_at_creation_and_enqueues_after_commit(
     demo, client_as, django_capture_on_commit_callbacks, no_broker
 ):
+    operator = client_as("operator")
+    data = seen(operator, "run-001-recorded", "replay", {})
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        response = client_as("operator").post("/runs/run-001-recorded/launch/replay/", {})
+        response = operator.post("/runs/run-001-recorded/launch/replay/", data)
     assert response.status_code == 302
     replay = Replay.objects.get()
     assert no_broker == [] and len(callbacks) == 1  # nothing is sent before the row is committed
@@ -169,7 +180,7 @@ def test_the_replay_page_polls_while_running_and_stops_when_it_ends(
 ):
     operator = client_as("operator")
     with django_capture_on_commit_callbacks(execute=True):
-        operator.post("/runs/run-001-recorded/launch/replay/", {})
+        operator.post("/runs/run-001-recorded/launch/replay/", seen(operator, "run-001-recorded", "replay", {}))
     replay = Replay.objects.get()
     queued = operator.get(f"/replays/{replay.pk}/").content.decode()
     assert 'hx-trigger="every 300ms"' in queued and "Queued" in queued
@@ -193,24 +204,37 @@ def test_a_replay_that_stops_on_a_missing_fixture_sends_the_watcher_to_the_missi
     assert replay.missing[0]["request_digest"] in html
     assert "e-000-call-status" in html and "not_found" in html  # the recorded call it never promoted
     assert "The docs describe key rotation" in html  # the claim that rests on it
-    assert "request_id" in html and "only in the missing request" in html  # field-level diff against a fixture
-    assert "Copy similar" in html and "Exclude status.lookup" in html and "Inspect recorded run" in html
+    assert "request_id" in html and "search-rotate-keys" not in html  # another tool's fixture is no candidate
+    assert "Copy the recorded answer (not_found)" in html and "Copy similar (empty response)" not in html
+    assert "Exclude status.lookup" in html and "Inspect recorded run" in html
 
 
-def test_copy_similar_makes_a_staged_candidate_and_does_not_touch_the_replay(
+def test_it_copies_the_recorded_answer_into_review_and_does_not_touch_the_replay(
     demo, client_as, django_capture_on_commit_callbacks, no_broker
 ):
     operator = client_as("operator")
     replay = launched(operator, "run-000-recorded", "replay", {}, django_capture_on_commit_callbacks)
     events_before = Event.objects.filter(run=replay.run).count()
     staged_before = set(StagedRecording.objects.values_list("pk", flat=True))
-    response = operator.post(f"/replays/{replay.pk}/missing/0/copy-similar/", {}, follow=True)
-    assert "Staged candidate" in response.content.decode()
+    response = operator.post(f"/replays/{replay.pk}/missing/0/copy-recorded/", {}, follow=True)
+    assert "the recorded answer (not_found, status 404)" in response.content.decode()
     staged = StagedRecording.objects.exclude(pk__in=staged_before).get()
-    assert staged.tool == "status.lookup"
+    assert (staged.tool, staged.origin, staged.outcome, staged.response["status"]) == (
+        "status.lookup",
+        "copy-recorded",
+        "not_found",
+        404,
+    )
     assert Event.objects.filter(run=replay.run).count() == events_before
     assert Replay.objects.get(pk=replay.pk).state == Replay.State.FINISHED
     assert ScenarioVersion.objects.count() == 3  # a candidate, not a version
+    empty = operator.post(f"/replays/{replay.pk}/missing/0/copy-similar/", {}, follow=True)
+    assert "copy the recorded answer instead of an empty one" in empty.content.decode()
+    other = operator.post(
+        f"/replays/{replay.pk}/missing/0/copy-similar/", {"like_fixture": "search-rotate-keys"}, follow=True
+    )
+    assert "another tool&#x27;s answer is never a candidate" in other.content.decode()
+    assert StagedRecording.objects.exclude(pk__in=staged_before).count() == 1
 
 
 def test_exclude_the_tool_mints_a_new_scenario_version_with_the_reason(

@@ -7,8 +7,10 @@ from functools import partial
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import Client
 
 from fixtures_review.models import ScenarioVersion
+from fixtures_review.services import scenario_version_mint
 from n17q_engine import sandbox
 from replays import services as replays
 from replays.models import Replay
@@ -50,6 +52,30 @@ def test_replay_inline_of_seed_001_imports_a_child_run_with_one_simulated_delive
     assert deliveries.count() == 1
     replay = Replay.objects.get(pk=out["replay"])
     assert replay.state == "finished" and (replay.wall_s or 0) > 0 and replay.package_digest.startswith("sha256:")
+
+
+def test_it_replays_story_000_past_the_excluded_status_lookup_and_reports_it_uncovered(demo, capsys, role_user):
+    base = ScenarioVersion.objects.get(name="docs-research", version=1)
+    minted = scenario_version_mint(
+        base=base, exclude_tools={"status.lookup": "status is never recorded"}, user=None, source="exclusion"
+    )
+    out = run_json(capsys, "replay", "run-000-recorded", "--mode", "rerun", "--scenario", minted.ref, "--inline")
+
+    assert (out["state"], out["missing"]) == ("completed", [])
+    child = Run.objects.get(run_id=out["run"])
+    (scope,) = Event.objects.filter(run=child, kind="replay.scope").values_list("body", flat=True)
+    assert scope["uncovered"] == ["status.lookup: excluded: status is never recorded"]
+    result = Event.objects.get(run=child, kind="tool.result", body__excluded__tool="status.lookup").body
+    assert (result["outcome"], result["blob"], result["evaluated"]) == ("unknown", None, False)
+    (claim,) = Event.objects.filter(run=child, kind="account.claim").values_list("body", flat=True)
+    assert claim["unevaluated"]["tools"] == ["status.lookup"]
+
+    viewer = Client()
+    viewer.force_login(role_user("viewer", "viewer-1"))
+    html = viewer.get(f"/replays/{out['replay']}/comparison/").content.decode()
+    assert "Not covered, so not evaluated: status.lookup: excluded: status is never recorded" in html
+    assert "Claims left unevaluated" in html and claim["id"] in html and "rests on status.lookup" in html
+    assert "1 left unevaluated (they rest on an excluded tool)" in html
 
 
 def test_replay_inline_of_seed_000_reports_the_missing_status_lookup(demo, capsys):
