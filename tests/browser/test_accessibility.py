@@ -122,6 +122,7 @@ PAGES = [
 NOT_PAGES = {
     "logout": "POST only; redirects to the login page",
     "health": "JSON for load balancers",
+    "favicon": "a redirect to the icon file",
     "api-schema": "the OpenAPI document; people read it at api-docs",
     "api-runs": "JSON API",
     "api-run": "JSON API",
