@@ -51,7 +51,7 @@ def page(chromium, request):
     page.failed_requests = failed_requests
     yield page
     ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=False)
+    page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=False, caret="initial")
     context.close()
 
 
@@ -69,8 +69,17 @@ def login(page, live_server, role_user):
     return sign_in
 
 
+def htmx_settled(page) -> None:
+    """Wait (polling, generous deadline) until no htmx request, swap or settle is under way."""
+    page.wait_for_function(
+        "!document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling, .htmx-added')", timeout=60000
+    )
+
+
 def shot(page, name: str) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=False)
+    # caret="initial": Playwright's default hides the caret with a stylesheet it injects into the page, which a
+    # strict CSP may report as an inline style (the CSP tests count every report). Nothing is injected this way.
+    page.screenshot(path=str(path), full_page=False, caret="initial")
     return path

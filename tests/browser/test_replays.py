@@ -23,7 +23,7 @@ from replays.models import Replay
 from tests.conftest import need_service
 from tests.replays.workers import REDIS_URL, Worker, celery_to, redis_up
 
-from .conftest import shot
+from .conftest import htmx_settled, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -176,6 +176,7 @@ def test_story_003_careful_counterfactual_ends_with_validation_incomplete_and_no
     page.select_option("select[name=decider]", "careful")
     # the summary follows the form (one htmx request): wait for it to name the variable before looking
     page.wait_for_selector("section.summary code:has-text('decider = careful')")
+    htmx_settled(page)
     shot(page, "replay-003-counterfactual-form")
     page.click("form.launch-form button[type=submit]")
     page.wait_for_selector("#progress.state-finished", timeout=60000)
