@@ -27,27 +27,37 @@ def _os_user() -> str:
         return "unknown"
 
 
-def database_ready() -> None:
-    """Refuse, in one line, to work on a database that has no tables: the user meant another one, or has not migrated.
+def database_problem(*, missing_file_ok: bool = False) -> str | None:
+    """What is wrong with the configured database for a command that reads it, in one line, or None.
 
-    Without this a command answered with a long `no such table` traceback, and SQLite first created the missing
-    file, leaving an empty database where the user expected the demo's. A missing SQLite file is reported
-    before anything connects, so nothing is created.
+    A missing SQLite file is found before anything connects (connecting would create it, leaving an empty database
+    where the user expected the demo's); `missing_file_ok` skips that check for a caller that has already made it.
     """
     connection = connections[DEFAULT_DB_ALIAS]
     where = connection.settings_dict["NAME"]
     if connection.vendor == "sqlite":
         where = str(where)
         in_memory = where == ":memory:" or "mode=memory" in where
-        if not in_memory and not Path(where).is_file():
-            raise CommandError(
+        if not missing_file_ok and not in_memory and not Path(where).is_file():
+            return (
                 f"there is no database at {where} yet: run `python manage.py migrate` (or `make demo`), "
                 "or point N17Q_DATA_DIR or DATABASE_URL at the database you meant"
             )
     if "django_migrations" not in connection.introspection.table_names():
-        raise CommandError(
-            f"the database at {where} has no tables yet: run `python manage.py migrate` (or `make demo`)"
-        )
+        return f"the database at {where} has no tables yet: run `python manage.py migrate` (or `make demo`)"
+    return None
+
+
+def database_ready() -> None:
+    """Refuse, in one line, to work on a database that has no tables: the user meant another one, or has not migrated.
+
+    Without this a command answered with a long `no such table` traceback, and SQLite first created the missing
+    file, leaving an empty database where the user expected the demo's. Django's own commands get the same line
+    from manage.py (`main`), which catches their database errors.
+    """
+    problem = database_problem()
+    if problem is not None:
+        raise CommandError(problem)
 
 
 class JsonCommand(BaseCommand):

@@ -694,13 +694,15 @@ def recording_approve(
             return _approve(recording, user, revision, note=note, conflict=conflict)
         except ReviewRefused as exc:
             refusal = str(exc)
-    with transaction.atomic():
-        _event(
-            recording,
-            ReviewEvent.Action.REFUSED,
-            user if getattr(user, "is_authenticated", False) else None,
-            reason=f"approve refused: {refusal}",
-        )
+    # The refusal is a fact about the attempt, not about the recording's content: it goes to the audit log (who
+    # tried, why it was refused), and the recording's review history keeps only decisions (issue 16). The page
+    # shows the same reason beside a disabled Approve button, so a person only gets here with a stale page.
+    _audit(
+        user if getattr(user, "is_authenticated", False) else None,
+        "recording.approve_refused",
+        recording.public_id,
+        {"reason": refusal, "revision": revision},
+    )
     raise ReviewRefused(refusal)
 
 

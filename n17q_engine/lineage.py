@@ -46,6 +46,10 @@ Decisions taken where DESIGN §4 is silent (the project docs should cite this li
 - `intent_findings` covers the intent, the decisions whose subject it is, its approval, its executions,
   its artifact's creation, the admissions it or those decisions use, and the observations and receipts
   behind them.
+- `unevaluated()` (DESIGN §10) names the codes whose inputs the run does not hold (REQUIRED_INPUTS): a run
+  without workspaces cannot have LIN009 findings, and that is not the same as passing LIN009. A claim a replay
+  marked `unevaluated` (it rests on a tool the scenario excludes) is neither supported nor contradicted: LIN008
+  skips it and `unevaluated()` names it.
 - A run whose mode is `reconstruction` and whose manifest names the run it `reconstructs` ({id,
   environment, mode}) is judged as that run: a reconstruction re-projects recorded events through today's
   checks, and the recorded run's own approval is not foreign to its own history.
@@ -113,6 +117,36 @@ EXPLANATIONS: dict[str, str] = {
 # A dangling reference is worth investigating but may be an export that left something out; every
 # other finding is a broken authority edge.
 WARNING_CODES = frozenset({"LIN011"})
+
+# What each code reads (DESIGN §10, "unevaluated"): per code, groups of event kinds; the run must hold at least one
+# event of every group for the check to have had anything to judge. LIN011 reads every reference: always evaluated.
+REQUIRED_INPUTS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "LIN001": (("evidence.admitted",), ("policy.decision", "effect.intent"), ("artifact.created",)),
+    "LIN002": (("evidence.admitted",), ("command.receipt",)),
+    "LIN003": (("effect.intent",), ("policy.decision",), ("command.receipt",)),
+    "LIN004": (("approval.recorded",), ("effect.intent",)),
+    "LIN005": (("approval.recorded",),),
+    "LIN006": (("evidence.admitted",), ("workspace.created",)),
+    "LIN007": (("effect.intent", "effect.execution"),),
+    "LIN008": (("account.claim",),),
+    "LIN009": (("workspace.created",),),
+    "LIN010": (("artifact.created",), ("workspace.created",)),
+    "LIN012": (("effect.intent", "effect.execution"),),
+    "LIN013": (("policy.decision",), ("effect.intent",)),
+    "LIN014": (("tool.result",),),
+}
+_INPUT_WORDS = {
+    "evidence.admitted": "evidence admissions",
+    "policy.decision": "policy decisions",
+    "effect.intent": "effect intents",
+    "effect.execution": "effect executions",
+    "artifact.created": "artifacts",
+    "command.receipt": "command receipts",
+    "approval.recorded": "approvals",
+    "workspace.created": "workspaces",
+    "account.claim": "validation or completion claims",
+    "tool.result": "tool results",
+}
 
 LIVE_ENVIRONMENTS = frozenset({"live", "effect-capable"})
 # Connections an effect of a non-live run may use: anything else is assumed to reach the real world.
@@ -325,6 +359,9 @@ class LineageGraph:
         self._executions: dict[str, list[str]] = {}  # intent -> execution ids
         self._first_ack: dict[str, str] = {}
         self._claims: dict[str, _Claim] = {}
+        # Claims a replay left unevaluated (they rest on an excluded tool): claim id -> the tools.
+        self._unevaluated_claims: dict[str, tuple[str, ...]] = {}
+        self._kinds: dict[str, int] = {}  # kind -> events of it: what the checks had to judge
         # Indexes derived at findings time, valid while no event is added (`_added` counts them).
         self._added = 0
         self._memo_store: dict[str, Any] = {}
@@ -338,6 +375,8 @@ class LineageGraph:
         event_id = event["id"]
         seq = event["seq"]
         self._added += 1
+        kind = event["kind"]
+        self._kinds[kind] = self._kinds.get(kind, 0) + 1
         self._seq[event_id] = seq
         introduced = v.introduced_object(event)
         if introduced is not None:
@@ -346,7 +385,7 @@ class LineageGraph:
         for path, target in v.references(event) if references is None else references:
             if target not in known and target not in objects:
                 self._unresolved.setdefault(event_id, []).append((path, target))
-        handler = _HANDLERS.get(event["kind"])
+        handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, event_id, seq, event)
 
@@ -682,9 +721,13 @@ class LineageGraph:
                 )
 
     def _add_claim(self, event_id: str, seq: int, event: dict) -> None:
-        kind = event.get("claim_kind")
-        if kind not in ("validation", "completion"):
+        if not claim_is_judged(event):
+            self._kinds["account.claim"] -= 1  # not an input of LIN008
+            unevaluated = event.get("unevaluated")
+            if isinstance(unevaluated, dict) and event.get("claim_kind") in ("validation", "completion"):
+                self._unevaluated_claims[event_id] = _strs(unevaluated.get("tools")) or ("an excluded tool",)
             return
+        kind = str(event["claim_kind"])  # judged claims are validation or completion claims
         scope = event.get("scope")
         self._claims[event_id] = _Claim(
             seq, kind, _strs(event.get("supports")), _strs(scope) if isinstance(scope, list) else None
@@ -698,6 +741,10 @@ class LineageGraph:
         for group in (self._intents, self._admissions, self._claims, self._found, self._unresolved):
             sources.update(dict.fromkeys(group))
         return self._sorted(f for event_id in sources for f in self._findings_from(event_id))
+
+    def unevaluated(self) -> list[dict[str, Any]]:
+        """The checks that had nothing to judge in this run: see `unevaluated_checks`."""
+        return unevaluated_checks(self._kinds, self._unevaluated_claims)
 
     def intent_findings(self, intent_id: str) -> list[Finding]:
         """The findings about one effect.intent: what the final policy gate must see before activating it."""
@@ -1298,6 +1345,38 @@ _HANDLERS: dict[str, Callable[[LineageGraph, str, int, dict[str, Any]], None]] =
     "effect.execution": LineageGraph._add_execution,
     "account.claim": LineageGraph._add_claim,
 }
+
+
+def claim_is_judged(event: dict) -> bool:
+    """Whether LIN008 judges this `account.claim`: a validation or completion claim no replay left unevaluated."""
+    return event.get("claim_kind") in ("validation", "completion") and not isinstance(event.get("unevaluated"), dict)
+
+
+def unevaluated_checks(kinds: dict[str, int], unevaluated_claims: dict[str, tuple[str, ...]]) -> list[dict[str, Any]]:
+    """The checks that had nothing to judge (DESIGN §10): `[{"code", "reason"}]` in code order, plus `events` where
+    only some inputs were left out (claims resting on excluded tools). A code listed here has no findings because it
+    could not have any, not because the run passed it.
+
+    `kinds`: events per kind, where `account.claim` counts only the claims LIN008 judges (`claim_is_judged`);
+    `unevaluated_claims`: claim id -> the excluded tools it rests on."""
+    out: list[dict[str, Any]] = []
+    for code, groups in REQUIRED_INPUTS.items():
+        absent = [group for group in groups if not any(kinds.get(kind, 0) > 0 for kind in group)]
+        entry: dict[str, Any] | None = None
+        if absent:
+            words = [" or ".join(_INPUT_WORDS[k] for k in group) for group in absent]
+            listed = words[0] if len(words) == 1 else ", no ".join(words[:-1]) + " and no " + words[-1]
+            entry = {"code": code, "reason": f"the run holds no {listed}"}
+        if code == "LIN008" and unevaluated_claims:
+            tools = sorted({t for ts in unevaluated_claims.values() for t in ts})
+            claims = list(unevaluated_claims)
+            said = f"{len(claims)} claim{'s' if len(claims) != 1 else ''} rest{'s' if len(claims) == 1 else ''}"
+            reason = f"{said} on {' and '.join(tools)}, excluded by the scenario: neither supported nor contradicted"
+            entry = {"code": code, "reason": reason if entry is None else f"{entry['reason']}; {reason}"}
+            entry["events"] = claims
+        if entry is not None:
+            out.append(entry)
+    return out
 
 
 def check_events(run: dict, events: Iterable[dict]) -> list[Finding]:

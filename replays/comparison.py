@@ -324,11 +324,20 @@ def _invariants(run: Run) -> dict[str, Any]:
     effect_claims = [e for e in events if e["kind"] == "account.claim" and e.get("claim_kind") == "effect"]
     unevaluated = [e["id"] for e in events if e["kind"] == "account.claim" and e.get("unevaluated")]
     # a claim resting on an excluded tool is left unevaluated: its findings count neither way
-    unsupported = Finding.objects.filter(run=run, code="LIN008").exclude(from_ref__in=unevaluated).count()
+    # Claims, not findings: one claim can break several ways (each its own LIN008 finding), and it is one claim.
+    unsupported = (
+        Finding.objects.filter(run=run, code="LIN008")
+        .exclude(from_ref__in=unevaluated)
+        .values("from_ref")
+        .distinct()
+        .count()
+    )
     matches = bool(effect_claims) == bool(deliveries) and unsupported == 0
     out["account_matches"] = (
         f"{len(effect_claims)} effect claim{'s' if len(effect_claims) != 1 else ''}, "
-        f"{len(deliveries)} deliver{'y' if len(deliveries) == 1 else 'ies'}, {unsupported} unsupported claims (LIN008)",
+        f"{len(deliveries)} deliver{'y' if len(deliveries) == 1 else 'ies'}, "
+        f"{unsupported} unsupported claim{'' if unsupported == 1 else 's'} (LIN008)"
+        + (f", {len(unevaluated)} not evaluated (excluded tools)" if unevaluated else ""),
         matches,
     )
     return out

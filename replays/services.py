@@ -55,7 +55,13 @@ ENTRY = "n17q_engine.replay:sandbox_main"
 
 
 class ReplayRefused(ValueError):
-    """A replay that cannot be launched as asked; one line saying why."""
+    """A replay that cannot be launched as asked; one line saying why, in words for any door (web, CLI). `field`
+    names the input the refusal is about (`scenario`, `vary`, `mode`, `checkpoint`), so that a door can point at
+    its own control for it (the CLI's flag, the form's field)."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def parse_vary(items: list[str]) -> dict[str, str]:
@@ -87,7 +93,7 @@ def replay_create(
     if mode == "counterfactual" and len(vary) != 1:
         raise ReplayRefused(f"a counterfactual changes exactly one declared variable; {len(vary)} given")
     if mode != "counterfactual" and vary:
-        raise ReplayRefused(f"a {mode} changes nothing; --vary belongs to a counterfactual")
+        raise ReplayRefused(f"a {mode} changes nothing; a varied value belongs to a counterfactual", field="vary")
     if "decider" in vary and vary["decider"] not in DECIDERS:
         raise ReplayRefused(f"unknown decider {vary['decider']!r} (known: {', '.join(sorted(DECIDERS))})")
     try:
@@ -99,7 +105,9 @@ def replay_create(
         raise ReplayRefused(
             f"run {run.run_id} names scenario {named}, which is not held"
             if named
-            else f"run {run.run_id} names no scenario and none was recorded from it; pass --scenario NAME@VERSION"
+            else f"run {run.run_id} names no scenario and none was recorded from it; name a scenario version "
+            "(NAME@VERSION) to replay it against",
+            field="scenario",
         )
     from .launch import VaryRefused, launch_summary, scenario_loaded, vary_check
 
@@ -439,6 +447,12 @@ def _execute_claimed(replay: Replay, token: str) -> Replay:
     replay.missing = [{k: v for k, v in m.items() if k not in ("seq", "at", "attempt")} for m in missing]
     replay.progress_events = run.event_count
     replay.progress_logical = run.last_logical_at.strftime("%Y-%m-%dT%H:%M:%SZ") if run.last_logical_at else ""
+    # The last checkpoint as the imported run holds it (the sandbox's progress lines are throttled, and a short
+    # replay may end before one is written): a finished replay never says "no checkpoint" beside a run with some.
+    last_checkpoint = (
+        Event.objects.filter(run=run, kind="checkpoint").order_by("-seq").values_list("event_id", flat=True).first()
+    )
+    replay.progress_checkpoint = last_checkpoint or ""
     return _end(replay, token, Replay.State.FINISHED, "")
 
 
@@ -507,6 +521,7 @@ def _end(replay: Replay, token: str, state: str, error: str) -> Replay:
         "package_digest": replay.package_digest,
         "progress_events": replay.progress_events,
         "progress_logical": replay.progress_logical,
+        "progress_checkpoint": replay.progress_checkpoint,
     }
     held = Replay.objects.filter(pk=replay.pk, state=Replay.State.RUNNING, claim_token=token)
     if held.update(**fields) != 1:

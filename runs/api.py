@@ -51,6 +51,22 @@ def findings_schema() -> serializers.Serializer:
     )
 
 
+def unevaluated_schema() -> serializers.Serializer:
+    return inline_serializer(
+        "Unevaluated",
+        {
+            "code": serializers.CharField(help_text="LIN001-LIN014"),
+            "reason": serializers.CharField(help_text="what the run does not hold that the check reads"),
+            "events": serializers.ListField(
+                child=serializers.CharField(),
+                required=False,
+                help_text="when only some inputs were left out: those events (claims resting on excluded tools)",
+            ),
+        },
+        many=True,
+    )
+
+
 class RunOutput(serializers.ModelSerializer):
     id = serializers.CharField(source="run_id")
     parent_run = serializers.CharField(source="parent_run_ref")
@@ -159,8 +175,13 @@ class RunLineageApi(APIView):
 
     @extend_schema(
         summary="Lineage findings of a run",
-        description="The run re-checked with today's rules (LIN001-LIN014), shaped as `manage.py lineage --json`.",
-        responses=inline_serializer("Lineage", {"run": serializers.CharField(), "findings": findings_schema()}),
+        description="The run re-checked with today's rules (LIN001-LIN014), shaped as `manage.py lineage --json`. "
+        "`unevaluated` names the checks that had nothing to judge in this run (no workspaces, no admissions…): no "
+        "finding for such a code is not a pass.",
+        responses=inline_serializer(
+            "Lineage",
+            {"run": serializers.CharField(), "findings": findings_schema(), "unevaluated": unevaluated_schema()},
+        ),
         parameters=[RUN_ID],
     )
     def get(self, request: Request, run_id: str) -> Response:

@@ -71,6 +71,8 @@ class ImportResult:
             "events": self.events,
             "findings": self.findings,
             "masked_secrets": self.masked_secrets,
+            # Added key (DESIGN §10): the checks that had nothing to judge in this run.
+            "unevaluated": self.run.unevaluated,
         }
 
 
@@ -530,6 +532,7 @@ def _write_run(
     run.masked_secret_count = len(masks.found)
     run.event_count = count
     run.finding_count = len(findings)
+    run.unevaluated = graph.unevaluated()
     run.error_count = sum(1 for f in findings if f.severity == "error")
     run.final_state = last_state
     run.kind_counts = kind_counts
@@ -542,6 +545,7 @@ def _write_run(
             "event_count",
             "kind_counts",
             "finding_count",
+            "unevaluated",
             "error_count",
             "final_state",
             "first_logical_at",

@@ -61,6 +61,8 @@ class Run(models.Model):
     # Events per kind, so that pane totals cost no scan of a large run.
     kind_counts = models.JSONField(default=dict)
     finding_count = models.IntegerField(default=0)
+    # The lineage checks that had nothing to judge (DESIGN §10): [{"code", "reason"[, "events"]}], written at import.
+    unevaluated = models.JSONField(default=list)
     # Secrets the scan found in the bundle and masked before storing it (MaskedSecret rows).
     masked_secret_count = models.IntegerField(default=0)
     error_count = models.IntegerField(default=0)

@@ -17,16 +17,23 @@ def run_get(run_id: str) -> Run:
     return Run.objects.get(run_id=run_id)
 
 
-def run_lineage_check(run: Run) -> list[LineageFinding]:
-    """Re-check a stored run with today's rules, streaming its events in append order."""
+def run_lineage_graph(run: Run) -> LineageGraph:
+    """A stored run's evidence graph with today's rules, its events streamed in append order."""
     graph = LineageGraph(run.manifest_run)
     for body in Event.objects.filter(run=run).order_by("seq").values_list("body", flat=True).iterator(chunk_size=2000):
         graph.add(body)
-    return graph.findings()
+    return graph
+
+
+def run_lineage_check(run: Run) -> list[LineageFinding]:
+    """Re-check a stored run with today's rules."""
+    return run_lineage_graph(run).findings()
 
 
 def run_lineage_json(run: Run) -> dict[str, Any]:
-    return {"run": run.run_id, "findings": [f.to_json() for f in run_lineage_check(run)]}
+    """The `lineage --json` answer (DESIGN §8), with `unevaluated` (§10): the checks that had nothing to judge."""
+    graph = run_lineage_graph(run)
+    return {"run": run.run_id, "findings": [f.to_json() for f in graph.findings()], "unevaluated": graph.unevaluated()}
 
 
 def run_list(

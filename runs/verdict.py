@@ -9,6 +9,7 @@ findings, the first CHIPS objects and key events, each through an index that lea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from n17q_engine.lineage import CODES
 
@@ -61,12 +62,30 @@ class Verdict:
     effects: list[Chip]
     approvals: list[Chip]
     kind_counts: dict[str, int] = field(default_factory=dict)
+    # The checks that had nothing to judge (Run.unevaluated, DESIGN §10), each with the code's title: a run without
+    # workspaces has no LIN009 findings because it could have none, which is not the same as passing LIN009.
+    unevaluated: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def checks_evaluated(self) -> int:
+        return len(CODES) - len(self.fully_unevaluated)
+
+    @property
+    def fully_unevaluated(self) -> list[dict[str, Any]]:
+        """Codes with no input at all (an entry with `events` was judged on the rest of its inputs)."""
+        return [u for u in self.unevaluated if not u.get("events")]
 
     @property
     def headline(self) -> str:
         errors = sum(len(g.findings) for g in self.groups if g.severity == "error")
         warnings = sum(len(g.findings) for g in self.groups if g.severity != "error")
         if not self.groups:
+            if self.unevaluated:
+                n = self.checks_evaluated
+                return (
+                    f"No lineage findings in the {n} check{'s' if n != 1 else ''} that had something to judge; "
+                    f"{len(self.unevaluated)} not evaluated"
+                )
             return "No lineage findings"
         parts = []
         if errors:
@@ -175,4 +194,7 @@ def verdict_build(run: Run) -> Verdict:
         effects=effects,
         approvals=approvals[:CHIPS],
         kind_counts=run.kind_counts or {},
+        unevaluated=[
+            {**u, "title": CODES.get(str(u.get("code")), "")} for u in (run.unevaluated or []) if isinstance(u, dict)
+        ],
     )

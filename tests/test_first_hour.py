@@ -249,3 +249,26 @@ def test_make_demo_then_the_readme_commands_work_and_a_reset_starts_afresh(tmp_p
         assert not (data / "left-by-the-last-session").exists()
     finally:
         reset.stop()
+
+
+@pytest.mark.parametrize("command", [("createsuperuser", "--noinput", "--username", "ada", "--email", "a@example.com")])
+def test_djangos_own_commands_without_a_database_say_so_in_one_line_and_leave_nothing(tmp_path, command):
+    # Issue 16: N17Q's commands checked first; Django's own (createsuperuser…) still printed a `no such table`
+    # traceback and left an empty database file behind.
+    done = _manage(*command, N17Q_DATA_DIR=str(tmp_path))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith(f"CommandError: there is no database at {tmp_path / 'n17q.sqlite3'} yet")
+    assert not list(tmp_path.glob("n17q.sqlite3*"))
+
+
+def test_djangos_own_commands_on_an_unmigrated_database_say_so_in_one_line(tmp_path):
+    sqlite3.connect(tmp_path / "n17q.sqlite3").execute("CREATE TABLE keep_me (x)").connection.close()
+    done = _manage(
+        "createsuperuser", "--noinput", "--username", "ada", "--email", "a@example.com", N17Q_DATA_DIR=str(tmp_path)
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"CommandError: the database at {tmp_path / 'n17q.sqlite3'} has no tables yet")
+    assert (tmp_path / "n17q.sqlite3").is_file()  # someone's file: never removed

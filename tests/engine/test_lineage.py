@@ -1012,3 +1012,59 @@ def test_it_never_raises_on_random_mixtures_of_valid_events(case):
 def test_it_checks_a_long_synthetic_run_without_findings():
     events = list(synthetic_events(5_000))
     assert check_events({"id": "run-bench", "environment": "fixture", "mode": "rerun"}, events) == []
+
+
+# ---------------------------------------------------------------- unevaluated (DESIGN §10)
+
+
+def test_a_run_without_the_inputs_of_a_check_says_it_was_not_evaluated():
+    # A run of two tool calls: no finding anywhere, and that is not a clean bill for the authority checks.
+    log = EventLog()
+    log.attempt()
+    call = log.emit("tool.call", tool="search.docs", request={"q": "x"})
+    log.emit("tool.result", call_id=call, outcome="ok")
+    g = graph(log)
+    assert g.findings() == []
+    reasons = {u["code"]: u["reason"] for u in g.unevaluated()}
+    assert set(reasons) == set(CODES) - {"LIN011", "LIN014"}  # references and tool results are there to judge
+    assert reasons["LIN009"] == "the run holds no workspaces"
+    assert reasons["LIN004"] == "the run holds no approvals and no effect intents"
+    assert reasons["LIN001"] == (
+        "the run holds no evidence admissions, no policy decisions or effect intents and no artifacts"
+    )
+
+
+def test_a_complete_story_leaves_only_what_it_lacks_unevaluated():
+    # Workspaces, receipts, admissions, a decision, an approval, an intent and a claim: every authority check had
+    # something to judge; only LIN014 (tool results, of which this story has none) did not.
+    log, _ = clean()
+    assert "tool.result" not in {e["kind"] for e in log.events}
+    assert graph(log).unevaluated() == [{"code": "LIN014", "reason": "the run holds no tool results"}]
+
+
+def test_a_claim_resting_on_an_excluded_tool_is_neither_supported_nor_contradicted():
+    # Issue 16: the comparison left such claims out; the checker itself judged them (a LIN008 that the report
+    # then had to explain away). Now LIN008 skips them and says which claims it could not judge.
+    log = begin()
+    receipt = log.receipt("ws1", "t1", suites=("broad",), completion="partial", exit_code=None)
+    judged = log.claim([receipt], scope=["validation:broad"], id="judged")
+    log.claim(
+        [receipt],
+        scope=["validation:broad"],
+        id="resting",
+        unevaluated={"tools": ["status.lookup"], "supports": [receipt]},
+    )
+    g = graph(log)
+    assert {f.from_ for f in of(g.findings(), "LIN008")} == {judged}
+    (lin008,) = [u for u in g.unevaluated() if u["code"] == "LIN008"]
+    assert lin008["events"] == ["resting"] and "status.lookup" in lin008["reason"]
+    assert "neither supported nor contradicted" in lin008["reason"]
+
+
+def test_a_run_whose_only_claims_rest_on_excluded_tools_has_lin008_unevaluated():
+    log = begin()
+    receipt = log.receipt("ws1", "t1", suites=("broad",), exit_code=0)
+    log.claim([receipt], id="resting", unevaluated={"tools": ["status.lookup"], "supports": [receipt]})
+    (lin008,) = [u for u in graph(log).unevaluated() if u["code"] == "LIN008"]
+    assert lin008["reason"].startswith("the run holds no validation or completion claims; 1 claim rests on status")
+    assert of(check(log), "LIN008") == []

@@ -86,6 +86,28 @@ def test_the_capturers_approve_is_refused_with_the_reason_shown_without_js(clien
     assert StagedRecording.objects.get().state == "staged"
 
 
+def test_approve_is_disabled_with_the_reason_while_approval_is_impossible(client, role_user, seed_scenarios):
+    # Issue 16: Approve stayed enabled while approval was impossible (four eyes, open findings, contract tests).
+    capturer = role_user("reviewer", "rita")
+    mine = stage(status_capture(), user=capturer)
+    client.force_login(capturer)
+    page = client.get(f"/review/{mine.public_id}/").content.decode()
+    form = page[page.index('id="approve-form"') :]
+    form = form[: form.index("</form>")]
+    assert "You cannot approve this now: four eyes: you captured this recording" in form
+    assert 'disabled aria-describedby="approve-refusal">Approve</button>' in form
+    # A contract mismatch stops every reviewer, the capturer's colleague too.
+    broken = stage(status_capture(contract_revision=3), user=role_user("operator", "oscar"))
+    client.force_login(role_user("reviewer", "second"))
+    page = client.get(f"/review/{broken.public_id}/").content.decode()
+    assert "No reviewer can approve this yet:" in page and "pins status.lookup revision 2" in page
+    assert 'disabled aria-describedby="approve-refusal">Approve</button>' in page
+    # And one that can be approved has a live button.
+    fine = stage(status_capture(), user=role_user("operator", "olga"))
+    page = client.get(f"/review/{fine.public_id}/").content.decode()
+    assert '<button type="submit" class="primary">Approve</button>' in page and "approve-refusal" not in page
+
+
 def test_htmx_actions_answer_with_the_recording_region(client, role_user, seed_scenarios):
     rec = stage(status_capture())
     client.force_login(role_user("reviewer"))

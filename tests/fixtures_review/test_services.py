@@ -6,10 +6,11 @@ import json
 import random
 
 import pytest
+
 from django.core.management import call_command
 from django.db.models import ProtectedError
 
-from accounts.models import HarnessToken
+from accounts.models import AuditEntry, HarnessToken
 from console.append_only import HistoryIsAppendOnly
 from fixtures_review import intake
 from fixtures_review.models import FixtureVersion, ReviewEvent, ScenarioVersion, StagedRecording
@@ -86,15 +87,21 @@ def test_it_reports_a_contract_mismatch_as_a_blocker(seed_scenarios):
 # --- four eyes, roles ---------------------------------------------------------------------------------------------
 
 
-def test_the_capturer_cannot_approve_and_the_refusal_is_an_event(seed_scenarios, role_user):
+def test_the_capturer_cannot_approve_and_the_refusal_is_audited_not_written_into_review_history(
+    seed_scenarios, role_user
+):
+    # Issue 16: a refused approval is a fact about the attempt (the audit log keeps who tried and why), not a
+    # decision about the content: the recording's review history stays as it was.
     capturer = role_user("reviewer", "rita")
     rec = stage(status_capture(), user=capturer)
+    before = list(rec.events.values_list("action", flat=True))
     with pytest.raises(ReviewRefused, match="four eyes: you captured this recording"):
         recording_approve(recording=rec, user=capturer)
     rec.refresh_from_db()
     assert rec.state == "staged" and ScenarioVersion.objects.filter(name="docs-research").count() == 1
-    refused = rec.events.get(action="refused")
-    assert refused.actor == capturer and "four eyes" in refused.reason
+    assert list(rec.events.values_list("action", flat=True)) == before
+    (entry,) = AuditEntry.objects.filter(action="recording.approve_refused", target=rec.public_id)
+    assert entry.actor_user_id == capturer.pk and "four eyes" in entry.detail["reason"]
 
 
 def test_the_owner_of_the_capturing_token_cannot_approve(seed_scenarios, role_user):
@@ -128,7 +135,8 @@ def test_a_reviewer_who_wrote_part_of_the_content_cannot_approve_it_alone(seed_s
     with pytest.raises(ReviewRefused, match=f"four eyes: {said}"):
         recording_approve(recording=rec, user=author, revision=rec.revision)
     rec.refresh_from_db()
-    assert rec.state == "staged" and rec.events.filter(action="refused", actor=author).exists()
+    assert rec.state == "staged" and not rec.events.filter(action="refused").exists()
+    assert AuditEntry.objects.filter(action="recording.approve_refused", actor_user_id=author.pk).exists()
     approved = recording_approve(recording=rec, user=role_user("reviewer", "second"), revision=rec.revision)
     assert approved.state == "promoted" and approved.fixture_version.approved_by.username == "second"
 

@@ -454,3 +454,48 @@ def test_the_replay_list_pages_newest_first_and_its_links_keep_the_source_filter
     assert f'href="?source={source.run_id}&amp;page=2">Older</a>' in html and "Page 1 of 2" in html
     second = viewer.get("/replays/", {"source": source.run_id, "page": 2})
     assert f'href="?source={source.run_id}&amp;page=1">Newer</a>' in second.content.decode()
+
+
+# --- reports without holes (issue 16) ---------------------------------------------------------------------------
+
+
+def test_account_matches_world_counts_claims_not_findings(
+    demo, client_as, django_capture_on_commit_callbacks, no_broker
+):
+    # Story 003's one claim breaks two ways (two LIN008 findings): it is still one unsupported claim.
+    assert Event.objects.filter(run__run_id="run-003-review-request", kind="account.claim").count() == 1
+    operator = client_as("operator")
+    replay = launched(operator, "run-003-review-request", "replay", {}, django_capture_on_commit_callbacks)
+    html = operator.get(f"/replays/{replay.pk}/comparison/").content.decode()
+    row = html[html.index('id="inv-account_matches"') :]
+    row = row[: row.index("</tr>")]
+    assert "1 unsupported claim (LIN008)" in row and "2 unsupported" not in row
+
+
+def test_a_finished_replay_says_what_it_was_launched_with_and_names_its_last_checkpoint(
+    demo, client_as, django_capture_on_commit_callbacks, no_broker
+):
+    operator = client_as("operator")
+    replay = launched(operator, "run-001-recorded", "replay", {}, django_capture_on_commit_callbacks)
+    html = operator.get(f"/replays/{replay.pk}/").content.decode()
+    assert "Before it starts" not in html and "What it was launched with: Replay in fixtures" in html
+    last = Event.objects.filter(run=replay.run, kind="checkpoint").order_by("-seq").first()
+    assert last is not None and replay.progress_checkpoint == last.event_id
+    checkpoint = re.search(r"<dt>Last checkpoint</dt><dd>(.*?)</dd>", html, re.S).group(1)
+    assert f"?event={last.event_id}" in checkpoint and "—" not in checkpoint
+    # Before launch the same summary speaks of the future.
+    assert "Before it starts: Replay in fixtures" in operator.get("/runs/run-001-recorded/launch/replay/").content.decode()
+
+
+def test_a_reconstructions_comparison_has_no_blank_scope_fields(
+    demo, client_as, django_capture_on_commit_callbacks, no_broker
+):
+    operator = client_as("operator")
+    replay = launched(operator, "run-001-recorded", "inspect", {}, django_capture_on_commit_callbacks)
+    assert replay.mode == "reconstruction" and replay.run is not None
+    html = operator.get(f"/replays/{replay.pk}/comparison/").content.decode()
+    note = html[html.index('class="scope-note"') :]
+    note = note[: note.index("</section>")]
+    assert "A reconstruction of <code>run-001-recorded</code>" in note and "truth claim <strong>exact</strong>" in note
+    assert "<code></code>" not in note and "<code>@</code>" not in note and "<strong></strong>" not in note
+    assert "decider" not in note.replace("no decider", "")  # a reconstruction decides nothing again

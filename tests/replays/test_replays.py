@@ -182,8 +182,13 @@ def test_a_run_without_a_scenario_cannot_be_rerun_without_naming_one(capsys, tmp
 
     story = next(b for b in stories.demo_bundles() if b.manifest["run"]["id"] == "run-001-recorded")
     call_command("import_run", str(stories.write_bundle(story, tmp_path / "b")), "--json")
-    with pytest.raises(CommandError, match="names no scenario and none was recorded from it"):
+    with pytest.raises(CommandError, match="names no scenario and none was recorded from it") as refused:
         call_command("replay", "run-001-recorded", "--mode", "rerun", "--inline")
+    # The CLI points at its own flag; the service's words are for every door (issue 16: web errors speak web).
+    assert str(refused.value).endswith("(NAME@VERSION) to replay it against (--scenario)")
+    with pytest.raises(replays.ReplayRefused) as direct:
+        replays.replay_create(Run.objects.get(run_id="run-001-recorded"), mode="rerun")
+    assert "--" not in str(direct.value) and direct.value.field == "scenario"
 
 
 def test_export_then_import_round_trips_and_one_changed_byte_is_refused(demo, capsys, tmp_path):

@@ -77,7 +77,19 @@ def test_it_imports_through_the_api_as_an_operator(client, role_user, tmp_path):
     client.force_login(role_user("operator"))
     response = upload(client, example_zip(tmp_path))
     assert response.status_code == 201
-    assert response.json() == {"run": "run-example-docs", "events": 9, "findings": [], "masked_secrets": []}
+    answer = response.json()
+    assert {k: answer[k] for k in ("run", "events", "findings", "masked_secrets")} == {
+        "run": "run-example-docs",
+        "events": 9,
+        "findings": [],
+        "masked_secrets": [],
+    }
+    # DESIGN §10: the example is two tool calls and an "other" claim, so no finding is not a clean bill: every
+    # check but LIN011 (references) and LIN014 (tool results) had nothing to judge, and the answer says so.
+    unevaluated = {u["code"]: u["reason"] for u in answer["unevaluated"]}
+    assert sorted(unevaluated) == [f"LIN{n:03}" for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13)]
+    assert unevaluated["LIN009"] == "the run holds no workspaces"
+    assert unevaluated["LIN008"] == "the run holds no validation or completion claims"
 
 
 def test_it_imports_a_tarball_with_a_harness_token(client, role_user, tmp_path):
@@ -126,7 +138,11 @@ def test_it_serves_lineage_in_the_design_shape(client, role_user):
     client.force_login(role_user("viewer"))
     response = client.get(reverse("api-run-lineage", args=["run-example-docs"]))
     assert response.status_code == 200
-    assert response.json() == {"run": "run-example-docs", "findings": []}
+    answer = response.json()
+    assert answer == {"run": "run-example-docs", "findings": [], "unevaluated": answer["unevaluated"]}
+    # The re-check says what the import said (DESIGN §10): the same checks had nothing to judge.
+    assert answer["unevaluated"] == Run.objects.get(run_id="run-example-docs").unevaluated
+    assert "LIN009" in {u["code"] for u in answer["unevaluated"]}
     assert client.get(reverse("api-run-lineage", args=["no-such-run"])).status_code == 404
 
 

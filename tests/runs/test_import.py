@@ -45,7 +45,15 @@ def parts():
 
 def test_it_imports_the_example_bundle_with_its_graph(tmp_path):
     result = run_import_from_path(bundles.EXAMPLE)
-    assert result.to_json() == {"run": "run-example-docs", "events": 9, "findings": [], "masked_secrets": []}
+    answer = result.to_json()
+    assert answer == {
+        "run": "run-example-docs",
+        "events": 9,
+        "findings": [],
+        "masked_secrets": [],
+        "unevaluated": answer["unevaluated"],  # DESIGN §10, checked in tests/runs/test_api.py
+    }
+    assert [u["code"] for u in answer["unevaluated"]] == [u["code"] for u in result.run.unevaluated]
     run = Run.objects.get(run_id="run-example-docs")
     assert run.event_count == 9 and run.final_state == "completed" and run.environment == "live"
     assert list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True)) == list(range(1, 10))
@@ -336,6 +344,7 @@ def test_it_prints_one_json_object_from_the_command(capsys):
         "findings": [],
         "masked_secrets": [],
         "title": "",  # the example bundle's run has none (DESIGN §10: optional)
+        "unevaluated": Run.objects.get(run_id="run-example-docs").unevaluated,
     }
 
 
@@ -356,3 +365,16 @@ def test_it_stores_each_event_exactly_as_the_bundle_held_it(tmp_path, parts):
     stored = {e.event_id: e.body for e in Event.objects.all()}
     assert stored == {e["id"]: e for e in events}
     assert Event.objects.get(event_id="e-claim").logical_at.isoformat() == "2026-07-01T09:00:07+00:00"
+
+
+def test_the_lineage_command_says_which_checks_it_could_not_evaluate(capsys):
+    call_command("import_run", str(bundles.EXAMPLE), "--json")
+    capsys.readouterr()
+    call_command("lineage", "run-example-docs", "--json")
+    answer = json.loads(capsys.readouterr().out)
+    assert set(answer) == {"run", "findings", "unevaluated"} and answer["findings"] == []
+    assert {"code": "LIN009", "reason": "the run holds no workspaces"} in answer["unevaluated"]
+    call_command("lineage", "run-example-docs")
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == "run-example-docs: no lineage findings"
+    assert "  LIN009 not evaluated: the run holds no workspaces" in said

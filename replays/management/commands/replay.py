@@ -72,7 +72,8 @@ class Command(JsonCommand):
                 replay = replay_launch(run, mode=mode, vary=vary, scenario=scenario)
                 replay = _wait(replay, options["timeout"], options["claim_timeout"])
         except ReplayRefused as exc:
-            raise CommandError(str(exc)) from None
+            flag = {"scenario": "--scenario", "vary": "--vary"}.get(exc.field or "")
+            raise CommandError(f"{exc} ({flag})" if flag else str(exc)) from None
         result = replay_json(replay)
         # Added key (DESIGN §8: extend only): the scenario version replayed in, and how it relates to the run.
         result["scenario"] = (

@@ -22,9 +22,14 @@ class Command(JsonCommand):
         return selectors.run_lineage_json(stored)
 
     def human(self, result: dict[str, Any]) -> str:
-        if not result["findings"]:
-            return f"{result['run']}: no lineage findings"
-        return "\n".join(
-            [f"{result['run']}: {len(result['findings'])} lineage findings"]
-            + [f"  {f['code']} {f['severity']}: {f['message']} ({f['from']} -> {f['to']})" for f in result["findings"]]
-        )
+        lines = [
+            f"{result['run']}: {len(result['findings'])} lineage findings"
+            if result["findings"]
+            else f"{result['run']}: no lineage findings"
+        ]
+        lines += [
+            f"  {f['code']} {f['severity']}: {f['message']} ({f['from']} -> {f['to']})" for f in result["findings"]
+        ]
+        # DESIGN §10: no finding for a check that had nothing to judge is not a pass; say so.
+        lines += [f"  {u['code']} not evaluated: {u['reason']}" for u in result.get("unevaluated", [])]
+        return "\n".join(lines)
