@@ -141,6 +141,33 @@ def cmd_import(folder: str) -> dict[str, Any]:
     }
 
 
+def cmd_import_file(path: str) -> dict[str, Any]:
+    """A trace or log file through the import door (`runs.import_formats`): recognised, converted, imported."""
+    _setup(migrate=True)
+    from runs.import_formats import runs_import_from_path
+    from runs.models import Run
+
+    gc.collect()
+    baseline = _maxrss_mb()
+    cpu0 = _cpu_s()
+    started = time.perf_counter()
+    result = runs_import_from_path(Path(path))
+    seconds = time.perf_counter() - started
+    answer = result.to_json()
+    run = Run.objects.get(run_id=answer["run"])
+    return {
+        "seconds": seconds,
+        "cpu_seconds": _cpu_s() - cpu0,
+        "runs": len(answer.get("runs") or [answer]),
+        "events": answer["events"],
+        "conversion": answer.get("conversion"),
+        "baseline_rss_mb": baseline,
+        "peak_rss_mb": _maxrss_mb(),
+        "stored": _counts(run),
+        "database": _database(),
+    }
+
+
 def cmd_lineage_db(folder: str, repeat: str) -> dict[str, Any]:
     _setup(migrate=True)
     from runs.importer import run_import_from_path
@@ -265,6 +292,7 @@ def main(argv: list[str]) -> int:
     commands: dict[str, Callable[..., dict[str, Any]]] = {
         "migrate": cmd_migrate,
         "import": cmd_import,
+        "import-file": cmd_import_file,
         "lineage-db": cmd_lineage_db,
         "run-page": cmd_run_page,
     }

@@ -58,6 +58,8 @@ INSTALLED_APPS = [
     "runs",
     "fixtures_review",
     "replays",
+    # The OTLP/HTTP receiver (issue 17): builds on runs (it imports through the run importer); only the site imports it.
+    "otlp_receiver",
     "n17q_site",
 ]
 
@@ -172,6 +174,15 @@ N17Q_REPLAY_LEASE_S = env_int("N17Q_REPLAY_LEASE_S", 60, minimum=2)
 N17Q_REPLAY_MAX_ATTEMPTS = env_int("N17Q_REPLAY_MAX_ATTEMPTS", 5, minimum=1)
 N17Q_REPLAY_REQUEUE_S = env_int("N17Q_REPLAY_REQUEUE_S", 120, minimum=1)
 N17Q_REPLAY_RECOVERY_S = env_int("N17Q_REPLAY_RECOVERY_S", 30, minimum=1)
+# The OTLP/HTTP receiver (otlp_receiver): a trace becomes a run once its root span has ended and nothing has arrived
+# for N17Q_OTLP_QUIET_SECONDS; a finalisation claim older than N17Q_OTLP_FINALIZE_LEASE_S is taken over. A request
+# body is refused (413) past N17Q_OTLP_MAX_BODY_BYTES as sent, or N17Q_OTLP_MAX_DECODED_BYTES decompressed.
+N17Q_OTLP_QUIET_SECONDS = env_int("N17Q_OTLP_QUIET_SECONDS", 30, minimum=1)
+N17Q_OTLP_FINALIZE_LEASE_S = env_int("N17Q_OTLP_FINALIZE_LEASE_S", 600, minimum=10)
+N17Q_OTLP_MAX_BODY_BYTES = env_int("N17Q_OTLP_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)
+N17Q_OTLP_MAX_DECODED_BYTES = env_int("N17Q_OTLP_MAX_DECODED_BYTES", 64 * 1024 * 1024, minimum=1024)
+N17Q_OTLP_RATE = env_str("N17Q_OTLP_RATE", "6000/min")  # requests per harness token (an exporter's batches)
+N17Q_OTLP_QUEUE = env_str("N17Q_OTLP_QUEUE", "celery")
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024  # larger uploads stream to a temporary file
 

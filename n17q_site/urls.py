@@ -35,4 +35,6 @@ urlpatterns = [
     path("", include("fixtures_review.urls")),
     path("", include("replays.urls")),
     path("", include("runs.urls")),
+    # OTLP/HTTP at the root (`/v1/traces`, where exporters send), and the received traces' pages.
+    path("", include("otlp_receiver.urls")),
 ]

@@ -20,7 +20,7 @@ from console.pagination import StrictLimitOffsetPagination
 from n17q_engine.bundle import BundleError
 
 from . import selectors
-from .importer import run_import_from_upload
+from .import_formats import runs_import_from_upload
 from .models import Run
 
 # The example run id in the docs (and the one the schema test tries first): the README's example bundle.
@@ -119,14 +119,21 @@ class RunCollectionApi(APIView):
         return paginator.get_paginated_response(RunOutput(page, many=True).data)
 
     class ImportInput(serializers.Serializer):
-        bundle = serializers.FileField()
+        bundle = serializers.FileField(
+            help_text="a run bundle (.zip, .tar.gz), an OTLP trace file (JSON or protobuf) or an Inspect AI log "
+            "(.eval, .json), recognised by its content"
+        )
 
     @extend_schema(
         summary="Import a run bundle",
         description="A bundle (`n17q.run-bundle/1`) as a .zip or .tar.gz in the multipart field `bundle`. All or "
         "nothing: a refused bundle stores nothing and the error names the file, line and field. Secrets the scan "
         "finds are masked before anything is stored and listed in `masked_secrets`. A harness token "
-        "needs the `runs:import` scope; the user, the operator role.",
+        "needs the `runs:import` scope; the user, the operator role. The field also takes an OTLP trace file (one run "
+        "per trace) or an Inspect AI log (one run per sample and epoch), recognised by content: converted, the "
+        "original kept as a blob, all runs or none imported; the answer's keys then describe the first run and add "
+        "`runs` (each run's answer) and `conversion` (format, mapped, unmapped, notes). Anything else is refused "
+        "with one line naming what it looks like.",
         request={"multipart/form-data": ImportInput},
         responses={
             201: inline_serializer(
@@ -146,6 +153,15 @@ class RunCollectionApi(APIView):
                         },
                         many=True,
                     ),
+                    "runs": serializers.ListField(
+                        child=serializers.DictField(),
+                        required=False,
+                        help_text="a converted file only: each run's answer (these keys, its title and conversion)",
+                    ),
+                    "conversion": serializers.DictField(
+                        required=False,
+                        help_text="a converted file only: {format, runs, mapped, unmapped, notes}",
+                    ),
                 },
             ),
             400: ErrorOutput,
@@ -156,7 +172,7 @@ class RunCollectionApi(APIView):
         if not data.is_valid():
             raise exceptions.ValidationError("send the bundle as a .zip or .tar.gz in the multipart field 'bundle'")
         try:
-            result = run_import_from_upload(data.validated_data["bundle"], user=request.user)
+            result = runs_import_from_upload(data.validated_data["bundle"], user=request.user)
         except BundleError as exc:
             return Response({"error": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
         return Response(result.to_json(), status=status.HTTP_201_CREATED)

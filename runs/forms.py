@@ -25,4 +25,8 @@ class RunFilterForm(forms.Form):
 
 
 class BundleUploadForm(forms.Form):
-    bundle = forms.FileField(help_text="A run bundle as .zip or .tar.gz (n17q.run-bundle/1)")
+    bundle = forms.FileField(
+        label="Run file",
+        help_text="A run bundle as .zip or .tar.gz (n17q.run-bundle/1), an OTLP trace file (JSON or protobuf) or an "
+        "Inspect AI log (.eval or .json)",
+    )

@@ -172,7 +172,11 @@ def _bundle_digest(manifest_raw: bytes, events_path: Path) -> tuple[str, int]:
 REPLAY_RUN_SEPARATOR = "~"
 
 
-def _import_root(root: Path, *, user: Any, made_by_replay: int | None = None) -> ImportResult:
+def _import_root(
+    root: Path, *, user: Any, made_by_replay: int | None = None, blobs_written: list[str] | None = None
+) -> ImportResult:
+    """`blobs_written`: a caller importing several runs in one outer transaction (runs.import_formats) is told the
+    blob files this import wrote, to remove them if its transaction does not commit either."""
     manifest, manifest_raw = _read_manifest(root)
     if made_by_replay is None and REPLAY_RUN_SEPARATOR in manifest.run["id"]:
         raise BundleError(
@@ -199,6 +203,8 @@ def _import_root(root: Path, *, user: Any, made_by_replay: int | None = None) ->
             blob_paths, manifest = secret_scan.mask_blobs(blob_paths, manifest, Path(workdir), masks)
             with transaction.atomic():
                 written = _store_blobs(blob_paths)
+                if blobs_written is not None:
+                    blobs_written.extend(written)
                 result = _write_run(
                     run_meta,
                     manifest,

@@ -19,7 +19,7 @@ from .blob_preview import INLINE_IMAGE_TYPES, blob_for_run
 from .event_detail import event_detail_build
 from .forms import BundleUploadForm, RunFilterForm
 from .glossary import glossary_entries
-from .importer import run_import_from_upload
+from .import_formats import runs_import_from_upload
 from .models import Run
 from .trace import SEARCH_SPAN
 
@@ -45,14 +45,19 @@ def run_import(request: HtmxHttpRequest) -> HttpResponse:
     form = BundleUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         try:
-            result = run_import_from_upload(form.cleaned_data["bundle"], user=request.user)
+            imported = runs_import_from_upload(form.cleaned_data["bundle"], user=request.user)
         except BundleError as exc:
             form.add_error("bundle", str(exc))
         else:
+            result = imported.first
+            more = len(imported.results) - 1
             messages.success(
                 request,
-                f"Imported {result.run.run_id}: {result.events} events, {len(result.findings)} lineage findings.",
+                f"Imported {result.run.run_id}: {result.events} events, {len(result.findings)} lineage findings"
+                + (f", and {more} more run{'s' if more > 1 else ''} from the same file." if more else "."),
             )
+            if more:
+                return redirect("runs:run-list")
             return redirect("runs:run-detail", run_id=result.run.run_id)
     return render(request, "runs/run_import.html", {"form": form}, status=400 if form.errors else 200)
 

@@ -26,6 +26,7 @@ PACKAGES = (
     "runs",
     "fixtures_review",
     "replays",
+    "otlp_receiver",
     "n17q_site",
 )
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")

@@ -67,6 +67,24 @@ class Demo:
     def replay_page(self, run_id: str, tail: str = "") -> str:
         return f"/replays/{self.replay(run_id)}/{tail}"
 
+    def received_trace_page(self) -> str:
+        """A trace still receiving: GenAI spans from the OpenTelemetry SDK, encoded by its OTLP exporter's encoder."""
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from otlp_receiver import services as otlp
+        from otlp_receiver import wire
+        from tests.otlp_receiver.conftest import agent_turn
+
+        provider, memory = TracerProvider(), InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        agent_turn(provider.get_tracer("n17q-tests"), end_root=False)
+        split = wire.split_by_trace(encode_spans(memory.get_finished_spans()))
+        otlp.spans_receive(split.batches)
+        return f"/traces/{next(iter(split.batches))}/"
+
     def recording_page(self, index: int) -> str:
         return f"/review/{self.staged[index]}/"
 
@@ -96,6 +114,8 @@ PAGES = [
     Page("runs:event-detail", "event-detail", f"/runs/{FOCUS_RUN}/events/{FOCUS_EVENT}/"),
     Page("runs:run-import", "run-import", "/runs/import/"),
     Page("runs:glossary", "glossary", "/glossary/"),
+    Page("otlp:trace-list", "trace-list", "/traces/"),
+    Page("otlp:trace-detail", "trace-detail", Demo.received_trace_page),
     Page("replays:replay-list", "replay-list", Demo.replays_listed),
     *(Page("replays:replay-new", f"replay-new[{slug}]", f"/runs/{MISSING}/launch/{slug}/") for slug in BUTTONS),
     Page("replays:regression-new", "regression-new", f"/runs/{FINISHED}/regression/"),
@@ -129,6 +149,8 @@ NOT_PAGES = {
     "api-run-lineage": "JSON API",
     "api-captures": "JSON API",
     "runs:blob-download": "a file download",
+    "otlp:export-traces": "OTLP/HTTP for exporters (protobuf or JSON)",
+    "otlp:trace-flush": "POST only; redirects to the trace",
     "fixtures:body": "a file download",
     "fixtures:action": "POST only; redirects to the recording",
     "replays:missing-copy-similar": "POST only; redirects to the staged candidate",

@@ -1,0 +1,57 @@
+"""Spans received over OTLP/HTTP, buffered per trace until the trace becomes a run.
+
+One `ReceivedTrace` row per trace id, one `TraceChunk` row per (request, trace): the spans a request brought for
+that trace, as one zlib-compressed ExportTraceServiceRequest (otlp_receiver.wire). A request costs a fixed number
+of queries per trace it touches, never one per span, and a span is stored once, compressed, not as rows of columns.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class ReceivedTrace(models.Model):
+    class State(models.TextChoices):
+        RECEIVING = "receiving"  # spans are still coming in
+        FINALIZING = "finalizing"  # claimed by a finalisation (otlp_receiver.services.trace_finalize)
+        FINALIZED = "finalized"  # imported as `run`
+        REFUSED = "refused"  # the conversion or the import refused it: `error` says why; its spans are kept
+
+    trace_id = models.CharField(max_length=32, unique=True)  # 32 lowercase hex digits
+    state = models.CharField(max_length=12, choices=State.choices, default=State.RECEIVING)
+    first_received_at = models.DateTimeField()
+    last_received_at = models.DateTimeField()
+    root_ended = models.BooleanField(default=False)
+    root_name = models.CharField(max_length=200, blank=True, default="")
+    service_name = models.CharField(max_length=200, blank=True, default="")
+    span_count = models.PositiveIntegerField(default=0)
+    # Spans that arrived after the trace was claimed: a linked addendum, never merged into the run's history.
+    late_span_count = models.PositiveIntegerField(default=0)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    finalized_at = models.DateTimeField(null=True, blank=True)
+    run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    error = models.CharField(max_length=1000, blank=True, default="")
+
+    class Meta:
+        ordering = ["-last_received_at", "-id"]
+        indexes = [
+            # The finalisation sweep: receiving traces whose root ended, by how long they have been quiet.
+            models.Index(fields=["state", "root_ended", "last_received_at"], name="otlp_trace_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"trace {self.trace_id} ({self.state})"
+
+
+class TraceChunk(models.Model):
+    trace = models.ForeignKey(ReceivedTrace, on_delete=models.CASCADE, related_name="chunks")
+    received_at = models.DateTimeField()
+    span_count = models.PositiveIntegerField()
+    late = models.BooleanField(default=False)
+    data = models.BinaryField()  # zlib(ExportTraceServiceRequest bytes)
+
+    class Meta:
+        indexes = [models.Index(fields=["trace", "late", "id"], name="otlp_chunk_trace")]
+
+    def __str__(self) -> str:
+        return f"{self.span_count} {'late ' if self.late else ''}spans of trace {self.trace_id}"

@@ -1,0 +1,233 @@
+"""Receiving spans, and turning a finished trace into a run (issue 17, point 1).
+
+- `spans_receive` stores one request's spans: a fixed number of queries per trace it touches (create the trace row
+  if new, lock it, one chunk row, one counter update), never one per span.
+- A trace is due when its root span has ended and nothing has arrived for N17Q_OTLP_QUIET_SECONDS. `traces_due`
+  finds them; `traces_enqueue_due` sends a finalisation task for each (called by the receiver after a request, at
+  most once per half quiet period, and by a loop in each Celery worker: otlp_receiver.tasks), and `otlp_flush`
+  finalises on demand.
+- `trace_finalize` claims the trace with a conditional UPDATE (only one caller wins; a claim older than
+  N17Q_OTLP_FINALIZE_LEASE_S can be taken over, for a worker that died), joins its chunks, converts them with
+  n17q_engine.formats.otlp and imports the run through the same all-or-nothing path as a file
+  (runs.import_formats.import_converted). Run twice, it does the work once.
+- Spans arriving for a trace that is no longer receiving are kept as its late addendum (`TraceChunk.late`),
+  counted on the trace, never merged into the run's history.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from n17q_engine.bundle import BundleError
+from n17q_engine.formats import ConversionError
+from n17q_engine.formats.otlp import convert_trace, decode_otlp, flatten_spans
+from runs.import_formats import import_converted
+from runs.models import Run
+
+from . import wire
+from .models import ReceivedTrace, TraceChunk
+
+log = logging.getLogger(__name__)
+
+FINALIZE_TASK = "otlp_receiver.finalize_trace"
+_SWEEP_KEY = "otlp:due-sweep"
+# How many due traces one sweep sends at most; the next sweep takes the rest.
+SWEEP_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class Received:
+    traces: int
+    accepted: int
+
+
+def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None = None) -> Received:
+    """Store one request's spans, trace by trace, in one transaction."""
+    if not batches:
+        return Received(0, 0)
+    now = now or timezone.now()
+    ids = sorted(batches)
+    with transaction.atomic():
+        ReceivedTrace.objects.bulk_create(
+            [
+                ReceivedTrace(
+                    trace_id=t,
+                    first_received_at=now,
+                    last_received_at=now,
+                    service_name=batches[t].service_name,
+                )
+                for t in ids
+            ],
+            ignore_conflicts=True,
+        )
+        # Locked (PostgreSQL; SQLite's write transaction already serializes): a finalisation claiming one of these
+        # traces waits for this request, so every chunk is either in the run or in its late addendum, never lost.
+        traces = {
+            t.trace_id: t
+            for t in ReceivedTrace.objects.select_for_update().filter(trace_id__in=ids).only("id", "trace_id", "state")
+        }
+        TraceChunk.objects.bulk_create(
+            [
+                TraceChunk(
+                    trace_id=traces[t].pk,
+                    received_at=now,
+                    span_count=batches[t].span_count,
+                    late=traces[t].state != ReceivedTrace.State.RECEIVING,
+                    data=zlib.compress(batches[t].payload, 1),
+                )
+                for t in ids
+            ]
+        )
+        for t in ids:
+            batch, trace = batches[t], traces[t]
+            changes: dict[str, Any] = {"last_received_at": now}
+            if trace.state != ReceivedTrace.State.RECEIVING:
+                changes["late_span_count"] = F("late_span_count") + batch.span_count
+            else:
+                changes["span_count"] = F("span_count") + batch.span_count
+                if batch.root_ended:
+                    changes.update(root_ended=True, root_name=batch.root_name)
+            ReceivedTrace.objects.filter(pk=trace.pk).update(**changes)
+    return Received(len(ids), sum(b.span_count for b in batches.values()))
+
+
+def traces_due(*, now: datetime | None = None, limit: int = SWEEP_LIMIT) -> list[int]:
+    """Receiving traces whose root span has ended and which have been quiet for N17Q_OTLP_QUIET_SECONDS, and
+    traces whose finalisation claim has lapsed (its worker died)."""
+    now = now or timezone.now()
+    quiet = now - timedelta(seconds=settings.N17Q_OTLP_QUIET_SECONDS)
+    lapsed = now - timedelta(seconds=settings.N17Q_OTLP_FINALIZE_LEASE_S)
+    return list(
+        ReceivedTrace.objects.filter(
+            Q(state=ReceivedTrace.State.RECEIVING, root_ended=True, last_received_at__lte=quiet)
+            | Q(state=ReceivedTrace.State.FINALIZING, claimed_at__lt=lapsed)
+        )
+        .order_by("last_received_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+
+
+def trace_enqueue(trace_pk: int) -> bool:
+    try:
+        # By name: the task module calls back into this one.
+        current_app.send_task(FINALIZE_TASK, args=(trace_pk,), queue=settings.N17Q_OTLP_QUEUE, retry=False)
+    except Exception as exc:  # a broker that is away: the next sweep sends it again
+        log.warning("trace %s: the broker could not be reached (%s); the next sweep sends it again", trace_pk, exc)
+        return False
+    return True
+
+
+def traces_enqueue_due(*, throttled: bool = False) -> int:
+    """Send a finalisation task for every due trace. `throttled`: at most once per half quiet period for all the
+    web processes sharing the cache (the receiver calls this after each request)."""
+    if throttled and not cache.add(_SWEEP_KEY, 1, timeout=max(1, settings.N17Q_OTLP_QUIET_SECONDS // 2)):
+        return 0
+    due = traces_due()
+    for pk in due:
+        trace_enqueue(pk)
+    return len(due)
+
+
+def _claim(trace_pk: int, now: datetime, *, force: bool) -> bool:
+    lapsed = now - timedelta(seconds=settings.N17Q_OTLP_FINALIZE_LEASE_S)
+    claimable = Q(state=ReceivedTrace.State.FINALIZING, claimed_at__lt=lapsed)
+    if force:
+        claimable |= Q(state=ReceivedTrace.State.RECEIVING)
+    else:
+        quiet = now - timedelta(seconds=settings.N17Q_OTLP_QUIET_SECONDS)
+        claimable |= Q(state=ReceivedTrace.State.RECEIVING, root_ended=True, last_received_at__lte=quiet)
+    return (
+        ReceivedTrace.objects.filter(claimable, pk=trace_pk).update(
+            state=ReceivedTrace.State.FINALIZING, claimed_at=now
+        )
+        == 1
+    )
+
+
+def trace_payload(trace_pk: int, *, late: bool = False) -> bytes:
+    """The trace's spans as one ExportTraceServiceRequest (its chunks joined in arrival order)."""
+    chunks = TraceChunk.objects.filter(trace_id=trace_pk, late=late).order_by("id").values_list("data", flat=True)
+    return b"".join(zlib.decompress(bytes(data)) for data in chunks.iterator(chunk_size=200))
+
+
+def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> ReceivedTrace:
+    """Make the trace a run, once. `force` (an explicit flush): without waiting for its root span or the quiet
+    period. A trace that is not claimable (already finalized, refused, or being finalized) is returned as it is."""
+    now = timezone.now()
+    if not _claim(trace_pk, now, force=force):
+        return ReceivedTrace.objects.get(pk=trace_pk)
+    trace = ReceivedTrace.objects.get(pk=trace_pk)
+    claimed = ReceivedTrace.objects.filter(pk=trace_pk, state=ReceivedTrace.State.FINALIZING, claimed_at=now)
+    try:
+        payload = trace_payload(trace_pk)
+        spans = flatten_spans(decode_otlp(payload, content_type=wire.PROTOBUF))
+        converted = convert_trace(spans, original=payload, original_media_type=wire.PROTOBUF)
+        run_id = converted.run["id"]
+        existing = Run.objects.filter(run_id=run_id).first()
+        if existing is not None and existing.bundle_digest and _made_from_this_trace(existing, trace):
+            # A finalisation that imported the run and died before it could say so: the run is this trace's.
+            run = existing
+        else:
+            run = import_converted([converted], user=user, label=f"trace {trace.trace_id}").first.run
+    except (ConversionError, BundleError) as exc:
+        message = " ".join(str(exc).splitlines())[:1000]
+        claimed.update(state=ReceivedTrace.State.REFUSED, error=message, finalized_at=timezone.now())
+        log.warning("trace %s was not imported: %s", trace.trace_id, message)
+        return ReceivedTrace.objects.get(pk=trace_pk)
+    claimed.update(state=ReceivedTrace.State.FINALIZED, run=run, finalized_at=timezone.now(), error="")
+    log.info("trace %s imported as run %s", trace.trace_id, run.run_id)
+    return ReceivedTrace.objects.get(pk=trace_pk)
+
+
+def _made_from_this_trace(run: Run, trace: ReceivedTrace) -> bool:
+    return trace.trace_id in str(run.manifest_run.get("id", "")) or trace.trace_id in str(
+        (run.manifest_run.get("task") or {}).get("id", "")
+    )
+
+
+def traces_flush(
+    trace_ids: Iterable[str] | None = None, *, everything: bool = False, user: Any = None
+) -> list[ReceivedTrace]:
+    """Finalise now, in this process: the named traces (whatever their state: a finished one is answered as it is),
+    or every due trace, or with `everything` every trace still receiving."""
+    if trace_ids is not None:
+        pks = list(ReceivedTrace.objects.filter(trace_id__in=list(trace_ids)).values_list("pk", flat=True))
+        force = True
+    elif everything:
+        pks = list(
+            ReceivedTrace.objects.filter(state=ReceivedTrace.State.RECEIVING)
+            .order_by("last_received_at")
+            .values_list("pk", flat=True)
+        )
+        force = True
+    else:
+        pks, force = traces_due(limit=10_000), False
+    return [trace_finalize(trace_pk=pk, force=force, user=user) for pk in pks]
+
+
+def trace_json(trace: ReceivedTrace) -> dict[str, Any]:
+    return {
+        "trace_id": trace.trace_id,
+        "state": trace.state,
+        "spans": trace.span_count,
+        "late_spans": trace.late_span_count,
+        "root_ended": trace.root_ended,
+        "root": trace.root_name,
+        "service": trace.service_name,
+        "first_received_at": trace.first_received_at.isoformat(),
+        "last_received_at": trace.last_received_at.isoformat(),
+        "run": trace.run.run_id if trace.run_id and trace.run else None,
+        "error": trace.error or None,
+    }

@@ -1,0 +1,59 @@
+"""Celery tasks of the receiver: they take an id and are idempotent (services.trace_finalize claims the trace).
+
+There is no beat scheduler in this project. Due traces are found (1) by the receiver after a request, at most once
+per half quiet period, and (2) by a loop each worker starts when it is ready, every half quiet period, in the way
+replays/tasks.py recovers replays: so a trace becomes a run even when nothing is sent after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import shared_task
+from celery.signals import worker_ready, worker_shutdown
+from django.conf import settings
+from django.db import close_old_connections, connections
+
+from accounts.audit import audit_via
+
+from .services import FINALIZE_TASK, trace_finalize, traces_enqueue_due
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name=FINALIZE_TASK, acks_late=True, reject_on_worker_lost=True)
+def finalize_trace(trace_pk: int) -> str:
+    try:
+        with audit_via("worker"):
+            return trace_finalize(trace_pk=trace_pk).state
+    finally:
+        close_old_connections()
+
+
+_stop = threading.Event()
+
+
+def _sweep_loop() -> None:
+    interval = max(1, settings.N17Q_OTLP_QUIET_SECONDS // 2)
+    while True:
+        try:
+            traces_enqueue_due()
+        except Exception:  # a database or broker briefly away must not end the loop
+            log.exception("the sweep for traces due to finalise failed; trying again in %s s", interval)
+        finally:
+            connections.close_all()
+        if _stop.wait(interval):
+            return
+
+
+@worker_ready.connect
+def _start_sweep(**kwargs: Any) -> None:
+    _stop.clear()
+    threading.Thread(target=_sweep_loop, name="n17q-otlp-sweep", daemon=True).start()
+
+
+@worker_shutdown.connect
+def _stop_sweep(**kwargs: Any) -> None:
+    _stop.set()

@@ -1,0 +1,199 @@
+"""The import doors recognise what they are given by its content (issue 17, point 3; DESIGN §10).
+
+`import_run PATH`, `POST /api/v1/runs/` and the import page take a run bundle (folder, .zip, .tar.gz), an OTLP
+trace file (JSON or protobuf: one run per trace) or an Inspect AI log (`.eval` or `.json`: one run per sample and
+epoch). A file that is none of these is refused with one line naming what it looks like (n17q_engine.formats.sniff).
+
+A converted file goes the bundle's way: each ConvertedRun is written as a bundle folder and imported by the same
+all-or-nothing path (runs.importer._import_root), so every check, limit and secret scan applies unchanged. A file of
+several runs imports all of them or none: one outer transaction around the per-run ones, and the blob files any of
+them wrote are removed again when it does not commit.
+
+The answer of a bundle keeps the shape of DESIGN §8 exactly. A converted file's answer has the same keys for its
+first run, and adds `runs` (every run's answer) and `conversion` (what was mapped and what was not).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import zipfile
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.db import transaction
+
+from accounts.audit import audit_record
+from n17q_engine.bundle import BundleError
+from n17q_engine.formats import ConversionError, ConvertedRun, write_bundle
+from n17q_engine.formats.inspect_log import convert_inspect_log, looks_like_inspect_log
+from n17q_engine.formats.otlp import convert_otlp, looks_like_otlp
+from n17q_engine.formats.sniff import describe
+
+from .importer import ImportResult, _import_root, _remove_blobs, run_import_from_path, run_import_from_upload
+
+log = logging.getLogger(__name__)
+
+HEAD = 64 * 1024
+# A trace file or a log is converted in memory (the converters read bytes), so it has a cap of its own below the
+# bundle's; a bundle is streamed and keeps N17Q_MAX_BUNDLE_BYTES.
+CONVERTED_MAX_BYTES = 512 * 1024 * 1024
+NOT_A_RUN = "not a bundle archive, an OTLP trace file or an Inspect log"
+OTLP_MEDIA_TYPES = {"json": "application/json", "protobuf": "application/x-protobuf"}
+
+
+@dataclass(frozen=True)
+class FileImport:
+    """What one import door did with one file: the runs it made (one for a bundle), and for a converted file
+    the conversion's report (format, mapped, unmapped, notes) over all of them, and each run's own."""
+
+    results: list[ImportResult]
+    conversion: dict[str, Any] | None = None
+    per_run_conversion: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def first(self) -> ImportResult:
+        return self.results[0]
+
+    def to_json(self) -> dict[str, Any]:
+        answer = self.first.to_json()
+        if self.conversion is None:
+            return answer  # a bundle: DESIGN §8's shape, nothing added
+        runs = [
+            {**r.to_json(), "title": r.run.title, "conversion": c}
+            for r, c in zip(self.results, self.per_run_conversion, strict=True)
+        ]
+        return {**answer, "runs": runs, "conversion": self.conversion}
+
+
+def runs_import_from_path(path: Path, *, user: Any = None) -> FileImport:
+    """Import what `path` holds: a bundle (folder, .zip, .tar.gz), an OTLP trace file or an Inspect log."""
+    path = Path(path)
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError):
+        is_file = False
+    if not is_file:
+        return FileImport([run_import_from_path(path, user=user)])  # a folder, or its one-line refusal
+    with open(path, "rb") as fh:
+        if _is_bundle(fh):
+            return FileImport([run_import_from_path(path, user=user)])
+        size = path.stat().st_size
+        fh.seek(0)
+        return _convert_and_import(fh, size, user=user, label=str(path))
+
+
+def runs_import_from_upload(upload: Any, *, user: Any = None) -> FileImport:
+    """The same for an uploaded file (a Django UploadedFile): the API's door and the import page's."""
+    if upload.size is not None and upload.size > settings.N17Q_MAX_BUNDLE_BYTES:
+        raise BundleError(f"upload is larger than {settings.N17Q_MAX_BUNDLE_BYTES} bytes")
+    upload.seek(0)
+    if _is_bundle(upload.file):
+        return FileImport([run_import_from_upload(upload, user=user)])
+    upload.seek(0)
+    return _convert_and_import(upload.file, upload.size, user=user, label=f"upload {upload.name or ''}")
+
+
+def _is_bundle(fh: IO[bytes]) -> bool:
+    """Whether the importer's archive path should read this file: a zip holding manifest.json (at its root or in
+    its one folder), or a .tar.gz; also an archive too damaged to tell, so that its refusal is the archive reader's
+    precise one. Reads the head, and a zip's central directory; leaves the position anywhere."""
+    fh.seek(0)
+    head = fh.read(HEAD)
+    if head[:2] == b"PK":
+        try:
+            fh.seek(0)
+            with zipfile.ZipFile(fh) as zf:
+                names = zf.namelist()
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError, NotImplementedError):
+            return looks_like_inspect_log(head) is None
+        return any(n == "manifest.json" or (n.count("/") == 1 and n.endswith("/manifest.json")) for n in names)
+    if head[:2] == b"\x1f\x8b":
+        stream = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        try:
+            inner = stream.decompress(head, 1024)
+        except zlib.error:
+            return True
+        if len(inner) >= 262:
+            return inner[257:262] == b"ustar"
+        return not stream.eof  # cut short: the archive reader says how; a whole short stream is no tar
+    return False
+
+
+def _convert_and_import(fh: IO[bytes], size: int | None, *, user: Any, label: str) -> FileImport:
+    limit = min(CONVERTED_MAX_BYTES, settings.N17Q_MAX_BUNDLE_BYTES)
+    data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise _refused(user, label, f"the file is larger than the {limit} bytes a trace file or a log may be")
+    try:
+        converted = convert_file(data)
+    except ConversionError as exc:
+        raise _refused(user, label, " ".join(str(exc).splitlines())) from None
+    except BundleError as exc:
+        raise _refused(user, label, str(exc)) from None
+    return import_converted(converted, user=user, label=label)
+
+
+def convert_file(data: bytes) -> list[ConvertedRun]:
+    """The runs an OTLP file or an Inspect log holds; a BundleError naming what anything else looks like."""
+    if looks_like_inspect_log(data) is not None:
+        return convert_inspect_log(data)
+    otlp = looks_like_otlp(data)
+    if otlp is not None:
+        return convert_otlp(data, content_type=OTLP_MEDIA_TYPES[otlp])
+    raise BundleError(f"{NOT_A_RUN}: this is {describe(data)}")
+
+
+def import_converted(converted: list[ConvertedRun], *, user: Any, label: str) -> FileImport:
+    """Import every run of one converted file, all or none."""
+    if not converted:
+        raise _refused(user, label, "the file holds no run (no trace, no sample)")
+    written: list[str] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="n17q-converted-") as tmp, transaction.atomic():
+            results = []
+            for i, run in enumerate(converted):
+                root = Path(tmp) / f"run-{i}"
+                root.mkdir()
+                write_bundle(run, root)
+                try:
+                    results.append(_import_root(root, user=user, blobs_written=written))
+                except BundleError as exc:
+                    where = f"run {i + 1} of {len(converted)} ({run.run.get('id', '?')})" if len(converted) > 1 else ""
+                    raise BundleError(f"{where}: {exc}" if where else str(exc)) from None
+    except BundleError as exc:
+        _remove_blobs(written)
+        raise _refused(user, label, str(exc)) from None
+    except BaseException:
+        _remove_blobs(written)
+        raise
+    merged = _merge_reports([r.report.to_json() for r in converted])
+    return FileImport(results, merged, tuple(r.report.to_json() for r in converted))
+
+
+def _merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    mapped: Counter[str] = Counter()
+    unmapped: Counter[str] = Counter()
+    notes: list[str] = []
+    for report in reports:
+        mapped.update(report["mapped"])
+        unmapped.update(report["unmapped"])
+        notes += [n for n in report["notes"] if n not in notes]
+    return {
+        "format": reports[0]["format"],
+        "runs": len(reports),
+        "mapped": dict(sorted(mapped.items())),
+        "unmapped": dict(sorted(unmapped.items())),
+        "notes": notes,
+    }
+
+
+def _refused(user: Any, label: str, message: str) -> BundleError:
+    """The one-line refusal, recorded in the audit log too (after any rollback, so that it stays)."""
+    message = " ".join(message.splitlines())
+    audit_record(actor=user, action="run.import_refused", target=label, detail={"error": message[:1000]})
+    return BundleError(message)
