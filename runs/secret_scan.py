@@ -8,7 +8,8 @@ in what is stored (`[masked:<rule>]` in text, `*` byte for byte in a binary blob
 How references stay consistent (docs/decisions.md, "Secrets in run bundles"):
 
 - A blob is content-addressed. A masked blob is stored under the digest of its masked bytes; every event that names
-  the blob (`tool.result.blob`, `command.receipt.output_blob`) and the run's blob list are rewritten to that digest,
+  the blob (`tool.result.blob`, `command.receipt.output_blob`, a converter's provenance: any string equal to its
+  digest) and the run's blob list are rewritten to that digest,
   so the run never names bytes the store does not hold, and a replay package built from the run carries the masked
   bytes under their own digest. The digest the harness recorded is not kept: it is a plain SHA-256 of bytes that
   held a secret, an offline oracle for a short one when the rest of the blob is visible. Kept instead, on the
@@ -265,12 +266,10 @@ def mask_event(
     """The event as it may be stored, and its JSON text (None when nothing changed: the line is stored as read).
     BundleError when a secret sits in one of its ids or references."""
     out = event
-    blob_fields = v.BLOB_FIELDS.get(event["kind"], ())
-    if masks.blob_remap and any(event.get(name) in masks.blob_remap for name in blob_fields):
-        out = dict(event)
-        for name in blob_fields:
-            if out.get(name) in masks.blob_remap:
-                out[name] = masks.blob_remap[out[name]]
+    if masks.blob_remap:
+        # Every place the event names a masked blob, not only the vocabulary's blob fields: a converter's provenance
+        # (`otlp.blob`, `inspect.sample_blob`…) names blobs too, and must not point at bytes the store never held.
+        out = _remap_digests(event, masks.blob_remap)
     if known:
         found: list[dict[str, str]] = []
         masked = scanning.mask_json(out, f"events[{event['seq']}]", found, known=known)
@@ -281,6 +280,19 @@ def mask_event(
     if out is event:
         return event, None
     return out, json.dumps(out, ensure_ascii=False)
+
+
+def _remap_digests(value: Any, remap: dict[str, str]) -> Any:
+    """`value` with every string that is a remapped blob digest replaced (the same object when none is)."""
+    if isinstance(value, str):
+        return remap.get(value, value)
+    if isinstance(value, dict):
+        changed = {k: _remap_digests(v_, remap) for k, v_ in value.items()}
+        return value if all(changed[k] is value[k] for k in value) else changed
+    if isinstance(value, list):
+        items = [_remap_digests(v_, remap) for v_ in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
 
 
 def _refuse_masked_identity(

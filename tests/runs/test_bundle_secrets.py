@@ -66,6 +66,8 @@ def _bundle_with_secrets(tmp_path: Path) -> tuple[Path, dict[str, str]]:
             "attempt": last.get("attempt"),
             "state": "completed",
             "reason": f"npm publish with {npm} done",
+            # A converter's provenance names blobs outside the vocabulary's blob fields (otlp.blob, …).
+            "provenance": {"raw": [new_digest]},
         }
     )
     folder = bundles.write_folder(tmp_path / "bundle", manifest, events, blobs)
@@ -116,6 +118,8 @@ def test_a_masked_blob_is_stored_under_its_own_digest_and_every_reference_follow
     masked = MaskedSecret.objects.get(run=run, place="blob")
     assert masked.blob_digest == stored_digest and masked.recorded_as.startswith("hmac:")
     assert recorded not in _everything_stored(run)
+    # Every place that named the blob follows it, the fields the vocabulary does not know too.
+    assert Event.objects.get(run=run, event_id="e-note").body["provenance"] == {"raw": [stored_digest]}
 
 
 def test_a_package_built_from_the_run_never_contains_the_secrets(tmp_path):
