@@ -210,3 +210,27 @@ def test_secrets_across_many_scan_chunks_are_each_masked_in_their_own_event(tmp_
     assert not any(t[4:12] in stored for t in tokens)
     masked_events = set(MaskedSecret.objects.filter(run=run).values_list("event_ref", flat=True))
     assert masked_events == {f"e-{i}" for i in range(37, 600, 37)}
+
+
+def test_a_blob_the_store_already_holds_is_not_scanned_again(tmp_path, monkeypatch):
+    # A converted file's runs all keep the same original; each import scanned it whole again (ten traces of one
+    # OTLP file: ten scans of the file). Bytes stored under their own digest were scanned clean on their way in.
+    from runs import secret_scan
+
+    manifest, events, blobs = bundles.example_parts()
+    run_import_from_path(bundles.write_folder(tmp_path / "first", manifest, events, blobs))
+    scanned: list[int] = []
+    real = secret_scan._mask_blob_bytes
+    monkeypatch.setattr(secret_scan, "_mask_blob_bytes", lambda raw, *a: scanned.append(len(raw)) or real(raw, *a))
+    manifest["run"]["id"] = "run-example-again"
+    extra = json.dumps({"fresh": "bytes nobody stored"}).encode()
+    blobs, digest = bundles.with_blob(blobs, extra)
+    manifest["blobs"][digest] = {
+        "media_type": "application/json",
+        "size": len(extra),
+        "role": "tool-output",
+        "retention": "standard",
+    }
+    second = run_import_from_path(bundles.write_folder(tmp_path / "second", manifest, events, blobs)).run
+    assert scanned == [len(extra)]  # only the new blob
+    assert RunBlob.objects.filter(run=second).count() == len(manifest["blobs"])
