@@ -16,11 +16,40 @@ Built in:
   them to the replay's.
 - `careful`: a scripted agent that follows the recorded trajectory but (1) never carries validation evidence
   across a workspace change: when an admission would use evidence from another workspace or tree than the
-  artifact's, or a purpose the policy requires has no evidence on the artifact's own tree, it reruns that
-  purpose's recorded command in the artifact's workspace, and when the rerun fails it stops with the failure
-  and the diff instead of asking for the effect; (2) after an execution whose outcome is unknown or whose
-  response was lost, asks the destination's status before resending, and resends only when the status says
-  the effect did not happen.
+  artifact's, it reruns that purpose's recorded command in the artifact's workspace (and when the rerun fails
+  it stops with the failure and the diff instead of asking for the effect); (2) asks for an effect on the
+  artifact's own evidence only, and when the effect is denied, returns to planning (see "Denied effects");
+  (3) after an execution whose outcome is unknown or whose response was lost, asks the destination's status
+  before resending, and resends only when the status says the effect did not happen.
+
+Denied effects (issue 18): an effect the policy denies at activation (a `deny`, a `needs_approval` without an
+approval, or the final lineage gate) does not end the run. The engine writes the `policy.decision` and then a
+`run.state` with `state: running`, `returned_to: planning` and a bounded `reason` (at most `REASON_CHARS`
+characters), and asks the decider what next. A decider reads it with `view.denial(intent_ref)` (additive to
+the View: `None` once that intent was activated after all). The run stops only when the decider stops, a
+budget runs out, a fixture is missing, or the same run has been denied `DENIAL_LIMIT` times (a decider that
+asks again and again for what is refused is stopped, not looped).
+
+- `recorded` goes on with the recording, and stops (`stopped`, the bounded reason and the step named) at the
+  first recorded step that depended on the denied intent (refers to it, or to an event that did, such as its
+  execution): the recording went on as if the effect had happened, so from that step on it no longer describes
+  this run. Steps that do not depend on it are replayed.
+- `careful` returns to planning: it opens a new attempt whose reason is the bounded reason, reruns, in the
+  artifact's workspace, each purpose the policy requires that has no admitted evidence on the artifact's own
+  tree, and asks for the effect once more on that evidence; when a rerun fails it stops with the failure and
+  the diff, and when nothing it can rerun would answer the denial (an approval refused, a finding about the
+  evidence it already holds) or the second request is denied too, it stops with the bounded reason and no
+  effect.
+
+Branching (issue 18): a replay from a recorded checkpoint restores the history before it by performing the
+`recorded` decider's steps up to that checkpoint, then hands the chosen decider a `SourceRun` whose `events`
+are the recording after the checkpoint (what is left to decide) and whose `history` holds the events up to and
+including it (read-only context: `command_for` searches both). A decider written against `source.events`
+therefore continues from the checkpoint without knowing it branched.
+
+Human choices (issue 18): a counterfactual `human.<event id>=<choice>` replaces the action of one recorded
+`human.input` by one of `HUMAN_CHOICES`; the choice decides the recorded approval that input led to (the next
+`approval.recorded` of the same actor role on an effect), and nothing else.
 
 Decisions:
 - Actions carry the recorded logical time (`at`) of the step they replay; the engine advances its clock to it
@@ -39,7 +68,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .bundle import iter_event_records
-from .vocabulary import KINDS
+from .vocabulary import KINDS, references
+
+# The choices a recorded human input can be varied to, and the approval decision each one means.
+HUMAN_CHOICES = {"approve": "approved", "reject": "rejected"}
+REASON_CHARS = 400  # the bounded reason of a denial: one or two sentences, never a dump
+DENIAL_LIMIT = 8  # denials in one run before the engine stops a decider that keeps asking
 
 # --- actions ---------------------------------------------------------------------------------------------------
 
@@ -208,6 +242,9 @@ class SourceRun:
     by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     effect_proposal: dict[str, str] = field(default_factory=dict)  # source intent -> its proposal
     result_of: dict[str, str] = field(default_factory=dict)  # source call -> its recorded result or receipt
+    # A branch from a checkpoint: the recorded events up to and including it (restored, not decided again);
+    # `events` then holds the rest. Empty for a replay from the start.
+    history: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def parse(cls, manifest: dict[str, Any], events_jsonl: bytes, *, validate: bool = True) -> SourceRun:
@@ -261,7 +298,7 @@ class SourceRun:
 
     def command_for(self, purpose: str) -> dict[str, Any] | None:
         """The recorded tool call whose receipt was observed (or admitted) for `purpose`: what to rerun."""
-        for e in reversed(self.events):
+        for e in reversed([*self.history, *self.events]):
             if e["kind"] != "evidence.observed":
                 continue
             scope = e.get("scope")
@@ -290,6 +327,9 @@ class View(Protocol):
     def required_for(self, destination: str) -> tuple[str, ...]: ...
     def status_route(self, destination: str) -> tuple[str, tuple[str, ...]] | None: ...
     def executions(self, intent_ref: str) -> list[dict[str, Any]]: ...
+    # Added for issue 18 (additive): the `run.state` (returned to planning) of the latest denial of that intent
+    # (a source intent id, or a decider's own name for one) not since undone by an activation; None otherwise.
+    def denial(self, intent_ref: str) -> dict[str, Any] | None: ...
 
 
 DeciderFn = Callable[[SourceRun, View], Generator[Action, None, None]]
@@ -323,12 +363,37 @@ _DERIVED = frozenset(
 
 
 def recorded(source: SourceRun, view: View) -> Generator[Action, None, None]:
+    # Denied intents (source ids) and the recorded events that depended on one, each with the intent it rests on.
+    tainted: dict[str, str] = {}
     for e in source.events:
         action = _from_event(source, e)
+        if tainted:
+            roots = sorted({tainted[t] for _path, t in references(e) if t in tainted})
+            live = [r for r in roots if view.denial(r) is not None]
+            if live and action is not None:
+                denial = view.denial(live[0]) or {}
+                yield Stop(
+                    None,
+                    e["at"]["logical"],
+                    "stopped",
+                    _bounded(
+                        f"{denial.get('reason')}; the recording's next step ({e['id']}, {e['kind']}) depended on "
+                        f"the denied intent {live[0]}, so the recorded decisions end here"
+                    ),
+                )
+                return
+            if live:
+                tainted[e["id"]] = live[0]
         if action is not None:
             yield action
+            if isinstance(action, Activate) and view.denial(action.intent) is not None:
+                tainted[action.intent] = action.intent
         if view.stopped:
             return
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1].rstrip() + "\u2026"
 
 
 def _from_event(source: SourceRun, e: dict[str, Any]) -> Action | None:
@@ -418,6 +483,7 @@ def _from_event(source: SourceRun, e: dict[str, Any]) -> Action | None:
 
 def careful(source: SourceRun, view: View) -> Generator[Action, None, None]:
     """See the module docstring. Its own steps have `ref=None` and refer to replay ids."""
+    replans = 0
     for action in recorded(source, view):
         if isinstance(action, Admit) and action.purpose.startswith("validation:") and action.artifact:
             observation = view.event(view.resolve(action.observation))
@@ -429,12 +495,6 @@ def careful(source: SourceRun, view: View) -> Generator[Action, None, None]:
         if isinstance(action, Decide | Activate):
             intent = source.by_id.get(action.intent) or {}
             artifact = view.artifact(intent.get("artifact_id"))
-            if artifact is not None:
-                for purpose in view.required_for(intent.get("destination", "")):
-                    if view.has_admitted(purpose, artifact["artifact_id"]):
-                        continue
-                    if not (yield from _revalidate(source, view, purpose, artifact, action.at)):
-                        return
             if artifact is not None:  # judged on its own evidence, never on what it declined to carry forward
                 action = replace(action, admissions=_admitted_for(view, artifact))
         if isinstance(action, Execute):
@@ -446,6 +506,57 @@ def careful(source: SourceRun, view: View) -> Generator[Action, None, None]:
         yield action
         if view.stopped:
             return
+        if isinstance(action, Activate) and view.denial(action.intent) is not None:
+            replans += 1
+            if not (yield from _replan(source, view, action, replans)):
+                return
+
+
+def _replan(source: SourceRun, view: View, action: Activate, replans: int) -> Generator[Action, None, bool]:
+    """Back to planning after a denied effect: a new attempt, the missing validation rerun on the artifact's own
+    tree, one more request on that evidence. True when the effect was allowed after all."""
+    denial = view.denial(action.intent) or {}
+    reason = str(denial.get("reason") or "the effect was denied")
+    numbers = [e.get("number") for e in [*source.history, *source.events] if e["kind"] == "attempt.started"]
+    number = max([n for n in numbers if isinstance(n, int)], default=0) + replans
+    parent = denial.get("attempt")
+    yield StartAttempt(None, action.at, f"{parent or 'run'}.replan-{replans}", number, _bounded(reason), parent)
+    artifact = view.artifact(action.artifact)
+    if artifact is None:
+        yield Stop(None, action.at, "stopped", _bounded(f"{reason}; no artifact to revalidate: stopping, no effect"))
+        return False
+    rerun = False
+    if denial.get("outcome") != "needs_approval":
+        for purpose in view.required_for(action.destination):
+            if view.has_admitted(purpose, artifact["artifact_id"]):
+                continue
+            if not (yield from _revalidate(source, view, purpose, artifact, action.at)):
+                return False
+            rerun = True
+    if not rerun:
+        yield Stop(
+            None,
+            action.at,
+            "stopped",
+            _bounded(
+                f"{reason}; nothing careful can rerun answers it (the evidence it holds for "
+                f"{artifact['artifact_id']} is its own), so it stops with the diff and no effect"
+            ),
+        )
+        return False
+    yield replace(action, admissions=_admitted_for(view, artifact))
+    if view.stopped:
+        return False
+    again = view.denial(action.intent)
+    if again is not None:
+        yield Stop(
+            None,
+            action.at,
+            "stopped",
+            _bounded(f"asked once more after revalidating and denied again: {again.get('reason')}"),
+        )
+        return False
+    return True
 
 
 def _fits(observation: dict[str, Any] | None, artifact: dict[str, Any]) -> bool:

@@ -22,8 +22,9 @@ Two formats use this:
   `credentials`, `authorization`, `code`, `script`) is refused anywhere outside fixture response bodies
   and recorded requests (which are evidence: a captured page may well contain a link).
 - `n17q.replay-package/1` (`ReplayPackage`): what one replay reads. `replay.json` (the replay's identity,
-  mode, the one declared variation, decider, launch instant), the scenario package's files under
-  `scenario/` (its own manifest included and verified again), and the source run as a bundle under
+  mode, the one declared variation, decider, launch instant, and `checkpoint`, the id of the source run's
+  `checkpoint` event it branches from, present only when that is not the run's start), the scenario
+  package's files under `scenario/` (its own manifest included and verified again), and the source run as a bundle under
   `source/` (`manifest.json`, `events.jsonl`, `blobs/sha256/<hex>`).
 """
 
@@ -765,6 +766,7 @@ class ReplayPackage:
     source_manifest: dict[str, Any]
     source_events: bytes  # events.jsonl of the source run
     source_blobs: dict[str, bytes]
+    checkpoint: str | None = None  # the source checkpoint event it branches from; None: the run's start
 
     @property
     def digest(self) -> str:
@@ -783,8 +785,10 @@ def build_replay(
     source_manifest: Mapping[str, Any],
     source_events: bytes,
     source_blobs: Mapping[str, bytes],
+    checkpoint: str | None = None,
 ) -> Package:
-    """The portable replay package a worker hands to the sandbox. Checked (in full) as it will be loaded."""
+    """The portable replay package a worker hands to the sandbox. Checked (in full) as it will be loaded.
+    `checkpoint` "start" or None: from the run's start (replay.json then says nothing, as before branching)."""
     meta: dict[str, Any] = {
         "id": replay_id,
         "run_id": run_id,
@@ -793,6 +797,8 @@ def build_replay(
         "decider": decider,
         "launched_at": launched_at,
     }
+    if checkpoint not in (None, "start"):
+        meta["checkpoint"] = checkpoint
     if scenario is not None:
         meta["scenario_checked"] = {"revision": CHECK_REVISION, "scenario": scenario.digest}
     files: dict[str, bytes] = {
@@ -821,11 +827,17 @@ def load_replay(package: Package, *, full_check: bool = False) -> ReplayPackage:
         _obj(meta, "replay.json"),
         "replay.json",
         required={"id", "run_id", "mode", "vary", "decider", "launched_at"},
-        optional={"scenario_checked"},
+        optional={"scenario_checked", "checkpoint"},
     )
     mode = meta["mode"]
     if mode not in MODES:
         raise PackageError(f"replay.json: mode must be one of {', '.join(MODES)}, got {mode!r}")
+    checkpoint = meta.get("checkpoint")
+    if checkpoint is not None:
+        if not isinstance(checkpoint, str) or not checkpoint or checkpoint == "start":
+            raise PackageError("replay.json: checkpoint must name a checkpoint event of the source run")
+        if mode == "reconstruction":
+            raise PackageError("replay.json: a reconstruction re-projects the whole run; it has no checkpoint")
     vary = _obj(meta["vary"], "replay.json: vary")
     for key, value in vary.items():
         if key.split(".", 1)[0] not in VARY_KEYS or not isinstance(value, str):
@@ -883,4 +895,5 @@ def load_replay(package: Package, *, full_check: bool = False) -> ReplayPackage:
         source_manifest=source_manifest,
         source_events=package.files["source/events.jsonl"],
         source_blobs=blobs,
+        checkpoint=checkpoint,
     )

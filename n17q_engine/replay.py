@@ -73,7 +73,7 @@ import gc
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
@@ -83,6 +83,9 @@ from .bundle import MAX_TITLE_CHARS, title_problem
 from .contracts import Contract, ContractError
 from .deciders import (
     DECIDERS,
+    DENIAL_LIMIT,
+    HUMAN_CHOICES,
+    REASON_CHARS,
     Action,
     Activate,
     Admit,
@@ -106,6 +109,7 @@ from .deciders import (
     Supersede,
     Wait,
     Waive,
+    recorded,
 )
 from .fixtures import Ambiguous, ContractMismatch, Fixture, Hit, Miss
 from .package import (
@@ -296,6 +300,10 @@ class _Log:
     def jsonl(self) -> bytes:
         return "".join(self.lines).encode("utf-8")
 
+    def rewrite(self, event: dict[str, Any]) -> None:
+        """Encode an event again after its fields were completed (the scope note's segment, once restored)."""
+        self.lines[event["seq"] - 1] = canonical.canonical_line(event)
+
 
 def _run_meta(package: ReplayPackage, source: SourceRun, **fields: Any) -> dict[str, Any]:
     src = source.run
@@ -420,38 +428,55 @@ class _Engine:
         self.sc = sc
         vary = package.vary
         self.decider: Decider = self._decider(vary.get("decider", package.decider))
-        self.policy: Policy = self._policy(vary.get("policy"))
-        self.faults: list[Fault] = list(sc.faults)
+        # What the counterfactual's variable sets, held apart: a replay from the start applies it at once; a
+        # branch restores the history before its checkpoint as a rerun would (the scenario's policy, faults,
+        # delays and clock; no budget limit; the recorded human decisions) and applies it at the checkpoint.
+        self.varied_policy: Policy = self._policy(vary.get("policy"))
+        self.varied_faults: list[Fault] = list(sc.faults)
         if "fault" in vary:
             tool, _, stage = vary["fault"].partition(":")
             try:
-                self.faults.append(check_fault(sc.contracts, {"tool": tool, "stage": stage}, "vary fault"))
+                self.varied_faults.append(check_fault(sc.contracts, {"tool": tool, "stage": stage}, "vary fault"))
             except PackageError as exc:
                 raise ReplayError(str(exc)) from None
-        self.delays = dict(sc.delays)
-        self.budget_limits: dict[str, float] = {}
-        self.human_override: str | None = None
+        self.varied_delays = dict(sc.delays)
+        self.varied_limits: dict[str, float] = {}
+        self.varied_human: str | None = None
+        self.varied_choice: dict[str, str] | None = None
+        self.branch_index = self._branch(package.checkpoint)
         for key, value in vary.items():
             head, _, rest = key.partition(".")
             if head == "delay":
                 if rest not in sc.contracts or sc.contracts.get(rest).effect_class != "mutation":
                     raise ReplayError(f"vary delay.{rest}: not a mutation contract of the scenario")
-                self.delays[rest] = _number(value, key)
+                self.varied_delays[rest] = _number(value, key)
             elif head == "budget":
                 if rest not in ("tokens", "turns", "compute_s", "artifacts"):
                     raise ReplayError(f"vary budget.{rest}: not a budget resource")
-                self.budget_limits[rest] = _number(value, key)
-            elif head == "human":
+                self.varied_limits[rest] = _number(value, key)
+            elif key == "human":
                 if value not in ("approved", "rejected"):
                     raise ReplayError("vary human: approved or rejected")
-                self.human_override = value
+                self.varied_human = value
+            elif head == "human":
+                self.varied_choice = self._human_choice(rest, value)
             elif head == "clock":
                 try:
                     parse_time(value)
                 except (TypeError, ValueError) as exc:
                     raise ReplayError(f"vary clock: {exc}") from None
-        start = vary.get("clock", sc.clock_start)
-        self.shift = parse_time(start) - parse_time(sc.clock_start)
+        # What applies now: the baseline until a branch's checkpoint (`_enter_segment`).
+        self.policy: Policy = self._policy(None)
+        self.faults: list[Fault] = list(sc.faults)
+        self.delays = dict(sc.delays)
+        self.budget_limits: dict[str, float] = {}
+        self.human_override: str | None = None
+        self.human_choice: dict[str, str] | None = None
+        self.shift = timedelta(0)
+        start = sc.clock_start
+        if self.branch_index is None:
+            start = vary.get("clock", sc.clock_start)
+            self.shift = parse_time(start) - parse_time(sc.clock_start)
         self.clock = LogicalClock(parse_time(start))
         self._now_at, self._now_s = self.clock.now, iso(self.clock.now)
         self._paced: str | None = None
@@ -484,6 +509,13 @@ class _Engine:
         self.missing: list[dict[str, Any]] = []
         # replay event id -> the excluded tool it stands for: results not evaluated, and what rests on them
         self.unevaluated: dict[str, str] = {}
+        # intent ref (source id, or a decider's own name) -> the run.state of its latest denial not since undone
+        self.denials: dict[str, dict[str, Any]] = {}
+        self.denied = 0
+        self.segment: dict[str, Any] = {}  # the scope note's `segment`, filled as the branch is restored
+        self.scope_event: dict[str, Any] | None = None
+        if self.branch_index is None:
+            self._enter_segment()
 
     # ------------------------------------------------------------------ set-up
 
@@ -493,6 +525,71 @@ class _Engine:
         if decider is None:
             raise ReplayError(f"unknown decider {name!r} (known: {', '.join(sorted(DECIDERS))})")
         return decider
+
+    def _branch(self, checkpoint: str | None) -> int | None:
+        """The index in the source's events of the checkpoint a branch starts from (None: the run's start)."""
+        if checkpoint is None:
+            return None
+        event = self.source.by_id.get(checkpoint)
+        if event is None or event["kind"] != "checkpoint":
+            held = [e["id"] for e in self.source.events if e["kind"] == "checkpoint"]
+            raise ReplayError(
+                f"checkpoint {checkpoint!r}: run {self.source.run.get('id')} holds no checkpoint event by that id "
+                f"(it holds: start{''.join(', ' + h for h in held[:20])})"
+            )
+        return next(i for i, e in enumerate(self.source.events) if e is event)
+
+    def _human_choice(self, event_id: str, choice: str) -> dict[str, str]:
+        """A counterfactual `human.<event id>=<choice>`, checked against the recording: the input, its choice,
+        and the recorded approval that input led to (which the choice decides)."""
+        src = self.source
+        event = src.by_id.get(event_id)
+        if event is None or event["kind"] != "human.input":
+            raise ReplayError(f"vary human.{event_id}: run {src.run.get('id')} holds no human input by that id")
+        if choice not in HUMAN_CHOICES:
+            raise ReplayError(f"vary human.{event_id}: the choice is one of {', '.join(HUMAN_CHOICES)}, not {choice!r}")
+        if choice == event["action"]:
+            raise ReplayError(f"vary human.{event_id}: the recorded choice was already {choice!r}: nothing changes")
+        at = next(i for i, e in enumerate(src.events) if e is event)
+        if self.branch_index is not None and at <= self.branch_index:
+            raise ReplayError(
+                f"vary human.{event_id}: the input comes before checkpoint {src.events[self.branch_index]['id']}, "
+                "whose history the branch restores as recorded; choose an input after it"
+            )
+        for later in src.events[at + 1 :]:
+            if (
+                later["kind"] == "approval.recorded"
+                and later.get("actor_role") == event.get("actor_role")
+                and later.get("subject") in src.effect_proposal
+            ):
+                return {"input": event_id, "choice": choice, "approval": later["id"], "decision": HUMAN_CHOICES[choice]}
+        raise ReplayError(
+            f"vary human.{event_id}: no approval of an effect by the {event.get('actor_role')} follows it in the "
+            "recording, so the choice would decide nothing the engine replays"
+        )
+
+    def _enter_segment(self) -> None:
+        """The declared variable takes effect: at once from the start, at the checkpoint for a branch."""
+        self.policy = self.varied_policy
+        self.faults = list(self.varied_faults)
+        self.delays = dict(self.varied_delays)
+        self.budget_limits = dict(self.varied_limits)
+        self.human_override = self.varied_human
+        self.human_choice = self.varied_choice
+        clock = self.package.vary.get("clock")
+        if self.branch_index is not None and clock is not None:
+            # The segment resumes at the varied instant; the recorded steps after the checkpoint keep their
+            # spacing from it. The clock never moves back: an earlier instant leaves it where it was restored.
+            recorded_at = parse_time(self.source.events[self.branch_index]["at"]["logical"])
+            self.shift = parse_time(clock) - recorded_at
+            self.advance_to(parse_time(clock), None, "the counterfactual's clock at the branch checkpoint")
+        for resource, limit in sorted(self.budget_limits.items()):
+            if self.spent.get(resource, 0) > limit:
+                self.stop(
+                    "stopped",
+                    f"budget exhausted at the checkpoint: {resource} {self.spent[resource]:g} > {limit:g} "
+                    "spent in the restored history",
+                )
 
     def _policy(self, revision: str | None) -> Policy:
         revision = revision or self.sc.current_policy
@@ -539,6 +636,9 @@ class _Engine:
     def executions(self, intent_ref: str) -> list[dict[str, Any]]:
         intent = self.intent_of.get(intent_ref, intent_ref)
         return list(self.execs.get(intent, []))
+
+    def denial(self, intent_ref: str) -> dict[str, Any] | None:
+        return self.denials.get(intent_ref)
 
     # ------------------------------------------------------------------ emitting
 
@@ -618,9 +718,17 @@ class _Engine:
         progress = PROGRESS
         if progress is not None:
             progress(len(self.log.events), self.now, self.checkpoint_id)
-        actions = self.decider.actions(self.source, self)
+        actions = None
+        step = 0
         try:
-            for step, action in enumerate(actions, 1):
+            if self.branch_index is not None:
+                step = self._restore(progress)
+                self._enter_segment()
+            history = self.source.events[: self.branch_index + 1] if self.branch_index is not None else []
+            segment = replace(self.source, events=self.source.events[len(history) :], history=history)
+            actions = self.decider.actions(segment, self)
+            for action in actions:
+                step += 1
                 self.pace(action)
                 self.perform(action)
                 if progress is not None and step % PROGRESS_EVERY == 0:
@@ -629,9 +737,69 @@ class _Engine:
         except _Stopped:
             pass
         finally:
-            actions.close()
+            if actions is not None:
+                actions.close()
         self._finish()
         return self._output()
+
+    def _restore(self, progress: Any) -> int:
+        """Rebuild the world, workspaces, clock and budget at the branch checkpoint by performing the recorded
+        decisions up to it against the fixtures, exactly as a rerun would. A history that cannot be re-run (a
+        fixture it needs is missing, say) stops the replay there, in the state that says why (DESIGN §5: a
+        missing fixture is `incomplete_test_world`, with its record), and the scope note says the checkpoint was
+        not restored. Returns the number of steps performed."""
+        assert self.branch_index is not None
+        checkpoint = self.source.events[self.branch_index]
+        history = self.source.events[: self.branch_index + 1]
+        steps = recorded(replace(self.source, events=history), self)
+        step = 0
+        written = len(self.log.events)
+        try:
+            for action in steps:
+                step += 1
+                self.pace(action)
+                self.perform(action)
+                if progress is not None and step % PROGRESS_EVERY == 0:
+                    progress(len(self.log.events), self.now, self.checkpoint_id)
+        except _Stopped:
+            state, reason = self.final or ("stopped", "the restoration stopped")
+            self.final = (
+                state,
+                f"checkpoint {checkpoint['id']} could not be restored (its recorded history re-run against the "
+                f"fixtures stopped): {reason}",
+            )
+            self.segment.update(restored=None, not_restored=self.final[1])
+            self._rewrite_scope()
+            raise
+        finally:
+            steps.close()
+        branch = self.log.by_id.get(self.map.get(checkpoint["id"], ""))
+        if branch is None:  # the recorded decider always performs the checkpoint it ends on
+            self.stop("failed", f"checkpoint {checkpoint['id']} was not reached while restoring its history")
+        restored = {
+            "checkpoint": branch["id"],
+            "world_revision": branch["world_revision"],
+            "workspaces": dict(branch["workspaces"]),
+            "clock": branch["clock"],
+            "budget": dict(sorted(self.spent.items())),
+            "events": len(self.log.events) - written,
+        }
+        recorded_at = self.segment["recorded"]
+        differs = []
+        for key in ("world_revision", "workspaces", "clock", "budget"):
+            if recorded_at.get(key) != restored[key]:
+                differs.append(
+                    f"{key}: recorded {canonical.canonical_json(recorded_at.get(key)).decode()}, restored "
+                    f"{canonical.canonical_json(restored[key]).decode()}"
+                )
+        self.segment.update(restored=restored, differs=differs)
+        self._rewrite_scope()
+        return step
+
+    def _rewrite_scope(self) -> None:
+        if self.scope_event is not None:
+            self.scope_event["segment"] = dict(self.segment)
+            self.log.rewrite(self.scope_event)
 
     def _scope_note(self) -> None:
         sc = self.sc
@@ -659,10 +827,48 @@ class _Engine:
             },
             decider=self.decider.name,
             vary=dict(self.package.vary),
-            policy_revision=self.policy.revision,
+            policy_revision=self.varied_policy.revision,
             package=self.package.digest,
             scenario_digest=sc.digest,
+            segment=self._segment_note(),
         )
+        self.scope_event = self.log.by_id[self.log.events[-1]["id"]]
+
+    def _segment_note(self) -> dict[str, Any]:
+        """What the replay evaluates: from which checkpoint, and what the history before it holds (as recorded;
+        `restored` is added once the engine has rebuilt it)."""
+        if self.branch_index is None:
+            self.segment = {
+                "from_checkpoint": "start",
+                "evaluated": f"the whole run, decided by {self.decider.name} from the scenario's start",
+            }
+            return dict(self.segment)
+        src = self.source
+        checkpoint = src.events[self.branch_index]
+        before = src.events[self.branch_index - 1] if self.branch_index > 0 else None
+        spent: dict[str, float] = {}
+        for e in src.events[: self.branch_index]:
+            if e["kind"] == "budget.charged":
+                spent[e["resource"]] = spent.get(e["resource"], 0) + e["amount"]
+        self.segment = {
+            "from_checkpoint": checkpoint["id"],
+            "recorded": {
+                "world_revision": checkpoint.get("world_revision"),
+                "workspaces": dict(checkpoint.get("workspaces") or {}),
+                "clock": checkpoint.get("clock"),
+                "budget": dict(sorted(spent.items())),
+                "before": {"event": before["id"], "kind": before["kind"]} if before else None,
+            },
+            "history_events": self.branch_index + 1,
+            "evaluated": (
+                f"from checkpoint {checkpoint['id']} to the end, decided by {self.decider.name}; the history "
+                "before it is the recording's, re-run with its recorded decisions to restore the world, and is "
+                "not evaluated"
+            ),
+            "variable_from": "the checkpoint",
+            "restored": None,
+        }
+        return dict(self.segment)
 
     def _checkpoint(self, ref: str | None) -> None:
         workspaces = {}
@@ -1162,22 +1368,36 @@ class _Engine:
     def _human(self, a: HumanInput) -> None:
         visible = [self.map.get(v, v) for v in a.visible if v in self.map or v in self.objects]
         unmapped = [v for v in a.visible if v not in self.map and v not in self.objects]
+        fields: dict[str, Any] = {"action": a.action, "note": a.note, "origin": "recorded"}
+        choice = self.human_choice
+        if choice is not None and a.ref == choice["input"]:
+            # The one variable of this counterfactual: the human chose otherwise. The note was the recorded
+            # human's words about the recorded choice, so it is not carried over.
+            fields = {
+                "action": choice["choice"],
+                "note": None,
+                "origin": "varied",
+                "recorded_action": a.action,
+                "decides": f"the {a.actor_role}'s approval {choice['approval']}: {choice['decision']}",
+            }
         self.emit(
             "human.input",
             ref=a.ref,
             actor_role=a.actor_role,
             visible_ids=visible,
-            action=a.action,
-            note=a.note,
-            origin="recorded",
             unmapped_visible=unmapped,
+            **fields,
         )
 
     def _recorded_approval(self, a: RecordedApproval) -> None:
         e = a.event
         decision = e["decision"]
+        chosen = decision
         if a.intent is not None and e["origin"] in ("human", "simulated") and decision in ("approved", "rejected"):
-            self.approved[a.intent] = (self.human_override or decision, e["actor_role"])
+            chosen = self.human_override or decision
+            if self.human_choice is not None and a.ref == self.human_choice["approval"]:
+                chosen = self.human_choice["decision"]
+            self.approved[a.intent] = (chosen, e["actor_role"])
         proposal = self.source.effect_proposal.get(a.intent or "")
         self.emit(
             "approval.recorded",
@@ -1193,6 +1413,7 @@ class _Engine:
             historical_origin=e["origin"],
             historical_subject=e["subject"],
             authority="none: historical approvals are read-only evidence in a replay",
+            **({"decided_in_replay": chosen} if chosen != decision else {}),
         )
 
     # policy and effects
@@ -1263,18 +1484,16 @@ class _Engine:
         outcome, required, reasons, approval = self._evaluate(a.destination, a.artifact, admissions, a.intent)
         decision_fields = {"policy_revision": self.policy.revision, "input_ids": admissions, "required": required}
         if outcome != "allow":
-            self.emit(
+            decision = self.emit(
                 "policy.decision", subject=proposal or a.intent, outcome=outcome, reasons=reasons, **decision_fields
             )
-            if outcome == "needs_approval":
-                self.stop(
-                    "paused", f"intent for {a.destination} needs an approval the replay cannot simulate: {reasons[0]}"
-                )
-            self.stop(
-                "stopped",
-                f"{self.policy.revision} denied the intent for {a.destination} ({'; '.join(reasons)}); the recorded "
-                "run went on to activate it, so the recorded decisions end here",
+            what = (
+                f"{self.policy.revision} holds the intent for {a.destination} for an approval"
+                if outcome == "needs_approval"
+                else f"{self.policy.revision} denied the intent for {a.destination}"
             )
+            self._return_to_planning(a, decision, outcome, None, what, reasons)
+            return
         intent_id = self.log.new_id("effect.intent")
         prospective: list[dict[str, Any]] = []
         approval_id = None
@@ -1321,7 +1540,7 @@ class _Engine:
         if self.policy.lineage_gate:
             blocking = self._gate(prospective, intent_id)
             if blocking:
-                self.emit(
+                decision = self.emit(
                     "policy.decision",
                     subject=proposal or a.intent,
                     outcome="deny",
@@ -1329,20 +1548,53 @@ class _Engine:
                     gate="lineage",
                     **decision_fields,
                 )
-                codes = ", ".join(sorted({f.code for f in blocking}))
-                self.stop(
-                    "stopped",
-                    f"the final gate of {self.policy.revision} denied the intent for {a.destination} ({codes}); the "
-                    "recorded run went on to activate it, so the recorded decisions end here",
+                codes = sorted({f.code for f in blocking})
+                self._return_to_planning(
+                    a,
+                    decision,
+                    "deny",
+                    "lineage",
+                    f"the final gate of {self.policy.revision} denied the intent for {a.destination}",
+                    codes,
                 )
+                return
         for event in prospective:
             event["at"]["logical"] = self.now
             self.log.append(event)
+        self.denials.pop(a.intent, None)  # asked again and allowed: the denial no longer stands
         self.map[a.intent] = intent_id
         if a.ref is not None:
             self.map[a.ref] = intent_id
         self.intent_of[a.intent] = intent_id
         self.intents[intent_id] = {"args": a.args, "destination": a.destination}
+
+    def _return_to_planning(
+        self, a: Activate, decision: str, outcome: str, gate: str | None, what: str, why: list[str]
+    ) -> None:
+        """A denied effect does not end the run: the decider is told the bounded reason (a `run.state running`
+        it reads through `View.denial`) and asked what next. See deciders.py, "Denied effects"."""
+        self.denied += 1
+        artifact = a.artifact
+        missing = [p for p in self.required_for(a.destination) if not (artifact and self.has_admitted(p, artifact))]
+        reason = f"returned to planning: {what} ({'; '.join(why)})"
+        if len(reason) > REASON_CHARS:
+            reason = reason[: REASON_CHARS - 1].rstrip() + "\u2026"
+        event_id = self.emit(
+            "run.state",
+            state="running",
+            reason=reason,
+            returned_to="planning",
+            decision_id=decision,
+            denied_intent=a.intent,
+            destination=a.destination,
+            outcome=outcome,
+            gate=gate,
+            missing_purposes=missing,
+            denials=self.denied,
+        )
+        self.denials[a.intent] = self.log.by_id[event_id]
+        if self.denied >= DENIAL_LIMIT:
+            self.stop("stopped", f"denied {self.denied} times in one run (the limit); the last: {reason}")
 
     def _draft(self, kind: str, event_id: str, **fields: Any) -> dict[str, Any]:
         return {

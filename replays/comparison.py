@@ -6,6 +6,13 @@ delivery, approval before send, bounded attempts, account matches world); text (
 is compared qualitatively: the same words or not, shown side by side, never scored. There is no single
 replay score: a run can hold every invariant and still diverge, and the report keeps those apart.
 
+Segments (issue 18): a replay that branched from a recorded checkpoint names it in its scope note
+(`segment.from_checkpoint`, and `segment.restored.checkpoint`, the replay's own checkpoint event where the
+branch began). The layers then compare only what follows the checkpoint in each run: the history before it is
+the recording's by construction (the replay re-ran the recorded decisions to restore it), so those dimensions
+are left unevaluated, and the report says how many events on each side it set aside. The hard invariants are
+still computed on each whole run: they are facts about what happened, wherever it happened.
+
 Pairing: a replay re-derives its own event ids, so events are paired by position within a layer (the n-th
 proposal of the source with the n-th of the replay). The first divergence is the earliest pair, by the
 source's order, whose signatures differ; it links to both events. Each layer reads only its kinds through
@@ -73,13 +80,68 @@ class Comparison:
     historical_approvals: list[dict[str, Any]]
     # claims of the replay resting on an excluded tool's answer: neither supported nor contradicted here
     unevaluated_claims: list[dict[str, Any]] = field(default_factory=list)
+    # a branch from a recorded checkpoint: what was compared and what was set aside (None: the whole run)
+    segment: Segment | None = None
 
 
-def _events(run: Run, kinds: tuple[str, ...]) -> tuple[list[dict[str, Any]], bool]:
-    bodies = list(
-        Event.objects.filter(run=run, kind__in=kinds).order_by("seq").values_list("body", flat=True)[: LAYER_CAP + 1]
-    )
+@dataclass(frozen=True)
+class Segment:
+    from_checkpoint: str
+    replay_checkpoint: str | None  # None: the replay never got there (its history could not be restored)
+    source_set_aside: int  # events of the source up to and including the checkpoint, not compared
+    replay_set_aside: int  # events of the replay up to and including its branch checkpoint, not compared
+    restored: dict[str, Any] | None
+    differs: list[str]
+    not_restored: str
+
+    @property
+    def note(self) -> str:
+        if self.replay_checkpoint is None:
+            return (
+                f"This replay branched from checkpoint {self.from_checkpoint}, which it could not restore: "
+                f"{self.not_restored or 'the history before it did not re-run'}. Nothing after the checkpoint "
+                "exists to compare; the layers below are empty on the replay's side."
+            )
+        return (
+            f"Compared from checkpoint {self.from_checkpoint} to the end. Before it, {self.source_set_aside} "
+            f"recorded events and the replay's {self.replay_set_aside} events that re-ran them to restore the world "
+            "are the recording's history by construction, so those dimensions are left unevaluated. The hard "
+            "invariants below are computed on each whole run."
+        )
+
+
+def _events(run: Run, kinds: tuple[str, ...], after: int = 0) -> tuple[list[dict[str, Any]], bool]:
+    rows = Event.objects.filter(run=run, kind__in=kinds)
+    if after:
+        rows = rows.filter(seq__gt=after)
+    bodies = list(rows.order_by("seq").values_list("body", flat=True)[: LAYER_CAP + 1])
     return bodies[:LAYER_CAP], len(bodies) > LAYER_CAP
+
+
+def _segment(source: Run, replay_run: Run, scope: dict[str, Any] | None) -> tuple[Segment | None, int, int]:
+    """The branch a replay's scope note names, and the seq after which each run is compared (0: from the start)."""
+    segment = (scope or {}).get("segment") or {}
+    checkpoint = segment.get("from_checkpoint")
+    if not isinstance(checkpoint, str) or checkpoint == "start":
+        return None, 0, 0
+    src_cut = Event.objects.filter(run=source, event_id=checkpoint).values_list("seq", flat=True).first() or 0
+    restored = segment.get("restored") if isinstance(segment.get("restored"), dict) else None
+    branch = str(restored.get("checkpoint")) if restored else None
+    rep_cut = 0
+    if branch is not None:
+        rep_cut = Event.objects.filter(run=replay_run, event_id=branch).values_list("seq", flat=True).first() or 0
+    else:  # never restored: everything the replay wrote was history
+        rep_cut = Event.objects.filter(run=replay_run).order_by("-seq").values_list("seq", flat=True).first() or 0
+    info = Segment(
+        from_checkpoint=checkpoint,
+        replay_checkpoint=branch,
+        source_set_aside=Event.objects.filter(run=source, seq__lte=src_cut).count(),
+        replay_set_aside=Event.objects.filter(run=replay_run, seq__lte=rep_cut).count(),
+        restored=restored,
+        differs=[str(d) for d in segment.get("differs") or []],
+        not_restored=str(segment.get("not_restored") or ""),
+    )
+    return info, src_cut, rep_cut
 
 
 def _pair(layer: Layer, src: list[dict[str, Any]], rep: list[dict[str, Any]], sig: Any, text: Any = None) -> None:
@@ -114,10 +176,14 @@ def comparison_build(replay_run: Run) -> Comparison:
     source = replay_run.parent
     assert source is not None
     layers: list[Layer] = []
+    scope = (
+        Event.objects.filter(run=replay_run, kind="replay.scope").order_by("seq").values_list("body", flat=True).first()
+    )
+    segment, src_cut, rep_cut = _segment(source, replay_run, scope)
 
     def layer(key: str, title: str, kinds: tuple[str, ...]) -> tuple[Layer, list[dict[str, Any]], list[dict[str, Any]]]:
-        src, t1 = _events(source, kinds)
-        rep, t2 = _events(replay_run, kinds)
+        src, t1 = _events(source, kinds, src_cut)
+        rep, t2 = _events(replay_run, kinds, rep_cut)
         item = Layer(key, title, truncated=t1 or t2)
         layers.append(item)
         return item, src, rep
@@ -146,8 +212,8 @@ def comparison_build(replay_run: Run) -> Comparison:
         f"recorded: {', '.join(e['outcome'] for e in src_d) or 'none'}; "
         f"replay: {', '.join(e['outcome'] for e in rep_d) or 'none'}"
     )
-    approvals, _ = _events(replay_run, ("approval.recorded",))
-    intents, _ = _events(replay_run, ("effect.intent",))
+    approvals, _ = _events(replay_run, ("approval.recorded",), rep_cut)
+    intents, _ = _events(replay_run, ("effect.intent",), rep_cut)
     used_ids = {i.get("approval_id") for i in intents}
     historical = []
     for a in approvals:
@@ -234,17 +300,17 @@ def comparison_build(replay_run: Run) -> Comparison:
         order = (diverged.source or {}).get("seq") or 10**12 + ((diverged.replay or {}).get("seq") or 0)
         if best is None or order < best:
             best, first = order, (item, diverged)
-    scope = Event.objects.filter(run=replay_run, kind="replay.scope").order_by("seq").values_list("body", flat=True)
     return Comparison(
         source=source,
         replay_run=replay_run,
-        scope=scope.first(),
+        scope=scope,
         layers=layers,
         invariants=invariants,
         first_divergence=first,
         deliveries={"source": src_inv["_deliveries"], "replay": rep_inv["_deliveries"]},
         historical_approvals=historical,
         unevaluated_claims=unevaluated,
+        segment=segment,
     )
 
 

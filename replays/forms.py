@@ -30,6 +30,8 @@ class CounterfactualForm(LaunchForm):
     variable = forms.ChoiceField(widget=forms.RadioSelect, label="The one variable to change")
     policy = forms.ChoiceField(required=False, label="Policy revision")
     decider = forms.ChoiceField(required=False, label="Decider")
+    # Every recorded approval at once (`approved` / `rejected`), or one recorded human input varied to another
+    # choice (`<event id>=<choice>`, the variable `human.<event id>`); `launch.human_choices` lists them.
     human = forms.ChoiceField(
         required=False, label="Human choice", choices=[("approved", "approved"), ("rejected", "rejected")]
     )
@@ -48,14 +50,17 @@ class CounterfactualForm(LaunchForm):
         self.choice_field("variable").choices = list(VARIABLES.items())
         for name in ("policy", "decider", "fault", "budget_resource", "delay_tool", "checkpoint"):
             self.choice_field(name).choices = choices.get(name, [])
+        if "human" in choices:
+            self.choice_field("human").choices = choices["human"]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         variable = data.get("variable")
+        human_input, _, human_choice = (data.get("human") or "").rpartition("=")
         values = {
             "policy": ("policy", data.get("policy")),
             "decider": ("decider", data.get("decider")),
-            "human": ("human", data.get("human")),
+            "human": (f"human.{human_input}", human_choice) if human_input else ("human", data.get("human")),
             "fault": ("fault", data.get("fault")),
             "clock": ("clock", (data.get("clock") or "").strip()),
             "budget": (f"budget.{data.get('budget_resource')}", (data.get("budget_amount") or "").strip()),

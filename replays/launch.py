@@ -1,9 +1,12 @@
 """What a replay button says before anything starts (DESIGN §6): the pre-launch summary.
 
-`launch_summary(run, mode=…, vary=…, version=…)` is computed from the source run and the pinned scenario
-version only, and is stored on the `Replay` when it is created (`Replay.environment`): the page that shows
-it before launch and the replay page afterwards show the same facts, and nothing the replay does can change
-them. `vary_check` refuses a variation the scenario cannot honour before a replay is queued.
+`launch_summary(run, mode=…, vary=…, version=…, checkpoint=…)` is computed from the source run and the pinned
+scenario version only, and is stored on the `Replay` when it is created (`Replay.environment`): the page that
+shows it before launch and the replay page afterwards show the same facts, and nothing the replay does can
+change them. `vary_check` refuses a variation the scenario cannot honour before a replay is queued;
+`source_check` refuses a checkpoint or a human choice the source run does not hold (issue 18: branching from a
+recorded checkpoint, a human choice as the variable). `checkpoint_choices` and `human_choices` are what the
+counterfactual form offers.
 """
 
 from __future__ import annotations
@@ -13,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.db.models.fields.json import KeyTextTransform
 
 from fixtures_review.models import ScenarioVersion
 from fixtures_review.scenarios import ScenarioRefused, scenario_package
 from n17q_engine.canonical import digest_json
-from n17q_engine.deciders import DECIDERS
+from n17q_engine.deciders import DECIDERS, HUMAN_CHOICES
 from n17q_engine.package import PackageError, ScenarioPackage, check_fault, load_scenario
 from n17q_engine.vocabulary import FAULT_STAGES
 from n17q_engine.world import namespace_for, parse_time
@@ -103,8 +106,10 @@ def vary_check(sc: ScenarioPackage | None, vary: dict[str, str]) -> None:
         head, _, rest = key.partition(".")
         if head == "decider" and value not in DECIDERS:
             raise VaryRefused(f"unknown decider {value!r} (known: {', '.join(sorted(DECIDERS))})")
-        if head == "human" and value not in ("approved", "rejected"):
+        if key == "human" and value not in ("approved", "rejected"):
             raise VaryRefused("human choice: approved or rejected")
+        if head == "human" and rest and value not in HUMAN_CHOICES:
+            raise VaryRefused(f"human.{rest}: the choice is one of {', '.join(HUMAN_CHOICES)}, not {value!r}")
         if head == "clock":
             try:
                 parse_time(value)
@@ -131,6 +136,147 @@ def vary_check(sc: ScenarioPackage | None, vary: dict[str, str]) -> None:
                 raise VaryRefused(str(exc)) from None
         if head == "delay" and (rest not in sc.contracts or sc.contracts.get(rest).effect_class != "mutation"):
             raise VaryRefused(f"delay.{rest}: not a mutation contract of {sc.name}@{sc.version}")
+
+
+# --- branching from a checkpoint, human choices (issue 18) ---------------------------------------------------------
+
+CHECKPOINTS_SHOWN = 200  # a run with more checkpoints offers its first 200 (and start)
+
+
+@dataclass(frozen=True)
+class CheckpointFacts:
+    """A recorded checkpoint as the form and the summary describe it: what the recording held there."""
+
+    id: str
+    seq: int
+    logical: str
+    world_revision: Any
+    workspaces: dict[str, Any]
+    before: str  # "<event id> (<kind>)" of the event before it, or ""
+
+    @property
+    def label(self) -> str:
+        trees = ", ".join(f"{ws} (tree {str(tree)[:15]}…)" for ws, tree in sorted(self.workspaces.items()))
+        return (
+            f"{self.id}: logical {self.logical}, world revision {self.world_revision}, "
+            f"workspaces {trees or 'none'}{f', after {self.before}' if self.before else ''}"
+        )
+
+
+def run_checkpoints(run: Run, only: str | None = None) -> list[CheckpointFacts]:
+    """The source run's `checkpoint` events in order, each with the event before it. One query."""
+    before = Event.objects.filter(run=run, seq__lt=OuterRef("seq")).order_by("-seq")
+    rows = (
+        Event.objects.filter(run=run, kind="checkpoint", **({"event_id": only} if only else {}))
+        .annotate(before_id=Subquery(before.values("event_id")[:1]), before_kind=Subquery(before.values("kind")[:1]))
+        .order_by("seq")
+        .values_list("event_id", "seq", "body", "before_id", "before_kind")[:CHECKPOINTS_SHOWN]
+    )
+    return [
+        CheckpointFacts(
+            event_id,
+            seq,
+            str(((body or {}).get("at") or {}).get("logical") or (body or {}).get("clock") or ""),
+            (body or {}).get("world_revision"),
+            dict((body or {}).get("workspaces") or {}),
+            f"{before_id} ({before_kind})" if before_id else "",
+        )
+        for event_id, seq, body, before_id, before_kind in rows
+    ]
+
+
+def checkpoint_choices(run: Run, sc: ScenarioPackage | None) -> list[tuple[str, str]]:
+    start = f"start: the run's start, world revision {sc.world.get('revision') if sc else 0}, clock " + (
+        sc.clock_start if sc else "as recorded"
+    )
+    return [("start", start)] + [(c.id, c.label) for c in run_checkpoints(run)]
+
+
+def human_choices(run: Run) -> list[tuple[str, str]]:
+    """The run's human inputs that decide an approval of an effect, each with the choices it could be varied to
+    (as `human.<id>=<choice>` values), after the two whole-run choices of the plain `human` variable."""
+    out = [("approved", "every recorded approval: approved"), ("rejected", "every recorded approval: rejected")]
+    for event_id, action, role, _approval in _human_inputs(run):
+        for choice in HUMAN_CHOICES:
+            if choice != action:
+                out.append((f"{event_id}={choice}", f"{event_id} ({role}, recorded: {action}) → {choice}"))
+    return out
+
+
+def _human_inputs(run: Run) -> list[tuple[str, str, str, str]]:
+    """(input id, recorded action, actor role, the approval it decides) for each human input followed by an
+    approval of an effect by the same role (the engine's rule, n17q_engine.replay `_human_choice`). Three queries."""
+    inputs = list(
+        Event.objects.filter(run=run, kind="human.input").order_by("seq").values_list("event_id", "seq", "body")[:200]
+    )
+    if not inputs:
+        return []
+    approvals = list(
+        Event.objects.filter(run=run, kind="approval.recorded", seq__gt=inputs[0][1])
+        .order_by("seq")
+        .values_list("event_id", "seq", "body")[:1000]
+    )
+    intents = set(
+        Event.objects.filter(
+            run=run, kind="effect.intent", event_id__in=[str((b or {}).get("subject")) for _i, _s, b in approvals]
+        ).values_list("event_id", flat=True)
+    )
+    out = []
+    for event_id, seq, body in inputs:
+        role = (body or {}).get("actor_role")
+        decided = next(
+            (
+                a_id
+                for a_id, a_seq, a_body in approvals
+                if a_seq > seq and (a_body or {}).get("actor_role") == role and (a_body or {}).get("subject") in intents
+            ),
+            None,
+        )
+        if decided is not None:
+            out.append((event_id, str((body or {}).get("action")), str(role), decided))
+    return out
+
+
+def source_check(run: Run, *, mode: str, vary: dict[str, str], checkpoint: str) -> CheckpointFacts | None:
+    """Refuse, in one sentence, a checkpoint or a human choice the source run does not hold (the engine would
+    refuse it after queueing). Returns the checkpoint's facts (None: the run's start)."""
+    facts = None
+    if checkpoint != "start":
+        if mode == "reconstruction":
+            raise VaryRefused("a reconstruction re-projects the whole run: it starts at the run's start only")
+        found = run_checkpoints(run, only=checkpoint)
+        if not found:
+            held = ", ".join(["start", *(c.id for c in run_checkpoints(run))][:12])
+            raise VaryRefused(f"checkpoint {checkpoint!r}: run {run.run_id} holds no checkpoint by that id ({held})")
+        facts = found[0]
+    for key, value in vary.items():
+        head, _, rest = key.partition(".")
+        if head == "human" and rest:
+            known = {i: action for i, action, _role, _approval in _human_inputs(run)}
+            if rest not in known:
+                raise VaryRefused(
+                    f"human.{rest}: not a human input of {run.run_id} that decides an approval of an effect"
+                )
+            if known[rest] == value:
+                raise VaryRefused(f"human.{rest}: the recorded choice was already {value!r}: nothing changes")
+            if facts is not None:
+                at = Event.objects.filter(run=run, event_id=rest).values_list("seq", flat=True).first() or 0
+                if at <= facts.seq:
+                    raise VaryRefused(
+                        f"human.{rest} comes before checkpoint {facts.id}, whose history the branch restores as "
+                        "recorded; choose an input after it, or branch earlier"
+                    )
+        if head == "clock" and facts is not None:
+            try:
+                later = parse_time(value) >= parse_time(facts.logical)
+            except (TypeError, ValueError):
+                later = True  # vary_check says what is wrong with the value itself
+            if not later:
+                raise VaryRefused(
+                    f"clock {value} is before checkpoint {facts.id} ({facts.logical}): a branch resumes at or after "
+                    "its checkpoint, time does not run back"
+                )
+    return facts
 
 
 def fault_choices(sc: ScenarioPackage | None) -> list[str]:
@@ -180,11 +326,47 @@ def _fixture_completeness(run: Run, sc: ScenarioPackage) -> dict[str, Any]:
     }
 
 
+def _checkpoint_note(run: Run, facts: CheckpointFacts | None, version: ScenarioVersion | None, mode: str) -> str:
+    if facts is None:
+        return "start: the run's start; the whole run is replayed" + (
+            "" if mode == "reconstruction" else " and compared"
+        )
+    restore = ""
+    if version is not None:
+        sc = scenario_loaded(version)
+        if sc is not None:
+            keys = {f.key for f in sc.fixtures}
+            calls = Event.objects.filter(run=run, kind="tool.call", seq__lt=facts.seq).values_list("event_id", "body")
+            lacking = [
+                event_id
+                for event_id, body in calls[:5000]
+                if not sc.excluded(body.get("tool"))
+                and (body.get("tool"), body.get("contract_revision"), body.get("request_digest")) not in keys
+            ]
+            restore = "; restoring it re-runs the recorded history before it against the fixtures, where " + (
+                f"{len(lacking)} recorded call(s) have no fixture for their exact request "
+                f"({', '.join(lacking[:5])}): the replay would stop there as incomplete test world"
+                if lacking
+                else "every recorded call has a fixture for its exact request"
+            )
+    return (
+        f"{facts.label}. The history up to it is the recording's, rebuilt by re-running its recorded decisions; "
+        f"the variable applies from it, and only the segment after it is compared{restore}"
+    )
+
+
 def launch_summary(
-    run: Run, *, mode: str, vary: dict[str, str] | None, version: ScenarioVersion | None
+    run: Run,
+    *,
+    mode: str,
+    vary: dict[str, str] | None,
+    version: ScenarioVersion | None,
+    checkpoint: str = "start",
 ) -> dict[str, Any]:
-    """The facts a button shows before it starts anything; see the module docstring."""
+    """The facts a button shows before it starts anything; see the module docstring. Raises `VaryRefused` for
+    a checkpoint or human choice the run does not hold (`source_check`)."""
     vary = dict(vary or {})
+    facts = source_check(run, mode=mode, vary=vary, checkpoint=checkpoint)
     button = BUTTON_FOR_MODE[mode]
     sc = scenario_loaded(version) if mode != "reconstruction" else None
     decider = DECIDERS.get(vary.get("decider", "recorded"))
@@ -208,7 +390,7 @@ def launch_summary(
         "truth": button.truth,
         "source_run": run.run_id,
         "vary": vary,
-        "checkpoint": "start",
+        "checkpoint": _checkpoint_note(run, facts, version, mode),
         "model": {"name": model.get("name"), "version": model.get("version"), "note": model_note},
         "isolation": isolation,
         "cannot_touch": [

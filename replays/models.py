@@ -38,8 +38,8 @@ class Replay(models.Model):
     mode = models.CharField(max_length=20, choices=Mode.choices)
     vary = models.JSONField(default=dict)
     decider = models.CharField(max_length=50, default="recorded")
-    # The checkpoint the replay starts from: "start" (the run's initial checkpoint) is the one the engine
-    # branches at today; see docs/decisions.md.
+    # The checkpoint the replay starts from: "start" (the run's start) or the id of one of the source run's
+    # `checkpoint` events (issue 18: the history before it is re-run as recorded); see docs/decisions.md.
     checkpoint = models.CharField(max_length=200, default="start")
     scenario_version = models.ForeignKey(
         "fixtures_review.ScenarioVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"

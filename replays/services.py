@@ -115,12 +115,13 @@ def replay_create(
         vary_check(scenario_loaded(version) if mode != "reconstruction" else None, vary)
     except VaryRefused as exc:
         raise ReplayRefused(str(exc)) from None
-    if checkpoint != "start":
-        raise ReplayRefused(
-            f"checkpoint {checkpoint!r}: the engine branches at the run's start (its first checkpoint) only; "
-            "a replay from a later checkpoint is not supported yet"
-        )
-    environment = launch_summary(run, mode=mode, vary=vary, version=version)
+    # A branch from a recorded checkpoint (issue 18): the checkpoint must be one of the run's `checkpoint` events
+    # (or "start"); a human choice must name one of its human inputs after it (`launch.source_check`).
+    try:
+        environment = launch_summary(run, mode=mode, vary=vary, version=version, checkpoint=checkpoint)
+    except VaryRefused as exc:
+        field = "checkpoint" if str(exc).startswith(("checkpoint", "a reconstruction")) else None
+        raise ReplayRefused(str(exc), field=field) from None
     with transaction.atomic():
         replay = Replay.objects.create(
             source_run=run,
@@ -502,6 +503,7 @@ def _package(replay: Replay) -> Any:
         source_manifest=manifest,
         source_events=events,
         source_blobs=blobs,
+        checkpoint=replay.checkpoint,
     )
 
 

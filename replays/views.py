@@ -34,7 +34,9 @@ from .launch import (
     LaunchOptions,
     ScenarioChoice,
     VaryRefused,
+    checkpoint_choices,
     fault_choices,
+    human_choices,
     launch_options,
     launch_summary,
     scenario_loaded,
@@ -57,7 +59,9 @@ STALE = "What would launch changed since you looked: review it again."
 UNSEEN = "Review the summary before launching: this form did not carry the summary it was launched from."
 
 
-def _launch_form(spec: Button, options: LaunchOptions, chosen: ScenarioChoice | None, data: Any) -> LaunchForm:
+def _launch_form(
+    spec: Button, options: LaunchOptions, chosen: ScenarioChoice | None, data: Any, run: Run | None = None
+) -> LaunchForm:
     scenarios = [(c.ref, f"{c.ref} — {c.label}") for c in options.choices]
     initial = chosen.ref if chosen else None
     if spec.mode != "counterfactual":
@@ -69,9 +73,9 @@ def _launch_form(spec: Button, options: LaunchOptions, chosen: ScenarioChoice | 
         "fault": [(f, f.replace(":", ": ")) for f in fault_choices(sc)],
         "budget_resource": [(r, r) for r in BUDGET_RESOURCES],
         "delay_tool": [(c.tool, c.tool) for c in (sc.contracts if sc else []) if c.effect_class == "mutation"],
-        "checkpoint": [
-            ("start", f"the run's start: world revision 0, clock {sc.clock_start if sc else 'as recorded'}")
-        ],
+        # The run's recorded checkpoints and human inputs (issue 18), one query each at most.
+        "checkpoint": checkpoint_choices(run, sc) if run is not None else [("start", "start")],
+        "human": human_choices(run) if run is not None else [("approved", "approved"), ("rejected", "rejected")],
     }
     return CounterfactualForm(data, scenarios=scenarios, default=initial, choices=choices)
 
@@ -105,12 +109,14 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
         )
     # A reconstruction uses no scenario; it names the recorded one, never a derived one.
     version = options.recorded if spec.mode == "reconstruction" else (chosen.version if chosen else None)
-    form = _launch_form(spec, options, chosen, request.POST if request.method == "POST" else None)
+    form = _launch_form(spec, options, chosen, request.POST if request.method == "POST" else None, run)
     vary: dict[str, str] = {}
+    checkpoint = "start"
     if spec.mode == "counterfactual":
-        probe = form if request.method == "POST" else _launch_form(spec, options, chosen, request.GET)
+        probe = form if request.method == "POST" else _launch_form(spec, options, chosen, request.GET, run)
         if probe.is_bound and probe.is_valid():
             vary = probe.vary()
+            checkpoint = probe.cleaned_data.get("checkpoint") or "start"
         if request.method == "GET":
             form.initial.update({k: v for k, v in request.GET.items() if k in form.fields})
     if spec.mode == "counterfactual" and not vary and option.available:
@@ -122,7 +128,7 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
     else:
         try:
             vary_check(scenario_loaded(version) if spec.mode != "reconstruction" else None, vary)
-            summary = launch_summary(run, mode=spec.mode, vary=vary, version=version)
+            summary = launch_summary(run, mode=spec.mode, vary=vary, version=version, checkpoint=checkpoint)
         except VaryRefused as exc:
             summary_error = str(exc)
 
@@ -143,7 +149,7 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
                     mode=spec.mode,
                     vary=vary,
                     scenario=version.ref if version else None,
-                    checkpoint=form.cleaned_data.get("checkpoint") or "start",
+                    checkpoint=checkpoint,
                     user=request.user,
                 )
             except ReplayRefused as exc:

@@ -1,4 +1,5 @@
-"""`manage.py replay RUN --mode {reconstruction,rerun,counterfactual} [--vary KEY=VALUE] (--wait | --inline) --json`."""
+"""`manage.py replay RUN --mode {reconstruction,rerun,counterfactual} [--vary KEY=VALUE] [--checkpoint ID]
+(--wait | --inline) --json`."""
 
 from __future__ import annotations
 
@@ -27,8 +28,15 @@ class Command(JsonCommand):
             action="append",
             default=[],
             metavar="KEY=VALUE",
-            help="the one variable a counterfactual changes (decider, policy, human, fault, clock, "
+            help="the one variable a counterfactual changes (decider, policy, human, human.<event id>, fault, clock, "
             "budget.<resource>, delay.<tool>)",
+        )
+        parser.add_argument(
+            "--checkpoint",
+            default="start",
+            metavar="ID",
+            help="branch from this recorded checkpoint event of the run (default: start); the history before it is "
+            "rebuilt from the recording's own decisions, the variable applies from it",
         )
         parser.add_argument(
             "--scenario",
@@ -58,6 +66,7 @@ class Command(JsonCommand):
         if run is None:
             raise CommandError(f"no run {options['run']!r}")
         mode, vary, scenario = options["mode"], parse_vary_or_fail(options["vary"]), options.get("scenario")
+        checkpoint = options.get("checkpoint") or "start"
         choices = launch_options(run)
         if not scenario and choices.recorded is not None:
             # Explicitly, not left to the service's own lookup: a regression or promoted version is recorded from
@@ -66,13 +75,15 @@ class Command(JsonCommand):
         chosen = choices.choice(scenario) if scenario else None
         try:
             if options["inline"]:
-                replay = replay_execute(replay_create(run, mode=mode, vary=vary, scenario=scenario).pk)
+                replay = replay_execute(
+                    replay_create(run, mode=mode, vary=vary, scenario=scenario, checkpoint=checkpoint).pk
+                )
             else:
                 _worker_answers(options["ping_timeout"])
-                replay = replay_launch(run, mode=mode, vary=vary, scenario=scenario)
+                replay = replay_launch(run, mode=mode, vary=vary, scenario=scenario, checkpoint=checkpoint)
                 replay = _wait(replay, options["timeout"], options["claim_timeout"])
         except ReplayRefused as exc:
-            flag = {"scenario": "--scenario", "vary": "--vary"}.get(exc.field or "")
+            flag = {"scenario": "--scenario", "vary": "--vary", "checkpoint": "--checkpoint"}.get(exc.field or "")
             raise CommandError(f"{exc} ({flag})" if flag else str(exc)) from None
         result = replay_json(replay)
         # Added key (DESIGN §8: extend only): the scenario version replayed in, and how it relates to the run.
@@ -81,6 +92,7 @@ class Command(JsonCommand):
             if replay.scenario_version
             else None
         )
+        result["checkpoint"] = replay.checkpoint  # added key (issue 18): the checkpoint it branched from
         if replay.state in (Replay.State.REFUSED, Replay.State.FAILED, Replay.State.INTERRUPTED):
             raise CommandError(f"replay {replay.pk} {replay.state}: {replay.error}")
         return result
@@ -92,6 +104,8 @@ class Command(JsonCommand):
         ]
         if result.get("scenario"):
             lines.append(f"  scenario: {result['scenario']['ref']} ({result['scenario']['label']})")
+        if result.get("checkpoint") not in (None, "start"):
+            lines.append(f"  from checkpoint: {result['checkpoint']} (the history before it re-run as recorded)")
         lines += [
             f"  missing: {m['tool']} r{m['contract_revision']} {m['request_digest']}: {m['reason']}"
             for m in result["missing"]
