@@ -27,6 +27,11 @@ even if code inside gets past the audit hook:
 * an exact environment allowlist (:func:`child_environment`), ``close_fds`` (only 0, 1, 2 are inherited)
   and a fresh temporary working folder, removed afterwards.
 
+An agent replay (``n17q_engine.agent``) asks for two more things, both inside the same boundary:
+``extra_read_only`` host folders bound read-only at the same path (the agent's folder and its Python environment),
+and ``loopback=True``: the namespace's own ``lo`` is brought up (the host's loopback stays unreachable: a network
+namespace has its own), so the engine can serve the agent its model endpoint on 127.0.0.1 inside.
+
 Inside, the child installs an audit hook that records and stops socket, DNS, subprocess and out-of-folder
 file-write attempts (see :mod:`n17q_engine.sandbox_child`).
 
@@ -77,6 +82,8 @@ _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 SANDBOX_UID = SANDBOX_GID = 65534
 WORKDIR_INSIDE = "/.n17q-sandbox-work"  # the working folder inside: a name no bound host path has
 _PR_SET_PDEATHSIG = 1
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+_AF_INET, _SOCK_DGRAM = 2, 2
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -150,6 +157,11 @@ class _Libc:
         self.capset_fn = lib.capset
         self.mount_fn = lib.mount
         self.mount_fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        self.socket_fn = lib.socket
+        self.socket_fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        self.ioctl_fn = lib.ioctl
+        self.ioctl_fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+        self.ifreq = ctypes.create_string_buffer(40)  # struct ifreq: name[16], then the flags (a short)
         try:
             self.cap_last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
         except (OSError, ValueError):
@@ -168,6 +180,21 @@ class _Libc:
 
     def mount(self, source: bytes | None, target: bytes, fstype: bytes | None, flags: int, data: bytes | None) -> None:
         self._check(self.mount_fn(source, target, fstype, flags, data))
+
+    def loopback_up(self) -> None:
+        """Bring this network namespace's own `lo` up (SIOCSIFFLAGS through libc: no Python socket module)."""
+        fd = self.socket_fn(_AF_INET, _SOCK_DGRAM, 0)
+        if fd < 0:
+            self._check(-1)
+        try:
+            ctypes.memset(self.ifreq, 0, 40)
+            self.ifreq.value = b"lo"
+            self._check(self.ioctl_fn(fd, _SIOCGIFFLAGS, self.ifreq))
+            flags = int.from_bytes(self.ifreq.raw[16:18], sys.byteorder) | _IFF_UP
+            ctypes.memmove(ctypes.addressof(self.ifreq) + 16, flags.to_bytes(2, sys.byteorder), 2)
+            self._check(self.ioctl_fn(fd, _SIOCSIFFLAGS, self.ifreq))
+        finally:
+            os.close(fd)
 
     def prctl(self, option: int, arg: int) -> None:
         self._check(self.prctl_fn(option, arg, 0, 0, 0))
@@ -219,7 +246,7 @@ class _View:
     devices: tuple[bytes, ...] = (b"/dev/null", b"/dev/zero", b"/dev/urandom", b"/dev/random")
 
 
-def _view(new_root: str, *, allow_test_entries: bool) -> _View:
+def _view(new_root: str, *, allow_test_entries: bool, extra_read_only: tuple[str, ...] = ()) -> _View:
     interpreter = os.path.realpath(sys.executable)
     prefix = os.path.realpath(sys.base_prefix)
     paths = {"/usr", prefix, str(REPO_ROOT / "n17q_engine")}
@@ -227,6 +254,7 @@ def _view(new_root: str, *, allow_test_entries: bool) -> _View:
         paths.add(os.path.dirname(interpreter))
     if allow_test_entries:
         paths.add(str(REPO_ROOT / "tests"))
+    paths.update(os.path.realpath(p) for p in extra_read_only)
     links = []
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
@@ -293,6 +321,7 @@ def _make_preexec(
     unshare: Callable[[int], None] | None,
     parent_pid: int,
     view: _View | None = None,
+    loopback: bool = False,
 ) -> Callable[[], None]:
     libc = _get_libc()
     root = os.geteuid() == 0
@@ -323,6 +352,8 @@ def _make_preexec(
                     _enter_view(libc, view)
                 except BaseException:  # no boundary could be made: as good as no namespace (refused, or degraded)
                     os._exit(_EXIT_NO_NAMESPACE)
+                if loopback:  # the namespace's own lo, while the capabilities that allow it are still held
+                    libc.loopback_up()
             for which, value in rlimits:
                 _soft, hard = resource.getrlimit(which)
                 if hard != resource.RLIM_INFINITY and value > hard and not root:
@@ -379,14 +410,18 @@ def _spawn(
     unshare: Callable[[int], None] | None,
     allow_test_entries: bool,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    extra_read_only: tuple[str, ...] = (),
+    loopback: bool = False,
 ) -> tuple[int, bytes, bytes, float, int, bool]:
     workdir = tempfile.mkdtemp(prefix="n17q-sandbox-")
-    view = _view(workdir, allow_test_entries=allow_test_entries) if isolate else None
+    view = _view(workdir, allow_test_entries=allow_test_entries, extra_read_only=extra_read_only) if isolate else None
     # Inside the new root the interpreter is found at its real path (the venv's link is not in the view).
     argv = [os.path.realpath(sys.executable) if view else sys.executable, "-P", "-S", "-c", CHILD_CODE, entry]
     if allow_test_entries:
         argv.append("--allow-test-entries")
-    preexec = _make_preexec(isolate=isolate, limits=limits, unshare=unshare, parent_pid=os.getpid(), view=view)
+    preexec = _make_preexec(
+        isolate=isolate, limits=limits, unshare=unshare, parent_pid=os.getpid(), view=view, loopback=loopback
+    )
     timed_out = False
     try:
         spawn_ns = time.monotonic_ns()
@@ -490,6 +525,8 @@ def run_sandboxed(
     timeout_s: float,
     allow_test_entries: bool = False,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    extra_read_only: tuple[str, ...] = (),
+    loopback: bool = False,
     _unshare: Callable[[int], None] | None = None,
 ) -> SandboxResult:
     """Run ``entry`` ("n17q_engine.module:function") on ``payload`` in a sandboxed child process.
@@ -497,6 +534,9 @@ def run_sandboxed(
     ``allow_test_entries`` lets entries under ``tests.`` run (the test suite's probes only).
     ``on_event`` receives every JSON event line of the child's stderr as it is written (the replay's
     ``replay.progress`` lines, say), in the calling thread, while the child runs.
+    ``extra_read_only`` host folders are bound read-only at the same path inside; ``loopback`` brings the
+    namespace's own ``lo`` up (both for an agent replay, ``n17q_engine.agent``; neither makes degraded isolation
+    any wider: without namespaces there is no view and no ``lo`` of its own, so agent replays refuse it).
     ``_unshare`` replaces the ``unshare(2)`` call, so tests can make namespace creation fail.
     Raises :class:`IsolationUnavailable` when no namespace can be made and ``allow_degraded`` is false.
     """
@@ -509,6 +549,8 @@ def run_sandboxed(
         "unshare": _unshare,
         "allow_test_entries": allow_test_entries,
         "on_event": on_event,
+        "extra_read_only": tuple(extra_read_only),
+        "loopback": loopback,
     }
     rc, out, err, wall_s, spawn_ns, timed_out = _spawn(entry, payload, isolate=True, **common)
     events, other = _parse_stderr(err)

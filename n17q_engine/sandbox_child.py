@@ -12,6 +12,12 @@ lookup, subprocess/exec/fork, or file write outside the working folder is record
 (the hook raises :class:`SandboxViolation`, a ``BaseException`` so ``except Exception`` cannot swallow it),
 and the child exits with :data:`EXIT_VIOLATION` even if the entry caught it. The network namespace, not
 this hook, is the boundary.
+
+Agent replays (``n17q_engine.agent``): the engine may start exactly one agent program and serve it one listening
+socket on the namespace's own loopback. :func:`grant_agent` asks the hook for both, once per sandbox run: the hook
+then lets through one ``subprocess.Popen`` of exactly that executable and one ``bind`` to 127.0.0.1, and
+nothing else, ever (a second grant is refused; a second launch or bind is a violation like any other). The agent
+itself is not bound by this hook at all; what holds it is the kernel boundary it inherits.
 """
 
 from __future__ import annotations
@@ -103,6 +109,36 @@ class AuditPolicy:
     def __init__(self, workdir: str) -> None:
         self.workdir = os.path.abspath(workdir)
         self.violated = False
+        self.granted = False  # an agent launch and its endpoint were granted (once per run, see grant_agent)
+        self._launch: str | None = None  # the one executable that may still be started
+        self._listen = False  # one bind to 127.0.0.1 may still be made
+
+    def grant(self, executable: str) -> None:
+        if self.granted:
+            raise SandboxViolation("sandbox: an agent was already granted in this run")
+        self.granted = True
+        self._launch = os.path.abspath(executable)
+        self._listen = True
+
+    def _granted_launch(self, event: str, args: tuple[Any, ...]) -> bool:
+        if event != "subprocess.Popen" or self._launch is None or not args:
+            return False
+        executable = args[0]
+        if isinstance(executable, bytes):
+            executable = os.fsdecode(executable)
+        if not isinstance(executable, str) or os.path.abspath(executable) != self._launch:
+            return False
+        self._launch = None
+        return True
+
+    def _granted_bind(self, event: str, args: tuple[Any, ...]) -> bool:
+        if event != "socket.bind" or not self._listen or len(args) < 2:
+            return False
+        address = args[1]
+        if not (isinstance(address, tuple) and len(address) == 2 and address[0] == "127.0.0.1"):
+            return False
+        self._listen = False
+        return True
 
     def _stop(self, attempted: str, target: str) -> None:
         self.violated = True
@@ -122,6 +158,8 @@ class AuditPolicy:
         return path_s
 
     def __call__(self, event: str, args: tuple[Any, ...]) -> None:
+        if self.granted and (self._granted_launch(event, args) or self._granted_bind(event, args)):
+            return
         if event in _SOCKET_EVENTS:
             self._stop("socket", _format_address(args[1]) if len(args) > 1 else "")
         elif event in _DNS_EVENTS:
@@ -139,6 +177,17 @@ class AuditPolicy:
             outside = self._file_write_outside(args[0], args[2])
             if outside is not None:
                 self._stop("file", outside)
+
+
+_ACTIVE: AuditPolicy | None = None
+
+
+def grant_agent(executable: str) -> None:
+    """Let the running sandbox start `executable` once and bind one listener on 127.0.0.1 once (see the module
+    docstring). Raises RuntimeError outside a sandbox child: an agent is never started where no boundary is."""
+    if _ACTIVE is None:
+        raise RuntimeError("an agent runs only inside the sandbox (no sandbox audit hook is installed here)")
+    _ACTIVE.grant(executable)
 
 
 def echo(payload: bytes) -> bytes:
@@ -163,8 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_ENTRY
     entry = positional[0]
     payload = sys.stdin.buffer.read()
+    global _ACTIVE
     policy = AuditPolicy(os.getcwd())
     sys.addaudithook(policy)
+    _ACTIVE = policy
     out_stream = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print() in the entry lands on stderr, never in the output bytes
     try:

@@ -1,0 +1,382 @@
+"""The `agent:<name>` decider: a registered agent program decides the model's steps; the recording is the harness.
+
+How a replay asks the agent (docs/agents.md has the long form):
+
+- The recording's orchestration steps (attempts, workspaces, artifacts, evidence, human inputs, approvals, policy
+  decisions, checkpoints, budget, claims, calls the harness made without a proposal) are replayed as `recorded`
+  replays them: they are the world around the agent, not its decisions.
+- At each recorded model decision (an accepted `model.proposal` of a tool call) the agent is asked instead: its
+  model calls are served (`model.chat` fixtures through the engine: a miss stops the run) until it calls a tool.
+  - The same tool as the recording's proposal: the agent's call replaces the recorded proposal and its call (the
+    events keep the recorded ids' mapping, so later harness steps refer to the agent's result). For an effect
+    proposal the agent's arguments go into the recorded intent and execution; the agent's tool call is answered
+    with the execution's outcome (or, when the policy denies it, an MCP error with the bounded reason).
+  - Another tool: the agent's own step (a proposal and a call of its own); it is asked again.
+  - The agent exits: the run stops there (`stopped`, its last words), unless the recording was done anyway.
+- After the recording's last step the agent goes on alone until it exits (its own proposals and calls).
+- An attempt to reach out that the agent reports (`n17q.sandbox.attempt {json}` on its stderr), or a non-zero exit,
+  stops the run; attempts are also written as `sandbox.violation` on the sandbox's event channel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import subprocess
+import threading
+from collections.abc import Generator
+from dataclasses import replace
+from typing import Any
+
+from .. import sandbox_child
+from ..deciders import (
+    REASON_CHARS,
+    Action,
+    Activate,
+    CallTool,
+    Decider,
+    Execute,
+    Propose,
+    SourceRun,
+    Stop,
+    View,
+    recorded,
+)
+from ..package import ScenarioPackage
+from .bridge import Bridge, Refused, Request, tool_schema
+from .model import MODEL_TOOL
+from .spec import AgentSpec
+
+REPORT_PREFIX = "n17q.sandbox.attempt "
+IDLE_S = 120.0  # an agent that sends nothing for this long is stopped
+DUMMY_KEY = "n17q-sandbox-no-credential"
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1].rstrip() + "\u2026"
+
+
+class AgentSession:
+    """The agent process and its two endpoints, for one replay."""
+
+    def __init__(self, spec: AgentSpec, sc: ScenarioPackage) -> None:
+        self.spec, self.sc = spec, sc
+        workspaces = list(sc.workspaces)
+        tools = [
+            {
+                "name": c.tool,
+                "description": f"{c.tool} (contract revision {c.revision}, {c.effect_class})",
+                "input_schema": tool_schema(c, workspaces),
+            }
+            for c in sc.contracts
+            if c.tool != MODEL_TOOL
+        ]
+        self.bridge = Bridge(tools)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stderr_tail: list[str] = []
+        self.current: Request | None = None
+        self.last_words: str | None = None
+
+    def start(self) -> None:
+        executable = self.spec.executable()
+        sandbox_child.grant_agent(executable)  # one launch of exactly this program, one listener on 127.0.0.1
+        port = self.bridge.start_model_endpoint()
+        home = os.path.join(os.getcwd(), "agent-home")
+        os.makedirs(home, mode=0o700, exist_ok=True)
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": home,
+            "TMPDIR": home,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
+            "OPENAI_API_KEY": DUMMY_KEY,
+            "N17Q_AGENT_FOLDER": self.spec.folder,
+            "N17Q_MCP": "stdio",
+        }
+        self.proc = subprocess.Popen(
+            [executable, *self.spec.command[1:]],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=self.spec.folder,  # its own files, read-only; HOME and TMPDIR are its writable folder
+            env=env,
+            close_fds=True,
+        )
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.bridge.serve_tools(self.proc.stdout, self.proc.stdin)
+        threading.Thread(target=self._watch, name="n17q-agent-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        proc = self.proc
+        assert proc is not None and proc.stderr is not None
+        for raw in proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if line.startswith(REPORT_PREFIX):
+                with contextlib.suppress(ValueError):
+                    report = json.loads(line[len(REPORT_PREFIX) :])
+                    if isinstance(report, dict):
+                        self.bridge.requests.put(Request("attempt", report))
+                continue
+            self.stderr_tail = [*self.stderr_tail, line[:500]][-20:]
+        code = proc.wait()
+        self.bridge.requests.put(Request("exit", {"returncode": code}))
+
+    def next(self) -> Request:
+        try:
+            request = self.bridge.requests.get(timeout=IDLE_S)
+        except queue.Empty:
+            request = Request("idle", None)
+        self.current = request
+        return request
+
+    def answer(self, value: Any) -> None:
+        if self.current is not None and not self.current.reply.done():
+            self.current.reply.set_result(value)
+        self.current = None
+
+    def refuse(self, message: str) -> None:
+        if self.current is not None and not self.current.reply.done():
+            self.current.reply.set_exception(Refused(message))
+        self.current = None
+
+    def close(self) -> None:
+        self.refuse("the replay has stopped")
+        self.bridge.closed = True
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=2)  # the error it was just given may end it by itself
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.bridge.close()
+
+
+def agent_decider(spec: AgentSpec, sc: ScenarioPackage) -> Decider:
+    fixtures = {f.id: f for f in sc.fixtures}
+
+    def actions(source: SourceRun, view: View) -> Generator[Action, None, None]:
+        session = AgentSession(spec, sc)
+        session.start()
+        try:
+            yield from _Drive(spec, sc, fixtures, source, view, session).run()
+        finally:
+            session.close()
+
+    return Decider(spec.decider_name, {"name": spec.name, "version": spec.digest}, actions)
+
+
+class _Drive:
+    def __init__(
+        self,
+        spec: AgentSpec,
+        sc: ScenarioPackage,
+        fixtures: dict[str, Any],
+        source: SourceRun,
+        view: View,
+        session: AgentSession,
+    ) -> None:
+        self.spec, self.sc, self.fixtures, self.source, self.view, self.s = spec, sc, fixtures, source, view, session
+        self.call_of = {
+            e["proposal_id"]: e["id"] for e in source.events if e["kind"] == "tool.call" and e.get("proposal_id")
+        }
+        self.intent_of = {p: i for i, p in source.effect_proposal.items()}
+        self.replaced: set[str] = set()  # recorded call ids the agent's own calls stood in for
+        self.waiting: dict[str, tuple[Request, dict[str, Any]]] = {}  # source intent -> (agent's call, its args)
+
+    def run(self) -> Generator[Action, None, None]:
+        view = self.view
+        for action in recorded(self.source, view):
+            if (
+                isinstance(action, Propose)
+                and action.ref is not None
+                and action.accepted
+                and action.proposal.get("type") == "tool_call"
+            ):
+                if not (yield from self._decide_at(action)):
+                    return
+                continue
+            if isinstance(action, CallTool) and action.ref in self.replaced:
+                continue
+            waiting = self.waiting.get(action.intent) if isinstance(action, Activate | Execute) else None
+            if isinstance(action, Activate) and waiting is not None:
+                action = replace(action, args=waiting[1])
+            yield action
+            if view.stopped:
+                return
+            if waiting is not None and isinstance(action, Activate) and view.denial(action.intent) is not None:
+                denial = view.denial(action.intent) or {}
+                self._reply(waiting[0], error=_bounded(str(denial.get("reason") or "the effect was denied")))
+                del self.waiting[action.intent]
+            elif waiting is not None and isinstance(action, Execute):
+                done = view.executions(action.intent)
+                last = done[-1] if done else {}
+                outcome = "ok" if last.get("outcome") == "acknowledged" else str(last.get("outcome") or "not_executed")
+                self._reply(
+                    waiting[0],
+                    value={
+                        "outcome": outcome,
+                        "execution": {k: last.get(k) for k in ("id", "outcome", "stage", "idempotency_key")},
+                    },
+                )
+                del self.waiting[action.intent]
+        for request, _args in self.waiting.values():
+            self._reply(request, error="the recording never carried this effect out; it was not executed")
+        self.waiting.clear()
+        # The recording is done: the agent goes on alone until it exits.
+        while True:
+            request = self.s.next()
+            step = yield from self._serve(request, None)
+            if step is not None:
+                return
+
+    def _reply(self, request: Request, *, value: Any = None, error: str | None = None) -> None:
+        if request.reply.done():
+            return
+        if error is not None:
+            request.reply.set_exception(Refused(error))
+        else:
+            request.reply.set_result(value)
+
+    def _decide_at(self, recorded_step: Propose) -> Generator[Action, None, bool]:
+        """Serve the agent until it calls a tool that stands for `recorded_step`, or ends. True: go on."""
+        want = recorded_step.proposal.get("tool")
+        while True:
+            request = self.s.next()
+            outcome = yield from self._serve(request, (recorded_step, want))
+            if outcome == "matched":
+                return True
+            if outcome is not None:
+                return False
+
+    def _serve(self, request: Request, at: tuple[Propose, Any] | None) -> Generator[Action, None, str | None]:
+        """One request of the agent. None: keep asking; "matched": it stood for the recorded step; else: ended."""
+        view = self.view
+        when = at[0].at if at else None
+        if request.kind == "chat":
+            yield CallTool(None, when, MODEL_TOOL, request.body, None, None)
+            answer = self._result_of_last_call()
+            if answer["outcome"] == "ok":
+                self.s.answer(answer["body"])
+            else:
+                self.s.refuse("the model fixture did not answer with a completion")
+            return None
+        if request.kind == "attempt":
+            # One report may carry several attempts ({"attempts": [...]}); each is a sandbox.violation.
+            report = request.body
+            items = report.get("attempts") if isinstance(report.get("attempts"), list) else [report]
+            described = []
+            for item in [i for i in items if isinstance(i, dict)][:32]:
+                attempted, target = str(item.get("attempted", "?"))[:100], str(item.get("target", "?"))[:300]
+                result = str(item.get("result", "?"))[:200]
+                sandbox_child.emit(
+                    {
+                        "event": "sandbox.violation",
+                        "attempted": attempted,
+                        "target": target,
+                        "stopped": not result.startswith("reached"),
+                        "by": "kernel boundary",
+                        "observed": f"reported by agent {self.spec.name}: {result}",
+                    }
+                )
+                described.append(f"{attempted} to {target} ({result})")
+            yield Stop(
+                None,
+                when,
+                "stopped",
+                _bounded(f"sandbox.violation: agent {self.spec.name} attempted " + "; ".join(described or ["?"])),
+            )
+            return "stopped"
+        if request.kind in ("exit", "idle"):
+            code = (request.body or {}).get("returncode") if request.kind == "exit" else None
+            if request.kind == "idle":
+                reason = f"agent {self.spec.name} sent nothing for {IDLE_S:g} s"
+                state = "stopped"
+            elif code != 0:
+                tail = " | ".join(self.s.stderr_tail[-3:])
+                reason, state = f"agent {self.spec.name} exited with status {code}: {tail}", "failed"
+            elif at is None:
+                return "exited"  # the recording was done and so is the agent: the run completes
+            else:
+                words = self.s.last_words or "(no final message)"
+                reason = f"agent {self.spec.name} stopped before the recording's {at[1]} ({at[0].ref}): {words}"
+                state = "stopped"
+            yield Stop(None, when, state, _bounded(reason))
+            return state
+        # a tool call
+        name = request.body.get("name")
+        args = dict(request.body.get("arguments") or {})
+        if name == MODEL_TOOL or name not in self.sc.contracts:
+            self.s.refuse(f"unknown tool {name!r}")
+            return None
+        workspace = args.pop("workspace", None)
+        if workspace is not None and not isinstance(workspace, str):
+            self.s.refuse("workspace: a workspace name")
+            return None
+        if at is not None and name == at[1]:
+            step = at[0]
+            intent = self.intent_of.get(step.ref or "")
+            yield Propose(step.ref, step.at, {"type": "tool_call", "tool": name, **args})
+            if view.stopped:
+                return "stopped"
+            if intent is not None:  # an effect: answered once the harness has carried it out (or refused it)
+                assert self.s.current is not None
+                self.waiting[intent] = (self.s.current, args)
+                self.s.current = None
+                return "matched"
+            call_ref = self.call_of.get(step.ref or "")
+            recorded_call = self.source.by_id.get(call_ref or "") or {}
+            if call_ref is not None:
+                self.replaced.add(call_ref)
+            yield CallTool(
+                call_ref,
+                step.at,
+                name,
+                args,
+                workspace if workspace is not None else recorded_call.get("workspace_id"),
+                step.ref,
+            )
+            self.s.answer(self._result_of_last_call())
+            return "matched"
+        yield Propose(None, when, {"type": "tool_call", "tool": name, **args})
+        proposal = view.last("model.proposal")
+        yield CallTool(None, when, name, args, workspace, proposal["id"] if proposal else None)
+        self.s.answer(self._result_of_last_call())
+        return None
+
+    def _result_of_last_call(self) -> dict[str, Any]:
+        """What the engine answered the last call: its outcome and the body of the fixture that answered (or the
+        receipt), as the agent sees it."""
+        view = self.view
+        call = view.last("tool.call") or {}
+        for kind in ("command.receipt", "tool.result"):
+            result = view.last(kind)
+            if result is not None and result.get("call_id") == call.get("id"):
+                break
+        else:
+            return {"outcome": "error", "body": None}
+        fixture = self.fixtures.get(result.get("fixture") or "")
+        body = fixture.response.body if fixture is not None else None
+        if kind == "command.receipt":
+            fields = ("command", "completion", "exit_code", "results", "workspace_id")
+            out = {k: result.get(k) for k in fields}
+            out["output"] = body.get("output") if isinstance(body, dict) else None
+            ok = result.get("completion") == "completed" and result.get("exit_code") == 0
+            return {"outcome": "ok" if ok else "failed", "body": out}
+        if call.get("tool") == MODEL_TOOL:
+            if result.get("outcome") != "ok" or not isinstance(body, dict):
+                return {"outcome": "error", "body": {"error": {"message": "the model fixture did not answer"}}}
+            self._note_words(body)
+            return {"outcome": "ok", "body": body}
+        outcome = result.get("outcome")
+        return {"outcome": outcome, "body": body if outcome not in ("timeout", "unknown", "error") else None}
+
+    def _note_words(self, completion: dict[str, Any]) -> None:
+        with contextlib.suppress(KeyError, IndexError, TypeError):
+            content = completion["choices"][0]["message"].get("content")
+            if isinstance(content, str) and content.strip():
+                self.s.last_words = content.strip()

@@ -1,0 +1,85 @@
+"""Model fixtures: an agent's model calls are fixtures of the pseudo tool `model.chat` (docs/agents.md).
+
+A scenario that replays an agent carries the `model.chat` contract below in contracts.json and one fixture per
+model call in fixtures.json, exactly like a tool's: the normalized chat-completions request (model, messages,
+tools, tool_choice, temperature, max_tokens, ...) is the key, its digest the lookup, the completion the response
+body. A request with a field the contract does not know fails closed (`fixture.missing`, "request does not fit"),
+and so does one no fixture answers: the run stops as `incomplete_test_world`, the agent gets an HTTP error.
+`stream` is refused (the endpoint answers whole completions only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL_TOOL = "model.chat"
+
+MODEL_CONTRACT: dict[str, Any] = {
+    "tool": MODEL_TOOL,
+    "revision": 1,
+    "effect_class": "read",
+    "fields": {
+        "model": {"type": "string"},
+        "messages": {"type": "array", "items": "object"},
+        "tools": {"type": "array", "items": "object", "required": False},
+        "tool_choice": {"type": "object", "required": False, "nullable": True},
+        "temperature": {"type": "number", "required": False},
+        "top_p": {"type": "number", "required": False},
+        "max_tokens": {"type": "integer", "required": False},
+        "max_completion_tokens": {"type": "integer", "required": False},
+        "seed": {"type": "integer", "required": False},
+        "stop": {"type": "array", "items": "string", "required": False},
+        "parallel_tool_calls": {"type": "boolean", "required": False},
+        "response_format": {"type": "object", "required": False},
+    },
+    "transport": ["user", "metadata", "store", "n"],
+    "fault_stages": ["before_send"],
+    "outcomes": ["ok", "error"],
+}
+
+
+def model_fixture(
+    fixture_id: str,
+    request: dict[str, Any],
+    completion: dict[str, Any],
+    *,
+    recorded_at: str,
+    connection: str = "model-provider",
+    synthetic: bool = False,
+    fidelity_note: str | None = None,
+) -> dict[str, Any]:
+    """One model fixture (fixtures.json entry): the chat request as the agent sends it, the completion as the
+    provider answered (or, `synthetic=True`, as a person wrote it for the scenario)."""
+    return {
+        "id": fixture_id,
+        "tool": MODEL_TOOL,
+        "contract_revision": MODEL_CONTRACT["revision"],
+        "request": request,
+        "response": {"outcome": "ok", "body": completion},
+        "provenance": {
+            "recorded_at": recorded_at,
+            "source_revision": None,
+            "connection": connection,
+            "synthetic": synthetic,
+            "fidelity_note": fidelity_note,
+        },
+    }
+
+
+def completion(
+    content: str | None, tool_calls: list[tuple[str, str, str]] | None = None, *, model: str, number: int
+) -> dict[str, Any]:
+    """A chat completion body: `tool_calls` as (call id, tool name, JSON arguments)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+            for cid, name, args in tool_calls
+        ]
+    return {
+        "id": f"chatcmpl-{number}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
