@@ -75,6 +75,7 @@ class StagedRecording(models.Model):
         CAPTURE = "capture"
         COPY_SIMILAR = "copy-similar"
         COPY_RECORDED = "copy-recorded"  # the answer a run recorded for the request, through the same intake
+        RUN_RESULT = "run-result"  # a tool result of an imported run ("the trace is the recording"), same intake
 
     public_id = models.CharField(max_length=20, unique=True, default=_public_id)
     origin = models.CharField(max_length=20, choices=Origin.choices, default=Origin.CAPTURE)
@@ -102,6 +103,10 @@ class StagedRecording(models.Model):
     synthetic = models.BooleanField(default=False)
     fidelity_note = models.TextField(blank=True, default="")
     copied_from = models.JSONField(null=True, blank=True)  # copy similar: {run, event, fixture, scenario}
+    # A recording staged from a run's tool result: the run and the result event it came from (its provenance).
+    # Unique together when set, so staging the same result twice finds the first instead of a second copy.
+    source_run = models.CharField(max_length=200, blank=True, default="")
+    source_event = models.CharField(max_length=200, blank=True, default="")
     captured_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     token = models.ForeignKey(
         "accounts.HarnessToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -126,6 +131,13 @@ class StagedRecording(models.Model):
             ("capture_recording", "Can stage captured recordings"),
         ]
         indexes = [models.Index(fields=["state", "staged_at"]), models.Index(fields=["scenario_name", "tool"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source_run", "source_event"],
+                condition=~models.Q(source_event=""),
+                name="staged_recording_one_per_run_result",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.public_id

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -15,12 +16,14 @@ from django.core.files.storage import storages
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.audit import audit_record
 from console.htmx import HtmxHttpRequest
 
 from . import selectors, services
+from .intake import CaptureError
 from .models import ScenarioVersion, StagedRecording
 
 
@@ -171,3 +174,37 @@ def scenario_list(request: HtmxHttpRequest) -> HttpResponse:
 def scenario_detail(request: HtmxHttpRequest, name: str, version: int) -> HttpResponse:
     scenario = get_object_or_404(ScenarioVersion, name=name, version=version)
     return render(request, "fixtures/scenario_detail.html", {"s": selectors.scenario_page(scenario)})
+
+
+@require_POST
+def run_results_stage(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """The run page's "Stage tool results for review" button: the run's recorded results become staged recordings
+    (provenance: run and event), which review decides on; nothing becomes a fixture here."""
+    from runs.models import Run
+
+    if not request.user.has_perm(services.CAPTURE_PERM):
+        raise PermissionDenied("staging a run's results needs the operator or reviewer role")
+    run = get_object_or_404(Run, run_id=run_id)
+    post = request.POST
+    try:
+        result = services.run_recordings_stage(
+            run=run,
+            user=request.user,
+            scenario=post.get("scenario") or None,
+            effect_class=post.get("effect_class") or None,
+            tool=post.get("tool") or None,
+        )
+    except (services.ReviewRefused, CaptureError) as exc:
+        messages.error(request, f"Staging the results refused: {exc}")
+        return redirect("runs:run-detail", run_id=run.run_id)
+    staged = [r.recording for _, r in result.staged]
+    parts = [f"Staged {len(staged)} recording{'s' if len(staged) != 1 else ''} from run {run.run_id}'s tool results"]
+    if result.already:
+        parts.append(f"{len(result.already)} already staged before")
+    if result.skipped:
+        parts.append(f"{len(result.skipped)} skipped ({result.skipped[0]['event']}: {result.skipped[0]['reason']})")
+    messages.success(request, "; ".join(parts) + ". None satisfies a replay until another reviewer approves it.")
+    if len(staged) == 1:
+        return redirect("fixtures:recording", public_id=staged[0].public_id)
+    query = urlencode({"scenario": result.scenario, "state": "staged"})
+    return redirect(f"{reverse('fixtures:queue')}?{query}")

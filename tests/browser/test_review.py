@@ -66,16 +66,37 @@ def test_a_reviewer_redacts_a_field_approves_and_sees_the_new_scenario_version(
     shot(page, "review-scenario-version")
 
 
-def test_the_capturers_own_approve_is_refused_with_the_reason_shown(page, login, live_server, scenarios):
+def test_the_capturers_own_approve_is_disabled_with_the_reason_shown(page, login, live_server, scenarios):
+    # Issue 16: Approve stayed enabled while approval was impossible, and clicking it wrote a refusal into the
+    # recording's history. Now the button is disabled, the reason is beside it and describes it.
     capturer = login("reviewer")
     rec = stage(status_capture(), user=capturer)
     page.goto(f"{live_server.url}/review/{rec.public_id}/")
-    assert "four eyes" in page.locator("#approve-refusal").inner_text()
+    button = page.locator("#approve-form button[type=submit]")
+    assert button.is_disabled() and button.get_attribute("aria-describedby") == "approve-refusal"
+    assert "four eyes: you captured this recording" in page.locator("#approve-refusal").inner_text()
+    assert "refused" not in page.locator("#review-events").inner_text()
+    shot(page, "review-capturer-approve-disabled")
+
+
+def test_a_stale_approve_is_refused_in_words_and_leaves_the_history_as_it_was(
+    page, login, live_server, scenarios, role_user
+):
+    from fixtures_review.services import recording_reject
+
+    rec = stage(status_capture(), user=role_user("operator", "oscar"))
+    login("reviewer")
+    page.goto(f"{live_server.url}/review/{rec.public_id}/")
+    assert page.locator("#approve-form button[type=submit]").is_enabled()
+    # Another reviewer rejects it while this page is open.
+    recording_reject(recording=rec, user=role_user("reviewer", "rhea"), reason="not what the provider says")
     page.click("#approve-form button[type=submit]")
     error = page.wait_for_selector("#action-error")
-    assert "Approve refused: four eyes: you captured this recording" in error.inner_text()
-    assert "refused by reviewer-user" in page.locator("#review-events").inner_text()
-    shot(page, "review-capturer-refused")
+    assert "Approve refused:" in error.inner_text() and "rejected" in error.inner_text()
+    events = page.locator("#review-events").inner_text()
+    assert "reject by rhea" in events
+    assert "refused" not in events
+    shot(page, "review-stale-approve-refused")
 
 
 XSS = """<!doctype html><html><head><title>t</title>

@@ -1,0 +1,68 @@
+"""`manage.py capture_from_run RUN [--tool T] [--event ID ...] [--scenario S] [--effect-class C] --json`: the trace
+as the recording. Stages an imported run's tool results as recordings, each with its provenance (run, result event),
+through the same intake and four-eyes review as a capture (`fixtures_review.services.run_recordings_stage`).
+
+Prints `{"run", "scenario", "recordings": [<capture answer> + "event", "call", "outcome"], "skipped": [{"event",
+"tool", "reason"}], "already": [{"event", "recording", "state"}]}`; a result staged before is listed in `already`
+and never staged twice. Refusals are one line; nothing is stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import CommandError
+
+from accounts.cli import JsonCommand
+from fixtures_review.intake import CaptureError
+from fixtures_review.services import ReviewRefused, run_recordings_stage
+from runs.models import Run
+
+
+class Command(JsonCommand):
+    help = "Stage a run's recorded tool results for review (the trace as the recording); nothing becomes a fixture."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("run", help="the run's id")
+        super().add_arguments(parser)
+        parser.add_argument("--tool", help="only the results of this tool")
+        parser.add_argument("--event", action="append", help="only this tool.result event (repeatable)")
+        parser.add_argument("--scenario", help="the scenario, for a run that names none")
+        parser.add_argument(
+            "--effect-class", choices=("read", "mutation"), help="for tools the scenario pins no contract for"
+        )
+        parser.add_argument("--user", help="who stages them (who may then not approve them); default: nobody")
+
+    def run(self, *, run: str, **options: Any) -> dict[str, Any]:
+        stored = Run.objects.filter(run_id=run).first()
+        if stored is None:
+            raise CommandError(f"no run {run!r}")
+        user = None
+        if options.get("user"):
+            user = get_user_model().objects.filter(username=options["user"]).first()
+            if user is None:
+                raise CommandError(f"no user {options['user']!r}")
+        try:
+            result = run_recordings_stage(
+                run=stored,
+                user=user,
+                scenario=options.get("scenario"),
+                effect_class=options.get("effect_class"),
+                tool=options.get("tool"),
+                events=options.get("event"),
+            )
+        except (ReviewRefused, CaptureError) as exc:
+            raise CommandError(str(exc)) from None
+        return result.to_json()
+
+    def human(self, result: dict[str, Any]) -> str:
+        lines = [f"{result['run']} ({result['scenario']}): {len(result['recordings'])} staged"]
+        lines += [
+            f"  {r['event']} -> {r['staged']} ({r['tool']}, {r['outcome']})"
+            + ("" if r["promotable"] else f": not promotable yet: {'; '.join(r['blockers'])}")
+            for r in result["recordings"]
+        ]
+        lines += [f"  {a['event']}: already staged as {a['recording']} ({a['state']})" for a in result["already"]]
+        lines += [f"  {s['event']} skipped: {s['reason']}" for s in result["skipped"]]
+        return "\n".join(lines)

@@ -1,0 +1,744 @@
+"""HAR files and VCR.py cassettes as captures: recognising them, reading their exchanges, converting each one into an
+`n17q.capture/1` dict (docs/formats/recordings.md has the tables).
+
+Pure, no Django, like `intake`: the staging service (`fixtures_review.services.recordings_stage`) sends every dict
+this module builds through the same intake as a native capture (parse, redact by place, scan and mask), then
+stores them all or none. Nothing here stores or logs anything.
+
+What an HTTP exchange cannot say (the scenario, the tool, its contract revision, its effect class) comes from
+`Fields` given by the caller (command flags, API form fields) or from a `Mapping` (a small YAML or JSON file of
+rules matching method and URL to those fields). Per field the most specific wins: the matching rule, then the
+mapping's defaults, then the caller's fields. An exchange no rule matches is reported as skipped with its URL
+(redacted and masked), never staged under a guessed tool.
+
+The tool call's arguments are derived from the request (docs/formats/recordings.md, "Arguments"): the query
+parameters, then the fields of a JSON-object or form-encoded body, then what the rule's path template or URL
+pattern captured; a rule's `arguments` list keeps only the names it lists.
+
+Parsing is bounded: a document larger than MAX_RECORDING_BYTES (YAML: MAX_YAML_BYTES) is refused, YAML is read
+with a safe loader only and a document that uses anchors and aliases (the "billion laughs" shape) is refused, as
+is one with more than MAX_ENTRIES exchanges.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import zlib
+from collections.abc import Iterator
+from collections.abc import Mapping as MappingABC
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import yaml
+
+from n17q_engine.vocabulary import CAPTURE_FORMAT
+
+from . import intake
+from .intake import EFFECT_CLASSES, CaptureError
+
+MAX_RECORDING_BYTES = 64 * 1024 * 1024
+MAX_YAML_BYTES = 32 * 1024 * 1024  # YAML is parsed several times slower than JSON
+MAX_ENTRIES = 10_000  # exchanges in one file
+MAX_RECORDINGS = 500  # exchanges staged from one file (the rest is a mapping's job to skip)
+MAX_MAPPING_BYTES = 1024 * 1024
+MAX_RULES = 500
+_MAX_NODES = 5_000_000  # values in a parsed YAML document
+
+# The fields a recording cannot say, and the flag of the `capture` command that gives each one (the API's form
+# fields have the fields' own names).
+REQUIRED_FIELDS = ("scenario", "tool", "contract_revision", "effect_class")
+OPTIONAL_FIELDS = ("connection", "world_revision", "source_revision")
+FLAGS = {name: "--" + name.replace("_", "-") for name in (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)}
+
+
+class RecordingError(CaptureError):
+    """A recording file (or mapping) that cannot be staged; one line naming what is wrong. Nothing is stored."""
+
+
+# --- the fields a recording cannot say ---------------------------------------------------------------------------
+
+
+def check_fields(values: MappingABC[str, Any], where: str) -> dict[str, Any]:
+    """The known fields of `values` with their types checked (strings from a form or flag are converted); blank
+    values are dropped. RecordingError naming `where` and the field otherwise."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in FLAGS:
+            raise RecordingError(f"{where}{name}: not a field a recording can be given ({', '.join(FLAGS)})")
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        if name in ("contract_revision", "world_revision"):
+            if isinstance(value, str) and value.strip().isdigit():
+                value = int(value.strip())
+            least = 1 if name == "contract_revision" else 0
+            if not isinstance(value, int) or isinstance(value, bool) or not least <= value < intake.INT_BOUND:
+                kind = "positive" if least else "non-negative"
+                raise RecordingError(f"{where}{name}: a {kind} integer, got {value!r}")
+        elif name == "effect_class":
+            if value not in EFFECT_CLASSES:
+                raise RecordingError(f"{where}effect_class: one of {', '.join(EFFECT_CLASSES)}, got {value!r}")
+        elif not isinstance(value, str) or len(value) > 200:
+            raise RecordingError(f"{where}{name}: a string of at most 200 characters")
+        else:
+            value = value.strip()
+        out[name] = value
+    return out
+
+
+# --- the mapping file --------------------------------------------------------------------------------------------
+
+_TEMPLATE_PART = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of a mapping: what it matches (all given conditions must hold) and the fields it gives."""
+
+    index: int
+    methods: frozenset[str]
+    host: str | None
+    path: re.Pattern[str] | None  # from a path template: `/api/requests/{request_id}`
+    path_prefix: str | None
+    url: re.Pattern[str] | None
+    fields: dict[str, Any]
+    arguments: tuple[str, ...] | None
+
+    def match(self, method: str, url: str) -> dict[str, str] | None:
+        """The arguments the rule captures from the URL when it matches, else None."""
+        if self.methods and method.upper() not in self.methods:
+            return None
+        parts = _split(url)
+        if parts is None:
+            return None
+        captured: dict[str, str] = {}
+        if self.host is not None and parts.netloc.rsplit("@", 1)[-1].lower() not in (
+            self.host,
+            (parts.hostname or "").lower(),
+        ):
+            return None
+        if self.path_prefix is not None and not parts.path.startswith(self.path_prefix):
+            return None
+        if self.path is not None:
+            found = self.path.fullmatch(parts.path)
+            if found is None:
+                return None
+            captured.update(found.groupdict())
+        if self.url is not None:
+            hit = self.url.search(url)
+            if hit is None:
+                return None
+            captured.update({k: v for k, v in hit.groupdict().items() if v is not None})
+        return captured
+
+
+@dataclass(frozen=True)
+class Mapping:
+    defaults: dict[str, Any]
+    rules: tuple[Rule, ...]
+
+    def rule_for(self, method: str, url: str) -> tuple[Rule, dict[str, str]] | None:
+        for rule in self.rules:
+            captured = rule.match(method, url)
+            if captured is not None:
+                return rule, captured
+        return None
+
+
+_RULE_KEYS = frozenset({"method", "host", "path", "path_prefix", "url", "arguments", *FLAGS})
+
+
+def parse_mapping(raw: bytes | str) -> Mapping:
+    """A mapping file (YAML or JSON; JSON is YAML): `{defaults: {field: value}, rules: [{method, host, path,
+    path_prefix, url, arguments, <fields>}]}`. RecordingError naming the rule and key otherwise."""
+    if len(raw) > MAX_MAPPING_BYTES:
+        raise RecordingError(f"the mapping is larger than {MAX_MAPPING_BYTES} bytes")
+    data = _load_yaml(raw, "the mapping")
+    if not isinstance(data, dict):
+        raise RecordingError("the mapping must be an object {defaults, rules}")
+    unknown = sorted(set(data) - {"defaults", "rules"})
+    if unknown:
+        raise RecordingError(f"mapping: {unknown[0]!s} is not a key of a mapping (defaults, rules)")
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise RecordingError("mapping defaults: an object {field: value}")
+    rules_in = data.get("rules")
+    if not isinstance(rules_in, list) or not rules_in:
+        raise RecordingError("mapping rules: required, a non-empty list of rules")
+    if len(rules_in) > MAX_RULES:
+        raise RecordingError(f"mapping rules: at most {MAX_RULES}")
+    rules = []
+    for i, rule in enumerate(rules_in):
+        where = f"mapping rule {i + 1}: "
+        if not isinstance(rule, dict):
+            raise RecordingError(f"{where}an object (method, host, path, path_prefix, url, and fields)")
+        unknown = sorted(str(k) for k in set(rule) - _RULE_KEYS)
+        if unknown:
+            raise RecordingError(f"{where}{unknown[0]} is not a key of a rule ({', '.join(sorted(_RULE_KEYS))})")
+        rules.append(_rule(i + 1, rule, where))
+    return Mapping(defaults=check_fields(defaults, "mapping defaults: "), rules=tuple(rules))
+
+
+def _rule(index: int, rule: dict[str, Any], where: str) -> Rule:
+    methods = rule.get("method")
+    if methods is None:
+        methods = []
+    elif isinstance(methods, str):
+        methods = [methods]
+    if not isinstance(methods, list) or not all(isinstance(m, str) and m for m in methods):
+        raise RecordingError(f"{where}method: a method or a list of methods")
+    text = {}
+    for key in ("host", "path", "path_prefix", "url"):
+        value = rule.get(key)
+        if value is not None and (not isinstance(value, str) or not value or len(value) > 1000):
+            raise RecordingError(f"{where}{key}: a non-empty string of at most 1000 characters")
+        text[key] = value
+    path = None
+    if text["path"] is not None:
+        if not text["path"].startswith("/"):
+            raise RecordingError(f"{where}path: a path template starting with / (e.g. /api/requests/{{request_id}})")
+        pieces, last = [], 0
+        for m in _TEMPLATE_PART.finditer(text["path"]):
+            pieces.append(re.escape(text["path"][last : m.start()]))
+            pieces.append(f"(?P<{m.group(1)}>[^/]+)")
+            last = m.end()
+        pieces.append(re.escape(text["path"][last:]))
+        try:
+            path = re.compile("".join(pieces))
+        except re.error as exc:
+            raise RecordingError(f"{where}path: {exc}") from None
+    url = None
+    if text["url"] is not None:
+        try:
+            url = re.compile(text["url"])
+        except re.error as exc:
+            raise RecordingError(f"{where}url: not a regular expression ({exc})") from None
+    arguments = rule.get("arguments")
+    if arguments is not None and (
+        not isinstance(arguments, list) or not all(isinstance(a, str) and a for a in arguments)
+    ):
+        raise RecordingError(f"{where}arguments: a list of argument names")
+    if not any((methods, *text.values())):
+        raise RecordingError(f"{where}it matches nothing in particular: give method, host, path, path_prefix or url")
+    fields = check_fields({k: v for k, v in rule.items() if k in FLAGS}, where)
+    return Rule(
+        index=index,
+        methods=frozenset(m.upper() for m in methods),
+        host=text["host"].lower() if text["host"] else None,
+        path=path,
+        path_prefix=text["path_prefix"],
+        url=url,
+        fields=fields,
+        arguments=tuple(arguments) if arguments is not None else None,
+    )
+
+
+# --- reading a recording file ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Exchange:
+    """One HTTP request and its response as a recording file holds them (bodies as bytes, headers as lists)."""
+
+    index: int  # 1-based, in the file's order
+    method: str
+    url: str
+    request_headers: dict[str, list[str]]
+    request_body: bytes | None
+    status: int
+    response_headers: dict[str, list[str]]
+    response_body: bytes | None
+    started: str | None  # an ISO-8601 instant, when the file says when
+
+
+@dataclass
+class RecordingFile:
+    kind: str  # "har" | "vcr"
+    data: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return "HAR file" if self.kind == "har" else "VCR cassette"
+
+
+# A cassette's top-level key, anywhere in the document (a YAML file may define anchors before it).
+_YAML_CASSETTE = re.compile(rb"(?m)^interactions[ \t]*:")
+
+
+def load(raw: bytes) -> RecordingFile | None:
+    """The recording file `raw` holds, recognised by content, or None when it is neither a HAR file nor a VCR
+    cassette (the caller then reads it as a native capture, whose own errors are the useful ones)."""
+    head = raw[:64].lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head.startswith(b"{"):
+        if len(raw) > MAX_RECORDING_BYTES:
+            raise RecordingError(f"the file is larger than {MAX_RECORDING_BYTES} bytes")
+        try:
+            data = json.loads(raw.decode("utf-8-sig"), parse_constant=intake._no_constant)
+        except (ValueError, RecursionError):
+            return None  # not JSON: the native path says so in its own words
+        if not isinstance(data, dict) or data.get("format") == CAPTURE_FORMAT:
+            return None
+        log = data.get("log")
+        if isinstance(log, dict) and ("entries" in log or "creator" in log):
+            return RecordingFile("har", data)
+        if "interactions" in data:
+            return RecordingFile("vcr", data)
+        return None
+    if _YAML_CASSETTE.search(raw):
+        if len(raw) > MAX_YAML_BYTES:
+            raise RecordingError(f"the YAML cassette is larger than {MAX_YAML_BYTES} bytes (record it as JSON)")
+        data = _load_yaml(raw, "the cassette")
+        if isinstance(data, dict) and "interactions" in data:
+            return RecordingFile("vcr", data)
+        raise RecordingError("the YAML document is not a VCR cassette: it has no interactions")
+    return None
+
+
+_YamlLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load_yaml(raw: bytes | str, what: str) -> Any:
+    """YAML read with a safe loader only (no Python tags); a document using aliases is refused before anything
+    walks it, so an alias bomb costs what its text costs."""
+    try:
+        text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        raise RecordingError(f"{what} is not UTF-8 (byte {exc.start})") from None
+    try:
+        # yaml.safe_load with libyaml: CSafeLoader constructs exactly what SafeLoader does (no Python tags), several
+        # times faster; SafeLoader itself when libyaml is absent.
+        data = yaml.load(text, Loader=_YamlLoader)
+    except yaml.YAMLError as exc:
+        first = " ".join(str(exc).split())[:300]
+        raise RecordingError(f"{what} is not valid YAML or JSON: {first}") from None
+    except RecursionError:
+        raise RecordingError(f"{what} is nested too deeply") from None
+    _refuse_aliases(data, what)
+    return data
+
+
+def _refuse_aliases(data: Any, what: str) -> None:
+    """A YAML alias is the same object reached twice: refuse any container (or long string) seen twice, and
+    documents with more than _MAX_NODES values. Iterative: depth costs no recursion."""
+    seen: set[int] = set()
+    stack = [data]
+    nodes = 0
+    while stack:
+        value = stack.pop()
+        nodes += 1
+        if nodes > _MAX_NODES:
+            raise RecordingError(f"{what} holds more than {_MAX_NODES} values")
+        if isinstance(value, dict | list) or (isinstance(value, str | bytes) and len(value) > 64):
+            if id(value) in seen:
+                raise RecordingError(f"{what} uses YAML anchors and aliases, which are refused (write each value)")
+            seen.add(id(value))
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+
+
+def exchanges(source: RecordingFile) -> list[Exchange]:
+    """Every exchange of the file, in order; RecordingError naming the entry and field when one is malformed."""
+    items = _har_entries(source.data) if source.kind == "har" else _vcr_interactions(source.data)
+    return list(items)
+
+
+def _har_entries(data: dict[str, Any]) -> Iterator[Exchange]:
+    entries = data["log"].get("entries")
+    if not isinstance(entries, list):
+        raise RecordingError("the HAR file has no entries list (log.entries)")
+    if not entries:
+        raise RecordingError("the HAR file holds no entries: nothing to stage")
+    if len(entries) > MAX_ENTRIES:
+        raise RecordingError(f"the HAR file holds {len(entries)} entries, more than {MAX_ENTRIES}")
+    for i, entry in enumerate(entries, 1):
+        where = f"HAR entry {i}"
+        if not isinstance(entry, dict):
+            raise RecordingError(f"{where}: an object")
+        request, response = entry.get("request"), entry.get("response")
+        if not isinstance(request, dict) or not isinstance(response, dict):
+            raise RecordingError(f"{where}: request and response are required objects")
+        method, url = request.get("method"), request.get("url")
+        if not isinstance(method, str) or not method or not isinstance(url, str) or not url:
+            raise RecordingError(f"{where}: request.method and request.url are required strings")
+        status = response.get("status")
+        if not isinstance(status, int) or isinstance(status, bool):
+            raise RecordingError(f"{where}: response.status is required, an integer")
+        post = request.get("postData")
+        request_body = None
+        if isinstance(post, dict) and isinstance(post.get("text"), str):
+            request_body = _text_bytes(post["text"], post.get("encoding"), f"{where} request.postData")
+        content = response.get("content")
+        response_body = None
+        if isinstance(content, dict) and isinstance(content.get("text"), str):
+            response_body = _text_bytes(content["text"], content.get("encoding"), f"{where} response.content")
+        started = entry.get("startedDateTime")
+        yield Exchange(
+            index=i,
+            method=method,
+            url=url,
+            request_headers=_har_headers(request.get("headers"), f"{where} request.headers"),
+            request_body=request_body,
+            status=status,
+            response_headers=_har_headers(response.get("headers"), f"{where} response.headers"),
+            response_body=response_body,
+            started=started if isinstance(started, str) else None,
+        )
+
+
+def _text_bytes(text: str, encoding: Any, where: str) -> bytes:
+    if encoding in (None, ""):
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RecordingError(f"{where}.text holds a lone surrogate (not valid Unicode)") from None
+    if encoding != "base64":
+        raise RecordingError(f"{where}.encoding: base64 or none, got {encoding!r}")
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise RecordingError(f"{where}.text: not base64") from None
+
+
+def _har_headers(headers: Any, where: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    if headers is None:
+        return out
+    if not isinstance(headers, list):
+        raise RecordingError(f"{where}: a list of {{name, value}}")
+    for h in headers:
+        if not isinstance(h, dict) or not isinstance(h.get("name"), str) or not isinstance(h.get("value"), str):
+            raise RecordingError(f"{where}: each header is {{name, value}} with strings")
+        out.setdefault(h["name"], []).append(h["value"])
+    return out
+
+
+def _vcr_interactions(data: dict[str, Any]) -> Iterator[Exchange]:
+    interactions = data.get("interactions")
+    if not isinstance(interactions, list):
+        raise RecordingError("the cassette's interactions must be a list")
+    if not interactions:
+        raise RecordingError("the cassette holds no interactions: nothing to stage")
+    if len(interactions) > MAX_ENTRIES:
+        raise RecordingError(f"the cassette holds {len(interactions)} interactions, more than {MAX_ENTRIES}")
+    for i, item in enumerate(interactions, 1):
+        where = f"cassette interaction {i}"
+        if not isinstance(item, dict):
+            raise RecordingError(f"{where}: an object {{request, response}}")
+        request, response = item.get("request"), item.get("response")
+        if not isinstance(request, dict) or not isinstance(response, dict):
+            raise RecordingError(f"{where}: request and response are required objects")
+        method, url = request.get("method"), request.get("uri") or request.get("url")
+        if not isinstance(method, str) or not method or not isinstance(url, str) or not url:
+            raise RecordingError(f"{where}: request.method and request.uri are required strings")
+        status = response.get("status")
+        code = status.get("code") if isinstance(status, dict) else status
+        if not isinstance(code, int) or isinstance(code, bool):
+            raise RecordingError(f"{where}: response.status.code is required, an integer")
+        body = response.get("body")
+        if isinstance(body, dict):
+            body = body.get("string")
+        recorded = item.get("recorded_at") or response.get("recorded_at")
+        if isinstance(recorded, datetime):
+            recorded = recorded.isoformat() if recorded.tzinfo else recorded.replace(tzinfo=UTC).isoformat()
+        yield Exchange(
+            index=i,
+            method=method,
+            url=url,
+            request_headers=_vcr_headers(request.get("headers"), f"{where} request.headers"),
+            request_body=_vcr_body(request.get("body"), f"{where} request.body"),
+            status=code,
+            response_headers=_vcr_headers(response.get("headers"), f"{where} response.headers"),
+            response_body=_vcr_body(body, f"{where} response.body.string"),
+            started=recorded if isinstance(recorded, str) else None,
+        )
+
+
+def _vcr_headers(headers: Any, where: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    if headers is None:
+        return out
+    if not isinstance(headers, dict):
+        raise RecordingError(f"{where}: an object {{name: [values]}}")
+    for name, values in headers.items():
+        if not isinstance(values, list):
+            values = [values]
+        kept = []
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, str | int | float):
+                raise RecordingError(f"{where}.{name}: strings")
+            kept.append(str(v))
+        out[str(name)] = kept
+    return out
+
+
+def _vcr_body(body: Any, where: str) -> bytes | None:
+    if body is None:
+        return None
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        try:
+            return body.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RecordingError(f"{where}: holds a lone surrogate (not valid Unicode)") from None
+    raise RecordingError(f"{where}: a string, bytes or null")
+
+
+# --- converting an exchange ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Recording:
+    """One exchange converted: the capture dict intake will check, and where it came from in the file."""
+
+    index: int
+    method: str
+    url: str  # redacted and masked: safe to print
+    capture: dict[str, Any]
+    rule: int | None  # the mapping rule that matched, 1-based
+
+
+@dataclass
+class Converted:
+    kind: str
+    recordings: list[Recording] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # {entry, method, url, reason}
+
+
+def convert(
+    source: RecordingFile,
+    *,
+    fields: MappingABC[str, Any],
+    mapping: Mapping | None = None,
+    captured_at: str,
+) -> Converted:
+    """Every exchange of `source` as a capture dict, or skipped with the reason (no rule matched, no response).
+
+    `fields` are the caller's (flags, form fields; checked with `check_fields`); `captured_at` is the instant for
+    exchanges whose file says no time (a VCR cassette keeps none). RecordingError, naming the field and the flag
+    that gives it, when an exchange to stage lacks a required field."""
+    given = check_fields(fields, "")
+    items = exchanges(source)  # the file's own faults first: an empty cassette needs no flags to be refused
+    if mapping is None:
+        missing = [name for name in REQUIRED_FIELDS if name not in given]
+        if missing:
+            raise RecordingError(
+                f"{missing[0]}: required for a recording (a {source.label} does not say it): give {FLAGS[missing[0]]}"
+                " or a mapping file (--mapping)"
+            )
+    out = Converted(kind=source.kind)
+    for exchange in items:
+        safe = safe_url(exchange.url)
+        captured: dict[str, str] = {}
+        merged = dict(given)
+        rule_index = None
+        if mapping is not None:
+            found = mapping.rule_for(exchange.method, exchange.url)
+            if found is None:
+                out.skipped.append(_skip(exchange, safe, "no rule of the mapping matches it"))
+                continue
+            rule, captured = found
+            rule_index = rule.index
+            merged.update(mapping.defaults)
+            merged.update(rule.fields)
+        else:
+            rule = None
+        if exchange.status < 100 or exchange.status > 599:
+            out.skipped.append(_skip(exchange, safe, f"no response was recorded (status {exchange.status})"))
+            continue
+        for name in REQUIRED_FIELDS:
+            if name not in merged:
+                where = f"rule {rule_index} of the mapping" if rule_index else "the mapping"
+                raise RecordingError(
+                    f"{name}: required for {exchange.method} {safe} (entry {exchange.index}), given neither by "
+                    f"{where} nor by {FLAGS[name]}"
+                )
+        if len(out.recordings) >= MAX_RECORDINGS:
+            raise RecordingError(
+                f"more than {MAX_RECORDINGS} exchanges to stage from one file: split it, or map fewer with --mapping"
+            )
+        args = arguments(exchange, captured, rule.arguments if rule is not None else None)
+        out.recordings.append(
+            Recording(
+                index=exchange.index,
+                method=exchange.method,
+                url=safe,
+                capture=_capture(exchange, merged, args, captured_at),
+                rule=rule_index,
+            )
+        )
+    return out
+
+
+def _skip(exchange: Exchange, safe: str, reason: str) -> dict[str, Any]:
+    return {"entry": exchange.index, "method": exchange.method, "url": safe, "reason": reason}
+
+
+def _capture(exchange: Exchange, merged: dict[str, Any], args: dict[str, Any], captured_at: str) -> dict[str, Any]:
+    parts = _split(exchange.url)
+    host = parts.netloc.rsplit("@", 1)[-1] if parts is not None else ""
+    return {
+        "format": CAPTURE_FORMAT,
+        "scenario": merged["scenario"],
+        "tool": merged["tool"],
+        "contract_revision": merged["contract_revision"],
+        "connection": merged.get("connection") or host or "recording",
+        "captured_at": _instant(exchange.started) or captured_at,
+        "source_revision": merged.get("source_revision"),
+        "effect_class": merged["effect_class"],
+        "request": {
+            "method": exchange.method.upper(),
+            "url": exchange.url,
+            "headers": _headers(exchange.request_headers),
+            "body": body_value(exchange.request_body, exchange.request_headers),
+            "args": args,
+        },
+        "response": {
+            "status": exchange.status,
+            "headers": _headers(exchange.response_headers),
+            "body": body_value(exchange.response_body, exchange.response_headers),
+        },
+        "proposed_transition": None,
+        "world_revision": merged.get("world_revision", 0),
+    }
+
+
+def _instant(value: str | None) -> str | None:
+    """A file's instant when it is one intake accepts (with a zone), else None (the caller's instant is used)."""
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if moment.tzinfo is not None else None
+
+
+def _headers(headers: dict[str, list[str]]) -> dict[str, Any]:
+    return {name: values[0] if len(values) == 1 else list(values) for name, values in headers.items()}
+
+
+def _header(headers: dict[str, list[str]], name: str) -> str:
+    for key, values in headers.items():
+        if key.lower() == name and values:
+            return values[0].lower()
+    return ""
+
+
+def decoded_bytes(raw: bytes | None, headers: dict[str, list[str]]) -> bytes | None:
+    """A body's bytes with its content coding undone (gzip, deflate), bounded like intake's gzip bodies; the bytes
+    as recorded when they are not what the header says (a HAR keeps bodies already decoded)."""
+    if not raw:
+        return raw
+    coding = _header(headers, "content-encoding")
+    wbits = None
+    if raw[:2] == b"\x1f\x8b":
+        wbits = 16 + zlib.MAX_WBITS
+    elif coding == "deflate":
+        wbits = zlib.MAX_WBITS
+    if wbits is None:
+        return raw
+    try:
+        decomp = zlib.decompressobj(wbits)
+        out = decomp.decompress(raw, intake.MAX_BODY_BYTES + 1)
+    except zlib.error:
+        return raw
+    if len(out) > intake.MAX_BODY_BYTES or decomp.unconsumed_tail:
+        raise RecordingError(f"a body decompresses to more than {intake.MAX_BODY_BYTES} bytes")
+    return out
+
+
+def body_value(raw: bytes | None, headers: dict[str, list[str]]) -> Any:
+    """A body as a capture holds it: None when empty; gzip as `gzip+base64` (intake decodes it, bounded, and records
+    how it arrived); UTF-8 text as JSON when it is JSON a capture may hold, else as text; other bytes as base64."""
+    if not raw:
+        return None
+    if raw[:2] == b"\x1f\x8b":
+        return {"encoding": "gzip+base64", "data": base64.b64encode(raw).decode("ascii")}
+    data = decoded_bytes(raw, headers) or b""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"encoding": "base64", "data": base64.b64encode(data).decode("ascii")}
+    if "\x00" in text:
+        return {"encoding": "base64", "data": base64.b64encode(data).decode("ascii")}
+    value = _json_or_none(text, headers)
+    return value if value is not None else text
+
+
+def _json_or_none(text: str, headers: dict[str, list[str]]) -> Any:
+    if "json" not in _header(headers, "content-type") and text.lstrip()[:1] not in ("{", "["):
+        return None
+    try:
+        value = json.loads(
+            text,
+            parse_constant=intake._no_constant,
+            parse_float=intake._finite_float,
+            parse_int=intake._bounded_int,
+        )
+        intake.check_json_values(value)
+    except (ValueError, RecursionError):
+        return None  # kept as text: intake and the reviewer see exactly what was recorded
+    return value
+
+
+def arguments(exchange: Exchange, captured: dict[str, str], keep: tuple[str, ...] | None) -> dict[str, Any]:
+    """The tool call's arguments read from the request: query parameters (a repeated one as a list), then the fields
+    of a JSON-object body (another JSON body is `body`) or of a form-encoded body, then what the rule's path
+    template or URL pattern captured. `keep` (a rule's `arguments`) keeps only the names it lists."""
+    args: dict[str, Any] = {}
+    parts = _split(exchange.url)
+    if parts is not None and parts.query:
+        _add_pairs(args, parse_qsl(parts.query, keep_blank_values=True))
+    data = decoded_bytes(exchange.request_body, exchange.request_headers)
+    if data:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = ""
+        value = _json_or_none(text, exchange.request_headers) if text else None
+        if isinstance(value, dict):
+            args.update(value)
+        elif value is not None:
+            args["body"] = value
+        elif text and "x-www-form-urlencoded" in _header(exchange.request_headers, "content-type"):
+            _add_pairs(args, parse_qsl(text, keep_blank_values=True))
+    args.update(captured)
+    if keep is not None:
+        args = {name: args[name] for name in keep if name in args}
+    return args
+
+
+def _add_pairs(args: dict[str, Any], pairs: list[tuple[str, str]]) -> None:
+    for name, value in pairs:
+        if name in args:
+            held = args[name]
+            args[name] = [*held, value] if isinstance(held, list) else [held, value]
+        else:
+            args[name] = value
+
+
+def _split(url: str) -> Any:
+    try:
+        return urlsplit(url)
+    except ValueError:
+        return None
+
+
+def safe_url(url: str) -> str:
+    """A URL fit to print in a report: user info and signed or secret-named parameters redacted, anything the
+    scan finds masked, at most 300 characters."""
+    redacted = intake.redact_url(url, "url", lambda _: None)
+    masked = intake.mask_url(redacted, "url", [])
+    masked = intake.mask_json(masked, "url", [])
+    return masked if len(masked) <= 300 else masked[:299] + "…"
+
+
+def now_instant() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
