@@ -16,7 +16,7 @@ from accounts.auth import requires_perm, scoped
 from accounts.models import HarnessToken
 from runs.models import Run
 
-from . import recordings
+from . import intake, recordings
 from .intake import CaptureError
 from .services import CAPTURE_PERM, ReviewRefused, capture_stage, recordings_stage, run_recordings_stage
 
@@ -53,10 +53,137 @@ class RawTextYamlParser(RawJsonParser):
     media_type = "text/yaml"
 
 
-_REQUEST = {
+_HEADERS = {
     "type": "object",
-    "description": "An n17q.capture/1 capture, a HAR file or a VCR.py cassette (JSON or YAML) as the body, the "
-    "recording fields in the query string; or multipart/form-data with `file`, optional `mapping` and the fields.",
+    "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+    "description": "header name -> value (or values); secret ones (Authorization, cookies, *-token…) are redacted "
+    "on intake whatever their value",
+}
+_BODY = {
+    "description": "JSON (any value, null for none), text, or bytes as {encoding, data}; JSON bodies are redacted "
+    "by field name at any depth, every string is secret-scanned",
+    "anyOf": [
+        {"type": "object", "additionalProperties": True},
+        {"type": "array", "items": {}},
+        {"type": "string"},
+        {"type": "number"},
+        {"type": "boolean"},
+        {
+            "type": "object",
+            "required": ["encoding", "data"],
+            "properties": {
+                "encoding": {"type": "string", "enum": list(intake.BODY_ENCODINGS)},
+                "data": {"type": "string", "description": "base64 of the bytes (gzip-compressed for gzip+base64)"},
+            },
+        },
+    ],
+    "nullable": True,
+}
+# `n17q.capture/1` (DESIGN §7) as fixtures_review.intake.parse_capture checks it, field by field.
+CAPTURE_SCHEMA: dict = {
+    "type": "object",
+    "title": "n17q.capture/1",
+    "additionalProperties": False,
+    "required": [
+        "format",
+        "scenario",
+        "tool",
+        "contract_revision",
+        "connection",
+        "captured_at",
+        "effect_class",
+        "request",
+        "response",
+        "world_revision",
+    ],
+    "properties": {
+        "format": {"type": "string", "enum": [intake.CAPTURE_FORMAT]},
+        "scenario": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,99}$", "description": "the scenario name"},
+        "tool": {"type": "string", "maxLength": 200, "description": "the tool whose response this is"},
+        "contract_revision": {"type": "integer", "minimum": 1, "description": "the tool contract's revision"},
+        "connection": {"type": "string", "maxLength": 200, "description": "the reviewed connection it came through"},
+        "captured_at": {"type": "string", "format": "date-time"},
+        "source_revision": {"type": "string", "nullable": True, "description": "the source's own version, if any"},
+        "effect_class": {"type": "string", "enum": list(intake.EFFECT_CLASSES)},
+        "request": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["method", "url", "args"],
+            "properties": {
+                "method": {"type": "string", "minLength": 1},
+                "url": {"type": "string", "minLength": 1, "description": "signed-URL parameters are redacted"},
+                "headers": _HEADERS,
+                "body": _BODY,
+                "args": {
+                    "type": "object",
+                    "additionalProperties": True,
+                    "description": "the tool call's arguments: normalized by the contract, they are the fixture key",
+                },
+            },
+        },
+        "response": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["status"],
+            "properties": {
+                "status": {"type": "integer", "minimum": 100, "maximum": 599},
+                "headers": _HEADERS,
+                "body": _BODY,
+            },
+        },
+        "proposed_transition": {
+            "type": "object",
+            "nullable": True,
+            "additionalProperties": True,
+            "description": "for a mutation: the world change it made ({resource, revision_before, revision_after, "
+            "change}); must be null for a read",
+        },
+        "world_revision": {"type": "integer", "minimum": 0, "description": "the world revision it was captured at"},
+    },
+    # The example of ../shared/examples/capture.json (its token is a placeholder; intake redacts the header anyway).
+    "example": {
+        "format": "n17q.capture/1",
+        "scenario": "docs-research",
+        "tool": "status.lookup",
+        "contract_revision": 2,
+        "connection": "status-service",
+        "captured_at": "2026-07-01T09:00:05Z",
+        "source_revision": "status@118",
+        "effect_class": "read",
+        "request": {
+            "method": "GET",
+            "url": "https://status.example/api/requests/req-7781",
+            "headers": {"Accept": "application/json", "Authorization": "Bearer EXAMPLE-NOT-A-REAL-TOKEN"},
+            "body": None,
+            "args": {"request_id": "req-7781"},
+        },
+        "response": {"status": 404, "headers": {"Content-Type": "application/json"}, "body": {"error": "not_found"}},
+        "proposed_transition": None,
+        "world_revision": 4,
+    },
+}
+_RECORDING_FILE = {
+    "type": "object",
+    "additionalProperties": True,
+    "description": "A HAR file (`{log: {entries}}`) or a VCR.py cassette (`{interactions, version}`); the recording "
+    "fields in the query string (scenario, tool, contract_revision, effect_class…). See docs/formats/recordings.md.",
+}
+_REQUEST_JSON = {
+    "anyOf": [CAPTURE_SCHEMA, _RECORDING_FILE],
+    "description": "An n17q.capture/1 capture (schema and example below), or a HAR file or VCR.py cassette.",
+}
+_REQUEST_YAML = {"type": "string", "description": "A VCR.py cassette in YAML (its default serializer)."}
+_REQUEST_MULTIPART = {
+    "type": "object",
+    "required": ["file"],
+    "properties": {
+        "file": {"type": "string", "format": "binary", "description": "the capture, HAR file or cassette"},
+        "mapping": {"type": "string", "description": "rules (YAML or JSON) mapping exchanges to tools"},
+        "scenario": {"type": "string"},
+        "tool": {"type": "string"},
+        "contract_revision": {"type": "integer"},
+        "effect_class": {"type": "string", "enum": list(intake.EFFECT_CLASSES)},
+    },
 }
 
 
@@ -72,7 +199,11 @@ class CaptureCollectionApi(APIView):
     permission_classes = [requires_perm(CAPTURE_PERM), scoped(HarnessToken.Scope.CAPTURE)]
 
     @extend_schema(
-        request={"application/json": _REQUEST, "application/yaml": _REQUEST, "multipart/form-data": _REQUEST},
+        request={
+            "application/json": _REQUEST_JSON,
+            "application/yaml": _REQUEST_YAML,
+            "multipart/form-data": _REQUEST_MULTIPART,
+        },
         responses={
             201: inline_serializer(
                 "CaptureResult",

@@ -143,3 +143,37 @@ def test_it_pages_runs_by_limit_and_offset(client, role_user):
     client.force_login(role_user("viewer"))
     assert [r["id"] for r in client.get("/api/v1/runs/?limit=1&offset=0").json()["results"]] == ["run-example-docs"]
     assert client.get("/api/v1/runs/?limit=1&offset=1").json()["results"] == []
+
+
+def test_the_schema_describes_the_capture_format_field_by_field_with_its_example():
+    # Issue 16: the capture body was described as a free-form map. Now the served schema holds n17q.capture/1 as
+    # intake checks it, with the shared example; each field it calls required is one intake refuses without.
+    import copy
+    from pathlib import Path
+
+    import pytest
+
+    from fixtures_review.intake import CaptureError, parse_capture
+
+    body = served_schema()["paths"]["/api/v1/captures/"]["post"]["requestBody"]["content"]
+    capture = body["application/json"]["schema"]["anyOf"][0]
+    if "$ref" in capture:
+        capture = served_schema()["components"]["schemas"][capture["$ref"].rsplit("/", 1)[1]]
+    example = capture["example"]
+    shared = json.loads((Path(__file__).resolve().parent / "data" / "example-capture.json").read_text())
+    assert example == shared
+    parse_capture(example)  # the example is a valid capture
+    assert set(capture["properties"]) == set(example)
+    for name in capture["required"]:
+        broken = copy.deepcopy(example)
+        del broken[name]
+        with pytest.raises(CaptureError, match=name):
+            parse_capture(broken)
+    for part in ("request", "response"):
+        for name in capture["properties"][part]["required"]:
+            broken = copy.deepcopy(example)
+            del broken[part][name]
+            with pytest.raises(CaptureError, match=f"{part}.{name}"):
+                parse_capture(broken)
+    assert capture["properties"]["response"]["properties"]["status"]["maximum"] == 599
+    assert "multipart/form-data" in body and "application/yaml" in body
