@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import struct
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -24,41 +21,14 @@ from n17q_engine.formats import ConversionError, ConvertedRun, write_bundle
 from n17q_engine.formats.inspect_log import convert_inspect_log, looks_like_inspect_log
 from n17q_engine.lineage import check_events
 
+from .inspect_logs import produce
+
 HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("inspect-logs")
-    home = tmp_path_factory.mktemp("inspect-home")
-    env = {
-        **os.environ,
-        "INSPECT_DISPLAY": "none",
-        "INSPECT_LOG_DIR": str(out),
-        "HOME": str(home),
-        "XDG_DATA_HOME": str(home / "data"),
-        "XDG_CACHE_HOME": str(home / "cache"),
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "INSPECT_TELEMETRY": "",
-        "NO_COLOR": "1",
-    }
-    env.pop("INSPECT_EVAL_MODEL", None)
-    done = subprocess.run(
-        [sys.executable, str(HERE / "inspect_producer.py"), str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = {}
-    for name, pattern in (("eval", "eval/*.eval"), ("json", "json/*.json"), ("broken", "broken/*.eval")):
-        paths = sorted(out.glob(pattern))
-        assert len(paths) == 1, (name, paths, done.stderr[-2000:])
-        found[name] = paths[0]
-    found["limited"] = sorted(out.glob("limited/*.eval"))[0]
-    return found
+    return produce(tmp_path_factory.mktemp("inspect-logs"), tmp_path_factory.mktemp("inspect-home"))
 
 
 def _bundle(run: ConvertedRun, root: Path) -> list[dict]:

@@ -12,9 +12,6 @@ import base64
 import gzip
 import io
 import json
-import os
-import subprocess
-import sys
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,34 +29,15 @@ from n17q_engine.formats.sniff import describe
 from runs.import_formats import import_converted
 from runs.models import Blob, Event, Run
 from tests import bundles
+from tests.engine.inspect_logs import produce
 from tests.runs.test_api import token_for
 
 pytestmark = pytest.mark.django_db
 
-PRODUCER = Path(__file__).parent.parent / "engine" / "inspect_producer.py"
-
 
 @pytest.fixture(scope="module")
 def inspect_logs(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("inspect-logs")
-    home = tmp_path_factory.mktemp("inspect-home")
-    env = {
-        **os.environ,
-        "INSPECT_DISPLAY": "none",
-        "INSPECT_LOG_DIR": str(out),
-        "HOME": str(home),
-        "XDG_DATA_HOME": str(home / "data"),
-        "XDG_CACHE_HOME": str(home / "cache"),
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "INSPECT_TELEMETRY": "",
-        "NO_COLOR": "1",
-    }
-    env.pop("INSPECT_EVAL_MODEL", None)
-    done = subprocess.run(
-        [sys.executable, str(PRODUCER), str(out)], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {"eval": next(out.glob("eval/*.eval")), "json": next(out.glob("json/*.json"))}
+    return produce(tmp_path_factory.mktemp("inspect-logs"), tmp_path_factory.mktemp("inspect-home"))
 
 
 def import_run(path: Path) -> dict:

@@ -1,0 +1,43 @@
+"""Real Inspect AI logs for tests: `produce(out, home)` runs tests/engine/inspect_producer.py (a small real eval
+with the mock model) in a child process, offline and without a display, and returns the logs it wrote by name."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PRODUCER = Path(__file__).parent / "inspect_producer.py"
+
+
+def produce(out: Path, home: Path) -> dict[str, Path]:
+    env = {
+        **os.environ,
+        "INSPECT_DISPLAY": "none",
+        "INSPECT_LOG_DIR": str(out),
+        "HOME": str(home),
+        "XDG_DATA_HOME": str(home / "data"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "INSPECT_TELEMETRY": "",
+        "NO_COLOR": "1",
+    }
+    env.pop("INSPECT_EVAL_MODEL", None)
+    done = subprocess.run(
+        [sys.executable, str(PRODUCER), str(out)], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    if done.returncode != 0:
+        raise AssertionError(done.stderr[-3000:])
+    found = {}
+    for name, pattern in (
+        ("eval", "eval/*.eval"),
+        ("json", "json/*.json"),
+        ("broken", "broken/*.eval"),
+        ("limited", "limited/*.eval"),
+    ):
+        paths = sorted(out.glob(pattern))
+        if len(paths) != 1:
+            raise AssertionError(f"{name}: expected one log, found {paths}: {done.stderr[-2000:]}")
+        found[name] = paths[0]
+    return found
