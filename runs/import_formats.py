@@ -16,10 +16,12 @@ first run, and adds `runs` (every run's answer) and `conversion` (what was mappe
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import zipfile
 import zlib
 from collections import Counter
+from collections.abc import Iterable, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -31,7 +33,7 @@ from accounts.audit import audit_record
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError, ConvertedRun, write_bundle
 from n17q_engine.formats.inspect_log import convert_inspect_log, looks_like_inspect_log
-from n17q_engine.formats.otlp import convert_otlp, looks_like_otlp
+from n17q_engine.formats.otlp import iter_convert_otlp, looks_like_otlp
 from n17q_engine.formats.sniff import describe
 
 from .importer import ImportResult, _import_root, _remove_blobs, run_import_from_path, run_import_from_upload
@@ -138,41 +140,53 @@ def _convert_and_import(fh: IO[bytes], size: int | None, *, user: Any, label: st
     return import_converted(converted, user=user, label=label)
 
 
-def convert_file(data: bytes) -> list[ConvertedRun]:
-    """The runs an OTLP file or an Inspect log holds; a BundleError naming what anything else looks like."""
+def convert_file(data: bytes) -> Iterable[ConvertedRun]:
+    """The runs an OTLP file or an Inspect log holds (an OTLP file's one at a time, as they are imported); a
+    BundleError naming what anything else looks like."""
     if looks_like_inspect_log(data) is not None:
         return convert_inspect_log(data)
     otlp = looks_like_otlp(data)
     if otlp is not None:
-        return convert_otlp(data, content_type=OTLP_MEDIA_TYPES[otlp])
+        return iter_convert_otlp(data, content_type=OTLP_MEDIA_TYPES[otlp])
     raise BundleError(f"{NOT_A_RUN}: this is {describe(data)}")
 
 
-def import_converted(converted: list[ConvertedRun], *, user: Any, label: str) -> FileImport:
-    """Import every run of one converted file, all or none."""
-    if not converted:
-        raise _refused(user, label, "the file holds no run (no trace, no sample)")
+def import_converted(converted: Iterable[ConvertedRun], *, user: Any, label: str) -> FileImport:
+    """Import every run of one converted file, all or none. Each run is written and imported before the next is
+    converted, and let go after: one converted run in memory at a time (its report is kept)."""
     written: list[str] = []
+    results: list[ImportResult] = []
+    reports: list[dict[str, Any]] = []
+    total = len(converted) if isinstance(converted, Sized) else None  # an OTLP file's runs come one at a time
     try:
         with tempfile.TemporaryDirectory(prefix="n17q-converted-") as tmp, transaction.atomic():
-            results = []
             for i, run in enumerate(converted):
                 root = Path(tmp) / f"run-{i}"
                 root.mkdir()
                 write_bundle(run, root)
+                reports.append(run.report.to_json())
+                run_id = run.run.get("id", "?")
+                del run  # the converted events and blobs: on disk now, not needed in memory
                 try:
                     results.append(_import_root(root, user=user, blobs_written=written))
                 except BundleError as exc:
-                    where = f"run {i + 1} of {len(converted)} ({run.run.get('id', '?')})" if len(converted) > 1 else ""
-                    raise BundleError(f"{where}: {exc}" if where else str(exc)) from None
+                    if total == 1:
+                        raise
+                    of = f" of {total}" if total else ""
+                    raise BundleError(f"run {i + 1}{of} ({run_id}): {exc}") from None
+                shutil.rmtree(root, ignore_errors=True)
+            if not results:
+                raise BundleError("the file holds no run (no trace, no sample)")
+    except ConversionError as exc:
+        _remove_blobs(written)
+        raise _refused(user, label, " ".join(str(exc).splitlines())) from None
     except BundleError as exc:
         _remove_blobs(written)
         raise _refused(user, label, str(exc)) from None
     except BaseException:
         _remove_blobs(written)
         raise
-    merged = _merge_reports([r.report.to_json() for r in converted])
-    return FileImport(results, merged, tuple(r.report.to_json() for r in converted))
+    return FileImport(results, _merge_reports(reports), tuple(reports))
 
 
 def _merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
