@@ -6,7 +6,6 @@ import json
 import random
 
 import pytest
-
 from django.core.management import call_command
 from django.db.models import ProtectedError
 

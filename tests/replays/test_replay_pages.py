@@ -484,7 +484,9 @@ def test_a_finished_replay_says_what_it_was_launched_with_and_names_its_last_che
     checkpoint = re.search(r"<dt>Last checkpoint</dt><dd>(.*?)</dd>", html, re.S).group(1)
     assert f"?event={last.event_id}" in checkpoint and "—" not in checkpoint
     # Before launch the same summary speaks of the future.
-    assert "Before it starts: Replay in fixtures" in operator.get("/runs/run-001-recorded/launch/replay/").content.decode()
+    assert (
+        "Before it starts: Replay in fixtures" in operator.get("/runs/run-001-recorded/launch/replay/").content.decode()
+    )
 
 
 def test_a_reconstructions_comparison_has_no_blank_scope_fields(
