@@ -41,6 +41,7 @@ from typing import Any, TypeGuard
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from n17q_engine import canonical
+from n17q_engine.identifiers import INT32_MAX, MAX_ID_CHARS, id_problem, scenario_name_problem
 from n17q_engine.vocabulary import CAPTURE_FORMAT
 from n17q_secrets.scanning import (
     join,
@@ -267,19 +268,28 @@ def parse_capture(raw: bytes | str | dict) -> dict[str, Any]:
     for name in ("scenario", "tool", "connection", "captured_at"):
         if not isinstance(data.get(name), str) or not data[name].strip():
             raise CaptureError(f"{name}: required, a non-empty string")
-    if not re.match(r"^[a-z0-9][a-z0-9-]{0,99}$", data["scenario"]):
-        raise CaptureError(f"scenario: {data['scenario']!r} must be lowercase letters, digits and '-'")
-    if len(data["tool"]) > 200 or len(data["connection"]) > 200:
-        raise CaptureError("tool, connection: at most 200 characters")
+    problem = scenario_name_problem(data["scenario"])
+    if problem is not None:
+        raise CaptureError(f"scenario: {problem}")
+    problem = id_problem(data["tool"], what="a tool name")
+    if problem is not None:
+        raise CaptureError(f"tool: {problem}")
+    # Kept in columns of these widths (fixtures_review.models.StagedRecording).
+    if len(data["connection"]) > MAX_ID_CHARS:
+        raise CaptureError(f"connection: at most {MAX_ID_CHARS} characters")
     _instant(data["captured_at"], "captured_at")
     if data.get("source_revision") is not None and not isinstance(data["source_revision"], str):
         raise CaptureError("source_revision: a string or null")
+    if len(data.get("source_revision") or "") > MAX_ID_CHARS:
+        raise CaptureError(f"source_revision: at most {MAX_ID_CHARS} characters")
     for name in ("contract_revision", "world_revision"):
         value = data.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "contract_revision" else 0):
             raise CaptureError(
                 f"{name}: required, a {'positive' if name == 'contract_revision' else 'non-negative'} integer"
             )
+        if value > INT32_MAX:  # a 32-bit column on PostgreSQL
+            raise CaptureError(f"{name}: at most {INT32_MAX}")
     if data.get("effect_class") not in EFFECT_CLASSES:
         raise CaptureError(f"effect_class: one of {', '.join(EFFECT_CLASSES)}, got {data.get('effect_class')!r}")
     request, response = data.get("request"), data.get("response")

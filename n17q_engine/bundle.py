@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 from . import vocabulary as v
 from .canonical import is_digest
+from .identifiers import INT32_MAX, INT64_MAX, INT64_MIN, id_problem, run_id_problem
 
 # A line longer than this is refused rather than parsed: no event needs it, and it bounds memory.
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -28,10 +29,10 @@ MANIFEST_MAX_BYTES = 64 * 1024 * 1024
 # JSON nested deeper than this is refused: no event needs it, and everything that reads an event back
 # (the reference walk, the database's JSON encoder) recurses once per level.
 MAX_JSON_DEPTH = 100
-# Identifiers and the other short strings the database keeps in columns of this width.
+# Identifiers and the other short strings the database keeps in columns of this width (n17q_engine.identifiers).
 MAX_ID_CHARS = 200
-# A BIGINT column holds `seq`.
-_INT64 = (-(2**63), 2**63 - 1)
+# A BIGINT column holds `seq`; every integer field of the vocabulary is kept to 64 bits too.
+_INT64 = (INT64_MIN, INT64_MAX)
 MAX_MESSAGE_CHARS = 1000
 # `run.title` (DESIGN §10): one line a person reads as the run's name, so bounded and printable.
 MAX_TITLE_CHARS = 300
@@ -197,14 +198,8 @@ def check_field(value: Any, spec: v.Field, *, name: str, err: Any) -> None:
 
 
 def is_run_id(value: Any) -> bool:
-    """Whether `value` can name a run: 1-200 printable characters, no whitespace, no "/" (a URL path segment)."""
-    return (
-        isinstance(value, str)
-        and 0 < len(value) <= 200
-        and "/" not in value
-        and value.isprintable()
-        and not any(c.isspace() for c in value)
-    )
+    """Whether `value` can name a run, a harness's or a replay's (docs/identifiers.md)."""
+    return run_id_problem(value) is None
 
 
 # What a title cannot hold: control characters (line breaks and tabs included), line and paragraph separators,
@@ -289,8 +284,9 @@ def validate_run(run: dict[str, Any], err: Any) -> None:
             raise err(where, f"must be at most {MAX_ID_CHARS} characters")
 
     run_id = need("id", str)
-    if not is_run_id(run_id):
-        raise err("run.id", "must be 1-200 characters without spaces or '/'")
+    problem = run_id_problem(run_id)
+    if problem is not None:
+        raise err("run.id", problem)
     task = need("task", dict)
     if not isinstance(task.get("id"), str):
         raise err("run.task.id", "must be a string")
@@ -309,6 +305,10 @@ def validate_run(run: dict[str, Any], err: Any) -> None:
         raise err("run.scenario.name", "must be a string")
     if scenario is not None:
         short("run.scenario.name", scenario["name"])
+        version = scenario.get("version")
+        # Kept in a 32-bit column (runs.models Run.scenario_version); no scenario version is larger (package.py).
+        if type(version) is int and not -(2**31) <= version <= INT32_MAX:
+            raise err("run.scenario.version", f"must be at most {INT32_MAX}")
     model = need("model", dict)
     for key in ("name", "version"):
         if not isinstance(model.get(key), str):
@@ -336,6 +336,11 @@ def validate_event(obj: Any, *, line: int, file: str = "events.jsonl") -> dict[s
 
 
 _MISSING = object()
+_OBJECT_ID_WHAT = {
+    "attempt.started": "an attempt id",
+    "workspace.created": "a workspace id",
+    "artifact.created": "an artifact id",
+}
 # Per kind, each field with its spec and the Python types that pass it, looked up once.
 _COMPILED = {
     kind: tuple((name, spec, _PYTYPES[spec.type]) for name, spec in fields.items()) for kind, fields in v.KINDS.items()
@@ -356,8 +361,9 @@ def _validate_event(obj: Any, *, line: int, file: str) -> tuple[datetime, dateti
     if not _INT64[0] <= seq <= _INT64[1]:
         raise err("seq", "must fit in 64 bits")
     event_id = obj.get("id")
-    if not isinstance(event_id, str) or not event_id or len(event_id) > 200:
-        raise err("id", "must be a non-empty string of at most 200 characters")
+    problem = id_problem(event_id, what="an event id")
+    if problem is not None:
+        raise err("id", problem)
     kind = obj.get("kind")
     if not isinstance(kind, str):
         raise err("kind", "must be a string")
@@ -381,8 +387,10 @@ def _validate_event(obj: Any, *, line: int, file: str) -> tuple[datetime, dateti
     if kind == "attempt.started" and attempt is None:
         raise err("attempt", "attempt.started must name the attempt it starts")
     introduces = v.INTRODUCTIONS.get(kind)
-    if introduces is not None and isinstance(obj.get(introduces), str) and len(obj[introduces]) > MAX_ID_CHARS:
-        raise err(introduces, f"must be an id of at most {MAX_ID_CHARS} characters")
+    if introduces is not None and isinstance(obj.get(introduces), str):
+        problem = id_problem(obj[introduces], what=_OBJECT_ID_WHAT[kind])
+        if problem is not None:
+            raise err(introduces, problem)
     for name, field_spec, allowed in _COMPILED[kind]:
         value = obj.get(name, _MISSING)
         if value is _MISSING:
@@ -392,6 +400,8 @@ def _validate_event(obj: Any, *, line: int, file: str) -> tuple[datetime, dateti
         # The common case in one test; anything unusual goes through the full check and its messages.
         if not ((allowed is None or type(value) in allowed) and field_spec.enum is None and field_spec.items is None):
             check_field(value, field_spec, name=name, err=err)
+        if type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+            raise err(name, "must fit in 64 bits")
     for name in v.BLOB_FIELDS.get(kind, ()):
         value = obj.get(name)
         if value is not None and not is_digest(value):

@@ -41,6 +41,7 @@ from . import canonical
 from .bundle import BundleError, load_json
 from .contracts import ContractError, ContractSet
 from .fixtures import Fixture, FixtureError, FixtureRegistry
+from .identifiers import INT32_MAX, id_problem, scenario_name_problem
 from .vocabulary import FAULT_STAGES
 from .world import SimulatedWorld, WorldError, parse_time
 
@@ -54,7 +55,6 @@ MODES = ("reconstruction", "rerun", "counterfactual")
 MAX_FILES = 100_000
 MAX_PACKAGE_BYTES = 2 << 30
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
-_SCENARIO_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
 # Keys that would let a package carry an endpoint, a credential or code. Fixture bodies and recorded
 # requests are evidence and are not searched (a captured page may contain a link).
 FORBIDDEN_KEYS = frozenset(
@@ -468,11 +468,14 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         },
     )
     name = meta["name"]
-    if not isinstance(name, str) or not _SCENARIO_NAME_RE.match(name):
-        raise PackageError(f"scenario.json: name {name!r} must be lowercase letters, digits and '-'")
+    problem = scenario_name_problem(name)
+    if problem is not None:
+        raise PackageError(f"scenario.json: name {problem}")
     version = meta["version"]
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise PackageError(f"scenario.json: version must be a positive integer, got {version!r}")
+    if version > INT32_MAX:  # kept in a 32-bit column (fixtures_review ScenarioVersion.version)
+        raise PackageError(f"scenario.json: version must be at most {INT32_MAX}, got a larger one")
     header = package.manifest.get("scenario")
     if header != {"name": name, "version": version}:
         raise PackageError(f"{MANIFEST}: scenario {header!r} differs from scenario.json ({name}@{version})")
@@ -497,6 +500,12 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
     except ContractError as exc:
         raise PackageError(f"contracts.json: {exc}") from None
     by_key = {c.key: c for c in contracts}
+    for i, contract in enumerate(contracts):
+        problem = id_problem(contract.tool, what="a tool name")
+        if problem is not None:
+            raise PackageError(f"contracts.json[{i}]: tool {problem}")
+        if contract.revision > INT32_MAX:  # kept in 32-bit columns (captures, fixture versions)
+            raise PackageError(f"contracts.json[{i}]: revision must be at most {INT32_MAX}, got a larger one")
     fixture_items = _list(values["fixtures.json"], "fixtures.json")
     fixtures = []
     for i, item in enumerate(fixture_items):
@@ -508,6 +517,10 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
             fixtures.append(Fixture.from_dict(item, contract, parsed=True, normalized=fixtures_normalized))
         except FixtureError as exc:
             raise PackageError(f"fixtures.json[{i}]: {exc}") from None
+    for i, fixture in enumerate(fixtures):
+        problem = id_problem(fixture.id, what="a fixture id")
+        if problem is not None:
+            raise PackageError(f"fixtures.json[{i}]: id {problem}")
     try:
         registry = FixtureRegistry(fixtures)
     except FixtureError as exc:
@@ -526,6 +539,9 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         _keys(_obj(item, where), where, required={"tool", "reason"})
         if not isinstance(item["reason"], str) or not item["reason"].strip():
             raise PackageError(f"{where}: an excluded tool needs its reason")
+        problem = id_problem(item["tool"], what="a tool name")
+        if problem is not None:
+            raise PackageError(f"{where}: tool {problem}")
         excluded.append({"tool": str(item["tool"]), "reason": item["reason"]})
     uncovered = tuple(_strs(meta.get("uncovered", []), "scenario.json: uncovered"))
     invariants = tuple(_invariants(meta.get("invariants", [])))

@@ -184,7 +184,7 @@ def _refusal(span: Any) -> str | None:
 def _service_name(resource: Any) -> str:
     for attribute in resource.attributes:
         if attribute.key == "service.name" and attribute.value.WhichOneof("value") == "string_value":
-            return str(attribute.value.string_value)[:200]
+            return str(attribute.value.string_value).replace("\x00", "\ufffd")[:200]
     return ""
 
 
@@ -208,7 +208,7 @@ def split_by_trace(request: ExportTraceServiceRequest) -> SplitRequest:
                     continue
                 by_trace[span.trace_id].append(span)
                 if not span.parent_span_id:
-                    roots[span.trace_id] = (span.end_time_unix_nano > 0, str(span.name)[:200])
+                    roots[span.trace_id] = (span.end_time_unix_nano > 0, str(span.name).replace("\x00", "\ufffd")[:200])
             for trace_id, spans in by_trace.items():
                 grouped[trace_id].append((rs, ss, spans))
                 services.setdefault(trace_id, service)

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from n17q_engine.canonical import digest_json, evidence_set_digest, request_digest
+from n17q_engine.identifiers import MAX_RUN_ID_CHARS, make_id, run_id_problem
 
 from . import ConversionError, ConversionReport, ConvertedRun
 
@@ -62,7 +63,6 @@ _APPROVAL_DECISIONS = {"approve": "approved", "modify": "approved", "reject": "r
 _HUMAN_APPROVERS = frozenset({"human", "inspect_ai/human", "human_approver"})
 
 _FORWARD = "inspect-tool-call:"
-_RUN_ID_BAD = re.compile(r"[^\w.:@+=-]+")
 _NOT_ONE_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
 
 
@@ -349,8 +349,7 @@ def _iso(value: Any) -> str | None:
 
 
 def _run_id_part(value: Any, limit: int) -> str:
-    part = _RUN_ID_BAD.sub("-", str(value)).strip("-") or "x"
-    return part[:limit]
+    return make_id(value, limit)
 
 
 class _SampleConverter:
@@ -408,12 +407,17 @@ class _SampleConverter:
             raise ConversionError("a sample of the Inspect log has no id")
         eval_id = _run_id_part(spec.get("eval_id") or spec.get("run_id") or "", 8)
         base = f"inspect-{_run_id_part(task, 80)}-{_run_id_part(sid, 80)}-e{epoch}"
+        if len(base) + 12 > MAX_RUN_ID_CHARS:  # room for "-<eval id>-<n>" within a run id's length
+            base = f"inspect-{_run_id_part(task, 60)}-{_run_id_part(sid, 60)}-e{epoch}"
         # Two evals of one task name the same samples: the eval's id tells their runs apart, and importing the
         # same log twice names the same runs (refused as already imported, never doubled).
         run_id = f"{base}-{eval_id}" if eval_id and eval_id != "x" else base
         n = 2
         while run_id in used_ids:  # two sample ids that differ only in characters a run id cannot hold
             run_id, n = f"{base}-{eval_id}-{n}", n + 1
+        problem = run_id_problem(run_id)
+        if problem is not None:  # an epoch of dozens of digits: no run id can name the sample
+            raise ConversionError(f"sample {str(sid)[:80]!r} epoch {str(epoch)[:20]}: its run id {problem}")
         used_ids.add(run_id)
         model = _text(spec.get("model"), "unknown")
         created = (

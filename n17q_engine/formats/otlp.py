@@ -38,8 +38,9 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from n17q_engine import vocabulary as v
-from n17q_engine.bundle import BundleError, is_run_id, title_problem, validate_event
+from n17q_engine.bundle import BundleError, title_problem, validate_event
 from n17q_engine.canonical import canonical_json, digest_json, request_digest
+from n17q_engine.identifiers import id_problem, run_id_problem
 
 from . import ConversionError, ConversionReport, ConvertedRun
 
@@ -1107,10 +1108,9 @@ class _TraceConverter:
         run_id = run_attr(N17Q_RUN_ID)
         if run_id is None:
             run_id = f"otlp-{self.trace_id}"
-        elif not is_run_id(run_id):
-            raise ConversionError(
-                f"{root.where()}: attribute {N17Q_RUN_ID} must be 1-200 characters without spaces or '/'"
-            )
+        problem = run_id_problem(run_id)
+        if problem is not None:
+            raise ConversionError(f"{root.where()}: attribute {N17Q_RUN_ID} {problem}")
         agent_name = _str_or_none(self._first_attr(GEN_AI_AGENT_NAME)) or _str_or_none(self._first_attr(OI_AGENT_NAME))
         title = run_attr(N17Q_RUN_TITLE)
         if title is not None:
@@ -1912,8 +1912,9 @@ class _TraceConverter:
             fields.setdefault("run", self.run["id"])
             fields.setdefault("environment", self.run["environment"])
         event_id = attrs.get(N17Q_ID)
-        if event_id is not None and (not isinstance(event_id, str) or not event_id or len(event_id) > 200):
-            raise ConversionError(f"{where}: attribute {N17Q_ID} must be a non-empty string of at most 200 characters")
+        problem = None if event_id is None else id_problem(event_id, what="an event id")
+        if problem is not None:
+            raise ConversionError(f"{where}: attribute {N17Q_ID} {problem}")
         if event_id is None:
             event_id = f"{span.hex}.n17q.{k}"
         attempt = attrs.get(N17Q_ATTEMPT, self.attempt)

@@ -1,0 +1,149 @@
+"""The one identifier grammar: runs, events, attempts, workspaces, artifacts, tools, fixtures (docs/identifiers.md).
+
+An identifier is shown to people, compared by people, put in URL path segments and kept in database columns, so it
+must read as what it is, resolve where its link points, and fit its column together with anything derived from it.
+Every door (run bundles, OTLP and Inspect conversion, scenario packages, captures) asks `id_problem` and refuses
+with one line naming the field; nothing here normalises or repairs a value (a converter that builds ids from free
+text makes them valid itself, see `make_id`).
+
+The grammar:
+
+- 1 to `max_len` characters (the column's width, or less where an id is extended: see MAX_RUN_ID_CHARS);
+- each character an ASCII letter or digit, one of ``- _ . : @ + ~ =``, or a non-ASCII letter, mark or digit
+  (Unicode categories L*, M*, N*): no space, no "/", "\\", "?", "#", "%", no quote or angle bracket, no control
+  or format character (so no bidirectional override and no zero-width character);
+- not "." or ".." (dot segments: a URL holding one resolves to another page);
+- in Unicode normalisation form NFC: a non-NFC id is refused, not normalised (two spellings of one id would be
+  two ids that display alike; the harness is told to send the NFC form).
+
+Scenario names are stricter (lowercase ASCII letters, digits and "-", at most 100): they appear in
+`name@version` references and in file names.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any
+
+# The width of the columns that keep ids (runs.models: run_id, event_id, refs; fixtures_review: tool).
+MAX_ID_CHARS = 200
+# A replay's run is named `<source run>~<mode>-<replay pk>` (runs.importer.REPLAY_RUN_SEPARATOR): the longest
+# suffix is "~counterfactual-" and a 19-digit key (a BIGINT), 35 characters. A run id as a harness names it (the
+# part before the first "~") is kept to MAX_ID_CHARS - REPLAY_SUFFIX_ROOM, so every replay of it fits its column.
+REPLAY_SUFFIX_ROOM = 40
+MAX_RUN_ID_CHARS = MAX_ID_CHARS - REPLAY_SUFFIX_ROOM
+REPLAY_SEPARATOR = "~"
+LONGEST_REPLAY_SUFFIX = len("~counterfactual-") + 19
+MAX_SCENARIO_NAME_CHARS = 100
+
+# Integer columns: PositiveIntegerField / IntegerField are 32-bit on PostgreSQL, BigIntegerField 64-bit.
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+ID_PUNCTUATION = "-_.:@+~="
+_ASCII_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" + ID_PUNCTUATION)
+_SCENARIO_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+def _bad_character(value: str) -> str | None:
+    for char in value:
+        if char in _ASCII_OK:
+            continue
+        if ord(char) >= 128 and unicodedata.category(char)[0] in "LMN":
+            continue
+        return char
+    return None
+
+
+def _describe(char: str) -> str:
+    name = unicodedata.name(char, "")
+    return f"U+{ord(char):04X}" + (f" {name}" if name else "")
+
+
+def id_problem(value: Any, *, what: str = "an id", max_len: int = MAX_ID_CHARS) -> str | None:
+    """Why `value` cannot be an identifier, as the rest of a sentence ("must be ..."), or None when it can."""
+    if not isinstance(value, str):
+        return f"must be {what}, a string, got {type(value).__name__}"
+    if not value:
+        return f"must be {what}, not empty"
+    if len(value) > max_len:
+        return f"must be {what} of at most {max_len} characters (has {len(value)})"
+    if value in (".", ".."):
+        return f"must be {what}, not {value!r} (a dot segment names another page in a link)"
+    bad = _bad_character(value)
+    if bad is not None:
+        return (
+            f"must be {what} of letters, digits and {' '.join(ID_PUNCTUATION)} only (holds {_describe(bad)} at "
+            f"{value.index(bad) + 1})"
+        )
+    if not value.isascii() and not unicodedata.is_normalized("NFC", value):
+        return f"must be {what} in Unicode normal form NFC (send {unicodedata.normalize('NFC', value)!r})"
+    return None
+
+
+def run_id_problem(value: Any) -> str | None:
+    """As `id_problem` for a run id: the name a harness gives (before any `~`) leaves room for replay suffixes."""
+    problem = id_problem(value, what="a run id")
+    if problem is None and len(value.split(REPLAY_SEPARATOR, 1)[0]) > MAX_RUN_ID_CHARS:
+        return (
+            f"must be a run id of at most {MAX_RUN_ID_CHARS} characters (has {len(value)}), leaving room for its "
+            "replays' run ids"
+        )
+    return problem
+
+
+def replay_run_id_problem(source_run_id: str, mode: str) -> str | None:
+    """Why a replay of `source_run_id` in `mode` could not name its run (its id would not fit), or None."""
+    longest = len(source_run_id) + len(REPLAY_SEPARATOR) + len(mode) + 1 + 19
+    if longest > MAX_ID_CHARS:
+        return (
+            f"run {source_run_id[:40]}\u2026's id is too long to name a replay's run ({longest} > {MAX_ID_CHARS} "
+            "characters); replay the run it was replayed from instead"
+        )
+    return None
+
+
+def scenario_name_problem(value: Any) -> str | None:
+    if not isinstance(value, str) or not _SCENARIO_NAME.fullmatch(value) or len(value) > MAX_SCENARIO_NAME_CHARS:
+        shown = repr(value if not isinstance(value, str) or len(value) <= 60 else value[:60] + "\u2026")
+        return f"{shown} must be lowercase letters, digits and '-' (at most {MAX_SCENARIO_NAME_CHARS} characters)"
+    return None
+
+
+def int_problem(value: Any, *, low: int, high: int) -> str | None:
+    """Why `value` cannot go in an integer column holding low..high, or None."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"must be an integer, got {type(value).__name__}"
+    if not low <= value <= high:
+        return f"must be an integer from {low} to {high}, got {value if abs(value) < 10**30 else 'a larger one'}"
+    return None
+
+
+# What a converter replaces when it builds an id part from free text: anything but word characters (letters, digits,
+# "_": never a mark, a format or a control character) and . : @ + = -.
+_NOT_ID_PART = re.compile(r"[^\w.:@+=-]+")
+
+
+def make_id(text: Any, limit: int) -> str:
+    """An id part from free text (an Inspect task or sample name): NFC, every run of characters outside the
+    grammar replaced by "-", cut to `limit`; "x" when nothing is left. The result holds no "~" and never starts or
+    ends with "-", and an ASCII name makes the same part it always made (ids of re-imported logs stay stable)."""
+    part = _NOT_ID_PART.sub("-", unicodedata.normalize("NFC", str(text))).strip("-") or "x"
+    return part[:limit]
+
+
+__all__ = [
+    "INT32_MAX",
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_ID_CHARS",
+    "MAX_RUN_ID_CHARS",
+    "MAX_SCENARIO_NAME_CHARS",
+    "id_problem",
+    "int_problem",
+    "make_id",
+    "replay_run_id_problem",
+    "run_id_problem",
+    "scenario_name_problem",
+]
