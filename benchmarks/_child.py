@@ -131,7 +131,10 @@ def cmd_import(folder: str) -> dict[str, Any]:
         "seconds": seconds,
         "cpu_seconds": cpu,
         "events": result.events,
-        "findings": len(result.findings),
+        "findings": result.finding_count,
+        # The import's answer as the API and `import_run --json` give it: bounded whatever the findings (issue 20).
+        "answer_bytes": len(json.dumps(result.to_json())),
+        "answer_findings": len(result.findings),
         "baseline_rss_mb": baseline,
         "baseline_rss_now_mb": baseline_now,
         "peak_rss_mb": peak,

@@ -608,3 +608,58 @@ def bundle_of(n: int) -> tuple[Path, dict[str, Any]]:
             raise AssertionError(f"generated {info['events']} events, wanted {n}")
         _cache[n] = (folder, info)
     return _cache[n]
+
+
+# ---------------------------------------------------------------- a hostile shape: a dangling reference per event
+
+
+def write_dangling_bundle(folder: Path, n: int) -> dict[str, Any]:
+    """Write a bundle of `n` events each naming something the run does not hold (issue 20): every event is a
+    ``tool.result`` whose ``call_id`` is a fresh id no event has, so the run has one LIN011 finding per event and one
+    dangling edge per event. No blobs. Deterministic, streamed like `write_bundle`."""
+    if n < 1:
+        raise ValueError("the run needs at least one event")
+    run_id = f"bench-dangling-{n}"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(SEED + 1)
+    with open(folder / "events.jsonl", "wb", buffering=1 << 20) as out:
+        w = _Writer(out, rng)
+        for _ in range(n):
+            w.emit(
+                "tool.result",
+                None,
+                {"call_id": w.new_id(), "origin": "historical", "outcome": "ok", "blob": None, "absent": {}},
+            )
+    manifest = {
+        "format": "n17q.run-bundle/1",
+        "run": {
+            "id": run_id,
+            "task": {"id": "task-dangling", "revision": "r1"},
+            "environment": "live",
+            "mode": "recorded",
+            "scenario": None,
+            "model": {"name": "bench-agent", "version": "2026-06"},
+            "policy_revision": POLICY,
+            "created_at": RUN_START.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "parent_run": None,
+        },
+        "blobs": {},
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    return {
+        "path": str(folder),
+        "events": n,
+        "run_id": run_id,
+        "events_bytes": (folder / "events.jsonl").stat().st_size,
+    }
+
+
+_dangling_cache: dict[int, tuple[Path, dict[str, Any]]] = {}
+
+
+def dangling_bundle_of(n: int) -> tuple[Path, dict[str, Any]]:
+    """The folder of the generated dangling-reference bundle of `n` events (generated on first use)."""
+    if n not in _dangling_cache:
+        folder = session_dir() / f"dangling-{n}"
+        _dangling_cache[n] = (folder, write_dangling_bundle(folder, n))
+    return _dangling_cache[n]

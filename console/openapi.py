@@ -2,9 +2,10 @@
 
 drf-spectacular describes what a view declares; the answers every API view can give without declaring them
 (401 without credentials, 403 without the role or the token's scope, 404 for an unknown id in the path, 400
-for a refused body, 429 when a token is throttled) are added here, once, for every operation, the ones other
-apps add later included. All of them have the one error shape `{"error": "<one line>"}` (`exception_handler`
-below). The schema test (tests/test_openapi.py) holds the API to exactly this.
+for a refused body, 429 when a token is throttled, 503 when SQLite is busy behind an import) are added here,
+once, for every operation, the ones other apps add later included. All of them have the one error shape
+`{"error": "<one line>"}` (`exception_handler` below). The schema test (tests/test_openapi.py) holds the API to
+exactly this.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
+
+from .busy import busy_api_response, is_database_busy
 
 
 class ErrorOutput(serializers.Serializer):
@@ -31,6 +35,8 @@ ERRORS = {
     "403": "The user's role or the token's scopes do not allow this request.",
     "404": "Nothing with that id.",
     "429": "Too many requests with this token (or refused tokens from this address); see Retry-After.",
+    "503": "The embedded database (SQLite) is busy with another write, an import most likely; nothing was stored. "
+    "See Retry-After.",
 }
 
 
@@ -51,19 +57,29 @@ class AutoSchema(SpectacularAutoSchema):
         has_query = any(p.get("in") == "query" for p in operation.get("parameters", []))
         if self.method in ("POST", "PUT", "PATCH") or has_query:
             wanted.append("400")
+        # On SQLite any request may have to write (a token's last use, the audit log): behind an import it can
+        # answer 503 (console.busy).
+        wanted.append("503")
+        added = set()
         for code in sorted(wanted):
             if code not in responses:
                 responses[code] = {"description": ERRORS[code], "content": {"application/json": {"schema": error}}}
-        if "429" in responses:
-            responses["429"].setdefault(
-                "headers",
-                {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait before retrying"}},
-            )
+                added.add(code)
+        for code in ("429", "503"):
+            if code in responses and (code == "429" or code in added):
+                responses[code].setdefault(
+                    "headers",
+                    {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait before retrying"}},
+                )
         return operation
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Every API error is `{"error": "<one line>"}` with a 4xx status."""
+    """Every API error is `{"error": "<one line>"}` with a 4xx status; SQLite's "database is locked" (a write
+    waiting behind an import) is a 503 with Retry-After (console.busy)."""
+    if is_database_busy(exc):
+        set_rollback()
+        return busy_api_response()
     response = drf_exception_handler(exc, context)
     if response is not None:
         detail = response.data.get("detail") if isinstance(response.data, dict) else None

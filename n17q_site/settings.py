@@ -67,6 +67,9 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # A Content-Security-Policy on every response, error pages and the admin included (see CONTENT_SECURITY_POLICY).
     "csp.middleware.CSPMiddleware",
+    # SQLite's "database is locked" (a write waiting past the busy timeout behind an import) answers 503 with
+    # Retry-After, never a 500: above every middleware that writes (the session's row, the audit log's).
+    "console.busy.BusyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

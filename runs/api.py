@@ -21,7 +21,8 @@ from n17q_engine.bundle import BundleError
 
 from . import selectors
 from .import_formats import runs_import_from_upload
-from .models import Run
+from .importer import FINDINGS_IN_ANSWER
+from .models import Finding, Run
 
 # The example run id in the docs (and the one the schema test tries first): the README's example bundle.
 RUN_ID = OpenApiParameter(
@@ -35,20 +36,47 @@ RUN_ID = OpenApiParameter(
 log = logging.getLogger(__name__)
 
 
+FINDING_FIELDS: dict[str, serializers.Field] = {
+    "code": serializers.CharField(),
+    "severity": serializers.CharField(),
+    "from": serializers.CharField(),
+    "to": serializers.CharField(),
+    "message": serializers.CharField(),
+}
+
+
 @functools.cache
 def findings_schema() -> serializers.Serializer:
     """The finding shape of DESIGN §8, for the schema (`from` cannot be a Python attribute name)."""
-    return inline_serializer(
-        "Finding",
-        {
-            "code": serializers.CharField(),
-            "severity": serializers.CharField(),
-            "from": serializers.CharField(),
-            "to": serializers.CharField(),
-            "message": serializers.CharField(),
-        },
-        many=True,
-    )
+    return inline_serializer("Finding", FINDING_FIELDS, many=True)
+
+
+def finding_counts_schema(where: str) -> dict[str, serializers.Field]:
+    """The keys that bound a `findings` list (issue 20): added beside it, the list's shape unchanged."""
+    return {
+        "finding_count": serializers.IntegerField(help_text="how many findings the run has, all of them"),
+        "findings_truncated": serializers.BooleanField(
+            help_text=f"true when `findings` holds only the first of them ({where})"
+        ),
+    }
+
+
+class FindingOutput(serializers.ModelSerializer):
+    """One stored finding, in the shape of DESIGN §8."""
+
+    class Meta:
+        model = Finding
+        fields = ["code", "severity", "message"]
+
+    def to_representation(self, instance: Finding) -> dict[str, str]:
+        data = super().to_representation(instance)
+        return {
+            "code": data["code"],
+            "severity": data["severity"],
+            "from": instance.from_ref,
+            "to": instance.to_ref,
+            "message": data["message"],
+        }
 
 
 def unevaluated_schema() -> serializers.Serializer:
@@ -128,7 +156,9 @@ class RunCollectionApi(APIView):
         summary="Import a run bundle",
         description="A bundle (`n17q.run-bundle/1`) as a .zip or .tar.gz in the multipart field `bundle`. All or "
         "nothing: a refused bundle stores nothing and the error names the file, line and field. Secrets the scan "
-        "finds are masked before anything is stored and listed in `masked_secrets`. A harness token "
+        "finds are masked before anything is stored and listed in `masked_secrets`. `findings` holds the run's first "
+        f"{FINDINGS_IN_ANSWER} lineage findings; `finding_count` counts them all, `findings_truncated` says some were "
+        "left out and `findings_url` lists every one, page by page. A harness token "
         "needs the `runs:import` scope; the user, the operator role. The field also takes an OTLP trace file (one run "
         "per trace) or an Inspect AI log (one run per sample and epoch), recognised by content: converted, the "
         "original kept as a blob, all runs or none imported; the answer's keys then describe the first run and add "
@@ -142,6 +172,12 @@ class RunCollectionApi(APIView):
                     "run": serializers.CharField(),
                     "events": serializers.IntegerField(),
                     "findings": findings_schema(),
+                    **finding_counts_schema(
+                        f"at most {FINDINGS_IN_ANSWER}; every one is listed at `findings_url`, page by page"
+                    ),
+                    "findings_url": serializers.CharField(
+                        help_text="GET /api/v1/runs/{id}/findings/: the findings stored at import, paginated"
+                    ),
                     "masked_secrets": inline_serializer(
                         "MaskedSecret",
                         {
@@ -193,13 +229,41 @@ class RunLineageApi(APIView):
         summary="Lineage findings of a run",
         description="The run re-checked with today's rules (LIN001-LIN014), shaped as `manage.py lineage --json`. "
         "`unevaluated` names the checks that had nothing to judge in this run (no workspaces, no admissions…): no "
-        "finding for such a code is not a pass.",
+        "finding for such a code is not a pass. `findings` holds at most the first "
+        f"{selectors.LINEAGE_FINDINGS_IN_ANSWER}; `finding_count` and `error_count` count them all.",
         responses=inline_serializer(
             "Lineage",
-            {"run": serializers.CharField(), "findings": findings_schema(), "unevaluated": unevaluated_schema()},
+            {
+                "run": serializers.CharField(),
+                "findings": findings_schema(),
+                **finding_counts_schema(f"at most {selectors.LINEAGE_FINDINGS_IN_ANSWER}"),
+                "error_count": serializers.IntegerField(help_text="how many of them are errors"),
+                "unevaluated": unevaluated_schema(),
+            },
         ),
         parameters=[RUN_ID],
     )
     def get(self, request: Request, run_id: str) -> Response:
         run = get_object_or_404(Run, run_id=run_id)
         return Response(selectors.run_lineage_json(run))
+
+
+class RunFindingsApi(APIView):
+    """The lineage findings stored when the run was imported, in the checker's order, page by page."""
+
+    permission_classes = [requires_perm("runs.view_run"), NotCaptureOnly]
+    pagination_class = StrictLimitOffsetPagination
+
+    @extend_schema(
+        summary="Stored lineage findings of a run, paginated",
+        description="Every finding recorded at import (the import's answer carries only the first "
+        f"{FINDINGS_IN_ANSWER}), in the checker's order, `?limit=&offset=`. `GET .../lineage/` re-checks the run "
+        "with today's rules instead.",
+        responses=FindingOutput(many=True),
+        parameters=[RUN_ID],
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = get_object_or_404(Run, run_id=run_id)
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(Finding.objects.filter(run=run).order_by("id"), request, view=self)
+        return paginator.get_paginated_response(FindingOutput(page, many=True).data)

@@ -4,8 +4,9 @@ The order matters for "nothing is stored" on refusal:
 1. the archive is unpacked (safely) into a private temporary folder;
 2. the manifest is parsed and every blob is hashed against its digest before anything is written;
 3. inside one transaction the run, its events (in batches, never the whole file in memory), objects,
-   edges and lineage findings are written; blobs new to the store are written just before and removed
-   again if the transaction does not commit.
+   edges and lineage findings are written (findings too in batches, as the checker yields them: the answer
+   carries the first FINDINGS_IN_ANSWER and counts them all); blobs new to the store are written just before and
+   removed again if the transaction does not commit.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import storages
 from django.db import IntegrityError, connection, transaction
+from django.urls import reverse
 
 from accounts.audit import audit_record
 from n17q_engine import archive, bundle
@@ -51,6 +53,10 @@ log = logging.getLogger(__name__)
 
 EVENT_BATCH = 2000
 EDGE_BATCH = 5000
+# Findings are written as the checker yields them, this many rows at a time; the import's answer carries the
+# first FINDINGS_IN_ANSWER of them and counts the rest (GET /api/v1/runs/{id}/findings/ lists them all).
+FINDING_BATCH = 2000
+FINDINGS_IN_ANSWER = 100
 # Event keys reserved up front (a list of ints: 100,000 of them are about 4 MB); a larger run reserves the rest
 # in blocks of 10 batches as it goes.
 PRIMED_EVENT_KEYS = 100_000
@@ -61,19 +67,35 @@ MANIFEST_MAX_BYTES = bundle.MANIFEST_MAX_BYTES
 class ImportResult:
     run: Run
     events: int
+    # The run's first findings (at most FINDINGS_IN_ANSWER, in the checker's order); `finding_count` counts them all.
     findings: list[dict[str, Any]]
     # What the secret scan masked before storing (runs.secret_scan): {place, event, path, rule, preview}.
     masked_secrets: list[dict[str, str]]
+    finding_count: int = 0
+
+    @property
+    def findings_truncated(self) -> bool:
+        return self.finding_count > len(self.findings)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "run": self.run.run_id,
             "events": self.events,
             "findings": self.findings,
+            # Added keys (DESIGN §10): `findings` holds at most the first FINDINGS_IN_ANSWER; how many there are,
+            # whether some were left out, and where every one of them is listed (paginated).
+            "finding_count": self.finding_count,
+            "findings_truncated": self.findings_truncated,
+            "findings_url": findings_url(self.run.run_id),
             "masked_secrets": self.masked_secrets,
             # Added key (DESIGN §10): the checks that had nothing to judge in this run.
             "unevaluated": self.run.unevaluated,
         }
+
+
+def findings_url(run_id: str) -> str:
+    """Where a run's findings are listed, page by page (`?limit=&offset=`)."""
+    return reverse("api-run-findings", kwargs={"run_id": run_id})
 
 
 def _audit_refusals(describe: Any) -> Any:
@@ -222,7 +244,7 @@ def _import_root(
                     target=result.run.run_id,
                     detail={
                         "events": result.events,
-                        "findings": len(result.findings),
+                        "findings": result.finding_count,
                         "masked_secrets": len(result.masked_secrets),
                         "bundle_digest": result.run.bundle_digest,
                     },
@@ -236,7 +258,7 @@ def _import_root(
     except BaseException:
         _remove_blobs(written)
         raise
-    log.info("imported run %s: %s events, %s findings", result.run.run_id, result.events, len(result.findings))
+    log.info("imported run %s: %s events, %s findings", result.run.run_id, result.events, result.finding_count)
     return result
 
 
@@ -499,22 +521,7 @@ def _write_run(
     edges_written[0] += len(edge_rows)
     _verify_edges(run.pk, edges_written[0])
 
-    findings = graph.findings()
-    Finding.objects.bulk_create(
-        [
-            Finding(
-                run=run,
-                code=f.code,
-                severity=f.severity,
-                from_ref=_ref(f.from_),
-                to_ref=_ref(f.to),
-                from_event_id=event_pk.get(f.from_),
-                to_event_id=event_pk.get(f.to),
-                message=f.message,
-            )
-            for f in findings
-        ]
-    )
+    finding_count, error_count, first_findings = _write_findings(run, graph, event_pk)
     MaskedSecret.objects.bulk_create(
         [
             MaskedSecret(
@@ -537,9 +544,9 @@ def _write_run(
         run.bundle_digest = secret_scan.keyed(digest.encode("ascii"), secret_scan.digest_key())
     run.masked_secret_count = len(masks.found)
     run.event_count = count
-    run.finding_count = len(findings)
+    run.finding_count = finding_count
     run.unevaluated = graph.unevaluated()
-    run.error_count = sum(1 for f in findings if f.severity == "error")
+    run.error_count = error_count
     run.final_state = last_state
     run.kind_counts = kind_counts
     run.first_logical_at = first_at
@@ -565,4 +572,41 @@ def _write_run(
     masked: list[dict[str, str]] = [
         {k: m[k] for k in ("place", "event", "path", "rule", "preview") if k in m} for m in masks.found
     ]
-    return ImportResult(run=run, events=count, findings=[f.to_json() for f in findings], masked_secrets=masked)
+    return ImportResult(
+        run=run, events=count, findings=first_findings, masked_secrets=masked, finding_count=finding_count
+    )
+
+
+def _write_findings(run: Run, graph: LineageGraph, event_pk: dict[str, int]) -> tuple[int, int, list[dict[str, Any]]]:
+    """Write the run's findings as the checker yields them, FINDING_BATCH rows at a time, never all of them in
+    memory at once (a bundle whose every event names something missing has a finding per event). Returns how many
+    there are, how many are errors, and the first FINDINGS_IN_ANSWER as the answer shows them."""
+    out = Appender(
+        Finding._meta.db_table,
+        ("run_id", "code", "severity", "from_ref", "to_ref", "from_event_id", "to_event_id", "message"),
+    )
+    rows: list[tuple[Any, ...]] = []
+    first: list[dict[str, Any]] = []
+    count = errors = 0
+    for f in graph.iter_findings():
+        count += 1
+        errors += f.severity == "error"
+        if len(first) < FINDINGS_IN_ANSWER:
+            first.append(f.to_json())
+        rows.append(
+            (
+                run.pk,
+                f.code,
+                f.severity,
+                _ref(f.from_),
+                _ref(f.to),
+                event_pk.get(f.from_),
+                event_pk.get(f.to),
+                f.message,
+            )
+        )
+        if len(rows) >= FINDING_BATCH:
+            out.insert(rows)
+            rows.clear()
+    out.insert(rows)
+    return count, errors, first

@@ -30,10 +30,33 @@ def run_lineage_check(run: Run) -> list[LineageFinding]:
     return run_lineage_graph(run).findings()
 
 
-def run_lineage_json(run: Run) -> dict[str, Any]:
-    """The `lineage --json` answer (DESIGN §8), with `unevaluated` (§10): the checks that had nothing to judge."""
+# The `lineage --json` answer lists at most this many findings and counts the rest: a run whose every event names
+# something missing would otherwise answer with a finding per event (issue 20).
+LINEAGE_FINDINGS_IN_ANSWER = 1000
+
+
+def run_lineage_json(run: Run, *, limit: int = LINEAGE_FINDINGS_IN_ANSWER) -> dict[str, Any]:
+    """The `lineage --json` answer (DESIGN §8), with `unevaluated` (§10): the checks that had nothing to judge.
+
+    Added keys (§10): `findings` holds the first `limit` findings in the checker's order; `finding_count` counts them
+    all and `findings_truncated` says some were left out. The checker yields them one source event at a time, so the
+    findings left out are counted, never held."""
     graph = run_lineage_graph(run)
-    return {"run": run.run_id, "findings": [f.to_json() for f in graph.findings()], "unevaluated": graph.unevaluated()}
+    findings: list[dict[str, str]] = []
+    count = errors = 0
+    for f in graph.iter_findings():
+        count += 1
+        errors += f.severity == "error"
+        if len(findings) < limit:
+            findings.append(f.to_json())
+    return {
+        "run": run.run_id,
+        "findings": findings,
+        "finding_count": count,
+        "error_count": errors,
+        "findings_truncated": count > len(findings),
+        "unevaluated": graph.unevaluated(),
+    }
 
 
 def run_list(

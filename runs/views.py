@@ -53,7 +53,7 @@ def run_import(request: HtmxHttpRequest) -> HttpResponse:
             more = len(imported.results) - 1
             messages.success(
                 request,
-                f"Imported {result.run.run_id}: {result.events} events, {len(result.findings)} lineage findings"
+                f"Imported {result.run.run_id}: {result.events} events, {result.finding_count} lineage findings"
                 + (f", and {more} more run{'s' if more > 1 else ''} from the same file." if more else "."),
             )
             if more:

@@ -139,7 +139,15 @@ def test_it_serves_lineage_in_the_design_shape(client, role_user):
     response = client.get(reverse("api-run-lineage", args=["run-example-docs"]))
     assert response.status_code == 200
     answer = response.json()
-    assert answer == {"run": "run-example-docs", "findings": [], "unevaluated": answer["unevaluated"]}
+    assert answer == {
+        "run": "run-example-docs",
+        "findings": [],
+        # Issue 20: the findings are bounded (the first 1,000) and counted.
+        "finding_count": 0,
+        "error_count": 0,
+        "findings_truncated": False,
+        "unevaluated": answer["unevaluated"],
+    }
     # The re-check says what the import said (DESIGN §10): the same checks had nothing to judge.
     assert answer["unevaluated"] == Run.objects.get(run_id="run-example-docs").unevaluated
     assert "LIN009" in {u["code"] for u in answer["unevaluated"]}

@@ -50,6 +50,10 @@ def test_it_imports_the_example_bundle_with_its_graph(tmp_path):
         "run": "run-example-docs",
         "events": 9,
         "findings": [],
+        # Issue 20: `findings` holds at most the first 100; the count, whether some were left out, where all are.
+        "finding_count": 0,
+        "findings_truncated": False,
+        "findings_url": "/api/v1/runs/run-example-docs/findings/",
         "masked_secrets": [],
         "unevaluated": answer["unevaluated"],  # DESIGN §10, checked in tests/runs/test_api.py
     }
@@ -342,6 +346,9 @@ def test_it_prints_one_json_object_from_the_command(capsys):
         "run": "run-example-docs",
         "events": 9,
         "findings": [],
+        "finding_count": 0,
+        "findings_truncated": False,
+        "findings_url": "/api/v1/runs/run-example-docs/findings/",
         "masked_secrets": [],
         "title": "",  # the example bundle's run has none (DESIGN §10: optional)
         "unevaluated": Run.objects.get(run_id="run-example-docs").unevaluated,
@@ -372,7 +379,8 @@ def test_the_lineage_command_says_which_checks_it_could_not_evaluate(capsys):
     capsys.readouterr()
     call_command("lineage", "run-example-docs", "--json")
     answer = json.loads(capsys.readouterr().out)
-    assert set(answer) == {"run", "findings", "unevaluated"} and answer["findings"] == []
+    assert set(answer) == {"run", "findings", "finding_count", "error_count", "findings_truncated", "unevaluated"}
+    assert answer["findings"] == [] and answer["finding_count"] == 0 and not answer["findings_truncated"]
     assert {"code": "LIN009", "reason": "the run holds no workspaces"} in answer["unevaluated"]
     call_command("lineage", "run-example-docs")
     said = capsys.readouterr().out.splitlines()

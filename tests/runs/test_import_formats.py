@@ -270,7 +270,17 @@ def test_a_vcr_cassette_is_sent_to_capture(service, tmp_path, serializer, named)
 def test_a_bundle_is_still_a_bundle_with_its_answer_unchanged(tmp_path):
     folder = bundles.write_folder(tmp_path / "b", *bundles.example_parts())
     answer = import_run(bundles.zip_folder(folder, tmp_path / "b.zip"))
-    assert set(answer) == {"run", "events", "findings", "masked_secrets", "unevaluated", "title"}
+    assert set(answer) == {
+        "run",
+        "events",
+        "findings",
+        "finding_count",
+        "findings_truncated",
+        "findings_url",
+        "masked_secrets",
+        "unevaluated",
+        "title",
+    }  # issue 20 added the three finding keys
 
 
 def test_the_sniffer_never_raises_and_says_one_line():

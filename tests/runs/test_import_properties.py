@@ -754,7 +754,16 @@ def test_it_answers_201_or_400_with_one_line_to_any_upload(operator_client, _blo
             assert_one_line(body["error"])
             assert_nothing_stored(_blob_store)
         else:
-            assert set(body) == {"run", "events", "findings", "masked_secrets", "unevaluated"}
+            assert set(body) == {
+                "run",
+                "events",
+                "findings",
+                "finding_count",
+                "findings_truncated",
+                "findings_url",
+                "masked_secrets",
+                "unevaluated",
+            }
             assert Event.objects.filter(run__run_id=body["run"]).count() == body["events"]
 
 

@@ -32,7 +32,8 @@ class Command(JsonCommand):
             )
         for answer in answers:
             lines.append(
-                f"imported {answer['run']}: {answer['events']} events, {len(answer['findings'])} lineage findings"
+                f"imported {answer['run']}: {answer['events']} events, "
+                f"{answer.get('finding_count', len(answer['findings']))} lineage findings"
             )
             lines += [
                 f"  {f['code']} {f['severity']}: {f['message']} ({f['from']} -> {f['to']})" for f in answer["findings"]

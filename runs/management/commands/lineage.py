@@ -23,7 +23,7 @@ class Command(JsonCommand):
 
     def human(self, result: dict[str, Any]) -> str:
         lines = [
-            f"{result['run']}: {len(result['findings'])} lineage findings"
+            f"{result['run']}: {result.get('finding_count', len(result['findings']))} lineage findings"
             if result["findings"]
             else f"{result['run']}: no lineage findings"
         ]
