@@ -412,6 +412,7 @@ def _spawn(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     extra_read_only: tuple[str, ...] = (),
     loopback: bool = False,
+    relay: Callable[[bytes], bytes] | None = None,
 ) -> tuple[int, bytes, bytes, float, int, bool]:
     workdir = tempfile.mkdtemp(prefix="n17q-sandbox-")
     view = _view(workdir, allow_test_entries=allow_test_entries, extra_read_only=extra_read_only) if isolate else None
@@ -423,6 +424,8 @@ def _spawn(
         isolate=isolate, limits=limits, unshare=unshare, parent_pid=os.getpid(), view=view, loopback=loopback
     )
     timed_out = False
+    env = child_environment("netns" if isolate else "degraded")
+    channel = _RelayChannel(relay, env) if relay is not None else None
     try:
         spawn_ns = time.monotonic_ns()
         proc = subprocess.Popen(
@@ -431,11 +434,14 @@ def _spawn(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=workdir,
-            env=child_environment("netns" if isolate else "degraded"),
+            env=env,
             close_fds=True,
+            pass_fds=channel.child_fds if channel else (),
             start_new_session=True,
             preexec_fn=preexec,
         )
+        if channel is not None:
+            channel.start()
         try:
             if on_event is not None:
                 out, err, timed_out = _communicate_streaming(proc, payload, timeout_s, on_event)
@@ -454,7 +460,65 @@ def _spawn(
         _kill_group(proc)  # anything the child left behind in its group
         return proc.returncode, out, err, wall_s, spawn_ns, timed_out
     finally:
+        if channel is not None:
+            channel.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+RELAY_ENV = "N17Q_RELAY_FDS"
+RELAY_LINE = 16 << 20
+
+
+class _RelayChannel:
+    """An extra pipe pair out of the sandbox (issue 18's live model relay): the child writes one JSON request a
+    line on one fd and reads one JSON answer a line on the other (their numbers in ``N17Q_RELAY_FDS``, "read,write"
+    as the child sees them); ``relay`` answers each, in a thread of the launcher, which alone holds what it needs
+    (a credential, say). Nothing but these lines crosses; the child cannot open anything through them."""
+
+    def __init__(self, relay: Callable[[bytes], bytes], env: dict[str, str]) -> None:
+        self.relay = relay
+        self.req_r, self.req_w = os.pipe()
+        self.resp_r, self.resp_w = os.pipe()
+        self.child_fds: tuple[int, ...] = (self.resp_r, self.req_w)
+        env[RELAY_ENV] = f"{self.resp_r},{self.req_w}"
+        self.thread = threading.Thread(target=self._serve, name="n17q-sandbox-relay", daemon=True)
+
+    def start(self) -> None:
+        for fd in self.child_fds:
+            os.close(fd)
+        self.child_fds = ()
+        self.thread.start()
+
+    def _serve(self) -> None:
+        buffer = b""
+        with contextlib.suppress(OSError):
+            while True:
+                chunk = os.read(self.req_r, 65536)
+                if not chunk:
+                    return
+                buffer += chunk
+                if len(buffer) > RELAY_LINE:
+                    return
+                while b"\n" in buffer:
+                    line, _, buffer = buffer.partition(b"\n")
+                    try:
+                        answer = self.relay(line)
+                    except Exception as exc:  # the relay's failure is an answer, never the launcher's crash
+                        answer = json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]}).encode()
+                    data = answer.replace(b"\n", b" ") + b"\n"
+                    while data:
+                        data = data[os.write(self.resp_w, data) :]
+
+    def close(self) -> None:
+        for fd in self.child_fds:  # only when the child was never started
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.child_fds = ()
+        if self.thread.ident is not None:
+            self.thread.join(timeout=5)  # the child is gone: its end closed, the read sees the end
+        for fd in (self.req_r, self.resp_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _communicate_streaming(
@@ -527,6 +591,7 @@ def run_sandboxed(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     extra_read_only: tuple[str, ...] = (),
     loopback: bool = False,
+    relay: Callable[[bytes], bytes] | None = None,
     _unshare: Callable[[int], None] | None = None,
 ) -> SandboxResult:
     """Run ``entry`` ("n17q_engine.module:function") on ``payload`` in a sandboxed child process.
@@ -537,6 +602,8 @@ def run_sandboxed(
     ``extra_read_only`` host folders are bound read-only at the same path inside; ``loopback`` brings the
     namespace's own ``lo`` up (both for an agent replay, ``n17q_engine.agent``; neither makes degraded isolation
     any wider: without namespaces there is no view and no ``lo`` of its own, so agent replays refuse it).
+    ``relay`` answers the child's lines on an extra pipe pair (``_RelayChannel``: an agent replay's live model
+    calls, relayed by the launcher that alone holds the credential).
     ``_unshare`` replaces the ``unshare(2)`` call, so tests can make namespace creation fail.
     Raises :class:`IsolationUnavailable` when no namespace can be made and ``allow_degraded`` is false.
     """
@@ -551,6 +618,7 @@ def run_sandboxed(
         "on_event": on_event,
         "extra_read_only": tuple(extra_read_only),
         "loopback": loopback,
+        "relay": relay,
     }
     rc, out, err, wall_s, spawn_ns, timed_out = _spawn(entry, payload, isolate=True, **common)
     events, other = _parse_stderr(err)

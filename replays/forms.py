@@ -24,12 +24,27 @@ class LaunchForm(forms.Form):
         return cast(forms.ChoiceField, self.fields[name])
 
 
+class DeciderSelect(forms.Select):
+    """A select whose options named in `disabled` cannot be chosen (a registered agent whose folder changed: its
+    label says why)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.disabled: set[str] = set()
+
+    def create_option(self, name: str, value: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        option = super().create_option(name, value, *args, **kwargs)
+        if str(value) in self.disabled:
+            option["attrs"]["disabled"] = True
+        return option
+
+
 class CounterfactualForm(LaunchForm):
     """Exactly one declared variable (n17q_engine.package.VARY_KEYS) and the checkpoint to branch from."""
 
     variable = forms.ChoiceField(widget=forms.RadioSelect, label="The one variable to change")
     policy = forms.ChoiceField(required=False, label="Policy revision")
-    decider = forms.ChoiceField(required=False, label="Decider")
+    decider = forms.ChoiceField(required=False, label="Decider", widget=DeciderSelect)
     # Every recorded approval at once (`approved` / `rejected`), or one recorded human input varied to another
     # choice (`<event id>=<choice>`, the variable `human.<event id>`); `launch.human_choices` lists them.
     human = forms.ChoiceField(
@@ -42,6 +57,12 @@ class CounterfactualForm(LaunchForm):
     delay_tool = forms.ChoiceField(required=False, label="Visibility delay of (mutation tool)")
     delay_s = forms.CharField(required=False, label="Delay (seconds)", max_length=20)
     checkpoint = forms.ChoiceField(label="From checkpoint")
+    # An agent decider's live model (issue 18): a provider's OpenAI-compatible base URL and the NAME of the
+    # environment variable on the worker that holds its credential. Never the credential itself.
+    model_base_url = forms.CharField(required=False, label="Live model: base URL (optional)", max_length=500)
+    model_credential_name = forms.CharField(
+        required=False, label="Live model: credential NAME on the worker", max_length=128
+    )
 
     def __init__(self, *args, choices: dict[str, list[tuple[str, str]]], **kwargs):
         super().__init__(*args, **kwargs)
@@ -52,6 +73,20 @@ class CounterfactualForm(LaunchForm):
             self.choice_field(name).choices = choices.get(name, [])
         if "human" in choices:
             self.choice_field("human").choices = choices["human"]
+        self._add_agents()
+
+    def _add_agents(self) -> None:
+        """Each registered agent as the decider `agent:<name>` (issue 18); one whose folder no longer matches its
+        pinned digest is shown disabled with the reason, and refused if posted anyway."""
+        from replays.agents import agent_choices
+
+        field = self.choice_field("decider")
+        held = cast(list[tuple[str, str]], list(cast(Any, field.choices)))
+        known = {str(value) for value, _label in held}
+        agents = [a for a in agent_choices() if a[0] not in known]
+        field.choices = [*held, *((value, label) for value, label, _why in agents)]
+        self.unavailable_agents = {value: why for value, _label, why in agents if why}
+        cast(DeciderSelect, field.widget).disabled = set(self.unavailable_agents)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -66,6 +101,21 @@ class CounterfactualForm(LaunchForm):
             "budget": (f"budget.{data.get('budget_resource')}", (data.get("budget_amount") or "").strip()),
             "delay": (f"delay.{data.get('delay_tool')}", (data.get("delay_s") or "").strip()),
         }
+        if variable == "decider" and data.get("decider") in self.unavailable_agents:
+            why = self.unavailable_agents[data["decider"]]
+            raise forms.ValidationError(f"{data['decider']} cannot run: {why}")
+        base_url = (data.get("model_base_url") or "").strip()
+        name = (data.get("model_credential_name") or "").strip()
+        if base_url or name:
+            from replays.relay import RelayRefused, check_connection
+
+            if variable != "decider" or not str(data.get("decider") or "").startswith("agent:"):
+                raise forms.ValidationError("A live model connection is for an agent decider only.")
+            try:
+                check_connection(base_url, name)
+            except RelayRefused as exc:
+                raise forms.ValidationError(str(exc)) from None
+            data["_model_connection"] = {"base_url": base_url, "credential_name": name}
         if variable in values:
             key, value = values[variable]
             if not value or key.endswith("."):
@@ -75,6 +125,10 @@ class CounterfactualForm(LaunchForm):
 
     def vary(self) -> dict[str, str]:
         return dict(self.cleaned_data.get("_vary") or {})
+
+    def model_connection(self) -> dict[str, str] | None:
+        """The declared live model connection (base URL, credential name), or None: model fixtures."""
+        return self.cleaned_data.get("_model_connection")
 
 
 class ExcludeToolForm(forms.Form):

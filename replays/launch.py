@@ -104,7 +104,9 @@ def vary_check(sc: ScenarioPackage | None, vary: dict[str, str]) -> None:
     """Refuse, in one sentence, a variation the engine would refuse after queueing."""
     for key, value in vary.items():
         head, _, rest = key.partition(".")
-        if head == "decider" and value not in DECIDERS:
+        if head == "decider" and value.startswith("agent:"):
+            _agent_or_refuse(value)
+        elif head == "decider" and value not in DECIDERS:
             raise VaryRefused(f"unknown decider {value!r} (known: {', '.join(sorted(DECIDERS))})")
         if key == "human" and value not in ("approved", "rejected"):
             raise VaryRefused("human choice: approved or rejected")
@@ -136,6 +138,46 @@ def vary_check(sc: ScenarioPackage | None, vary: dict[str, str]) -> None:
                 raise VaryRefused(str(exc)) from None
         if head == "delay" and (rest not in sc.contracts or sc.contracts.get(rest).effect_class != "mutation"):
             raise VaryRefused(f"delay.{rest}: not a mutation contract of {sc.name}@{sc.version}")
+
+
+def _agent_or_refuse(decider: str) -> Any:
+    """A registered agent (issue 18) that can run: its folder still has the digest pinned at registration."""
+    from .agents import AgentRefused, agent_check
+
+    try:
+        return agent_check(decider)
+    except AgentRefused as exc:
+        raise VaryRefused(str(exc)) from None
+
+
+def _agent_summary(decider: str, sc: ScenarioPackage | None) -> dict[str, Any]:
+    """What the summary says of an agent decider: the agent, its pinned digest, where its model answers from."""
+    from n17q_engine.agent.model import MODEL_TOOL
+
+    from .agents import agent_json
+
+    agent = agent_json(_agent_or_refuse(decider))
+    model_fixtures = len([f for f in sc.fixtures if f.tool == MODEL_TOOL]) if sc is not None else 0
+    contract = sc is not None and MODEL_TOOL in sc.contracts
+    return {
+        "name": agent["name"],
+        "decider": decider,
+        "folder": agent["folder"],
+        "command": agent["command"],
+        "digest": agent["digest"],
+        "environment": agent["environment_note"],
+        "requirements_digest": agent["requirements_digest"],
+        "model_source": "fixtures",
+        "model_note": (
+            f"model fixtures: {model_fixtures} recorded {MODEL_TOOL} response(s) in the scenario version; a request "
+            "none answers stops the run as incomplete test world"
+            if contract
+            else f"model fixtures: the scenario version holds no {MODEL_TOOL} contract, so the agent's first model "
+            "call stops the run as incomplete test world"
+        ),
+        "runs": "as a separate process inside the sandbox: its tools over MCP on its stdin/stdout, its model at "
+        "127.0.0.1 of the sandbox's own network namespace; never degraded",
+    }
 
 
 # --- branching from a checkpoint, human choices (issue 18) ---------------------------------------------------------
@@ -362,9 +404,11 @@ def launch_summary(
     vary: dict[str, str] | None,
     version: ScenarioVersion | None,
     checkpoint: str = "start",
+    model_connection: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The facts a button shows before it starts anything; see the module docstring. Raises `VaryRefused` for
-    a checkpoint or human choice the run does not hold (`source_check`)."""
+    a checkpoint or human choice the run does not hold (`source_check`). `model_connection` (an agent decider's
+    live model, issue 18) makes the run a fresh comparison run, not a replay, and the summary says so."""
     vary = dict(vary or {})
     facts = source_check(run, mode=mode, vary=vary, checkpoint=checkpoint)
     button = BUTTON_FOR_MODE[mode]
@@ -376,6 +420,18 @@ def launch_summary(
         model_note = "no model: the recorded proposals are re-projected as they are"
     elif decider is not None and decider.model:
         model, model_note = dict(decider.model), f"the {decider.name} decider proposes instead of the recording"
+    agent = None
+    if mode == "counterfactual" and str(vary.get("decider", "")).startswith("agent:"):
+        agent = _agent_summary(vary["decider"], sc)
+        if model_connection:
+            agent.update(
+                model_source="live",
+                model_note=f"relayed live by the worker to {model_connection['base_url']} with the credential named "
+                f"{model_connection['credential_name']} in the worker's environment (never inside the sandbox, never "
+                "stored); every call is recorded with origin live",
+            )
+        model = {"name": agent["decider"], "version": agent["digest"]}
+        model_note = f"your agent decides from the checkpoint; its model answers from {agent['model_note']}"
     isolation = {
         "network": "its own network namespace with loopback down: no route to anything",
         "degraded_allowed": settings.N17Q_ALLOW_DEGRADED_ISOLATION,
@@ -401,6 +457,24 @@ def launch_summary(
             "the database and other replays: the sandbox reads a package and writes a log",
         ],
     }
+    if agent is not None:  # added keys (issue 18): the agent, its digest and its model source
+        summary["agent"] = agent
+        if model_connection:
+            summary.update(
+                truth="fresh comparison",
+                run_label="a fresh comparison run, not a replay: the agent's model answers live, so nothing "
+                "guarantees the same answers again",
+                model_connection={
+                    "base_url": model_connection["base_url"],
+                    "credential_name": model_connection["credential_name"],
+                },
+            )
+        summary["isolation"] = {
+            **isolation,
+            "network": "its own network namespace with only its own loopback up (the agent's model endpoint): no "
+            "route to anything else",
+            "level": "netns (an agent replay is refused when no namespace can be made, whatever the setting)",
+        }
     if mode == "reconstruction":
         summary.update(
             scenario=f"{version.ref}" if version else None,
@@ -440,6 +514,11 @@ def launch_summary(
         },
         world=sc.world_name,
         can_touch=[
+            *(
+                [f"the model provider at {model_connection['base_url']}, only through the worker's relay"]
+                if agent is not None and model_connection
+                else []
+            ),
             f"the simulated world {sc.world_name}{' (a child world)' if mode == 'counterfactual' else ''}: "
             f"{len(sc.world.get('resources', {}))} resources at revision {sc.world.get('revision')}",
             f"effects only in the namespace {namespace_for(sc.world_name)}, through fixture connections",

@@ -67,6 +67,9 @@ class Replay(models.Model):
     progress_events = models.PositiveIntegerField(default=0)
     progress_logical = models.CharField(max_length=40, blank=True, default="")
     progress_checkpoint = models.CharField(max_length=200, blank=True, default="")
+    # An agent decider's live model connection (issue 18): {"base_url", "credential_name"}; empty: model fixtures.
+    # The credential's NAME only: the worker resolves its value from its own environment, nothing stores it.
+    model_connection = models.JSONField(default=dict, blank=True)
 
     class Meta:
         db_table = "runs_replay"
@@ -101,3 +104,36 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.hostname
+
+
+class RegisteredAgent(models.Model):
+    """An agent program an admin registered as a replay decider (`agent:<name>`, issue 18; docs/agents.md).
+
+    The folder is on the worker's disk; `digest` pins its files at registration (`folder_digest`): a folder that
+    changed since is offered disabled and refused at launch. `environment` is the agent's own Python environment,
+    built read-only from `requirements` in the data folder (empty: the worker's own environment). A registration
+    is not edited: register again under another name, or delete it (replays keep the decider name they ran with).
+    """
+
+    name = models.CharField(max_length=40, unique=True)  # the decider is `agent:<name>` (Replay.decider: 50 chars)
+    folder = models.CharField(max_length=1000)
+    command = models.JSONField()  # argv: ["python", "agent.py"], an absolute path, or a path inside the folder
+    digest = models.CharField(max_length=71)
+    requirements = models.TextField(blank=True, default="")
+    requirements_digest = models.CharField(max_length=71, blank=True, default="")
+    environment = models.CharField(max_length=1000, blank=True, default="")
+    installed = models.JSONField(default=list)  # `pip freeze` of the built environment
+    registered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    registered_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"agent:{self.name}"
+
+    @property
+    def decider(self) -> str:
+        return f"agent:{self.name}"

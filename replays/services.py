@@ -34,8 +34,11 @@ from django.utils import timezone
 from accounts.audit import audit_record
 from fixtures_review.scenarios import ScenarioRefused, scenario_for_run, scenario_package, scenario_resolve
 from n17q_engine import canonical
+from n17q_engine.agent.entry import run_agent_replay
+from n17q_engine.agent.spec import AgentError
 from n17q_engine.bundle import BundleError
 from n17q_engine.deciders import DECIDERS
+from n17q_engine.identifiers import replay_run_id_problem
 from n17q_engine.package import VARY_KEYS, PackageError, build_replay
 from n17q_engine.replay import ReplayError, ReplayOutput
 from n17q_engine.sandbox import IsolationUnavailable, Limits, SandboxError, run_sandboxed
@@ -86,16 +89,21 @@ def replay_create(
     scenario: str | None = None,
     checkpoint: str = "start",
     user: Any = None,
+    model_connection: dict[str, str] | None = None,
 ) -> Replay:
     vary = dict(vary or {})
     if mode not in MODES:
         raise ReplayRefused(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    too_long = replay_run_id_problem(run.run_id, mode)  # refused now, not after the sandbox ran
+    if too_long is not None:
+        raise ReplayRefused(too_long)
     if mode == "counterfactual" and len(vary) != 1:
         raise ReplayRefused(f"a counterfactual changes exactly one declared variable; {len(vary)} given")
     if mode != "counterfactual" and vary:
         raise ReplayRefused(f"a {mode} changes nothing; a varied value belongs to a counterfactual", field="vary")
-    if "decider" in vary and vary["decider"] not in DECIDERS:
+    if "decider" in vary and vary["decider"] not in DECIDERS and not vary["decider"].startswith("agent:"):
         raise ReplayRefused(f"unknown decider {vary['decider']!r} (known: {', '.join(sorted(DECIDERS))})")
+    connection = _model_connection_check(mode, vary, model_connection)
     try:
         version = scenario_resolve(scenario) if scenario else scenario_for_run(run)
     except ScenarioRefused as exc:
@@ -118,7 +126,9 @@ def replay_create(
     # A branch from a recorded checkpoint (issue 18): the checkpoint must be one of the run's `checkpoint` events
     # (or "start"); a human choice must name one of its human inputs after it (`launch.source_check`).
     try:
-        environment = launch_summary(run, mode=mode, vary=vary, version=version, checkpoint=checkpoint)
+        environment = launch_summary(
+            run, mode=mode, vary=vary, version=version, checkpoint=checkpoint, model_connection=connection
+        )
     except VaryRefused as exc:
         field = "checkpoint" if str(exc).startswith(("checkpoint", "a reconstruction")) else None
         raise ReplayRefused(str(exc), field=field) from None
@@ -131,6 +141,7 @@ def replay_create(
             checkpoint=checkpoint,
             scenario_version=version,
             environment=environment,
+            model_connection=connection or {},
             created_by=user if getattr(user, "is_authenticated", False) else None,
         )
         audit_record(
@@ -168,6 +179,25 @@ def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
 # --- launching -------------------------------------------------------------------------------------------------
 
 
+def _model_connection_check(
+    mode: str, vary: dict[str, str], connection: dict[str, str] | None
+) -> dict[str, str] | None:
+    """A live model connection (issue 18) belongs to a counterfactual whose decider is a registered agent; its base
+    URL and credential NAME are checked here (the value is never asked for)."""
+    if not connection:
+        return None
+    from .relay import RelayRefused, check_connection
+
+    if mode != "counterfactual" or not str(vary.get("decider", "")).startswith("agent:"):
+        raise ReplayRefused("a live model connection is for a counterfactual whose decider is an agent", field="model")
+    base_url, name = str(connection.get("base_url") or ""), str(connection.get("credential_name") or "")
+    try:
+        check_connection(base_url, name)
+    except RelayRefused as exc:
+        raise ReplayRefused(str(exc), field="model") from None
+    return {"base_url": base_url, "credential_name": name}
+
+
 def replay_launch(
     run: Run,
     *,
@@ -176,10 +206,19 @@ def replay_launch(
     scenario: str | None = None,
     checkpoint: str = "start",
     user: Any = None,
+    model_connection: dict[str, str] | None = None,
 ) -> Replay:
     """Create a replay and enqueue its task once the row is committed (a worker must be able to read it)."""
     with transaction.atomic():
-        replay = replay_create(run, mode=mode, vary=vary, scenario=scenario, checkpoint=checkpoint, user=user)
+        replay = replay_create(
+            run,
+            mode=mode,
+            vary=vary,
+            scenario=scenario,
+            checkpoint=checkpoint,
+            user=user,
+            model_connection=model_connection,
+        )
         transaction.on_commit(lambda: replay_enqueue(replay.pk))
     return replay
 
@@ -400,19 +439,24 @@ def _execute_claimed(replay: Replay, token: str) -> Replay:
         package = _package(replay)
         replay.package_digest = package.digest
         progress.renew(package_digest=package.digest)
-        result = run_sandboxed(
-            ENTRY,
-            package.to_wire(),
-            allow_degraded=settings.N17Q_ALLOW_DEGRADED_ISOLATION,
-            limits=Limits(memory_bytes=settings.N17Q_REPLAY_MEMORY_MB << 20),
-            timeout_s=settings.N17Q_REPLAY_TIMEOUT_S,
-            on_event=progress,
-        )
+        if replay.mode == "counterfactual" and replay.decider.startswith("agent:"):
+            result = _run_agent(replay, package, progress)
+        else:
+            result = run_sandboxed(
+                ENTRY,
+                package.to_wire(),
+                allow_degraded=settings.N17Q_ALLOW_DEGRADED_ISOLATION,
+                limits=Limits(memory_bytes=settings.N17Q_REPLAY_MEMORY_MB << 20),
+                timeout_s=settings.N17Q_REPLAY_TIMEOUT_S,
+                on_event=progress,
+            )
     except IsolationUnavailable as exc:
+        if replay.decider.startswith("agent:"):
+            return _end(replay, token, Replay.State.REFUSED, f"{exc} (an agent replay never runs degraded)")
         return _end(
             replay, token, Replay.State.REFUSED, f"{exc} (set N17Q_ALLOW_DEGRADED_ISOLATION=1 to allow degraded runs)"
         )
-    except (PackageError, ScenarioRefused, ReplayError) as exc:
+    except (PackageError, ScenarioRefused, ReplayError, AgentError) as exc:
         return _end(replay, token, Replay.State.REFUSED, str(exc))
     except SandboxError as exc:
         return _end(replay, token, Replay.State.FAILED, str(exc))
@@ -455,6 +499,40 @@ def _execute_claimed(replay: Replay, token: str) -> Replay:
     )
     replay.progress_checkpoint = last_checkpoint or ""
     return _end(replay, token, Replay.State.FINISHED, "")
+
+
+def _run_agent(replay: Replay, package: Any, progress: Any) -> Any:
+    """A registered agent as the decider (issue 18): its registration must still hold (its folder's digest), and it
+    runs inside the kernel boundary only (`run_agent_replay` never runs degraded)."""
+    from .agents import AgentRefused, agent_check, agent_spec
+
+    try:
+        agent = agent_check(replay.decider)
+    except AgentRefused as exc:
+        raise AgentError(str(exc)) from None
+    relay, connection = None, ""
+    if replay.model_connection:  # the live relay: the worker alone resolves and holds the credential
+        from urllib.parse import urlsplit
+
+        from .relay import model_relay
+
+        base_url = replay.model_connection["base_url"]
+        relay = model_relay(base_url, replay.model_connection["credential_name"])
+        connection = urlsplit(base_url).netloc
+    return run_agent_replay(
+        package,
+        agent_spec(agent),
+        relay=relay,
+        live_connection=connection,
+        limits=Limits(
+            cpu_s=settings.N17Q_REPLAY_TIMEOUT_S,
+            memory_bytes=max(settings.N17Q_REPLAY_MEMORY_MB, 4096) << 20,
+            open_files=256,
+            processes=256,
+        ),
+        timeout_s=settings.N17Q_REPLAY_TIMEOUT_S,
+        on_event=progress,
+    )
 
 
 def _ingest(replay: Replay, output: bytes) -> Run:

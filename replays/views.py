@@ -8,7 +8,7 @@ form with a CSRF token; nothing launches from a GET. Views parse, call one servi
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
@@ -112,11 +112,13 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
     form = _launch_form(spec, options, chosen, request.POST if request.method == "POST" else None, run)
     vary: dict[str, str] = {}
     checkpoint = "start"
+    connection = None  # an agent decider's live model connection (issue 18)
     if spec.mode == "counterfactual":
         probe = form if request.method == "POST" else _launch_form(spec, options, chosen, request.GET, run)
         if probe.is_bound and probe.is_valid():
             vary = probe.vary()
             checkpoint = probe.cleaned_data.get("checkpoint") or "start"
+            connection = cast(CounterfactualForm, probe).model_connection()
         if request.method == "GET":
             form.initial.update({k: v for k, v in request.GET.items() if k in form.fields})
     if spec.mode == "counterfactual" and not vary and option.available:
@@ -128,7 +130,9 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
     else:
         try:
             vary_check(scenario_loaded(version) if spec.mode != "reconstruction" else None, vary)
-            summary = launch_summary(run, mode=spec.mode, vary=vary, version=version, checkpoint=checkpoint)
+            summary = launch_summary(
+                run, mode=spec.mode, vary=vary, version=version, checkpoint=checkpoint, model_connection=connection
+            )
         except VaryRefused as exc:
             summary_error = str(exc)
 
@@ -151,6 +155,7 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
                     scenario=version.ref if version else None,
                     checkpoint=checkpoint,
                     user=request.user,
+                    model_connection=connection,
                 )
             except ReplayRefused as exc:
                 error = str(exc)

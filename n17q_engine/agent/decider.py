@@ -30,7 +30,7 @@ from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
 
-from .. import sandbox_child
+from .. import canonical, sandbox_child
 from ..deciders import (
     REASON_CHARS,
     Action,
@@ -46,7 +46,7 @@ from ..deciders import (
 )
 from ..package import ScenarioPackage
 from .bridge import Bridge, Refused, Request, tool_schema
-from .model import MODEL_TOOL
+from .model import MODEL_CONTRACT, MODEL_TOOL, LiveModel
 from .spec import AgentSpec
 
 REPORT_PREFIX = "n17q.sandbox.attempt "
@@ -156,18 +156,23 @@ class AgentSession:
         self.bridge.close()
 
 
-def agent_decider(spec: AgentSpec, sc: ScenarioPackage) -> Decider:
+def agent_decider(spec: AgentSpec, sc: ScenarioPackage, live: LiveModel | None = None) -> Decider:
+    """The decider `agent:<name>`; with `live`, the agent's model calls are relayed live (a fresh comparison run,
+    not a replay: its model is named `live:<connection>`), otherwise answered from model fixtures."""
     fixtures = {f.id: f for f in sc.fixtures}
 
     def actions(source: SourceRun, view: View) -> Generator[Action, None, None]:
         session = AgentSession(spec, sc)
         session.start()
         try:
-            yield from _Drive(spec, sc, fixtures, source, view, session).run()
+            yield from _Drive(spec, sc, fixtures, source, view, session, live).run()
         finally:
             session.close()
 
-    return Decider(spec.decider_name, {"name": spec.name, "version": spec.digest}, actions)
+    model = {"name": spec.name, "version": spec.digest}
+    if live is not None:
+        model["source"] = f"live:{live.connection}"
+    return Decider(spec.decider_name, model, actions)
 
 
 class _Drive:
@@ -179,8 +184,10 @@ class _Drive:
         source: SourceRun,
         view: View,
         session: AgentSession,
+        live: LiveModel | None = None,
     ) -> None:
         self.spec, self.sc, self.fixtures, self.source, self.view, self.s = spec, sc, fixtures, source, view, session
+        self.live = live
         self.call_of = {
             e["proposal_id"]: e["id"] for e in source.events if e["kind"] == "tool.call" and e.get("proposal_id")
         }
@@ -257,6 +264,8 @@ class _Drive:
         """One request of the agent. None: keep asking; "matched": it stood for the recorded step; else: ended."""
         view = self.view
         when = at[0].at if at else None
+        if request.kind == "chat" and self.live is not None:
+            return (yield from self._live_chat(request, when))
         if request.kind == "chat":
             yield CallTool(None, when, MODEL_TOOL, request.body, None, None)
             answer = self._result_of_last_call()
@@ -347,6 +356,45 @@ class _Drive:
         yield CallTool(None, when, name, args, workspace, proposal["id"] if proposal else None)
         self.s.answer(self._result_of_last_call())
         return None
+
+    def _live_chat(self, request: Request, when: Any) -> Generator[Action, None, str | None]:
+        """A chat request relayed live (the operator declared a model connection): recorded as a `model.chat`
+        call whose result has origin `live`; the run is a fresh comparison run, not a replay. A relay failure
+        stops the run."""
+        assert self.live is not None
+        view: Any = self.view  # the engine's own log (`emit`, `log.blob`): a live result has no fixture to look up
+        body = request.body if isinstance(request.body, dict) else {}
+        call = view.emit(
+            "tool.call",
+            tool=MODEL_TOOL,
+            contract_revision=MODEL_CONTRACT["revision"],
+            request=body,
+            request_digest=canonical.digest_json(body),
+            proposal_id=None,
+            workspace_id=None,
+        )
+        answer = self.live.ask(body)
+        completion = answer.get("body")
+        ok = isinstance(completion, dict) and isinstance(completion.get("choices"), list)
+        blob = view.log.blob(canonical.canonical_json(completion), "application/json", "tool-output") if ok else None
+        view.emit(
+            "tool.result",
+            call_id=call,
+            origin="live",
+            outcome="ok" if ok else "error",
+            blob=blob,
+            absent={},
+            connection=f"live:{self.live.connection}",
+        )
+        if ok:
+            assert isinstance(completion, dict)
+            self._note_words(completion)
+            self.s.answer(completion)
+            return None
+        why = str(answer.get("error") or "the provider answered no chat completion")
+        self.s.refuse(f"the live model relay failed: {why}")
+        yield Stop(None, when, "stopped", _bounded(f"live model relay ({self.live.connection}) failed: {why}"))
+        return "stopped"
 
     def _result_of_last_call(self) -> dict[str, Any]:
         """What the engine answered the last call: its outcome and the body of the fixture that answered (or the

@@ -13,11 +13,14 @@ import json
 import os
 import sys
 import sysconfig
+from collections.abc import Callable
+from typing import Any
 
 from ..deciders import DECIDERS
 from ..package import REPLAY_FORMAT, Package, load_replay
 from ..replay import ISOLATION_ENV, ReplayError, run_replay
-from ..sandbox import Limits, SandboxResult, run_sandboxed
+from ..sandbox import RELAY_ENV, Limits, SandboxResult, run_sandboxed
+from .model import LiveModel
 from .spec import AgentError, AgentSpec
 
 ENTRY = "n17q_engine.agent.entry:sandbox_main"
@@ -30,6 +33,9 @@ def run_agent_replay(
     limits: Limits | None = None,
     timeout_s: float = 120,
     allow_test_entries: bool = False,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    relay: Callable[[bytes], bytes] | None = None,
+    live_connection: str = "",
 ) -> SandboxResult:
     """Run `package` (a replay whose decider is `agent.decider_name`) with the agent inside the sandbox.
 
@@ -37,7 +43,12 @@ def run_agent_replay(
     when no namespace can be made (never degraded: see the module docstring)."""
     agent.check()
     engine_site = sysconfig.get_paths()["purelib"]
-    header = json.dumps({"agent": agent.to_dict(), "engine_site": engine_site}, sort_keys=True).encode()
+    head: dict[str, Any] = {"agent": agent.to_dict(), "engine_site": engine_site}
+    if relay is not None:
+        # The live model relay: the agent's chat requests leave the sandbox only through the relay pipe pair, to
+        # `relay` here (which alone holds the credential); the header names the connection, never the credential.
+        head["live"] = {"connection": live_connection or "model-connection"}
+    header = json.dumps(head, sort_keys=True).encode()
     return run_sandboxed(
         ENTRY,
         header + b"\n" + package.to_wire(),
@@ -47,6 +58,8 @@ def run_agent_replay(
         allow_test_entries=allow_test_entries,
         extra_read_only=(agent.folder, agent.environment, engine_site),
         loopback=True,
+        on_event=on_event,
+        relay=relay,
     )
 
 
@@ -61,6 +74,14 @@ def sandbox_main(payload: bytes) -> bytes:
         engine_site = str(header["engine_site"])
     except (ValueError, KeyError, TypeError, AgentError) as exc:
         raise ReplayError(f"agent replay header: {exc}") from None
+    live = None
+    if isinstance(header.get("live"), dict):
+        fds = os.environ.get(RELAY_ENV, "")
+        try:
+            read_fd, write_fd = (int(fd) for fd in fds.split(","))
+        except ValueError:
+            raise ReplayError("a live model connection was declared, but the launcher opened no relay") from None
+        live = LiveModel(read_fd, write_fd, str(header["live"].get("connection") or "model-connection"))
     if engine_site not in sys.path:
         sys.path.append(engine_site)
     from .decider import agent_decider
@@ -68,6 +89,6 @@ def sandbox_main(payload: bytes) -> bytes:
     package = load_replay(Package.from_wire(wire, REPLAY_FORMAT))
     if package.scenario is None:
         raise ReplayError("an agent replay needs a scenario (its tools and model fixtures)")
-    decider = agent_decider(agent, package.scenario)
+    decider = agent_decider(agent, package.scenario, live)
     DECIDERS[decider.name] = decider
     return run_replay(package, isolation="netns").to_wire()

@@ -83,3 +83,36 @@ def completion(
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
+
+
+class LiveModel:
+    """The live model relay, inside the sandbox (docs/agents.md): the agent's chat requests go out through the
+    sandbox's relay pipe pair (`n17q_engine.sandbox._RelayChannel`) to the launcher, which alone holds the
+    operator's credential and forwards them to the declared provider. Nothing here opens a connection: one JSON
+    line out, one JSON line back (`{"body": <chat completion>}` or `{"error": "..."}`)."""
+
+    def __init__(self, read_fd: int, write_fd: int, connection: str) -> None:
+        self.read_fd, self.write_fd, self.connection = read_fd, write_fd, connection
+        self.buffer = b""
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        import json
+        import os
+
+        data = json.dumps(request, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        try:
+            while data:
+                data = data[os.write(self.write_fd, data) :]
+            while b"\n" not in self.buffer:
+                chunk = os.read(self.read_fd, 65536)
+                if not chunk:
+                    return {"error": "the relay closed"}
+                self.buffer += chunk
+        except OSError as exc:
+            return {"error": f"the relay failed: {exc}"}
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            return {"error": "the relay answered something that is not JSON"}
+        return answer if isinstance(answer, dict) else {"error": "the relay answered something that is not an object"}

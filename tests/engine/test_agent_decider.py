@@ -28,7 +28,7 @@ from n17q_engine.agent.entry import run_agent_replay
 from n17q_engine.agent.model import MODEL_CONTRACT, MODEL_TOOL, completion, model_fixture
 from n17q_engine.agent.spec import AgentError, AgentSpec, folder_digest
 from n17q_engine.canonical import canonical_json
-from n17q_engine.package import Package, build_scenario
+from n17q_engine.package import Package, build_replay, build_scenario
 from n17q_engine.replay import ReplayOutput, iter_output_events
 from n17q_engine.sandbox import IsolationUnavailable, Limits, run_sandboxed
 from tests.engine import replaylib as rl
@@ -82,12 +82,29 @@ def with_model(scenario: str, fixtures: list[dict]) -> Package:
     return build_scenario(files)
 
 
-def replay_with(agent: AgentSpec, run_id: str, scenario: Package) -> tuple[ReplayOutput, list[dict], Any]:
+def agent_package(agent: AgentSpec, run_id: str, scenario: Package, checkpoint: str | None = None) -> Package:
+    """A counterfactual whose decider is the agent, from the run's start or from a recorded checkpoint (the branch
+    restores the history before it, then the agent decides)."""
     b = BUNDLES[run_id]
-    events = b"".join(canonical_json(e) + b"\n" for e in b.events)
-    pkg = rl.replay_package(
-        scenario, b.manifest, events, blobs=b.blobs, mode="counterfactual", vary={"decider": agent.decider_name}
+    return build_replay(
+        replay_id="replay-1",
+        run_id=f"{run_id}~counterfactual",
+        mode="counterfactual",
+        vary={"decider": agent.decider_name},
+        decider="recorded",
+        launched_at="2026-12-02T12:00:00Z",
+        scenario=scenario,
+        source_manifest=b.manifest,
+        source_events=b"".join(canonical_json(e) + b"\n" for e in b.events),
+        source_blobs=b.blobs,
+        checkpoint=checkpoint,
     )
+
+
+def replay_with(
+    agent: AgentSpec, run_id: str, scenario: Package, checkpoint: str | None = None
+) -> tuple[ReplayOutput, list[dict], Any]:
+    pkg = agent_package(agent, run_id, scenario, checkpoint)
     result = run_agent_replay(pkg, agent, timeout_s=120, allow_test_entries=True)
     assert result.returncode == 0 and result.output, (result.returncode, result.stderr[-3000:], result.events[-5:])
     out = ReplayOutput.from_wire(result.output)
@@ -102,11 +119,17 @@ def final(log: list[dict]) -> dict:
     return kinds(log, "run.state")[-1]
 
 
-def author(agent: AgentSpec, run_id: str, scenario: str, script: list[tuple[str | None, str | None, dict | None]]):
+def author(
+    agent: AgentSpec,
+    run_id: str,
+    scenario: str,
+    script: list[tuple[str | None, str | None, dict | None]],
+    checkpoint: str | None = None,
+):
     """Model fixtures for `script` (one (content, tool, arguments) per model turn), authored run by run."""
     fixtures: list[dict] = []
     for turn in range(len(script) + 1):
-        _out, log, _result = replay_with(agent, run_id, with_model(scenario, fixtures))
+        _out, log, _result = replay_with(agent, run_id, with_model(scenario, fixtures), checkpoint)
         state = final(log)
         missing = state["missing"]
         if state["state"] != "incomplete_test_world" or not missing or missing[0]["tool"] != MODEL_TOOL:
@@ -209,6 +232,51 @@ def test_story_003_the_agent_reruns_validation_in_workspace_two_sees_the_failure
     state = final(log)
     assert state["state"] == "stopped"
     assert "review.create_request" in state["reason"] and "fails in ws-2" in state["reason"]
+
+
+def test_story_003_from_the_checkpoint_before_the_broad_suite_the_agent_reruns_validation_in_workspace_two_and_stops(
+    real_agent,
+):
+    """The acceptance story: a new agent started from the checkpoint before the broad suite (seed 003's second
+    mode). The history up to it is restored as recorded; the agent decides from there."""
+    run, checkpoint = "run-003-review-request", "e-003-a1-checkpoint"
+    req = lambda call: _recorded_request(run, call)  # noqa: E731
+    script = [
+        (None, "shell.run", {**req("e-003-a1-call-broad"), "workspace": "ws-1"}),
+        (None, "repo.apply_patch", {**req("e-003-a2-call-apply-patch"), "workspace": "ws-2"}),
+        (None, "shell.run", {**req("e-003-a1-call-broad"), "workspace": "ws-2"}),
+        ("The broad suite fails in ws-2 (test_adapter_roundtrip_preserves_cursor): no review request.", None, None),
+    ]
+    fixtures, log = author(real_agent, run, "coding-review-request", script, checkpoint)
+    assert len(fixtures) == len(script)
+
+    scope = log[0]
+    assert scope["kind"] == "replay.scope" and scope["segment"]["from_checkpoint"] == checkpoint
+    assert "agent:test-agent" in scope["segment"]["evaluated"]
+    restored = scope["segment"]["restored"]
+    at = next(i for i, e in enumerate(log) if e["id"] == restored["checkpoint"])
+    history, segment = log[: at + 1], log[at + 1 :]
+    # the history is the recording's, restored before the agent ran: no model call, the focused run in ws-1 only
+    assert [c for c in kinds(history, "tool.call") if c["tool"] == MODEL_TOOL] == []
+    assert all(p["origin"] == "recorded" for p in kinds(history, "model.proposal"))
+    assert [r["command"] for r in kinds(history, "command.receipt")] == ["pytest -q tests/test_adapter.py"]
+    assert restored["workspaces"] == next(e for e in BUNDLES[run].events if e["id"] == checkpoint)["workspaces"]
+    # from the checkpoint the agent decides: its model calls, then validation rerun in workspace two, which fails
+    assert len([c for c in kinds(segment, "tool.call") if c["tool"] == MODEL_TOOL]) == len(script)
+    ws2 = [r for r in kinds(segment, "command.receipt") if r["workspace_id"] == "ws-2"]
+    assert [r["command"] for r in ws2] == ["pytest -q tests"]
+    assert ws2[0]["results"]["failed"] == 1
+    assert kinds(log, "effect.intent") == [] and kinds(log, "effect.execution") == []
+    assert "review.create_request" not in [c["tool"] for c in kinds(log, "tool.call")]
+    assert [t for t in kinds(log, "world.transition") if t["resource"].startswith("review-service:")] == []
+    state = final(log)
+    assert state["state"] == "stopped"
+    assert "review.create_request" in state["reason"] and "fails in ws-2" in state["reason"]
+    # the same package twice: byte-identical logs
+    scenario = with_model("coding-review-request", fixtures)
+    first = replay_with(real_agent, run, scenario, checkpoint)[0]
+    second = replay_with(real_agent, run, scenario, checkpoint)[0]
+    assert first.to_wire() == second.to_wire()
 
 
 def test_an_agent_whose_folder_changed_since_registration_is_refused(real_agent, tmp_path):
@@ -347,3 +415,125 @@ def test_a_non_python_agent_cannot_reach_out_either(canaries, tmp_path):
     # UDP to 127.0.0.1 "succeeds" inside: it lands on the namespace's own loopback, never on the host's (the
     # canary above heard nothing), so the agent reports it reached what it could not tell apart.
     assert final(log)["state"] == "stopped"
+
+
+# --- the live model relay: a loopback OpenAI-compatible server stands in for a provider ----------------------------
+
+SECRET = "sk-n17q-test-secret-never-inside-0f3c9a"
+
+
+class Provider:
+    """A tiny OpenAI-compatible provider on the host's loopback: it records what it was sent and answers a chat
+    completion. No hosted model is reachable here; this is the relay's far end."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        received: list[dict[str, Any]] = []
+        self.received = received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length))
+                received.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                answer = completion(f"live answer {len(received)}", model=body["model"], number=len(received))
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def provider(monkeypatch):
+    monkeypatch.setenv("N17Q_TEST_PROVIDER_KEY", SECRET)  # the worker's environment: the credential lives here only
+    p = Provider()
+    yield p
+    p.close()
+
+
+def test_live_relay_sends_the_agents_model_calls_through_the_worker_and_the_credential_never_enters(provider, tmp_path):
+    from replays.relay import model_relay
+
+    folder = agent_folder(tmp_path, "live_probe_agent.py")
+    agent = register(folder, ("python", "live_probe_agent.py"), name="live-probe")
+    b = BUNDLES["run-001-recorded"]
+    pkg = rl.replay_package(
+        SEEDS["email-delivery"],
+        b.manifest,
+        b"".join(canonical_json(e) + b"\n" for e in b.events),
+        blobs=b.blobs,
+        mode="counterfactual",
+        vary={"decider": agent.decider_name},
+    )
+    result = run_agent_replay(
+        pkg,
+        agent,
+        timeout_s=120,
+        allow_test_entries=True,
+        relay=model_relay(provider.base_url, "N17Q_TEST_PROVIDER_KEY"),
+        live_connection="loopback-provider",
+    )
+    assert result.returncode == 0 and result.output, (result.returncode, result.stderr[-3000:])
+    out = ReplayOutput.from_wire(result.output)
+    log = list(iter_output_events(out))
+
+    # the provider got both calls, with the credential the worker added (positive control)
+    assert [r["path"] for r in provider.received] == ["/v1/chat/completions"] * 2
+    assert all(r["headers"]["Authorization"] == f"Bearer {SECRET}" for r in provider.received)
+    # everything the agent could see (its environment, every file it could read) went to the provider in its
+    # second request: the credential is not in it, nor anywhere in the run's log or the sandbox's output
+    dump = json.loads(provider.received[1]["body"]["messages"][-1]["content"])
+    assert dump["environ"]["OPENAI_API_KEY"] == "n17q-sandbox-no-credential"
+    assert "N17Q_TEST_PROVIDER_KEY" not in dump["environ"]
+    assert any(p.endswith("/environ") and not v.startswith("unreadable") for p, v in dump["files"].items())
+    assert SECRET not in json.dumps(dump) and "N17Q_TEST_PROVIDER_KEY" not in json.dumps(dump["files"])
+    assert SECRET.encode() not in result.output and SECRET not in result.stderr
+    # each relayed call is recorded, its result with origin `live`; the run names its model source as live
+    calls = [c for c in kinds(log, "tool.call") if c["tool"] == MODEL_TOOL]
+    results = [r for r in kinds(log, "tool.result") if r["call_id"] in {c["id"] for c in calls}]
+    assert len(calls) == 2 and [r["origin"] for r in results] == ["live", "live"]
+    assert {r["connection"] for r in results} == {"live:loopback-provider"}
+    assert all("fixture" not in r for r in results) and kinds(log, "fixture.missing") == []
+    assert out.manifest["run"]["model"]["source"] == "live:loopback-provider"
+    state = final(log)
+    assert state["state"] == "stopped" and "live answer 2" in state["reason"]
+
+
+def test_a_live_relay_that_fails_stops_the_run_with_the_reason(monkeypatch, tmp_path):
+    from replays.relay import model_relay
+
+    monkeypatch.delenv("N17Q_TEST_PROVIDER_KEY", raising=False)
+    folder = agent_folder(tmp_path, "live_probe_agent.py")
+    agent = register(folder, ("python", "live_probe_agent.py"), name="live-probe")
+    b = BUNDLES["run-001-recorded"]
+    pkg = rl.replay_package(
+        SEEDS["email-delivery"],
+        b.manifest,
+        b"".join(canonical_json(e) + b"\n" for e in b.events),
+        blobs=b.blobs,
+        mode="counterfactual",
+        vary={"decider": agent.decider_name},
+    )
+    result = run_agent_replay(
+        pkg, agent, allow_test_entries=True, relay=model_relay("http://127.0.0.1:9/v1", "N17Q_TEST_PROVIDER_KEY")
+    )
+    log = list(iter_output_events(ReplayOutput.from_wire(result.output)))
+    (relayed,) = [r for r in kinds(log, "tool.result") if r["origin"] == "live"]
+    assert relayed["outcome"] == "error"
+    state = final(log)
+    assert state["state"] == "stopped"
+    assert "the worker's environment holds no N17Q_TEST_PROVIDER_KEY" in state["reason"]

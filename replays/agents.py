@@ -1,0 +1,161 @@
+"""Registered agents (issue 18): an admin registers an agent program; a counterfactual runs it as `agent:<name>`.
+
+`agent_register` checks the folder and the command, pins the digest of the folder's files (`folder_digest`), and,
+when the agent names Python requirements, builds its own read-only environment from the package registry in the
+data folder (`n17q_engine.agent.environment`). `agent_status` says whether a registration can still run (its
+folder unchanged, its environment there); the counterfactual form offers only those that can, the others disabled
+with the reason, and a launch of one that cannot is refused. `agent_spec` is what the worker hands the engine.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from accounts.audit import audit_record
+from n17q_engine.agent.environment import Environment, build_environment, remove_environment, requirement_lines
+from n17q_engine.agent.spec import NAME_RE, AgentError, AgentSpec, folder_digest
+
+from .models import RegisteredAgent
+
+PREFIX = "agent:"
+NAME_CHARS = RegisteredAgent._meta.get_field("name").max_length or 40
+
+
+class AgentRefused(ValueError):
+    """An agent that cannot be registered as given; one line."""
+
+
+def agent_environments() -> str:
+    return str(settings.DATA_DIR / "agents")
+
+
+def agent_register(
+    name: str, folder: str, command: list[str], *, requirements: str = "", user: Any = None
+) -> RegisteredAgent:
+    """Register an agent; see the module docstring. Raises AgentRefused (nothing stored) for anything wrong."""
+    if not NAME_RE.match(name or "") or len(name) > NAME_CHARS:
+        raise AgentRefused(f"agent name {name!r}: up to {NAME_CHARS} lower-case letters, digits, '.', '_' or '-'")
+    if RegisteredAgent.objects.filter(name=name).exists():
+        raise AgentRefused(f"agent {name!r} is registered already: delete it first, or choose another name")
+    if not folder or not os.path.isabs(folder) or not os.path.isdir(folder):
+        raise AgentRefused(f"agent folder {folder!r}: an absolute path to a folder on the worker's disk")
+    folder = os.path.normpath(folder)
+    if not command or not all(isinstance(a, str) and a and "\0" not in a for a in command):
+        raise AgentRefused("agent command: a non-empty list of arguments, e.g. python agent.py")
+    head = command[0]
+    if head != "python":
+        path = head if os.path.isabs(head) else os.path.normpath(os.path.join(folder, head))
+        if not os.path.isabs(head) and not path.startswith(folder + os.sep):
+            raise AgentRefused(f"agent command {head!r}: a path inside the folder, an absolute path, or python")
+        if not os.path.isfile(path) or not os.access(path, os.X_OK):
+            raise AgentRefused(f"agent command {head!r}: {path} is not an executable file")
+    try:
+        digest = folder_digest(folder)
+        lines = requirement_lines(requirements or "")
+    except AgentError as exc:
+        raise AgentRefused(str(exc)) from None
+    env: Environment | None = None
+    if lines:
+        dest = os.path.join(agent_environments(), f"{name}-{digest[7:19]}-{secrets.token_hex(4)}")
+        try:
+            env = build_environment(requirements, dest)
+        except AgentError as exc:
+            raise AgentRefused(str(exc)) from None
+    agent = RegisteredAgent(
+        name=name,
+        folder=folder,
+        command=list(command),
+        digest=digest,
+        requirements="\n".join(lines),
+        requirements_digest=env.requirements_digest if env else "",
+        environment=env.path if env else "",
+        installed=list(env.installed) if env else [],
+        registered_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+    try:
+        agent_spec(agent).check()
+        with transaction.atomic():
+            agent.save()
+            audit_record(
+                actor=user,
+                action="agent.register",
+                target=agent.decider,
+                detail={"folder": folder, "command": list(command), "digest": digest, "requirements": lines},
+            )
+    except (AgentError, IntegrityError) as exc:
+        if env is not None:
+            remove_environment(env.path)
+        raise AgentRefused(
+            str(exc) if isinstance(exc, AgentError) else f"agent {name!r} is registered already"
+        ) from None
+    return agent
+
+
+def agent_spec(agent: RegisteredAgent) -> AgentSpec:
+    """What the engine runs: the folder, command, pinned digest, and its environment (the worker's own when the
+    agent named no requirements)."""
+    return AgentSpec(agent.name, agent.folder, tuple(agent.command), agent.digest, agent.environment or sys.prefix)
+
+
+def agent_status(agent: RegisteredAgent) -> str:
+    """Why the agent cannot run now (its folder changed or is gone, its environment is gone), or "" when it can."""
+    try:
+        agent_spec(agent).check()
+    except AgentError as exc:
+        return str(exc)
+    return ""
+
+
+def agent_for(decider: str | None) -> RegisteredAgent | None:
+    """The registration a decider value `agent:<name>` names (None: not an agent decider, or none by that name)."""
+    if not decider or not decider.startswith(PREFIX):
+        return None
+    return RegisteredAgent.objects.filter(name=decider[len(PREFIX) :]).first()
+
+
+def agent_check(decider: str) -> RegisteredAgent:
+    """The registration of `agent:<name>`, if it can run; raises AgentRefused in one line otherwise."""
+    agent = agent_for(decider)
+    if agent is None:
+        raise AgentRefused(f"unknown decider {decider!r}: no agent is registered under that name")
+    why = agent_status(agent)
+    if why:
+        raise AgentRefused(f"{decider} cannot run: {why}")
+    return agent
+
+
+def agent_choices() -> list[tuple[str, str, str]]:
+    """(decider value, label, why it cannot run or "") for every registered agent, by name."""
+    out = []
+    for agent in RegisteredAgent.objects.all():
+        why = agent_status(agent)
+        label = f"{agent.decider} — your agent, {agent.digest[:19]}…, model from model fixtures"
+        out.append((agent.decider, f"{agent.decider} — unavailable: {why}" if why else label, why))
+    return out
+
+
+def agent_json(agent: RegisteredAgent) -> dict[str, Any]:
+    return {
+        "name": agent.name,
+        "decider": agent.decider,
+        "folder": agent.folder,
+        "command": list(agent.command),
+        "digest": agent.digest,
+        "requirements": agent.requirements.splitlines(),
+        "requirements_digest": agent.requirements_digest or None,
+        "environment": agent.environment or None,
+        "environment_note": "its own, built from the package registry, read-only"
+        if agent.environment
+        else "the worker's own Python environment (no requirements named)",
+        "installed": list(agent.installed),
+        "registered_by": agent.registered_by.get_username() if agent.registered_by else None,
+        "registered_at": agent.registered_at.isoformat() if agent.registered_at else None,
+        "runnable": not agent_status(agent),
+        "why_not": agent_status(agent) or None,
+    }

@@ -1,0 +1,64 @@
+"""`manage.py register_agent NAME FOLDER --command ARG [--command ARG ...] [--requirements FILE] --json`.
+
+Registers an agent program as the replay decider `agent:NAME` (issue 18, docs/agents.md): FOLDER on the worker's
+disk, its entry command (argv, one --command per argument, or one quoted string split like a shell), the digest of
+its files pinned now, and, with --requirements, its own read-only environment built from the package registry.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError
+
+from accounts.cli import JsonCommand
+from replays.agents import AgentRefused, agent_json, agent_register
+
+
+class Command(JsonCommand):
+    help = "Register an agent program as a replay decider (agent:NAME), pinned by the digest of its folder."
+
+    def add_arguments(self, parser: Any) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("name", help="the agent's name; the decider is agent:NAME")
+        parser.add_argument("folder", help="the agent's folder on the worker's disk (absolute path)")
+        parser.add_argument(
+            "--command",
+            action="append",
+            required=True,
+            metavar="ARG",
+            help="the entry command: 'python agent.py' (the agent's environment's python), a path inside the folder, "
+            "or an absolute path; give it once as one string, or once per argument",
+        )
+        parser.add_argument(
+            "--requirements",
+            metavar="FILE",
+            help="a requirements file (package specifiers only): its own environment is built from the registry",
+        )
+
+    def run(self, **options: Any) -> dict[str, Any]:
+        given = options["command"]
+        try:
+            command = shlex.split(given[0]) if len(given) == 1 else list(given)
+        except ValueError as exc:
+            raise CommandError(f"--command {given[0]!r}: {exc}") from None
+        requirements = ""
+        if options.get("requirements"):
+            try:
+                requirements = Path(options["requirements"]).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise CommandError(f"--requirements {options['requirements']}: {exc}") from None
+        try:
+            agent = agent_register(options["name"], options["folder"], command, requirements=requirements)
+        except AgentRefused as exc:
+            raise CommandError(str(exc)) from None
+        return agent_json(agent)
+
+    def human(self, result: dict[str, Any]) -> str:
+        environment = result["environment"] or "the worker's own"
+        return (
+            f"registered {result['decider']}: {result['folder']} ({result['digest']}), command "
+            f"{shlex.join(result['command'])}, environment {environment}"
+        )

@@ -1,0 +1,312 @@
+"""Issue 18 through the console: an admin registers an agent program (the `register_agent` command, the Django
+admin), the counterfactual form and the CLI offer it as the decider `agent:<name>` while its folder still has the
+digest pinned at registration, and the worker runs it in the sandbox from a recorded checkpoint.
+
+The agent is the real one of the engine tests (tests/engine/agents/mcp_openai_agent.py: the `mcp` client SDK and
+the `openai` client). Its own environment is built once, from the package registry, by `register_agent
+--requirements` (about 20 s; the other tests register it on the worker's own environment, which holds both). The
+runs need the kernel boundary: they fail under CI=true where it cannot be made and are skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import html as htmlmod
+import json
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from n17q_engine.agent.spec import folder_digest
+from replays.models import RegisteredAgent, Replay
+from runs.models import Event, Finding
+from tests.engine.test_agent_decider import _isolation_or_skip, agent_folder
+from tests.replays.test_replay_pages import launched
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only"),
+]
+
+A1 = "e-003-a1-checkpoint"
+RUN = "run-003-review-request"
+FORM = f"/runs/{RUN}/launch/counterfactual/"
+AGENT = "mcp_openai_agent.py"
+
+
+@pytest.fixture
+def demo(capsys):
+    call_command("load_demo", "--json")
+    capsys.readouterr()
+
+
+@pytest.fixture
+def client_as(role_user):
+    def make(role: str) -> Client:
+        client = Client()
+        client.force_login(role_user(role, f"{role}-agents"))
+        return client
+
+    return make
+
+
+@pytest.fixture
+def no_broker(monkeypatch):
+    from replays import services
+
+    sent: list[int] = []
+    monkeypatch.setattr(services, "replay_enqueue", lambda pk: sent.append(pk) or True)
+    return sent
+
+
+def register(capsys, *args: str) -> dict:
+    call_command("register_agent", *args, "--json")
+    return json.loads(capsys.readouterr().out)
+
+
+def decider_options(page: str) -> dict[str, tuple[str, bool]]:
+    select = re.search(r'<select name="decider"[^>]*>(.*?)</select>', page, re.S)
+    assert select, page[:2000]
+    return {
+        htmlmod.unescape(v): (htmlmod.unescape(label.strip()), " disabled" in attrs)
+        for v, attrs, label in re.findall(r'<option value="([^"]*)"([^>]*)>(.*?)</option>', select.group(1), re.S)
+    }
+
+
+def test_register_agent_pins_the_digest_of_the_folder_and_uses_the_workers_environment(tmp_path, capsys):
+    folder = agent_folder(tmp_path, AGENT)
+    out = register(capsys, "tester", str(folder), "--command", f"python {AGENT}")
+    assert out["decider"] == "agent:tester" and out["digest"] == folder_digest(folder)
+    assert out["command"] == ["python", AGENT] and out["runnable"] is True
+    assert out["environment"] is None and "worker's own" in out["environment_note"]
+    agent = RegisteredAgent.objects.get(name="tester")
+    assert agent.digest == out["digest"] and agent.folder == str(folder)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("Bad Name", "{folder}", "--command", "python a.py"), "lower-case letters"),
+        (("x", "relative/folder", "--command", "python a.py"), "an absolute path to a folder"),
+        (("x", "{folder}/nothing-here", "--command", "python a.py"), "an absolute path to a folder"),
+        (("x", "{folder}", "--command", "missing.sh"), "is not an executable file"),
+        (("x", "{folder}", "--command", "../outside.sh"), "a path inside the folder"),
+        (("x", "{folder}", "--command", "python 'a.py"), "No closing quotation"),
+        (("x", "{folder}", "--command", "python a.py", "--requirements", "{req_url}"), "only package specifiers"),
+        (("x", "{folder}", "--command", "python a.py", "--requirements", "{req_option}"), "only package specifiers"),
+        (("x", "{folder}", "--command", "python a.py", "--requirements", "{folder}/none.txt"), "--requirements"),
+    ],
+)
+def test_register_agent_refuses_bad_input_in_one_line_and_stores_nothing(tmp_path, args, message):
+    folder = agent_folder(tmp_path, AGENT)
+    (tmp_path / "url.txt").write_text("mcp\nhttps://example.invalid/evil.whl\n")
+    (tmp_path / "option.txt").write_text("--index-url http://127.0.0.1:9/simple\nmcp\n")
+    fill = {"folder": str(folder), "req_url": str(tmp_path / "url.txt"), "req_option": str(tmp_path / "option.txt")}
+    with pytest.raises(CommandError, match=re.escape(message)) as raised:
+        call_command("register_agent", *(a.format(**fill) for a in args), "--json")
+    assert "\n" not in str(raised.value)
+    assert not RegisteredAgent.objects.exists()
+    assert not (Path(os.environ["N17Q_DATA_DIR"]) / "agents").exists() or not any(
+        (Path(os.environ["N17Q_DATA_DIR"]) / "agents").iterdir()
+    )
+
+
+def test_a_name_is_registered_once(tmp_path, capsys):
+    folder = agent_folder(tmp_path, AGENT)
+    register(capsys, "tester", str(folder), "--command", "python", "--command", AGENT)
+    with pytest.raises(CommandError, match="registered already"):
+        call_command("register_agent", "tester", str(folder), "--command", f"python {AGENT}")
+    assert RegisteredAgent.objects.count() == 1
+
+
+def test_the_admin_registers_an_agent_and_lists_it_readably(tmp_path, client_as):
+    admin = client_as("admin")
+    folder = agent_folder(tmp_path, AGENT)
+    refused = admin.post(
+        "/admin/replays/registeredagent/add/",
+        {"name": "by-admin", "folder": "not/absolute", "command_line": f"python {AGENT}", "requirements": ""},
+    )
+    assert refused.status_code == 200 and "an absolute path to a folder" in refused.content.decode()
+    assert not RegisteredAgent.objects.exists()
+    done = admin.post(
+        "/admin/replays/registeredagent/add/",
+        {"name": "by-admin", "folder": str(folder), "command_line": f"python {AGENT}", "requirements": ""},
+    )
+    assert done.status_code == 302, done.content.decode()[:3000]
+    agent = RegisteredAgent.objects.get(name="by-admin")
+    assert agent.digest == folder_digest(folder) and agent.registered_by.username == "admin-agents"
+    page = admin.get("/admin/replays/registeredagent/").content.decode()
+    for text in ("agent:by-admin", f"python {AGENT}", agent.digest[:19], "folder unchanged since registration"):
+        assert text in page
+    assert admin.get(f"/admin/replays/registeredagent/{agent.pk}/change/").status_code == 200
+
+
+def test_the_form_offers_a_registered_agent_and_disables_one_whose_folder_changed(
+    demo, tmp_path, capsys, client_as, no_broker
+):
+    folder = agent_folder(tmp_path, AGENT)
+    register(capsys, "tester", str(folder), "--command", f"python {AGENT}")
+    operator = client_as("operator")
+    query = {"scenario": "coding-review-request@1", "variable": "decider", "decider": "agent:tester", "checkpoint": A1}
+    page = operator.get(FORM, query).content.decode()
+    label, disabled = decider_options(page)["agent:tester"]
+    assert not disabled and "model from model fixtures" in label
+    # the summary names the agent, its digest and its model source
+    assert "agent:tester" in page and "Model source: fixtures" in page
+    assert htmlmod.escape(folder_digest(folder)[:20]) in page or folder_digest(folder)[7:15] in page
+
+    (folder / AGENT).chmod(0o644)
+    (folder / AGENT).write_text((folder / AGENT).read_text() + "\n# changed after registration\n")
+    page = operator.get(FORM, query).content.decode()
+    label, disabled = decider_options(page)["agent:tester"]
+    assert disabled and "changed since registration" in label
+    digest = re.search(r'name="summary_digest" value="([^"]*)"', page)
+    response = operator.post(FORM, {**query, "summary_digest": digest.group(1) if digest else ""})
+    assert response.status_code == 400 and "changed since registration" in response.content.decode()
+    assert not Replay.objects.exists() and no_broker == []
+
+
+def test_the_cli_refuses_an_unknown_or_changed_agent_in_one_line(demo, tmp_path, capsys):
+    with pytest.raises(CommandError, match="no agent is registered under that name"):
+        call_command("replay", RUN, "--mode", "counterfactual", "--vary", "decider=agent:nobody", "--inline")
+    folder = agent_folder(tmp_path, AGENT)
+    register(capsys, "tester", str(folder), "--command", f"python {AGENT}")
+    (folder / "extra.txt").write_text("a new file")
+    with pytest.raises(CommandError, match="changed since registration"):
+        call_command("replay", RUN, "--mode", "counterfactual", "--vary", "decider=agent:tester", "--inline")
+    assert not Replay.objects.exists()
+
+
+def test_an_agent_with_its_own_environment_runs_from_the_checkpoint_launched_from_the_console(
+    demo, tmp_path, capsys, client_as, no_broker, django_capture_on_commit_callbacks
+):
+    """The whole path: `register_agent --requirements` builds the agent its own environment from the registry
+    (mcp, openai), the operator launches it from the counterfactual form from the checkpoint before the broad
+    suite, the worker's task runs it in the sandbox, and the run stops precisely at its first model call (the
+    demo's scenario version holds no model fixtures)."""
+    _isolation_or_skip()
+    folder = agent_folder(tmp_path, AGENT)
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("# the agent's own dependencies\nmcp\nopenai\n")
+    out = register(capsys, "own-env", str(folder), "--command", f"python {AGENT}", "--requirements", str(requirements))
+    env = Path(out["environment"])
+    assert env.is_relative_to(Path(os.environ["N17Q_DATA_DIR"]) / "agents")
+    assert out["requirements"] == ["mcp", "openai"] and out["requirements_digest"].startswith("sha256:")
+    installed = {line.split("==")[0].lower() for line in out["installed"]}
+    assert {"mcp", "openai"} <= installed and "django" not in installed  # its own, not the worker's
+    assert not os.stat(env / "bin" / "python").st_mode & stat.S_IWUSR or (env / "bin" / "python").is_symlink()
+    assert not os.stat(env / "pyvenv.cfg").st_mode & 0o222  # read-only
+
+    operator = client_as("operator")
+    data = {"scenario": "coding-review-request@1", "variable": "decider", "decider": "agent:own-env", "checkpoint": A1}
+    replay = launched(operator, RUN, "counterfactual", data, django_capture_on_commit_callbacks)
+    assert replay.state == Replay.State.FINISHED, replay.error
+    assert replay.decider == "agent:own-env" and replay.checkpoint == A1 and replay.isolation == "netns"
+    agent = replay.environment["agent"]
+    assert (agent["name"], agent["digest"], agent["model_source"]) == ("own-env", out["digest"], "fixtures")
+    assert "own, built from the package registry" in agent["environment"]
+    (missing,) = replay.missing
+    assert missing["tool"] == "model.chat"
+    run = replay.run
+    scope = Event.objects.get(run=run, kind="replay.scope").body
+    assert scope["segment"]["from_checkpoint"] == A1 and "agent:own-env" in scope["segment"]["evaluated"]
+    # it stopped at its first model call, after the restored checkpoint: the demo scenario has no model contract
+    assert missing["reason"] == "unknown tool: the scenario has no contract for model.chat"
+    assert missing["checkpoint_id"] == scope["segment"]["restored"]["checkpoint"]
+    assert Event.objects.filter(run=run, kind="effect.intent").count() == 0
+    page = operator.get(f"/replays/{replay.pk}/").content.decode()
+    assert "agent:own-env" in page and "Model source: fixtures" in page
+
+
+def test_a_declared_live_model_is_relayed_by_the_worker_and_the_run_is_a_fresh_comparison_run(
+    demo, tmp_path, capsys, client_as, no_broker, monkeypatch, django_capture_on_commit_callbacks
+):
+    """The operator declares a model connection (a base URL and the NAME of the worker's environment variable);
+    the worker relays the agent's chat requests to a loopback OpenAI-compatible server standing in for a
+    provider. The credential is never in the form, the database, the page, or the sandbox."""
+    from tests.engine.test_agent_decider import SECRET, Provider
+
+    _isolation_or_skip()
+    monkeypatch.setenv("N17Q_TEST_PROVIDER_KEY", SECRET)  # the worker's environment
+    provider = Provider()
+    try:
+        folder = agent_folder(tmp_path, "live_probe_agent.py")
+        register(capsys, "live-probe", str(folder), "--command", "python live_probe_agent.py")
+        operator = client_as("operator")
+        data = {
+            "scenario": "email-delivery@1",
+            "variable": "decider",
+            "decider": "agent:live-probe",
+            "checkpoint": "start",
+            "model_base_url": provider.base_url,
+            "model_credential_name": "N17Q_TEST_PROVIDER_KEY",
+        }
+        page = operator.get("/runs/run-001-recorded/launch/counterfactual/", data).content.decode()
+        assert "A fresh comparison run, not a replay" in page and "N17Q_TEST_PROVIDER_KEY" in page
+        assert SECRET not in page
+
+        replay = launched(operator, "run-001-recorded", "counterfactual", data, django_capture_on_commit_callbacks)
+        assert replay.state == Replay.State.FINISHED, replay.error
+        assert replay.model_connection == {"base_url": provider.base_url, "credential_name": "N17Q_TEST_PROVIDER_KEY"}
+        summary = replay.environment
+        assert summary["truth"] == "fresh comparison" and summary["agent"]["model_source"] == "live"
+        assert all(r["headers"]["Authorization"] == f"Bearer {SECRET}" for r in provider.received)
+        assert len(provider.received) == 2
+        dump = provider.received[1]["body"]["messages"][-1]["content"]
+        assert SECRET not in dump and "N17Q_TEST_PROVIDER_KEY" not in json.loads(dump)["environ"]
+        results = [e.body for e in Event.objects.filter(run=replay.run, kind="tool.result")]
+        assert [r["origin"] for r in results if r.get("connection", "").startswith("live:")] == ["live", "live"]
+        # the imported run says it is no replay: each live result is a LIN014 finding of a counterfactual run
+        assert Finding.objects.filter(run=replay.run, code="LIN014").count() == 2
+        # nothing stored holds the credential
+        from accounts.models import AuditEntry
+
+        stored = json.dumps(
+            [
+                list(Replay.objects.values()),
+                list(AuditEntry.objects.values("detail", "target")),
+                [e.body for e in Event.objects.filter(run=replay.run)],
+            ],
+            default=str,
+        )
+        assert SECRET not in stored
+        assert SECRET not in operator.get(f"/replays/{replay.pk}/").content.decode()
+    finally:
+        provider.close()
+
+
+SECRET_LIKE = "sk-live-abc123"  # a credential typed where its name belongs: refused, never stored
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"model_credential_name": SECRET_LIKE}, "the NAME of an environment variable"),
+        ({"model_base_url": "ftp://example.invalid/v1"}, "an http(s) URL with a host"),
+        ({"model_base_url": "https://user:pw@example.invalid/v1"}, "no credentials in it"),
+        ({"decider": "careful"}, "for an agent decider only"),
+    ],
+)
+def test_a_model_connection_is_refused_in_one_line_when_it_is_not_a_url_and_a_name(
+    demo, tmp_path, capsys, client_as, no_broker, extra, message
+):
+    folder = agent_folder(tmp_path, AGENT)
+    register(capsys, "tester", str(folder), "--command", f"python {AGENT}")
+    data = {
+        "scenario": "coding-review-request@1",
+        "variable": "decider",
+        "decider": "agent:tester",
+        "checkpoint": A1,
+        "model_base_url": "http://127.0.0.1:9/v1",
+        "model_credential_name": "PROVIDER_KEY",
+        **extra,
+    }
+    response = client_as("operator").post(FORM, {**data, "summary_digest": "x"})
+    assert response.status_code == 400 and message in htmlmod.unescape(response.content.decode())
+    assert SECRET_LIKE not in json.dumps(list(Replay.objects.values()), default=str)
+    assert not Replay.objects.exists() and no_broker == []
