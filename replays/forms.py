@@ -59,9 +59,18 @@ class CounterfactualForm(LaunchForm):
     checkpoint = forms.ChoiceField(label="From checkpoint")
     # An agent decider's live model (issue 18): a provider's OpenAI-compatible base URL and the NAME of the
     # environment variable on the worker that holds its credential. Never the credential itself.
-    model_base_url = forms.CharField(required=False, label="Live model: base URL (optional)", max_length=500)
+    # Labelled for screen readers (labelled_control.html) and, on the line, by their placeholders.
+    model_base_url = forms.CharField(
+        required=False,
+        label="Live model: base URL (optional)",
+        max_length=500,
+        widget=forms.TextInput(attrs={"placeholder": "agent only: live model base URL (optional)"}),
+    )
     model_credential_name = forms.CharField(
-        required=False, label="Live model: credential NAME on the worker", max_length=128
+        required=False,
+        label="Live model: credential NAME on the worker",
+        max_length=128,
+        widget=forms.TextInput(attrs={"placeholder": "its credential's variable name on the worker"}),
     )
 
     def __init__(self, *args, choices: dict[str, list[tuple[str, str]]], **kwargs):
