@@ -44,6 +44,7 @@ from n17q_engine.replay import ReplayError, ReplayOutput
 from n17q_engine.sandbox import IsolationUnavailable, Limits, SandboxError, run_sandboxed
 from runs.importer import run_import_from_path
 from runs.models import Event, Finding, Run, RunBlob, blob_storage_name
+from runs.selectors import LINEAGE_FINDINGS_IN_ANSWER
 
 from .models import Replay
 
@@ -612,14 +613,17 @@ def _end(replay: Replay, token: str, state: str, error: str) -> Replay:
 def replay_json(replay: Replay) -> dict[str, Any]:
     """The `replay --json` shape (DESIGN §8)."""
     run = replay.run
+    # Bounded like the lineage answer (issue 20): the first LINEAGE_FINDINGS_IN_ANSWER stored findings, and counts;
+    # the rest are paged by GET /api/v1/runs/{id}/findings/.
     findings = (
         [
             {"code": f.code, "severity": f.severity, "from": f.from_ref, "to": f.to_ref, "message": f.message}
-            for f in Finding.objects.filter(run=run).order_by("id")
+            for f in Finding.objects.filter(run=run).order_by("id")[:LINEAGE_FINDINGS_IN_ANSWER]
         ]
         if run
         else []
     )
+    count = run.finding_count if run else 0
     return {
         "replay": replay.pk,
         "run": run.run_id if run else None,
@@ -628,6 +632,8 @@ def replay_json(replay: Replay) -> dict[str, Any]:
         "isolation": replay.isolation or None,
         "missing": replay.missing,
         "findings": findings,
+        "finding_count": count,
+        "findings_truncated": count > len(findings),
         "replay_state": replay.state,
         "scenario": replay.scenario_version.ref if replay.scenario_version else None,
         "vary": replay.vary,

@@ -228,3 +228,13 @@ def test_export_refuses_to_overwrite(demo, tmp_path):
     (tmp_path / "there").mkdir()
     with pytest.raises(CommandError, match="exists"):
         call_command("export_package", "docs-research@1", str(tmp_path / "there"))
+
+
+def test_the_replay_answer_lists_a_bounded_number_of_findings_and_counts_them_all(demo, capsys, monkeypatch):
+    # Issue 20: `replay --json` listed every finding of the replay's run (unbounded for a hostile run); now the first
+    # LINEAGE_FINDINGS_IN_ANSWER, with the count, like the import and lineage answers.
+    monkeypatch.setattr(replays, "LINEAGE_FINDINGS_IN_ANSWER", 2)
+    out = run_json(capsys, "replay", "run-003-review-request", "--mode", "reconstruction", "--inline")
+    stored = Run.objects.get(run_id=out["run"]).finding_count
+    assert stored > 2
+    assert len(out["findings"]) == 2 and out["finding_count"] == stored and out["findings_truncated"] is True
