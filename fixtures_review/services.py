@@ -651,6 +651,13 @@ def fixture_id_for(fixture: Mapping[str, Any]) -> str:
     return "fx-" + canonical.digest_json(content).removeprefix("sha256:")[:20]
 
 
+def _answer(fixture: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a replay sees of a fixture's answer, with the format's defaults filled in: a fixture written without
+    `absent` answers exactly as one with `absent: {}` (the seed packages omit it; a promoted recording writes it)."""
+    response = fixture.get("response") or {}
+    return (response.get("outcome"), response.get("body"), response.get("absent") or {}, fixture.get("transition"))
+
+
 def promoted_key_conflict(recording: StagedRecording) -> str | None:
     """When the latest version of the recording's scenario already answers its fixture key (same tool, contract
     revision, request digest and world condition) with another response: what holds the key, in one sentence.
@@ -666,8 +673,7 @@ def promoted_key_conflict(recording: StagedRecording) -> str | None:
     for f in base.fixture_items:
         if (f.get("tool"), f.get("contract_revision"), _digest_of(f), f.get("condition") or None) != key:
             continue
-        theirs = (f.get("response"), f.get("transition"))
-        if theirs == (mine.get("response"), mine.get("transition")):
+        if _answer(f) == _answer(mine):
             return None  # the same answer again: approving changes nothing a replay sees
         held = StagedRecording.objects.filter(
             state=StagedRecording.State.PROMOTED, fixture_version__fixture_id=f.get("id")

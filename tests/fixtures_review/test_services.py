@@ -29,7 +29,7 @@ from fixtures_review.services import (
 from n17q_engine.package import load_scenario
 from runs.models import Event, Run
 
-from .conftest import status_capture
+from .conftest import search_capture, status_capture
 
 pytestmark = pytest.mark.django_db
 
@@ -480,3 +480,20 @@ def test_copy_similar_refuses_a_fixture_the_scenario_does_not_hold(paused_000, r
         recording_copy_similar(
             replay_run=run, missing_event_id=missing["event"], like_fixture_id="nope", user=role_user("reviewer")
         )
+
+
+def test_the_same_answer_as_a_promoted_fixture_is_no_conflict_whatever_defaults_it_spells_out(seed_scenarios):
+    # The seed packages write fixtures without `absent`; a promoted recording writes `absent: {}`. The same answer
+    # was flagged as "a second body for this key" (and approval then demanded a note) on the demo's own run results.
+    from fixtures_review.services import promoted_key_conflict
+
+    seed = next(
+        f
+        for f in ScenarioVersion.objects.get(name="docs-research", version=1).fixture_items
+        if f["tool"] == "docs.search" and f["id"] == "search-rotate-keys"
+    )
+    assert "absent" not in seed["response"]
+    same = stage(search_capture(body=seed["response"]["body"]))
+    assert promoted_key_conflict(same) is None
+    other = stage(search_capture(body={"hits": []}))
+    assert "already answers this request with fixture search-rotate-keys" in (promoted_key_conflict(other) or "")
