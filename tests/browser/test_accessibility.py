@@ -149,6 +149,7 @@ NOT_PAGES = {
     "api-run-lineage": "JSON API",
     "api-captures": "JSON API",
     "api-run-captures": "JSON API",
+    "api-run-findings": "JSON API",
     "runs:blob-download": "a file download",
     "otlp:export-traces": "OTLP/HTTP for exporters (protobuf or JSON)",
     "otlp:trace-flush": "POST only; redirects to the trace",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -419,7 +420,11 @@ def test_a_non_python_agent_cannot_reach_out_either(canaries, tmp_path):
 
 # --- the live model relay: a loopback OpenAI-compatible server stands in for a provider ----------------------------
 
-SECRET = "sk-n17q-test-secret-never-inside-0f3c9a"
+# Made when the tests run, never written in a file: the sandbox binds the checkout read-only (the engine and the
+# worker's environment live there), so an agent walking what it can read sees these tests' own source; a secret or a
+# variable name spelled out in it would be "found" there although no credential reached the sandbox.
+SECRET = "sk-n17q-test-" + secrets.token_hex(16)
+CREDENTIAL_NAME = "N17Q_TEST_PROVIDER_KEY_" + secrets.token_hex(4).upper()
 
 
 class Provider:
@@ -459,7 +464,7 @@ class Provider:
 
 @pytest.fixture
 def provider(monkeypatch):
-    monkeypatch.setenv("N17Q_TEST_PROVIDER_KEY", SECRET)  # the worker's environment: the credential lives here only
+    monkeypatch.setenv(CREDENTIAL_NAME, SECRET)  # the worker's environment: the credential lives here only
     p = Provider()
     yield p
     p.close()
@@ -484,7 +489,7 @@ def test_live_relay_sends_the_agents_model_calls_through_the_worker_and_the_cred
         agent,
         timeout_s=120,
         allow_test_entries=True,
-        relay=model_relay(provider.base_url, "N17Q_TEST_PROVIDER_KEY"),
+        relay=model_relay(provider.base_url, CREDENTIAL_NAME),
         live_connection="loopback-provider",
     )
     assert result.returncode == 0 and result.output, (result.returncode, result.stderr[-3000:])
@@ -498,9 +503,9 @@ def test_live_relay_sends_the_agents_model_calls_through_the_worker_and_the_cred
     # second request: the credential is not in it, nor anywhere in the run's log or the sandbox's output
     dump = json.loads(provider.received[1]["body"]["messages"][-1]["content"])
     assert dump["environ"]["OPENAI_API_KEY"] == "n17q-sandbox-no-credential"
-    assert "N17Q_TEST_PROVIDER_KEY" not in dump["environ"]
+    assert CREDENTIAL_NAME not in dump["environ"]
     assert any(p.endswith("/environ") and not v.startswith("unreadable") for p, v in dump["files"].items())
-    assert SECRET not in json.dumps(dump) and "N17Q_TEST_PROVIDER_KEY" not in json.dumps(dump["files"])
+    assert SECRET not in json.dumps(dump) and CREDENTIAL_NAME not in json.dumps(dump["files"])
     assert SECRET.encode() not in result.output and SECRET not in result.stderr
     # each relayed call is recorded, its result with origin `live`; the run names its model source as live
     calls = [c for c in kinds(log, "tool.call") if c["tool"] == MODEL_TOOL]
@@ -516,7 +521,7 @@ def test_live_relay_sends_the_agents_model_calls_through_the_worker_and_the_cred
 def test_a_live_relay_that_fails_stops_the_run_with_the_reason(monkeypatch, tmp_path):
     from replays.relay import model_relay
 
-    monkeypatch.delenv("N17Q_TEST_PROVIDER_KEY", raising=False)
+    monkeypatch.delenv(CREDENTIAL_NAME, raising=False)
     folder = agent_folder(tmp_path, "live_probe_agent.py")
     agent = register(folder, ("python", "live_probe_agent.py"), name="live-probe")
     b = BUNDLES["run-001-recorded"]
@@ -529,11 +534,11 @@ def test_a_live_relay_that_fails_stops_the_run_with_the_reason(monkeypatch, tmp_
         vary={"decider": agent.decider_name},
     )
     result = run_agent_replay(
-        pkg, agent, allow_test_entries=True, relay=model_relay("http://127.0.0.1:9/v1", "N17Q_TEST_PROVIDER_KEY")
+        pkg, agent, allow_test_entries=True, relay=model_relay("http://127.0.0.1:9/v1", CREDENTIAL_NAME)
     )
     log = list(iter_output_events(ReplayOutput.from_wire(result.output)))
     (relayed,) = [r for r in kinds(log, "tool.result") if r["origin"] == "live"]
     assert relayed["outcome"] == "error"
     state = final(log)
     assert state["state"] == "stopped"
-    assert "the worker's environment holds no N17Q_TEST_PROVIDER_KEY" in state["reason"]
+    assert f"the worker's environment holds no {CREDENTIAL_NAME}" in state["reason"]

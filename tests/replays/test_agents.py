@@ -229,10 +229,10 @@ def test_a_declared_live_model_is_relayed_by_the_worker_and_the_run_is_a_fresh_c
     """The operator declares a model connection (a base URL and the NAME of the worker's environment variable);
     the worker relays the agent's chat requests to a loopback OpenAI-compatible server standing in for a
     provider. The credential is never in the form, the database, the page, or the sandbox."""
-    from tests.engine.test_agent_decider import SECRET, Provider
+    from tests.engine.test_agent_decider import CREDENTIAL_NAME, SECRET, Provider
 
     _isolation_or_skip()
-    monkeypatch.setenv("N17Q_TEST_PROVIDER_KEY", SECRET)  # the worker's environment
+    monkeypatch.setenv(CREDENTIAL_NAME, SECRET)  # the worker's environment
     provider = Provider()
     try:
         folder = agent_folder(tmp_path, "live_probe_agent.py")
@@ -244,21 +244,21 @@ def test_a_declared_live_model_is_relayed_by_the_worker_and_the_run_is_a_fresh_c
             "decider": "agent:live-probe",
             "checkpoint": "start",
             "model_base_url": provider.base_url,
-            "model_credential_name": "N17Q_TEST_PROVIDER_KEY",
+            "model_credential_name": CREDENTIAL_NAME,
         }
         page = operator.get("/runs/run-001-recorded/launch/counterfactual/", data).content.decode()
-        assert "A fresh comparison run, not a replay" in page and "N17Q_TEST_PROVIDER_KEY" in page
+        assert "A fresh comparison run, not a replay" in page and CREDENTIAL_NAME in page
         assert SECRET not in page
 
         replay = launched(operator, "run-001-recorded", "counterfactual", data, django_capture_on_commit_callbacks)
         assert replay.state == Replay.State.FINISHED, replay.error
-        assert replay.model_connection == {"base_url": provider.base_url, "credential_name": "N17Q_TEST_PROVIDER_KEY"}
+        assert replay.model_connection == {"base_url": provider.base_url, "credential_name": CREDENTIAL_NAME}
         summary = replay.environment
         assert summary["truth"] == "fresh comparison" and summary["agent"]["model_source"] == "live"
         assert all(r["headers"]["Authorization"] == f"Bearer {SECRET}" for r in provider.received)
         assert len(provider.received) == 2
         dump = provider.received[1]["body"]["messages"][-1]["content"]
-        assert SECRET not in dump and "N17Q_TEST_PROVIDER_KEY" not in json.loads(dump)["environ"]
+        assert SECRET not in dump and CREDENTIAL_NAME not in json.loads(dump)["environ"]
         results = [e.body for e in Event.objects.filter(run=replay.run, kind="tool.result")]
         assert [r["origin"] for r in results if r.get("connection", "").startswith("live:")] == ["live", "live"]
         # the imported run says it is no replay: each live result is a LIN014 finding of a counterfactual run
