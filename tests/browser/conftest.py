@@ -70,9 +70,13 @@ def login(page, live_server, role_user):
 
 
 def htmx_settled(page) -> None:
-    """Wait (polling, generous deadline) until no htmx request, swap or settle is under way."""
+    """Wait (polling, generous deadline) until no htmx request, swap or settle is under way.
+
+    A function, not an expression: Playwright polls an expression string through `eval` inside the page, which the
+    console's CSP (script-src 'self', no 'unsafe-eval') refuses, and the CSP tests count the report. It happened only
+    when the first check found htmx still busy, so the test failed now and then."""
     page.wait_for_function(
-        "!document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling, .htmx-added')", timeout=60000
+        "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling, .htmx-added')", timeout=60000
     )
 
 

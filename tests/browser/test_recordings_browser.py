@@ -67,7 +67,7 @@ def test_a_chromium_har_is_staged_through_a_mapping(chromium, site, tmp_path, ca
     context = chromium.new_context(record_har_path=str(har), record_har_content="embed")
     page = context.new_page()
     page.goto(f"{site}/")
-    page.wait_for_function("document.getElementById('out').textContent === 'open'")
+    page.wait_for_function("() => document.getElementById('out').textContent === 'open'")
     context.close()  # writes the HAR
     recorded = json.loads(har.read_text())
     assert recorded["log"]["creator"]["name"] == "Playwright" and len(recorded["log"]["entries"]) >= 3

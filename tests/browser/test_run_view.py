@@ -108,7 +108,7 @@ def test_it_narrows_the_trace_to_a_focus_and_back_from_the_keyboard(page, login,
     assert "e-003-focused-receipt in ws-1" in page.locator("#detail").inner_text()
     page.locator("#focus-bar a", has_text="Clear focus").focus()
     page.keyboard.press("Enter")
-    page.wait_for_function("!location.search.includes('focus=')")
+    page.wait_for_function("() => !location.search.includes('focus=')")
     assert row(page, "e-003-a1-read-adapter").count() == 1
 
 
@@ -121,7 +121,7 @@ def test_it_copies_a_whole_digest_from_its_short_form(page, login, live_server, 
     whole = button.get_attribute("data-copy")
     assert whole.startswith("sha256:") and len(whole) == 71
     button.click()
-    page.wait_for_function("document.querySelector('#findings button.copy').textContent === 'copied'")
+    page.wait_for_function("() => document.querySelector('#findings button.copy').textContent === 'copied'")
     assert page.evaluate("navigator.clipboard.readText()") == whole
 
 
