@@ -1999,23 +1999,19 @@ def _usage(attrs: dict[str, Any]) -> dict[str, Any] | None:
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
     keys: list[str] = []
-    input_tokens = count(GEN_AI_USAGE_INPUT)
-    if input_tokens is not None:
-        keys.append(GEN_AI_USAGE_INPUT)
-    elif (input_tokens := count(GEN_AI_USAGE_PROMPT)) is not None:
-        keys.append(GEN_AI_USAGE_PROMPT)
-    elif (input_tokens := count(OI_TOKENS_PROMPT)) is not None:
-        keys.append(OI_TOKENS_PROMPT)
-    output_tokens = count(GEN_AI_USAGE_OUTPUT)
-    if output_tokens is not None:
-        keys.append(GEN_AI_USAGE_OUTPUT)
-    elif (output_tokens := count(GEN_AI_USAGE_COMPLETION)) is not None:
-        keys.append(GEN_AI_USAGE_COMPLETION)
-    elif (output_tokens := count(OI_TOKENS_COMPLETION)) is not None:
-        keys.append(OI_TOKENS_COMPLETION)
-    total = count(OI_TOKENS_TOTAL)
-    if total is not None:
-        keys.append(OI_TOKENS_TOTAL)
+
+    def first(*names: str) -> int | None:
+        """The first of `names` (the current GenAI name, then older and OpenInference ones) that holds a count."""
+        for name in names:
+            value = count(name)
+            if value is not None:
+                keys.append(name)
+                return value
+        return None
+
+    input_tokens = first(GEN_AI_USAGE_INPUT, GEN_AI_USAGE_PROMPT, OI_TOKENS_PROMPT)
+    output_tokens = first(GEN_AI_USAGE_OUTPUT, GEN_AI_USAGE_COMPLETION, OI_TOKENS_COMPLETION)
+    total = first(OI_TOKENS_TOTAL)
     if input_tokens is None and output_tokens is None and total is None:
         return None
     out: dict[str, Any] = {"amount": total if total is not None else (input_tokens or 0) + (output_tokens or 0)}
