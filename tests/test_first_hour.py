@@ -224,7 +224,9 @@ def test_make_demo_then_the_readme_commands_work_and_a_reset_starts_afresh(tmp_p
         # The README's commands, as printed, from the same checkout: they read the demo's database.
         lineage = _manage("lineage", "run-003-review-request", "--json", N17Q_DATA_DIR=str(data))
         assert lineage.returncode == 0 and '"run": "run-003-review-request"' in lineage.stdout, lineage.stderr
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60  # the request's log line, once the server has written it
+        while "n17q.request GET /no-such-page/ 404" not in demo.output() and time.monotonic() < deadline:
+            time.sleep(0.1)
         # One line per request in the demo's log: runserver's access line and django.request's are gone.
         assert [line for line in demo.output().splitlines() if "/no-such-page/" in line] == [
             line for line in demo.output().splitlines() if "n17q.request GET /no-such-page/ 404" in line

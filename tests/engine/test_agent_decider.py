@@ -298,6 +298,7 @@ class Canaries:
 
     def __init__(self, tmp: Path) -> None:
         self.hits: list[str] = []
+        self.loops = {"tcp": 0, "udp": 0, "unix": 0}  # each listener's turns: one per accept/recv tried
         self.tcp = socket.socket()
         self.tcp.bind(("127.0.0.1", 0))
         self.tcp.listen()
@@ -323,10 +324,12 @@ class Canaries:
                     conn, _ = sock.accept()
                     conn.close()
             except TimeoutError:
+                self.loops[name] += 1
                 continue
             except OSError:
                 return
             self.hits.append(name)
+            self.loops[name] += 1
 
     def targets(self) -> dict[str, Any]:
         return {
@@ -355,10 +358,19 @@ def _probe_run(agent: AgentSpec) -> tuple[list[dict], Any]:
     return log, result
 
 
-def _settle(canaries: Canaries) -> list[str]:
+def _settle(canaries: Canaries, expect: frozenset[str] = frozenset()) -> list[str]:
+    """What reached the host listeners, once each listener has tried to take something at least twice since now (a
+    connection or datagram that arrived is in the kernel's queue by then, so it is taken), and every expected one
+    has arrived; a poll under a generous deadline, never a fixed wait."""
     import time
 
-    time.sleep(0.5)  # let the canaries' threads take what arrived (nothing should have)
+    start = dict(canaries.loops)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        turned = all(canaries.loops[name] >= start[name] + 2 for name in start)
+        if turned and set(canaries.hits) >= expect:
+            break
+        time.sleep(0.05)
     return list(canaries.hits)
 
 
@@ -371,7 +383,7 @@ def test_a_python_agent_cannot_reach_out_and_its_attempts_stop_the_run(canaries,
     report = json.loads(outside.stderr.decode().split("n17q.sandbox.attempt ", 1)[1])
     controls = {a["target"]: a["result"] for a in report["attempts"]}
     assert all(r.startswith("reached") for t, r in controls.items() if "write" not in t), controls
-    assert sorted(set(_settle(canaries))) == ["tcp", "udp", "unix"]
+    assert sorted(set(_settle(canaries, frozenset({"tcp", "udp", "unix"})))) == ["tcp", "udp", "unix"]
     (folder / "written-by-agent.txt").unlink()
     canaries.hits.clear()
 
@@ -404,7 +416,7 @@ def test_a_non_python_agent_cannot_reach_out_either(canaries, tmp_path):
     outside = subprocess.run([str(folder / "probe_agent.sh")], capture_output=True, timeout=30)
     report = json.loads(outside.stderr.decode().split("n17q.sandbox.attempt ", 1)[1])
     assert [a["result"] for a in report["attempts"]] == ["reached"] * 4  # positive control
-    assert sorted(set(_settle(canaries))) == ["tcp", "udp"]
+    assert sorted(set(_settle(canaries, frozenset({"tcp", "udp"})))) == ["tcp", "udp"]
     canaries.hits.clear()
 
     log, result = _probe_run(agent)
