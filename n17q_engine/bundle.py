@@ -33,6 +33,9 @@ MAX_JSON_DEPTH = 100
 MAX_ID_CHARS = 200
 # A BIGINT column holds `seq`; every integer field of the vocabulary is kept to 64 bits too.
 _INT64 = (INT64_MIN, INT64_MAX)
+# Only the vocabulary's numeric fields are bounded: a field of type "any" holds any JSON value (kept as JSON, never
+# in an integer column), at the top level as deep inside.
+_BOUNDED_TYPES = frozenset({v.INT, v.NUMBER})
 MAX_MESSAGE_CHARS = 1000
 # `run.title` (DESIGN §10): one line a person reads as the run's name, so bounded and printable.
 MAX_TITLE_CHARS = 300
@@ -400,7 +403,7 @@ def _validate_event(obj: Any, *, line: int, file: str) -> tuple[datetime, dateti
         # The common case in one test; anything unusual goes through the full check and its messages.
         if not ((allowed is None or type(value) in allowed) and field_spec.enum is None and field_spec.items is None):
             check_field(value, field_spec, name=name, err=err)
-        if type(value) is int and not _INT64[0] <= value <= _INT64[1]:
+        if type(value) is int and field_spec.type in _BOUNDED_TYPES and not _INT64[0] <= value <= _INT64[1]:
             raise err(name, "must fit in 64 bits")
     for name in v.BLOB_FIELDS.get(kind, ()):
         value = obj.get(name)

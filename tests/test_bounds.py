@@ -119,6 +119,35 @@ def test_the_largest_values_that_fit_are_stored(tmp_path):
     assert Event.objects.filter(run=run, seq=INT64_MAX).exists()
 
 
+def test_a_large_integer_in_a_field_of_any_json_value_is_kept(tmp_path):
+    """Only the vocabulary's integer and number fields are bounded (they feed columns and comparisons); a field
+    that holds any JSON value (evidence `scope`, a result's `response`) keeps a large integer, top level or nested,
+    as JSON on both databases."""
+    big = 10**30
+
+    def change(manifest, events):
+        events.insert(
+            -1,
+            {
+                "seq": 9,
+                "id": "e-evidence",
+                "kind": "evidence.observed",
+                "at": dict(events[-1]["at"]),
+                "attempt": "a1",
+                "source": "ci",
+                "workspace_id": None,
+                "tree_digest": None,
+                "scope": big,
+            },
+        )
+        events[-1]["seq"] = 10
+        next(e for e in events if e["kind"] == "tool.result")["response"] = {"count": [big, -big]}
+
+    call_command("import_run", str(_bundle(tmp_path, change)), "--json", stdout=io.StringIO())
+    run = Run.objects.get()
+    assert Event.objects.get(run=run, event_id="e-evidence").body["scope"] == big
+
+
 # ------------------------------------------------------------------------------------------------ captures
 
 
