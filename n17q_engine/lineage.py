@@ -64,6 +64,7 @@ from typing import Any
 
 from . import vocabulary as v
 from .canonical import evidence_set_digest
+from .spill import MultiMap, SpilledIndex, SpilledMultiMap, spill_index, spill_multimap
 
 CODES: dict[str, str] = {
     "LIN001": "evidence from another lineage",
@@ -307,6 +308,10 @@ def _join(items: Iterable[str]) -> str:
     return ", ".join(items)
 
 
+# How often (in events added) the growing containers are asked whether they should move to disk.
+_SPILL_CHECK_EVERY = 10_000
+
+
 class LineageGraph:
     """The run's evidence graph, built one validated event at a time (see the module docstring)."""
 
@@ -323,12 +328,14 @@ class LineageGraph:
         # Fail closed: a run that does not say it is a recorded live run is treated as a replay.
         self.live = self.environment in LIVE_ENVIRONMENTS and self.mode == "recorded"
 
-        self._seq: dict[str, int] = {}
+        # The three containers that grow with every event (a hostile bundle can make each one hold an entry per
+        # event) move to disk past spill.SPILL_AFTER entries: the checker's memory stays bounded (issue 20).
+        self._seq: dict[str, int] | SpilledIndex = {}
         self._objects: set[str] = set()
         # References nothing answered when their event arrived: from event id -> [(field path, target)].
-        self._unresolved: dict[str, list[tuple[str, str]]] = {}
+        self._unresolved: MultiMap | SpilledMultiMap = MultiMap()
         # Findings decided on arrival, by the id of their "from" event.
-        self._found: dict[str, list[Finding]] = {}
+        self._found: MultiMap | SpilledMultiMap = MultiMap()
 
         self._workspaces: dict[str, _Workspace] = {}
         self._dead: dict[str, list[tuple[int, str, str]]] = {}  # ws -> [(seq, event, state)]
@@ -384,19 +391,37 @@ class LineageGraph:
             self._in_order = False
         self._last_seq = seq
         self._seq[event_id] = seq
+        if self._added % _SPILL_CHECK_EVERY == 0:
+            self._spill()
         introduced = v.introduced_object(event)
         if introduced is not None:
             self._objects.add(introduced[1])
         known, objects = self._seq, self._objects
         for path, target in v.references(event) if references is None else references:
             if target not in known and target not in objects:
-                self._unresolved.setdefault(event_id, []).append((path, target))
+                self._unresolved.add(event_id, (path, target))
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, event_id, seq, event)
 
+    def _spill(self) -> None:
+        self._seq = spill_index(self._seq)
+        self._unresolved = spill_multimap(self._unresolved)
+        self._found = spill_multimap(self._found)
+
+    def seq_of(self, event_id: str) -> int | None:
+        """The seq of an event added under this id, or None."""
+        return self._seq.get(event_id)
+
+    def unresolved_references(self) -> Iterator[tuple[str, str, str]]:
+        """Every (event id, field path, target) whose target nothing answered when the event arrived, in the order
+        the events came: what an importer writes as forward or dangling edges once the run is complete."""
+        for event_id in self._unresolved:
+            for path, target in self._unresolved.get(event_id, ()):
+                yield event_id, path, target
+
     def _emit(self, finding: Finding) -> None:
-        self._found.setdefault(finding.from_, []).append(finding)
+        self._found.add(finding.from_, finding)
 
     def _use_workspace(
         self, event_id: str, workspace: str | None, what: str, *, source_seq: int | None = None, link: str | None = None
@@ -764,7 +789,8 @@ class LineageGraph:
 
         # Sources that are not events of the run (seq -1 in `findings()`'s order): findings taken on arrival
         # about an id nothing added. Rare, few, and first.
-        outside = [e for group in groups for e in group if e not in seq]
+        # (`_unresolved` is keyed by events added, never outside ones.)
+        outside = [e for group in groups[:-1] for e in group if e not in seq]
         if outside:
             yield from self._sorted(f for e in dict.fromkeys(outside) for f in self._findings_from(e))
         if not self._in_order:

@@ -15,7 +15,10 @@ import functools
 import hashlib
 import logging
 import tempfile
+from array import array
+from bisect import bisect_left
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -223,7 +226,7 @@ def _import_root(
         with tempfile.TemporaryDirectory(prefix="n17q-masked-") as workdir, EventScan(events_path) as scan:
             run_meta = secret_scan.mask_run(run_meta, masks)
             blob_paths, manifest = secret_scan.mask_blobs(blob_paths, manifest, Path(workdir), masks)
-            with transaction.atomic():
+            with transaction.atomic(), _page_cache_for(lines):
                 written = _store_blobs(blob_paths)
                 if blobs_written is not None:
                     blobs_written.extend(written)
@@ -260,6 +263,29 @@ def _import_root(
         raise
     log.info("imported run %s: %s events, %s findings", result.run.run_id, result.events, result.finding_count)
     return result
+
+
+# SQLite's page cache (n17q_site.settings: 64 MiB per connection) pays off for a run whose pages fit in it; a run of
+# more lines than this gains nothing from it (measured: 300,000 events import in the same time with 8 MiB) and would
+# fill all of it with the transaction's pages, so its import runs with the smaller cache (issue 20: bounded memory).
+LARGE_IMPORT_LINES = 200_000
+LARGE_IMPORT_CACHE_KIB = 16 * 1024
+
+
+@contextmanager
+def _page_cache_for(lines: int) -> Iterator[None]:
+    if connection.vendor != "sqlite" or lines <= LARGE_IMPORT_LINES:
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA cache_size")
+        before = int(cursor.fetchone()[0])
+        cursor.execute(f"PRAGMA cache_size = -{LARGE_IMPORT_CACHE_KIB}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA cache_size = {before}")
 
 
 def _store_blobs(blob_paths: dict[str, Path]) -> list[str]:
@@ -399,9 +425,8 @@ def _write_run(
         Edge._meta.db_table, ("run_id", "source_id", "field", "target_ref", "target_event_id", "target_object_id")
     )
     db_datetime = datetime_adapter()
-    event_pk: dict[str, int] = {}
+    event_pk = _EventKeys(graph)
     object_pk: dict[str, tuple[int, int]] = {}  # object ref -> (RunObject pk, introducing event pk)
-    forward: list[tuple[int, str, str]] = []  # references to ids not seen yet, resolved at the end
     # (event, its JSON text, logical, wall, its references)
     batch: list[tuple[dict[str, Any], str, Any, Any, list[tuple[str, str]]]] = []
     count = 0
@@ -430,7 +455,7 @@ def _write_run(
         ids = events_out.take_ids(len(batch))
         rows, object_rows, edge_rows = [], [], []
         for pk, (event, text, logical, wall, refs) in zip(ids, batch, strict=True):
-            event_pk[event["id"]] = pk
+            event_pk.add(event["seq"], pk)
             rows.append(
                 (
                     pk,
@@ -454,9 +479,7 @@ def _write_run(
                 if path == "attempt":  # the attempt is a column of its own, not an edge row
                     continue
                 row = edge(pk, path, target)
-                if row is None:
-                    forward.append((pk, path, target))
-                else:
+                if row is not None:  # else named before it appeared: the graph keeps it (unresolved_references)
                     edge_rows.append(row)
         writer.submit(events_out, rows)
         # Objects and edges are few per event: they wait until a batch of them is worth a COPY of its own.
@@ -509,9 +532,13 @@ def _write_run(
         raise
     writer.close()
 
-    # What was named before it appeared: resolved now, or kept as a dangling edge (LIN011).
+    # What was named before it appeared: resolved now, or kept as a dangling edge (LIN011). The graph held these
+    # references (on disk for a large run), in the order the events came; the attempt is a column, not an edge.
     edge_rows: list[tuple[Any, ...]] = []
-    for source_pk, path, target in forward:
+    for source, path, target in graph.unresolved_references():
+        if path == "attempt":
+            continue
+        source_pk = event_pk[source]
         edge_rows.append(edge(source_pk, path, target) or (run.pk, source_pk, path[:300], _ref(target), None, None))
         if len(edge_rows) >= EDGE_BATCH:
             edges_out.insert(edge_rows)
@@ -577,7 +604,35 @@ def _write_run(
     )
 
 
-def _write_findings(run: Run, graph: LineageGraph, event_pk: dict[str, int]) -> tuple[int, int, list[dict[str, Any]]]:
+class _EventKeys:
+    """Event id -> the pk of its row, without a dict of every id (issue 20: a million-event bundle's ids alone are
+    a hundred megabytes there): the graph already knows each id's seq, seqs increase through the bundle (the
+    reader refuses anything else), and the pks are kept here in that order, two machine integers per event."""
+
+    def __init__(self, graph: LineageGraph) -> None:
+        self._graph = graph
+        self._seqs = array("q")
+        self._pks = array("q")
+
+    def add(self, seq: int, pk: int) -> None:
+        self._seqs.append(seq)
+        self._pks.append(pk)
+
+    def get(self, event_id: str) -> int | None:
+        seq = self._graph.seq_of(event_id)
+        if seq is None:
+            return None
+        i = bisect_left(self._seqs, seq)
+        return self._pks[i] if i < len(self._seqs) and self._seqs[i] == seq else None
+
+    def __getitem__(self, event_id: str) -> int:
+        pk = self.get(event_id)
+        if pk is None:
+            raise KeyError(event_id)
+        return pk
+
+
+def _write_findings(run: Run, graph: LineageGraph, event_pk: _EventKeys) -> tuple[int, int, list[dict[str, Any]]]:
     """Write the run's findings as the checker yields them, FINDING_BATCH rows at a time, never all of them in
     memory at once (a bundle whose every event names something missing has a finding per event). Returns how many
     there are, how many are errors, and the first FINDINGS_IN_ANSWER as the answer shows them."""
