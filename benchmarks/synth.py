@@ -490,6 +490,26 @@ class _Run:
 _MAX_UNIT = 40
 
 
+def _write_manifest(folder: Path, run_id: str, task: dict[str, str], blobs: dict[str, Any]) -> None:
+    """The manifest every generated bundle shares: a recorded live run of the bench agent, starting at RUN_START."""
+    manifest = {
+        "format": "n17q.run-bundle/1",
+        "run": {
+            "id": run_id,
+            "task": task,
+            "environment": "live",
+            "mode": "recorded",
+            "scenario": None,
+            "model": {"name": "bench-agent", "version": "2026-06"},
+            "policy_revision": POLICY,
+            "created_at": RUN_START.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "parent_run": None,
+        },
+        "blobs": blobs,
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
 def write_bundle(folder: Path, n: int) -> dict[str, Any]:
     """Write a bundle of exactly `n` events into the empty `folder`; return what was written."""
     if n < 1000:
@@ -525,22 +545,9 @@ def write_bundle(folder: Path, n: int) -> dict[str, Any]:
     blob_dir.mkdir(parents=True, exist_ok=True)
     for digest, data in run.blob_data.items():
         (blob_dir / digest.removeprefix("sha256:")).write_bytes(data)
-    manifest = {
-        "format": "n17q.run-bundle/1",
-        "run": {
-            "id": run_id,
-            "task": {"id": "task-billing-rounding", "revision": "r12"},
-            "environment": "live",
-            "mode": "recorded",
-            "scenario": None,
-            "model": {"name": "bench-agent", "version": "2026-06"},
-            "policy_revision": POLICY,
-            "created_at": RUN_START.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "parent_run": None,
-        },
-        "blobs": dict(sorted(run.blob_meta.items())),
-    }
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    _write_manifest(
+        folder, run_id, {"id": "task-billing-rounding", "revision": "r12"}, dict(sorted(run.blob_meta.items()))
+    )
     return {
         "path": str(folder),
         "events": n,
@@ -630,22 +637,7 @@ def write_dangling_bundle(folder: Path, n: int) -> dict[str, Any]:
                 None,
                 {"call_id": w.new_id(), "origin": "historical", "outcome": "ok", "blob": None, "absent": {}},
             )
-    manifest = {
-        "format": "n17q.run-bundle/1",
-        "run": {
-            "id": run_id,
-            "task": {"id": "task-dangling", "revision": "r1"},
-            "environment": "live",
-            "mode": "recorded",
-            "scenario": None,
-            "model": {"name": "bench-agent", "version": "2026-06"},
-            "policy_revision": POLICY,
-            "created_at": RUN_START.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "parent_run": None,
-        },
-        "blobs": {},
-    }
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    _write_manifest(folder, run_id, {"id": "task-dangling", "revision": "r1"}, {})
     return {
         "path": str(folder),
         "events": n,
