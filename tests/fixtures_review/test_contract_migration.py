@@ -131,7 +131,7 @@ def test_it_mints_structural_changes_as_new_fixture_revisions_keeping_the_origin
     assert load_scenario(scenario_package(research)).contracts.get("docs.search").revision == 1
 
 
-def test_a_meaning_bearing_change_is_staged_for_four_eyes_review_instead_of_minted(research, role_user, capsys):
+def test_a_meaning_bearing_change_is_staged_for_four_eyes_review_instead_of_minted(research, client, capsys):
     empty_id = next(f["id"] for f in research.fixture_items if f.get("response", {}).get("outcome") == "empty")
     out = migrate(capsys, "docs-research@2", "--to-revision", "2", "--user", "mo")
     (staged,) = out["staged"]
@@ -147,6 +147,10 @@ def test_a_meaning_bearing_change_is_staged_for_four_eyes_review_instead_of_mint
     assert rec.request["args"] == {"q": "no such page", "corpus": "public-docs", "limit": 5}
     assert rec.migration is not None
     assert rec.migration["fixture"] == empty_id and rec.migration["minted"] == "docs-research@3"
+    client.force_login(_user("rory"))
+    page = client.get(f"/review/{rec.public_id}/").content.decode()
+    assert "Contract migration" in page and "map_outcome empty → not_found (revision 2) changes what" in page
+    assert rec.migration["migrated_from"]["payload_digest"] in page
     # Four eyes: neither who ran the migration nor who declared the revision may approve what it staged.
     with pytest.raises(ReviewRefused, match="four eyes: you ran the contract migration"):
         recording_approve(recording=rec, user=_user("mo"))
