@@ -13,6 +13,7 @@ from django.core.management.base import CommandError
 from fixtures_review.models import ContractRevision, FixtureVersion, ScenarioVersion, StagedRecording
 from fixtures_review.scenarios import scenario_package
 from fixtures_review.services import ReviewRefused, recording_approve, scenario_version_mint
+from n17q_engine import canonical
 from n17q_engine.contract_migration import payload_digest
 from n17q_engine.package import load_scenario
 from replays.models import Replay
@@ -252,3 +253,18 @@ def test_old_replays_stay_pinned_to_the_version_they_were_launched_on(role_user,
     assert scope["scenario"] == {"name": "docs-research", "version": 1}
     results = Event.objects.filter(run__run_id=again["run"], kind="tool.result", body__origin="fixture")
     assert results.exists()
+
+
+def test_a_fault_pinned_to_a_request_follows_it_to_its_new_key(research, capsys):
+    from fixtures_review.services import scenario_files_mint
+
+    files = {name: json.loads(text) for name, text in scenario_package(research).files.items()}
+    search = next(f for f in files["fixtures.json"] if f["id"] == "search-rotate-keys")
+    old_digest = search.get("request_digest") or canonical.request_digest(search["request"])
+    files["scenario.json"]["faults"] = [{"tool": "docs.search", "stage": "before_send", "request_digest": old_digest}]
+    v3 = scenario_files_mint(base=research, files=files, user=None, source="test")
+    out = migrate(capsys, v3.ref, "--to-revision", "2")
+    v4 = ScenarioVersion.objects.get(name="docs-research", version=4)
+    (moved,) = [f for f in v4.fixture_items if f["id"] == out["migrated"][0]["fixture"]]
+    (fault,) = v4.scenario_json["faults"]
+    assert fault["request_digest"] == moved["request_digest"] != old_digest
