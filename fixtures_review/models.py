@@ -76,6 +76,8 @@ class StagedRecording(models.Model):
         COPY_SIMILAR = "copy-similar"
         COPY_RECORDED = "copy-recorded"  # the answer a run recorded for the request, through the same intake
         RUN_RESULT = "run-result"  # a tool result of an imported run ("the trace is the recording"), same intake
+        # A fixture a contract migration changed in a way that carries meaning: a person decides (contract_migration)
+        CONTRACT_MIGRATION = "contract-migration"
 
     public_id = models.CharField(max_length=20, unique=True, default=_public_id)
     origin = models.CharField(max_length=20, choices=Origin.choices, default=Origin.CAPTURE)
@@ -107,6 +109,9 @@ class StagedRecording(models.Model):
     # Unique together when set, so staging the same result twice finds the first instead of a second copy.
     source_run = models.CharField(max_length=200, blank=True, default="")
     source_event = models.CharField(max_length=200, blank=True, default="")
+    # A recording staged by a contract migration: the fixture it came from, the operations, why it needs review,
+    # and what of the fixture a capture cannot carry (world condition, absences, fault stage, provenance).
+    migration = models.JSONField(null=True, blank=True)
     captured_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     token = models.ForeignKey(
         "accounts.HarnessToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -191,3 +196,24 @@ class FixtureVersion(AppendOnlyModel):
 
     def __str__(self) -> str:
         return self.fixture_id
+
+
+class ContractRevision(AppendOnlyModel):
+    """A tool contract revision declared to the console, with the migrations it declares from earlier revisions
+    (`migrations_from`, docs/contract-migration.md). Immutable: a revision's meaning never changes under its number.
+    A scenario version still pins its own copy of each contract; these are what a migration may move it to."""
+
+    tool = models.CharField(max_length=200)
+    revision = models.PositiveIntegerField()
+    digest = models.CharField(max_length=71, unique=True)  # of the contract's canonical dict
+    contract = models.JSONField()  # `Contract.to_dict()`: checked on the way in, read back the same way
+    declared_at = models.DateTimeField(auto_now_add=True)
+    # PROTECT, not SET_NULL: who did it is part of append-only history; deactivate a person's account instead.
+    declared_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        ordering = ["tool", "revision"]
+        constraints = [models.UniqueConstraint(fields=["tool", "revision"], name="contract_revision_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tool}@{self.revision}"

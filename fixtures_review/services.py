@@ -515,8 +515,11 @@ def content_authors(recording: StagedRecording) -> dict[int, str]:
                 StagedRecording.Origin.COPY_SIMILAR.value: "copied this recording from a similar one",
                 StagedRecording.Origin.COPY_RECORDED.value: "copied this recording from a run's recorded answer",
                 StagedRecording.Origin.RUN_RESULT.value: "staged this recording from a run's recorded result",
+                StagedRecording.Origin.CONTRACT_MIGRATION.value: "ran the contract migration that staged this",
             }
             authors[pk] = copied.get(str(recording.origin), "captured this recording")
+        elif recording.migration and pk == recording.migration.get("declared_by"):
+            authors[pk] = "declared the contract revision whose change this recording carries"
         else:
             authors[pk] = "own the token that captured it"
     events = ReviewEvent.objects.filter(recording=recording, action__in=AUTHORING_ACTIONS, actor__isnull=False)
@@ -596,6 +599,15 @@ def fixture_dict(recording: StagedRecording, normalized: Mapping[str, Any]) -> d
             "fidelity_note": recording.fidelity_note or None,
         },
     }
+    migration = recording.migration
+    if migration:
+        # A fixture a contract migration staged keeps what a capture cannot carry: its own world condition, the
+        # absences it recorded (beside any redaction made in review), its fault stage, and where it came from.
+        condition = migration.get("condition") or None
+        out["response"]["absent"] = {**(migration.get("absent") or {}), **absent}
+        if migration.get("fault_stage"):
+            out["fault_stage"] = migration["fault_stage"]
+        out["provenance"]["migrated_from"] = migration["migrated_from"]
     if condition:
         out["condition"] = condition
     if transition:
@@ -820,7 +832,15 @@ def scenario_version_mint(
         ]
         fixtures.append(fixture)
     files["fixtures.json"] = fixtures
+    return scenario_files_mint(base=base, files=files, user=user, source=source, _locked=_locked)
 
+
+def scenario_files_mint(
+    *, base: ScenarioVersion, files: dict[str, Any], user: Any, source: str, _locked: bool = False
+) -> ScenarioVersion:
+    """Store `files` (a scenario package's files as JSON values, built from `base`) as `base.name@(latest+1)`,
+    based on `base`. Checked whole as any import is; race-safe as `scenario_version_mint` says."""
+    meta = files["scenario.json"]
     actor = user if getattr(user, "is_authenticated", False) else None
     for _attempt in range(5):
         with transaction.atomic():

@@ -36,6 +36,10 @@ Decisions:
   observed); every other stage of `vocabulary.FAULT_STAGES` is allowed for both classes.
 - A contract dict with a key this module does not know is refused: contracts are ours, a typo must not
   silently become "no canonicalization".
+- A revision may declare how fixtures of earlier revisions become its own (`migrations_from`, docs/contract-
+  migration.md): `{"<earlier revision>": [operation, ...]}`, each operation one of a small reviewed set
+  (`MIGRATION_OPERATIONS`), data only. Here each is checked against this revision (a renamed field must be one
+  of ours, an added value must satisfy its field); `contract_migration.migration_path` checks the other side.
 """
 
 from __future__ import annotations
@@ -54,10 +58,29 @@ ITEM_TYPES = ("string", "integer", "number", "boolean", "object")
 STRING_OPS = ("strip", "lower")
 ARRAY_OPS = ("unique", "sort")
 _CONTRACT_KEYS = frozenset(
-    {"tool", "revision", "effect_class", "fields", "transport", "fault_stages", "outcomes", "produces"}
+    {
+        "tool",
+        "revision",
+        "effect_class",
+        "fields",
+        "transport",
+        "fault_stages",
+        "outcomes",
+        "produces",
+        "migrations_from",
+    }
 )
 # What a call of the tool leaves in the run: a `tool.result`, or (a command run in a workspace) a `command.receipt`.
 PRODUCES = ("result", "receipt")
+# The declared structural transformations between contract revisions (docs/contract-migration.md): the keys
+# each operation takes besides "op"; every one may also say "meaning_bearing" (true) and carry a "note".
+MIGRATION_OPERATIONS: dict[str, frozenset[str]] = {
+    "rename_field": frozenset({"from", "to"}),  # a request field renamed
+    "add_field": frozenset({"field", "value"}),  # a request field the old revision left implicit, with its value
+    "drop_field": frozenset({"field"}),  # a request field the new revision no longer has
+    "move": frozenset({"from", "to"}),  # a value in the response body moved (dotted object paths)
+    "map_outcome": frozenset({"from", "to"}),  # an outcome reported as another: always meaning-bearing
+}
 _FIELD_KEYS = frozenset({"type", "items", "default", "required", "nullable", "canonical"})
 _NO_DEFAULT: Any = object()
 
@@ -282,6 +305,8 @@ class Contract:
     fault_stages: tuple[str, ...] = ()
     outcomes: tuple[str, ...] = ("ok",)
     produces: str = "result"
+    # {earlier revision: the operations that turn its fixtures into this revision's}; see MIGRATION_OPERATIONS.
+    migrations_from: Mapping[int, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
     _order: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
@@ -321,6 +346,7 @@ class Contract:
         produces = data.get("produces", "result")
         if produces not in PRODUCES:
             raise ContractError("produces", f"must be one of {', '.join(PRODUCES)}, got {produces!r}")
+        migrations = _migrations_from(data.get("migrations_from", {}), revision, fields, outcomes)
         return cls(
             tool=tool,
             revision=revision,
@@ -330,6 +356,7 @@ class Contract:
             fault_stages=fault_stages,
             outcomes=outcomes,
             produces=produces,
+            migrations_from=migrations,
             _order=tuple(sorted(fields)),
         )
 
@@ -343,6 +370,16 @@ class Contract:
             "fault_stages": list(self.fault_stages),
             "outcomes": list(self.outcomes),
             "produces": self.produces,
+            # Only when declared, so a contract without migrations keeps the dict (and digest) it always had.
+            **(
+                {
+                    "migrations_from": {
+                        str(rev): [dict(op) for op in ops] for rev, ops in sorted(self.migrations_from.items())
+                    }
+                }
+                if self.migrations_from
+                else {}
+            ),
         }
 
     def normalize(self, args: Any) -> dict[str, Any]:
@@ -352,6 +389,76 @@ class Contract:
         """(normalized request, its request digest)."""
         normalized = normalize(self, args)
         return normalized, canonical.request_digest(normalized)
+
+
+def _migrations_from(
+    value: Any, revision: int, fields: Mapping[str, FieldSpec], outcomes: tuple[str, ...]
+) -> dict[int, tuple[dict[str, Any], ...]]:
+    """`migrations_from`, checked against this (the target) revision; see MIGRATION_OPERATIONS."""
+    if not isinstance(value, dict):
+        raise ContractError("migrations_from", "must be an object {earlier revision: [operation, ...]}")
+    out: dict[int, tuple[dict[str, Any], ...]] = {}
+    for key, ops in value.items():
+        where = f"migrations_from.{key}"
+        if not (isinstance(key, str) and key.isdigit() and key == str(int(key)) and 1 <= int(key) < revision):
+            raise ContractError(where, f"a key is an earlier revision of this tool (1 to {revision - 1})")
+        if not isinstance(ops, list) or not ops:
+            raise ContractError(where, "must be a non-empty list of operations")
+        out[int(key)] = tuple(_migration_op(op, f"{where}[{i}]", fields, outcomes) for i, op in enumerate(ops))
+    return out
+
+
+def _migration_op(op: Any, where: str, fields: Mapping[str, FieldSpec], outcomes: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(op, dict):
+        raise ContractError(where, f"an operation must be an object, got {_type_name(op)}")
+    kind = op.get("op")
+    if kind not in MIGRATION_OPERATIONS:
+        raise ContractError(f"{where}.op", f"unknown operation {kind!r}; one of {', '.join(MIGRATION_OPERATIONS)}")
+    keys = MIGRATION_OPERATIONS[kind]
+    missing = sorted(keys - set(op))
+    if missing:
+        raise ContractError(f"{where}.{missing[0]}", f"{kind} needs it")
+    unknown = sorted(set(op) - keys - {"op", "meaning_bearing", "note"})
+    if unknown:
+        raise ContractError(f"{where}.{unknown[0]}", f"unknown key for {kind}")
+    if "meaning_bearing" in op and not isinstance(op["meaning_bearing"], bool):
+        raise ContractError(f"{where}.meaning_bearing", "must be true or false")
+    if "note" in op and not isinstance(op["note"], str):
+        raise ContractError(f"{where}.note", "must be a string")
+    for key in keys - {"value"}:
+        if not isinstance(op[key], str) or not op[key] or op[key] != op[key].strip():
+            raise ContractError(f"{where}.{key}", "must be a non-empty name without surrounding spaces")
+    if kind == "rename_field":
+        if op["to"] not in fields:
+            raise ContractError(f"{where}.to", f"{op['to']!r} is not a field of this revision")
+        if op["from"] in fields:
+            raise ContractError(f"{where}.from", f"{op['from']!r} is still a field of this revision: not a rename")
+    elif kind == "add_field":
+        if op["field"] not in fields:
+            raise ContractError(f"{where}.field", f"{op['field']!r} is not a field of this revision")
+        fields[op["field"]].canonicalize(op["value"], f"{where}.value")
+    elif kind == "drop_field":
+        if op["field"] in fields:
+            raise ContractError(f"{where}.field", f"{op['field']!r} is still a field of this revision: not a drop")
+    elif kind == "move":
+        for key in ("from", "to"):
+            if any(not part for part in op[key].split(".")):
+                raise ContractError(f"{where}.{key}", "a body path is dotted object keys, none empty")
+        a, b = op["from"], op["to"]
+        if a == b or b.startswith(a + ".") or a.startswith(b + "."):
+            raise ContractError(where, "a value cannot move onto itself or inside itself")
+    elif kind == "map_outcome":
+        if op["from"] not in RESULT_OUTCOMES:
+            raise ContractError(f"{where}.from", f"{op['from']!r} is not an outcome")
+        if op["to"] not in outcomes:
+            raise ContractError(f"{where}.to", f"{op['to']!r} is not an outcome of this revision")
+        if op["from"] == op["to"]:
+            raise ContractError(where, "an outcome mapped to itself changes nothing")
+        if op.get("meaning_bearing") is False:
+            raise ContractError(
+                f"{where}.meaning_bearing", "an outcome reported as another changes meaning: it is always reviewed"
+            )
+    return copy_json(op)
 
 
 def normalize(contract: Contract, args: Any) -> dict[str, Any]:

@@ -28,7 +28,9 @@ Decisions:
   rather than matching), its outcome must be one the contract reports, its fault stage one the contract
   supports, and a world transition is allowed for mutation contracts only. A given `request_digest` must
   equal the digest of the request.
-- **Provenance**: a synthetic fixture must carry a fidelity note (what was lost by synthesizing it).
+- **Provenance**: a synthetic fixture must carry a fidelity note (what was lost by synthesizing it). A fixture
+  made by a contract migration says so in `migrated_from` (the fixture and contract revision it came from, that
+  fixture's digest, the digest of the payload as first recorded, the operations applied; docs/contract-migration.md).
 - **A contract mismatch is reported as a `fixture.missing` event** (the vocabulary has no kind of its own
   for it) with a reason saying so and the revisions recorded (`recorded_revisions`, an extra field).
 - A mismatch of world state names, per candidate, the expected and the actual resource revision.
@@ -61,7 +63,10 @@ _FIXTURE_KEYS = frozenset(
 )
 _RESPONSE_KEYS = frozenset({"outcome", "body", "absent"})
 _TRANSITION_KEYS = frozenset({"resource", "revision_before", "revision_after", "change"})
-_PROVENANCE_KEYS = frozenset({"recorded_at", "source_revision", "connection", "synthetic", "fidelity_note"})
+_PROVENANCE_KEYS = frozenset(
+    {"recorded_at", "source_revision", "connection", "synthetic", "fidelity_note", "migrated_from"}
+)
+_MIGRATED_FROM_KEYS = frozenset({"fixture", "fixture_digest", "contract_revision", "payload_digest", "operations"})
 
 
 class FixtureError(ValueError):
@@ -168,15 +173,19 @@ class Provenance:
     connection: str | None
     synthetic: bool
     fidelity_note: str | None
+    migrated_from: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "recorded_at": self.recorded_at,
             "source_revision": self.source_revision,
             "connection": self.connection,
             "synthetic": self.synthetic,
             "fidelity_note": self.fidelity_note,
         }
+        if self.migrated_from is not None:  # only when there is one: older fixtures keep the dict they had
+            out["migrated_from"] = copy_json(dict(self.migrated_from))
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,7 +431,34 @@ def _provenance(fid: str, value: Any) -> Provenance:
     note = value.get("fidelity_note")
     if synthetic and not (note and note.strip()):
         raise FixtureError(fid, "provenance.fidelity_note", "a synthetic fixture must say what fidelity it lost")
-    return Provenance(recorded_at, value.get("source_revision"), value.get("connection"), synthetic, note)
+    migrated = value.get("migrated_from")
+    if migrated is not None:
+        migrated = _migrated_from(fid, migrated)
+    return Provenance(recorded_at, value.get("source_revision"), value.get("connection"), synthetic, note, migrated)
+
+
+def _migrated_from(fid: str, value: Any) -> dict[str, Any]:
+    where = "provenance.migrated_from"
+    if not isinstance(value, dict):
+        raise FixtureError(fid, where, "must be an object")
+    _unknown(fid, where, value, _MIGRATED_FROM_KEYS)
+    missing = sorted(_MIGRATED_FROM_KEYS - value.keys())
+    if missing:
+        raise FixtureError(fid, f"{where}.{missing[0]}", "is required")
+    if not isinstance(value["fixture"], str) or not value["fixture"]:
+        raise FixtureError(fid, f"{where}.fixture", "must name the fixture it was migrated from")
+    for key in ("fixture_digest", "payload_digest"):
+        if not canonical.is_digest(value[key]):
+            raise FixtureError(fid, f"{where}.{key}", "must be a sha256: digest")
+    _revision(fid, f"{where}.contract_revision", value["contract_revision"])
+    ops = value["operations"]
+    if not isinstance(ops, list) or not all(isinstance(op, dict) and isinstance(op.get("op"), str) for op in ops):
+        raise FixtureError(fid, f"{where}.operations", "must be a list of the operations applied")
+    try:
+        check_json(value, where)
+    except ContractError as exc:
+        raise FixtureError(fid, where, str(exc))
+    return copy_json(value)
 
 
 # --- lookup results ----------------------------------------------------------------------------------------

@@ -465,6 +465,7 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
             "effects",
             "approvals",
             "description",
+            "contract_migrations",
         },
     )
     name = meta["name"]
@@ -556,6 +557,7 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         check_fault(contracts, f, f"scenario.json: faults[{i}]") for i, f in enumerate(meta.get("faults", []))
     )
     effects = tuple(_effects(meta.get("effects", []), contracts))
+    _contract_migrations(meta.get("contract_migrations", []), contracts)
     approvals = meta.get("approvals", "simulated")
     if approvals not in ("simulated", "none"):
         raise PackageError(f"scenario.json: approvals must be simulated or none, got {approvals!r}")
@@ -686,6 +688,29 @@ def _effects(value: Any, contracts: ContractSet) -> Iterator[EffectRoute]:
             status,
             tuple(_strs(item.get("status_args", []), f"{where}.status_args")),
         )
+
+
+def _contract_migrations(value: Any, contracts: ContractSet) -> None:
+    """`scenario.json: contract_migrations`: the record of each contract migration that made this version (which
+    tool, from which revision to which, on which version; the fixtures migrated and those left for review)."""
+    for i, item in enumerate(_list(value, "scenario.json: contract_migrations")):
+        where = f"scenario.json: contract_migrations[{i}]"
+        _keys(
+            _obj(item, where),
+            where,
+            required={"tool", "from_revision", "to_revision", "based_on", "migrated", "for_review"},
+        )
+        for key in ("from_revision", "to_revision"):
+            if not isinstance(item[key], int) or isinstance(item[key], bool) or item[key] < 1:
+                raise PackageError(f"{where}: {key} must be a positive integer")
+        if item["from_revision"] >= item["to_revision"]:
+            raise PackageError(f"{where}: a migration goes to a newer revision")
+        if item["tool"] not in contracts:
+            raise PackageError(f"{where}: no contract for {item['tool']!r} in this scenario")
+        based = _obj(item["based_on"], f"{where}.based_on")
+        _keys(based, f"{where}.based_on", required={"name", "version"})
+        _strs(item["migrated"], f"{where}.migrated")
+        _strs(item["for_review"], f"{where}.for_review")
 
 
 INVARIANT_CHECKS = ("no_live_effect", "max_transitions", "approval_before_effect")

@@ -1,0 +1,359 @@
+"""Contract migration (seed 000, "When a tool contract changed…"; docs/contract-migration.md).
+
+`contract_declare` stores a tool contract revision (with the migrations it declares from earlier revisions) as an
+immutable `ContractRevision`. `fixtures_migrate` moves one scenario version's fixtures of one tool to a newer
+declared revision:
+
+- the declared path of operations is applied by the engine (`n17q_engine.contract_migration`, pure);
+- structural results become new fixture revisions (provenance: the fixture they came from, its digest, the original
+  payload digest, the operations) in a **new scenario version**, which pins the new contract;
+- results whose change carries meaning are not minted: each is staged as a recording (origin `contract-migration`)
+  through the same intake and four-eyes review as a capture, and the new version lists it as uncovered until a
+  reviewer approves it;
+- the version migrated is untouched (versions are immutable), so every replay pinned to it stays pinned to it.
+
+Refusals (`MigrationRefused`, one line) come before anything is written: an unknown version, a target that is not
+newer, no declared path, a version that is not the latest of its scenario, a migration already made.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from n17q_engine import canonical
+from n17q_engine.contract_migration import Migrated, MigrationError, Step, describe, migrate_fixtures, migration_path
+from n17q_engine.contracts import Contract, ContractError
+from n17q_engine.identifiers import id_problem
+from n17q_engine.package import PackageError, load_scenario
+
+from . import intake
+from .models import ContractRevision, ScenarioVersion, StagedRecording
+from .scenarios import ScenarioRefused, scenario_package, scenario_resolve
+from .services import (
+    _OUTCOME_STATUS,
+    _audit,
+    _lock_scenario,
+    _stage,
+    capture_digest_key,
+    fixture_id_for,
+    promotion_blockers,
+    scenario_files_mint,
+)
+
+SOURCE = "migration"  # ScenarioVersion.source of a version a contract migration minted
+
+
+class MigrationRefused(ValueError):
+    """A migration or declaration that cannot be made; one line naming what is wrong. `field` names the input."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+# --- declaring contract revisions ----------------------------------------------------------------------------------
+
+
+def contract_declare(*, contract: Any, user: Any = None) -> tuple[ContractRevision, bool]:
+    """Store a contract revision. The same content again: the stored one. Other content under a held revision is
+    refused: a revision number means one contract for good (declare the next revision instead)."""
+    try:
+        parsed = Contract.from_dict(contract)
+    except ContractError as exc:
+        raise MigrationRefused(f"contract: {exc}") from None
+    problem = id_problem(parsed.tool, what="a tool name")
+    if problem is not None:
+        raise MigrationRefused(f"contract: tool {problem}")
+    body = parsed.to_dict()
+    digest = canonical.digest_json(body)
+    held = ContractRevision.objects.filter(tool=parsed.tool, revision=parsed.revision).first()
+    if held is not None:
+        if held.digest == digest:
+            return held, False
+        raise MigrationRefused(
+            f"{parsed.tool} revision {parsed.revision} is already declared with digest {held.digest}; a revision "
+            f"never changes (this one is {digest}): declare revision {parsed.revision + 1} instead"
+        )
+    actor = user if getattr(user, "is_authenticated", False) else None
+    with transaction.atomic():
+        revision = ContractRevision.objects.create(
+            tool=parsed.tool, revision=parsed.revision, digest=digest, contract=body, declared_by=actor
+        )
+        _audit(actor, "contract.declare", f"contract:{parsed.tool}@{parsed.revision}", {"digest": digest})
+    return revision, True
+
+
+# --- migrating a scenario version ------------------------------------------------------------------------------------
+
+
+@dataclass
+class MigrationResult:
+    scenario: ScenarioVersion  # the version minted
+    based_on: ScenarioVersion
+    tool: str
+    from_revision: int
+    to_revision: int
+    steps: list[Step]
+    migrated: list[tuple[Migrated, str]] = field(default_factory=list)  # (result, the new fixture's id)
+    staged: list[tuple[Migrated, StagedRecording]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario.ref,
+            "based_on": self.based_on.ref,
+            "tool": self.tool,
+            "from_revision": self.from_revision,
+            "to_revision": self.to_revision,
+            "path": [self.from_revision, *(s.to_revision for s in self.steps)],
+            "migrated": [
+                {
+                    "fixture": new_id,
+                    "from": m.source_id,
+                    "payload_digest": m.fixture["provenance"]["migrated_from"]["payload_digest"],
+                    "operations": [describe(op) for op in m.applied],
+                }
+                for m, new_id in self.migrated
+            ],
+            "staged": [
+                {
+                    "staged": rec.public_id,
+                    "from": m.source_id,
+                    "reasons": m.reasons,
+                    "blockers": promotion_blockers(rec),
+                }
+                for m, rec in self.staged
+            ],
+        }
+
+
+def contract_revisions(tool: str) -> dict[int, Contract]:
+    """Every declared revision of `tool`, checked again as it is read (a stored row is data, not trust)."""
+    out = {}
+    for row in ContractRevision.objects.filter(tool=tool).order_by("revision"):
+        try:
+            out[row.revision] = Contract.from_dict(row.contract)
+        except ContractError as exc:
+            raise MigrationRefused(f"declared {tool} revision {row.revision} no longer loads: {exc}") from None
+    return out
+
+
+def fixtures_migrate(*, ref: str, to_revision: int, tool: str | None = None, user: Any = None) -> MigrationResult:
+    """Migrate the fixtures of `tool` in scenario version `ref` (NAME@VERSION) to contract revision `to_revision`:
+    a new scenario version with the structural results, the rest staged for review. All or nothing."""
+    try:
+        base = scenario_resolve(ref)
+        scenario = load_scenario(scenario_package(base))
+    except (ScenarioRefused, PackageError) as exc:
+        raise MigrationRefused(str(exc), "scenario") from None
+    if not isinstance(to_revision, int) or isinstance(to_revision, bool) or to_revision < 1:
+        raise MigrationRefused(f"the target revision must be a positive integer, got {to_revision!r}", "to_revision")
+    tool = _tool(base, scenario.contracts, to_revision, tool)
+    pinned = scenario.contracts.get(tool)
+    revisions = contract_revisions(tool)
+    revisions[pinned.revision] = pinned  # the version's own copy of the revision it pins is the one migrated from
+    try:
+        steps = migration_path(revisions, pinned.revision, to_revision)
+    except MigrationError as exc:
+        raise MigrationRefused(f"{base.ref}: {tool}: {exc}", "to_revision") from None
+    target = revisions[to_revision]
+    files = {name: json.loads(text) for name, text in scenario_package(base).files.items()}
+    _check_routes(files["scenario.json"], tool, steps)
+
+    tool_fixtures = [f for f in files["fixtures.json"] if f.get("tool") == tool]
+    results = migrate_fixtures(tool_fixtures, steps, target)
+    migrated = [(m, fixture_id_for(m.fixture)) for m in results if m.structural]
+    for_review = [m for m in results if not m.structural]
+    files["contracts.json"] = [target.to_dict() if c.get("tool") == tool else c for c in files["contracts.json"]]
+    files["fixtures.json"] = [f for f in files["fixtures.json"] if f.get("tool") != tool] + [
+        {"id": new_id, **m.fixture} for m, new_id in migrated
+    ]
+    meta = files["scenario.json"]
+    # A fault pinned to one request follows the request to its new key (a staged fixture's key is the one its
+    # migration proposes: a reviewer who changes the arguments changes it again).
+    renamed = {
+        canonical.request_digest(f.get("request")): m.fixture["request_digest"]
+        for f, m in zip(tool_fixtures, results, strict=True)
+    }
+    for fault in meta.get("faults", []):
+        if fault.get("tool") == tool and fault.get("request_digest") in renamed:
+            fault["request_digest"] = renamed[fault["request_digest"]]
+    meta["uncovered"] = [
+        *meta.get("uncovered", []),
+        *(
+            f"{tool}: fixture {m.source_id} awaits review after the migration to revision {to_revision} "
+            f"({'; '.join(m.reasons)})"
+            for m in for_review
+        ),
+    ]
+    meta["contract_migrations"] = [
+        *meta.get("contract_migrations", []),
+        {
+            "tool": tool,
+            "from_revision": pinned.revision,
+            "to_revision": to_revision,
+            "based_on": {"name": base.name, "version": base.version},
+            "migrated": [new_id for _m, new_id in migrated],
+            "for_review": [m.source_id for m in for_review],
+        },
+    ]
+
+    declared_by = (
+        ContractRevision.objects.filter(tool=tool, revision=to_revision).values_list("declared_by", flat=True).first()
+    )
+    actor = user if getattr(user, "is_authenticated", False) else None
+    with transaction.atomic():
+        _lock_scenario(base.name)
+        _refuse_if_not_latest_or_done(base, tool, to_revision)
+        try:
+            minted = scenario_files_mint(base=base, files=files, user=actor, source=SOURCE, _locked=True)
+        except ScenarioRefused as exc:
+            raise MigrationRefused(f"{base.ref}: the migrated version would not load: {exc}", "to_revision") from None
+        result = MigrationResult(minted, base, tool, pinned.revision, to_revision, steps, migrated)
+        for m in for_review:
+            result.staged.append((m, _stage_for_review(m, base, minted, target, actor, declared_by)))
+        _audit(
+            actor,
+            "scenario.migrate",
+            f"scenario:{minted.ref}",
+            {
+                "based_on": base.ref,
+                "tool": tool,
+                "from_revision": pinned.revision,
+                "to_revision": to_revision,
+                "migrated": len(migrated),
+                "staged": [rec.public_id for _m, rec in result.staged],
+            },
+        )
+    return result
+
+
+def _tool(base: ScenarioVersion, contracts: Any, to_revision: int, tool: str | None) -> str:
+    if tool is not None:
+        if tool not in contracts:
+            pinned = ", ".join(sorted(c.tool for c in contracts)) or "none"
+            raise MigrationRefused(f"{base.ref} pins no contract for {tool!r} (it pins: {pinned})", "tool")
+        return tool
+    candidates = sorted(
+        t
+        for t in ContractRevision.objects.filter(revision=to_revision).values_list("tool", flat=True)
+        if t in contracts
+    )
+    if not candidates:
+        pinned = ", ".join(sorted(c.tool for c in contracts)) or "none"
+        raise MigrationRefused(
+            f"no revision {to_revision} is declared for any tool {base.ref} pins ({pinned}): declare the contract "
+            "revision first (declare_contract)",
+            "to_revision",
+        )
+    if len(candidates) > 1:
+        raise MigrationRefused(
+            f"revision {to_revision} is declared for several tools {base.ref} pins ({', '.join(candidates)}): "
+            "name the tool",
+            "tool",
+        )
+    return candidates[0]
+
+
+def _check_routes(meta: dict[str, Any], tool: str, steps: list[Step]) -> None:
+    """An effect route passes named arguments to its status read; a field the path renames or drops would leave
+    the route naming nothing. Refused: that is a change to the scenario, not to fixtures."""
+    changed: set[str] = {
+        str(op["from"] if op["op"] == "rename_field" else op["field"])
+        for step in steps
+        for op in step.operations
+        if op["op"] in ("rename_field", "drop_field")
+    }
+    for route in meta.get("effects", []):
+        if tool in (route.get("tool"), route.get("status_tool")):
+            hit = sorted(changed & set(route.get("status_args", [])))
+            if hit:
+                raise MigrationRefused(
+                    f"the effect route for {route.get('destination_prefix')} passes {hit[0]!r} to its status read, "
+                    "and the migration renames or drops it: change the scenario's routes by hand",
+                    "to_revision",
+                )
+
+
+def _refuse_if_not_latest_or_done(base: ScenarioVersion, tool: str, to_revision: int) -> None:
+    """Checked under the scenario's mint lock, so two migrations of one version cannot both pass."""
+    latest = ScenarioVersion.objects.filter(name=base.name).order_by("-version").first()
+    for done in ScenarioVersion.objects.filter(based_on=base, source=SOURCE).order_by("version"):
+        for record in done.scenario_json.get("contract_migrations", []):
+            if record.get("tool") == tool and record.get("to_revision") == to_revision:
+                raise MigrationRefused(
+                    f"{base.ref} was already migrated to {tool} revision {to_revision}: {done.ref}", "to_revision"
+                )
+    if latest is not None and latest.pk != base.pk:
+        # Minting from an older version would make a latest version without the fixtures added since.
+        raise MigrationRefused(
+            f"{base.ref} is not the latest version of {base.name} ({latest.ref} is): migrate the latest", "scenario"
+        )
+
+
+def _stage_for_review(
+    m: Migrated,
+    base: ScenarioVersion,
+    minted: ScenarioVersion,
+    target: Contract,
+    actor: Any,
+    declared_by: int | None,
+) -> StagedRecording:
+    """A meaning-bearing result as a recording: through intake (redaction, secret scan) like any capture, keyed
+    under the new revision; what a capture cannot hold rides in `migration`, which the fixture is built from."""
+    f = m.fixture
+    provenance = f["provenance"]
+    response = f["response"]
+    capture = {
+        "format": intake.CAPTURE_FORMAT,
+        "scenario": base.name,
+        "tool": f["tool"],
+        "contract_revision": f["contract_revision"],
+        "connection": provenance.get("connection") or SOURCE,
+        "captured_at": provenance["recorded_at"],
+        "source_revision": provenance.get("source_revision"),
+        "effect_class": target.effect_class,
+        "request": {"method": "TOOL", "url": f"tool:{f['tool']}", "headers": {}, "body": None, "args": f["request"]},
+        # A fixture holds no HTTP status; this one stands for its outcome, which the recording keeps as it is.
+        "response": {
+            "status": _OUTCOME_STATUS.get(response["outcome"], 500),
+            "headers": {},
+            "body": response.get("body"),
+        },
+        "proposed_transition": f.get("transition"),
+        "world_revision": 0,
+    }
+    try:
+        red = intake.intake(capture, digest_key=capture_digest_key())
+    except intake.CaptureError as exc:
+        raise MigrationRefused(f"fixture {m.source_id} cannot be staged for review: {exc}") from None
+    recording = _stage(
+        red,
+        origin=StagedRecording.Origin.CONTRACT_MIGRATION,
+        actor=actor,
+        token=None,
+        outcome=response["outcome"],
+        synthetic=bool(provenance.get("synthetic")),
+        fidelity_note=provenance.get("fidelity_note") or "",
+    )
+    excluded = sorted({int(pk) for pk in [*recording.excluded_approvers, declared_by] if pk is not None})
+    migration = {
+        "scenario": base.ref,
+        "minted": minted.ref,
+        "fixture": m.source_id,
+        "from_revision": provenance["migrated_from"]["contract_revision"],
+        "to_revision": f["contract_revision"],
+        "operations": m.applied,
+        "reasons": m.reasons,
+        "condition": f.get("condition"),
+        "absent": response.get("absent") or {},
+        "fault_stage": f.get("fault_stage"),
+        "migrated_from": provenance["migrated_from"],
+        "declared_by": declared_by,
+    }
+    StagedRecording.objects.filter(pk=recording.pk).update(migration=migration, excluded_approvers=excluded)
+    recording.refresh_from_db()
+    return recording
