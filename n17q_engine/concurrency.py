@@ -53,6 +53,17 @@ BARRIER_STAGES = ("after_acceptance", "after_world_mutation")
 # deduplicated it at acceptance; a delivery reached its barrier; its world mutation was committed.
 STEPS = SCHEDULE_STEPS
 MAX_DELIVERIES = 8
+# What each identity means, in the words the scenario page shows beside a race.
+IDENTITY_MEANS = {
+    "idempotency_key": "the intent's idempotency key, which every delivery carries: a second delivery is "
+    "deduplicated at acceptance, so the race leaves one resource",
+    "delivery": "each delivery's own identity: every delivery is accepted and committed as an effect of its own, "
+    "so the race leaves one resource per delivery",
+}
+BARRIER_MEANS = {
+    "after_acceptance": "held after the provider accepted it, before the world changes",
+    "after_world_mutation": "held after the world changed, before the acknowledgement",
+}
 
 
 class RaceError(ValueError):
@@ -92,6 +103,21 @@ class Race:
             "deliveries": [{"name": d.name, **({"barrier": d.barrier} if d.barrier else {})} for d in self.deliveries],
             "schedule": [{e.op: e.delivery} for e in self.schedule],
         }
+
+
+def schedule_rows(race: Race) -> list[dict[str, Any]]:
+    """The declared schedule in words, one row per step, for the scenario page."""
+    rows = []
+    for n, entry in enumerate(race.schedule, start=1):
+        barrier = race.delivery(entry.delivery).barrier
+        if entry.op == "release":
+            what = f"release {entry.delivery}: it goes on from its barrier to its end"
+        elif barrier is not None:
+            what = f"run {entry.delivery} until its barrier: {BARRIER_MEANS[barrier]}"
+        else:
+            what = f"run {entry.delivery} to its end"
+        rows.append({"n": n, "op": entry.op, "delivery": entry.delivery, "barrier": barrier, "what": what})
+    return rows
 
 
 def identity_for(race: Race, idempotency_key: str, delivery: str) -> str:
