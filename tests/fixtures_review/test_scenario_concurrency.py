@@ -78,3 +78,9 @@ def test_the_demo_holds_a_race_whose_page_shows_the_barrier_and_whose_replay_rep
     out = json.loads(capsys.readouterr().out)
     assert out["state"] == "failed", out
     assert "LIN012" in [f["code"] for f in out["findings"]]
+    from runs.models import Event
+
+    step = Event.objects.filter(run__run_id=out["run"], kind="schedule.step").order_by("seq").first()
+    assert step is not None
+    detail = client.get(f"/runs/{out['run']}/events/{step.event_id}/", follow=True).content.decode()
+    assert "second-delivery" in detail and "effect identity" in detail
