@@ -11,7 +11,7 @@ from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
 from console.captured_html import looks_like_html, sanitize_captured_html
-from n17q_engine import coverage
+from n17q_engine import concurrency, coverage
 from n17q_engine.package import PackageError, load_scenario
 
 from . import intake, services
@@ -264,13 +264,28 @@ class ScenarioPage:
     fixtures: list[dict[str, Any]]
     promoted: list[StagedRecording]
     later: list[ScenarioVersion]
+    races: list[dict[str, Any]] = field(default_factory=list)  # declared concurrency: barriers and schedules
 
 
 def scenario_page(version: ScenarioVersion) -> ScenarioPage:
     error = ""
     cov = None
+    races: list[dict[str, Any]] = []
     try:
-        cov = coverage.coverage_of(load_scenario(scenario_package(version)))
+        loaded = load_scenario(scenario_package(version))
+        cov = coverage.coverage_of(loaded)
+        races = [
+            {
+                "race": race,
+                "identity_means": concurrency.IDENTITY_MEANS[race.effect_identity],
+                "deliveries": [
+                    {"name": d.name, "barrier": d.barrier, "means": concurrency.BARRIER_MEANS.get(d.barrier or "", "")}
+                    for d in race.deliveries
+                ],
+                "schedule": concurrency.schedule_rows(race),
+            }
+            for race in loaded.races
+        ]
     except (ScenarioRefused, PackageError) as exc:
         error = str(exc)
     return ScenarioPage(
@@ -281,6 +296,7 @@ def scenario_page(version: ScenarioVersion) -> ScenarioPage:
         fixtures=version.fixture_items,
         promoted=list(version.promoted_recordings.select_related("fixture_version")),
         later=list(ScenarioVersion.objects.filter(name=version.name, version__gt=version.version).order_by("version")),
+        races=races,
     )
 
 

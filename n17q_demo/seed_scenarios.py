@@ -12,6 +12,10 @@
   counterfactual `delay.email.draft_update=30` exposes the stale read the seed describes).
 - `docs-research@1` (seed 000): the docs search as recorded; the status lookup has a contract and was never
   recorded, so a rerun stops at it.
+- `email-delivery-race@1` (seed 001's second delivery, seed 000's "Concurrency was recorded as behavior"): the
+  email world with a declared race: the send delivered twice, the first held after acceptance, each delivery its
+  own effect identity, and a synthetic fixture for the second delivery; a rerun of run-001 reproduces the
+  duplicate and fails its one-delivery invariant.
 
 The ws-2 receipts are synthetic (the recording never ran the suites there) and say so in their fidelity
 notes; every other fixture is the recording's.
@@ -19,6 +23,7 @@ notes; every other fixture is the recording's.
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,7 +36,7 @@ from . import stories
 
 
 def seed_packages() -> list[Package]:
-    return [_coding_review_request(), _email_delivery(), _docs_research()]
+    return [_coding_review_request(), _email_delivery(), _docs_research(), _email_delivery_race()]
 
 
 def _fixture(
@@ -415,6 +420,10 @@ def _coding_review_request() -> Package:
 
 
 def _email_delivery() -> Package:
+    return build_scenario(_email_delivery_files())
+
+
+def _email_delivery_files() -> dict[str, Any]:
     broad_list = "all-customers@lists.acme.example"
     narrow_list = "beta-customers@lists.acme.example"
     draft = "mail:draft/dr-5501"
@@ -650,16 +659,72 @@ def _email_delivery() -> Package:
         ],
         "approvals": "simulated",
     }
-    return build_scenario(
-        {
-            "scenario.json": scenario,
-            "contracts.json": contracts,
-            "fixtures.json": fixtures,
-            "world.json": world,
-            "workspaces.json": {},
-            "policy.json": policy,
-        }
+    return {
+        "scenario.json": scenario,
+        "contracts.json": contracts,
+        "fixtures.json": fixtures,
+        "world.json": world,
+        "workspaces.json": {},
+        "policy.json": policy,
+    }
+
+
+def _email_delivery_race() -> Package:
+    """Seed 001's second delivery, reproduced on purpose: the send job is delivered twice, the first delivery held
+    after the provider accepted it, and the provider keys an effect on each delivery (the improperly narrow
+    identity), so both are committed and the mailbox receives two. A replay of run-001 in this version fails its
+    one-delivery invariant, every time, in the same way (docs/concurrency.md)."""
+    files = copy.deepcopy(_email_delivery_files())
+    narrow_list = "beta-customers@lists.acme.example"
+    mailbox = f"mailbox:{narrow_list}"
+    files["fixtures.json"].append(
+        _fixture(
+            "send-again",
+            "email.send",
+            3,
+            {"draft_id": "dr-5501"},
+            {"outcome": "ok", "body": {"accepted": True, "provider_receipt": "sim-receipt-2"}},
+            condition=[{"resource": "mail:draft/dr-5501", "revision": 3}, {"resource": mailbox, "revision": 42}],
+            transition={
+                "resource": mailbox,
+                "revision_before": 42,
+                "revision_after": 43,
+                "change": {
+                    "address": narrow_list,
+                    "delivered": 43,
+                    "last": {"draft": "dr-5501", "recipients": 412, "provider_receipt": "sim-receipt-2"},
+                },
+            },
+            recorded_at="2026-06-10T14:00:00Z",
+            connection="smtp-provider",
+            synthetic="synthetic: the provider delivering the same draft again under another effect identity",
+        )
     )
+    world = files["world.json"]
+    world["name"] = "email-delivery-race-w1"
+    scenario = files["scenario.json"]
+    scenario.update(
+        name="email-delivery-race",
+        version=1,
+        seed="email-delivery-race/1",
+        description="Seed 001's world with the send job delivered twice: a concurrency barrier after acceptance. "
+        "Replay run-001-recorded in it by naming it (--scenario email-delivery-race@1).",
+        # Not "recorded from" run-001: a run that names no scenario replays in the latest version recorded from it
+        # (scenario_for_run), and that must stay email-delivery@1; this version is chosen on purpose.
+        source_runs=[],
+        concurrency=[
+            {
+                "id": "second-delivery",
+                "text": "The job queue delivers the send twice; the second delivery arrives while the first is "
+                "held after the provider accepted it. The provider keys each delivery on its own identity.",
+                "tool": "email.send",
+                "effect_identity": "delivery",
+                "deliveries": [{"name": "first", "barrier": "after_acceptance"}, {"name": "second"}],
+                "schedule": [{"run": "first"}, {"run": "second"}, {"release": "first"}],
+            }
+        ],
+    )
+    return build_scenario(files)
 
 
 # --- 000 --------------------------------------------------------------------------------------------------------

@@ -357,6 +357,7 @@ _DERIVED = frozenset(
         "fixture.ambiguous",
         "replay.scope",
         "run.state",
+        "schedule.step",
         "sandbox.violation",
     }
 )

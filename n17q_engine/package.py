@@ -39,6 +39,7 @@ from typing import Any
 
 from . import canonical
 from .bundle import BundleError, load_json
+from .concurrency import Race, RaceError, parse_races
 from .contracts import ContractError, ContractSet
 from .fixtures import Fixture, FixtureError, FixtureRegistry
 from .identifiers import INT32_MAX, id_problem, scenario_name_problem
@@ -392,6 +393,7 @@ class ScenarioPackage:
     policies: Mapping[str, Policy]
     current_policy: str
     approvals: str  # "simulated": a recorded human decision is replayed as a simulated approval; "none"
+    races: tuple[Race, ...] = ()  # declared concurrency (concurrency.py, docs/concurrency.md)
 
     @property
     def digest(self) -> str:
@@ -406,6 +408,9 @@ class ScenarioPackage:
             if destination.startswith(route.destination_prefix):
                 return route
         return None
+
+    def race_for(self, tool: str) -> Race | None:
+        return next((race for race in self.races if race.tool == tool), None)
 
     def excluded(self, tool: str) -> str | None:
         for item in self.excluded_tools:
@@ -466,6 +471,7 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
             "approvals",
             "description",
             "contract_migrations",
+            "concurrency",
         },
     )
     name = meta["name"]
@@ -561,6 +567,15 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
     approvals = meta.get("approvals", "simulated")
     if approvals not in ("simulated", "none"):
         raise PackageError(f"scenario.json: approvals must be simulated or none, got {approvals!r}")
+    try:
+        races = parse_races(
+            meta.get("concurrency", []),
+            contracts,
+            routed={route.tool for route in effects},
+            faulted={f.tool for f in faults} | {f.tool for f in fixtures if f.fault_stage is not None},
+        )
+    except RaceError as exc:
+        raise PackageError(str(exc)) from None
 
     return ScenarioPackage(
         package=package,
@@ -586,6 +601,7 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         policies=policies,
         current_policy=current,
         approvals=approvals,
+        races=races,
     )
 
 

@@ -52,6 +52,13 @@ What the engine does with a step, and the decisions behind it:
   mutate it with an unknown outcome; `after_local_commit` acknowledges and then interrupts the run. A second
   execution of an intent whose effect already happened is `rejected` (the simulated provider knows the key):
   at most one consequence per intent by construction.
+- **Races** (seed 000, "Concurrency was recorded as behavior"; `concurrency.py`, docs/concurrency.md): when the
+  scenario declares a race on the tool an effect executes through, the intent's first execution is carried out as
+  the race's deliveries of the same request, following the declared schedule step by step (run a delivery to its
+  barrier, run another, release the held one). Acceptance writes the provider's ledger entry keyed by the
+  delivery's effect identity (`SimulatedWorld.accept_effect`): an identity already held is deduplicated (the
+  delivery's execution is `rejected`), a new one is committed through the fixture that answers the world as it is
+  at that moment. Every step taken is a `schedule.step` event: the schedule actually followed is evidence.
 - **Time**: the logical clock starts at the scenario's `clock_start` (or the varied `clock`) and moves only
   by `clock.advanced`: to the recorded time of the step a decider replays (shifted with the clock), by a
   fixture's elapsed time, by a decider's wait, and at the end to let scheduled transitions settle. `at.wall`
@@ -80,6 +87,7 @@ from typing import Any, NoReturn
 
 from . import canonical
 from .bundle import MAX_TITLE_CHARS, title_problem
+from .concurrency import Race, identity_for
 from .contracts import Contract, ContractError
 from .deciders import (
     DECIDERS,
@@ -124,7 +132,7 @@ from .package import (
     load_replay,
 )
 from .vocabulary import BUNDLE_FORMAT, references
-from .world import IdSource, LogicalClock, SimulatedWorld, WorldError, iso, namespace_for, parse_time
+from .world import IdSource, LogicalClock, SimulatedWorld, WorldError, effect_resource, iso, namespace_for, parse_time
 
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
@@ -439,6 +447,11 @@ class _Engine:
                 self.varied_faults.append(check_fault(sc.contracts, {"tool": tool, "stage": stage}, "vary fault"))
             except PackageError as exc:
                 raise ReplayError(str(exc)) from None
+            race = sc.race_for(tool)
+            if race is not None:
+                raise ReplayError(
+                    f"vary fault: {tool} races in {race.id!r}; its deliveries' stages come from the declared schedule"
+                )
         self.varied_delays = dict(sc.delays)
         self.varied_limits: dict[str, float] = {}
         self.varied_human: str | None = None
@@ -503,6 +516,7 @@ class _Engine:
         self.intent_of: dict[str, str] = {}  # source (or decider) intent ref -> replay intent id
         self.execs: dict[str, list[dict[str, Any]]] = {}
         self.effect_done: set[str] = set()
+        self.raced: set[str] = set()  # the declared races already followed (each once per replay)
         self.approved: dict[str, tuple[str, str]] = {}  # source intent -> (decision, actor role)
         self.fired: set[tuple[str, str | None, str]] = set()
         self.spent: dict[str, float] = {}
@@ -1655,6 +1669,11 @@ class _Engine:
                 canonical.digest_json(info["args"]),
                 f"the effect's request does not fit {route.tool} revision {contract.revision}: {exc}",
             )
+        race = self.sc.race_for(route.tool)
+        if race is not None and race.id not in self.raced:
+            self.raced.add(race.id)
+            self._race(race, intent, contract, digest, connection, a.ref)
+            return
         result = self.sc.registry.lookup(route.tool, contract.revision, digest, self.world)
         if not isinstance(result, Hit):
             record = result.record(scenario=self.sc.ref, checkpoint_id=self.checkpoint_id)
@@ -1693,6 +1712,101 @@ class _Engine:
                 "interrupted",
                 f"fault after_local_commit injected on {route.tool}: the harness stopped after committing",
             )
+
+    def _race(
+        self, race: Race, intent: dict[str, Any], contract: Contract, digest: str, connection: str, ref: str | None
+    ) -> None:
+        """The intent's first execution as the race's deliveries, in the declared order (see the module docstring).
+
+        Each delivery goes accept -> commit -> acknowledge and stops at its barrier until a `release` step; the
+        world it commits into is the world at that moment, so a delivery committed second meets what the first
+        left (and needs a fixture for that state, or the run stops as `incomplete_test_world`, naming the race).
+        """
+        tool, key, intent_id = race.tool, intent["idempotency_key"], intent["id"]
+        attempts = self.execs.setdefault(intent_id, [])
+        numbers = {d.name: len(attempts) + 1 + i for i, d in enumerate(race.deliveries)}
+        held: dict[str, str] = {}  # delivery -> the phase it resumes at
+        answered: dict[str, str] = {}  # delivery -> the fixture that answered its commit
+
+        def step(index: int, kind: str, name: str, **fields: Any) -> str:
+            return self.emit(
+                "schedule.step",
+                race=race.id,
+                index=index,
+                step=kind,
+                delivery=name,
+                intent_id=intent_id,
+                effect_identity=identity_for(race, key, name),
+                world_revision=self.world.revision,
+                **fields,
+            )
+
+        def executed(name: str, **fields: Any) -> None:
+            ev = self.emit(
+                "effect.execution",
+                ref=ref if name == race.deliveries[0].name else None,
+                intent_id=intent_id,
+                attempt_no=numbers[name],
+                stage="completed",
+                connection=connection,
+                idempotency_key=key,
+                race=race.id,
+                delivery=name,
+                effect_identity=identity_for(race, key, name),
+                **fields,
+            )
+            attempts.append(self.log.by_id[ev])
+
+        def proceed(index: int, name: str, phase: str) -> None:
+            barrier = race.delivery(name).barrier
+            identity = identity_for(race, key, name)
+            if phase == "accept":
+                if self.world.get(effect_resource(tool, identity)) is not None:
+                    why = f"the simulated provider already holds an effect for identity {identity}"
+                    step(index, "deduplicate", name, reason=why)
+                    executed(name, outcome="rejected", reason=why)
+                    return
+                accepted = step(index, "accept", name)
+                state = {"delivery": name, "request_digest": digest, "identity": identity}
+                try:
+                    t = self.world.accept_effect(tool, identity, state, accepted)
+                except WorldError as exc:
+                    self.stop("failed", f"race {race.id}: the provider's ledger refused delivery {name}: {exc}")
+                assert t is not None  # the identity was not held a line ago
+                self._world_event(t, accepted)
+                self.effect_done.add(intent_id)
+                if barrier == "after_acceptance":
+                    step(index, "hold", name, barrier=barrier)
+                    held[name] = "commit"
+                    return
+                phase = "commit"
+            if phase == "commit":
+                result = self.sc.registry.lookup(tool, contract.revision, digest, self.world)
+                if not isinstance(result, Hit):
+                    record = result.record(scenario=self.sc.ref, checkpoint_id=self.checkpoint_id)
+                    kind = record.pop("kind")
+                    record.update(intent_id=intent_id, race=race.id, delivery=name)
+                    self._record_missing(kind, record)
+                answered[name] = result.fixture.id
+                committed = step(index, "commit", name, fixture=result.fixture.id)
+                if result.fixture.transition is not None:
+                    self._mutate(result.fixture, committed, tool)
+                if barrier == "after_world_mutation":
+                    step(index, "hold", name, barrier=barrier)
+                    held[name] = "acknowledge"
+                    return
+            executed(name, outcome="acknowledged", fixture=answered[name])
+
+        for index, entry in enumerate(race.schedule):
+            name = entry.delivery
+            if entry.op == "run":
+                step(index, "run", name)
+                proceed(index, name, "accept")
+            elif name in held:
+                step(index, "release", name, barrier=race.delivery(name).barrier)
+                proceed(index, name, held.pop(name))
+            else:
+                step(index, "skip", name, reason=f"not held: {name} ended at acceptance, before its barrier")
 
     # account and the rest
 

@@ -54,6 +54,9 @@ APPROVAL_DECISIONS = ("approved", "rejected")
 APPROVAL_ORIGINS = ("human", "simulated", "historical")
 ADMISSION_DECISIONS = ("admitted", "rejected")
 VIOLATION_TARGETS = ("socket", "dns", "subprocess", "file")
+# Extension (issue 19, seed 000 "Concurrency was recorded as behavior"): the steps of a declared race's schedule
+# the engine followed (n17q_engine/concurrency.py, docs/concurrency.md).
+SCHEDULE_STEPS = ("run", "accept", "deduplicate", "hold", "release", "skip", "commit")
 
 # Python types a field may hold. "number" admits int and float (never bool).
 STR, INT, NUMBER, BOOL, LIST, DICT, ANY = "string", "integer", "number", "boolean", "array", "object", "any"
@@ -267,6 +270,18 @@ KINDS: dict[str, dict[str, Field]] = {
         "scope": opt(LIST, items=STR),
     },
     "budget.charged": {"resource": f(STR, enum=BUDGET_RESOURCES), "amount": f(NUMBER)},
+    # Extension: one step of a scenario-declared race, as the replay followed it (scenario evidence).
+    "schedule.step": {
+        "race": f(STR),
+        "index": f(INT),
+        "step": f(STR, enum=SCHEDULE_STEPS),
+        "delivery": f(STR),
+        "intent_id": f(STR),
+        "effect_identity": opt(STR),
+        "barrier": opt(STR),
+        "world_revision": opt(INT),
+        "reason": opt(STR),
+    },
 }
 
 # The fields every event carries, whatever its kind.

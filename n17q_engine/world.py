@@ -33,6 +33,11 @@ Decisions:
 - **Replay keys**: `replay:<world>:<24 hex>`, the hex derived from (seed, world, historical key). The live
   key is never embedded in the replay key (an adapter that recognizes live keys must not recognize it), so
   the link is kept by the `IdSource` (`historical_for`) and verifiable by recomputation (`is_replay_of`).
+- **The provider's ledger** (`accept_effect`, seed 000 "Concurrency was recorded as behavior"): a delivery of
+  a raced effect (`concurrency.py`) is accepted by creating the resource `effect:<tool>:<identity>`; a second
+  delivery with an identity the ledger already holds is a duplicate (`None`), and nothing changes. Whether two
+  deliveries make one resource or two is decided by their effect identity alone, and it is world state like any
+  other: versioned, in the snapshot, visible to a fixture condition.
 - **Times** are timezone-aware datetimes; event bodies carry them as UTC ISO-8601 with a trailing `Z` and
   microseconds when present, so `from_snapshot` restores the exact instant.
 """
@@ -53,6 +58,7 @@ from .fixtures import ABSENT, Transition
 SNAPSHOT_FORMAT = "n17q.world-snapshot/1"
 OPS = ("create", "update", "delete")
 REPLAY_PREFIX = "replay:"
+EFFECT_PREFIX = "effect:"  # the provider's ledger of accepted effects: effect:<tool>:<identity>
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _KIND_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _HEX = 24
@@ -200,6 +206,11 @@ class IdSource:
         return digest == _hex(self.seed, world, historical_key)
 
 
+def effect_resource(tool: str, identity: str) -> str:
+    """The ledger resource of an accepted effect (see `SimulatedWorld.accept_effect`)."""
+    return f"{EFFECT_PREFIX}{tool}:{identity}"
+
+
 def namespace_for(world: str) -> str:
     """The `effect.intent` namespace of a replay world."""
     return REPLAY_PREFIX + _name(world, "the world")
@@ -343,6 +354,20 @@ class SimulatedWorld:
             self._deleted.pop(resource, None)
         self._revision += 1
         return {**t, "cause": cause}
+
+    def accept_effect(self, tool: str, identity: str, state: Any, cause: str | None) -> dict[str, Any] | None:
+        """The provider accepts a delivery keyed on `identity`: the ledger resource is created and its
+        `world.transition` body returned; None when the ledger already holds the identity (a duplicate)."""
+        if not isinstance(identity, str) or not identity:
+            raise WorldError("an effect identity must be a non-empty string")
+        resource = effect_resource(tool, identity)
+        if resource in self._resources:
+            return None
+        floor = self._deleted.get(resource, 0)
+        change = {"op": "create", "state": state}
+        return self.apply(
+            {"resource": resource, "revision_before": None, "revision_after": floor + 1, "change": change}, cause
+        )
 
     def observe(self, resource: str) -> dict[str, Any]:
         """The `world.observation` body for `resource`: absent (state null) is kept apart from empty."""

@@ -720,10 +720,10 @@ def test_a_counterfactual_changes_exactly_one_declared_variable(mode, vary, mess
         rl.replay_package(SEEDS["coding-review-request"], b.manifest, events, blobs=b.blobs, mode=mode, vary=vary)
 
 
-def test_the_seed_script_writes_the_three_packages(tmp_path, capsys):
+def test_the_seed_script_writes_the_seed_packages(tmp_path, capsys):
     assert seed_scenarios.main([str(tmp_path)]) == 0
     written = sorted(p.name for p in tmp_path.iterdir())
-    assert written == ["coding-review-request@1", "docs-research@1", "email-delivery@1"]
+    assert written == ["coding-review-request@1", "docs-research@1", "email-delivery-race@1", "email-delivery@1"]
     printed = capsys.readouterr().out
     for folder in tmp_path.iterdir():
         assert read_package(Path(folder), SCENARIO_FORMAT).digest in printed

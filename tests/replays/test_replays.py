@@ -29,13 +29,14 @@ def demo(capsys):
     return run_json(capsys, "load_demo")
 
 
-def test_load_demo_holds_the_three_seed_scenario_versions(demo):
+def test_load_demo_holds_the_seed_scenario_versions(demo):
     assert sorted(s["scenario"] for s in demo["scenarios"]) == [
         "coding-review-request@1",
         "docs-research@1",
+        "email-delivery-race@1",
         "email-delivery@1",
     ]
-    assert ScenarioVersion.objects.count() == 3
+    assert ScenarioVersion.objects.count() == 4
 
 
 def test_replay_inline_of_seed_001_imports_a_child_run_with_one_simulated_delivery(demo, capsys):
