@@ -47,6 +47,7 @@ from .models import (
     RunObject,
     blob_storage_name,
 )
+from .retention import blobs_hold
 from .secret_scan import BundleMasks, EventScan
 
 log = logging.getLogger(__name__)
@@ -383,6 +384,8 @@ def _write_run(
             for d, e in manifest.blobs.items()
         ]
     )
+    # Each blob's retention class as the bundle names it, counted from when the run was recorded (runs/retention.py).
+    blobs_hold({d: e.retention for d, e in manifest.blobs.items()}, recorded_at=run.created_at)
 
     graph = LineageGraph(run_meta)
     events_out = Appender(
