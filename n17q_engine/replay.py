@@ -393,6 +393,9 @@ class _Reconstruction:
             if digest in pkg.source_blobs:
                 blobs[digest] = pkg.source_blobs[digest]
                 meta[digest] = entry
+            elif digest in pkg.expired_blobs:
+                # Still listed, so the recorded events that name it import unchanged; no bytes, and the record why.
+                meta[digest] = {**entry, "expired": dict(pkg.expired_blobs[digest])}
         manifest = {
             "format": BUNDLE_FORMAT,
             "run": _run_meta(
