@@ -164,6 +164,9 @@ def _holders(blob: Blob) -> list[str]:
 
 
 HOLDER_HOOKS: list[Any] = []  # callables digest -> [holder names]; fixtures_review registers one in its AppConfig
+# Callables (digest, record) run inside the removal's transaction: a holder that keeps its own copy of the same
+# material (a capture's inline body) drops it there, so no copy outlives the bytes' removal.
+EXPIRY_HOOKS: list[Any] = []
 
 
 def blob_expire(*, blob_pk: int, now: datetime, by: str) -> BlobDeletion | None:
@@ -191,6 +194,8 @@ def blob_expire(*, blob_pk: int, now: datetime, by: str) -> BlobDeletion | None:
             f"{blob.expires_at:%Y-%m-%d %H:%M} UTC",
             holders=_holders(blob),
         )
+        for hook in EXPIRY_HOOKS:
+            hook(blob.digest, record)
         # Inside the transaction, after the claim: a failed delete rolls the claim back for the next sweep; a delete
         # followed by a failed commit is claimed again and recorded then (deleting nothing is a no-op).
         store.delete(blob_storage_name(blob.digest))
