@@ -261,6 +261,7 @@ def parse_capture(raw: bytes | str | dict) -> dict[str, Any]:
         "response",
         "proposed_transition",
         "world_revision",
+        "retention",  # optional: the retention class the material is kept under (docs/retention.md)
     }
     unknown = sorted(set(data) - allowed)
     if unknown:
@@ -278,6 +279,9 @@ def parse_capture(raw: bytes | str | dict) -> dict[str, Any]:
     if len(data["connection"]) > MAX_ID_CHARS:
         raise CaptureError(f"connection: at most {MAX_ID_CHARS} characters")
     _instant(data["captured_at"], "captured_at")
+    retention = data.get("retention")
+    if retention is not None and (not isinstance(retention, str) or not retention.strip() or len(retention) > 100):
+        raise CaptureError("retention: a retention class name (a non-empty string of at most 100 characters) or absent")
     if data.get("source_revision") is not None and not isinstance(data["source_revision"], str):
         raise CaptureError("source_revision: a string or null")
     if len(data.get("source_revision") or "") > MAX_ID_CHARS:

@@ -104,6 +104,11 @@ class StagedRecording(models.Model):
     body_blobs = models.JSONField(default=dict)  # {"request.body": digest, "response.body": digest} in the blob store
     synthetic = models.BooleanField(default=False)
     fidelity_note = models.TextField(blank=True, default="")
+    # Retention and sensitivity (docs/retention.md): the class named at capture (or N17Q_CAPTURE_RETENTION_CLASS);
+    # its period counts from `captured_at`. When the sweep removes a body's bytes the inline copy here goes too and
+    # `expired_bodies` keeps {"response.body": deletion record id} so the page can say what went and why.
+    retention_class = models.CharField(max_length=100, blank=True, default="")
+    expired_bodies = models.JSONField(default=dict, blank=True)
     copied_from = models.JSONField(null=True, blank=True)  # copy similar: {run, event, fixture, scenario}
     # A recording staged from a run's tool result: the run and the result event it came from (its provenance).
     # Unique together when set, so staging the same result twice finds the first instead of a second copy.

@@ -13,9 +13,11 @@ from django.utils import timezone
 from console.captured_html import looks_like_html, sanitize_captured_html
 from n17q_engine import concurrency, coverage
 from n17q_engine.package import PackageError, load_scenario
+from runs.retention import retention_class
 
 from . import intake, services
 from .models import ReviewEvent, ScenarioVersion, StagedRecording
+from .retention import recording_expiries
 from .scenarios import ScenarioRefused, scenario_package
 
 # bleach takes about a second per 200 KB on this machine (docs/benchmarks.md): the page shows the first 64 KB of
@@ -202,6 +204,8 @@ class RecordingPage:
     duplicates: list[StagedRecording] = field(default_factory=list)  # other staged/promoted recordings of its key
     conflict: str | None = None  # a second body for a key the latest version answers: approval needs a note
     needed_by: list[Any] = field(default_factory=list)  # NeededBy: the replay runs that stopped for want of it
+    retention: Any = None  # runs.retention.RetentionClass the recording is kept under
+    expiries: dict[str, Any] = field(default_factory=dict)  # {"response": Expiry}: bodies the sweep removed
 
 
 def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
@@ -241,6 +245,11 @@ def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
         duplicates=duplicates_of([recording]).get(recording.pk, []),
         conflict=services.promoted_key_conflict(recording) if recording.state == "staged" else None,
         needed_by=runs_needing(recording),
+        retention=retention_class(recording.retention_class) if recording.retention_class else None,
+        # One query, and only for a recording the sweep has touched.
+        expiries={where.split(".")[0]: x for where, x in recording_expiries(recording).items()}
+        if recording.expired_bodies
+        else {},
     )
 
 

@@ -40,6 +40,7 @@ from n17q_secrets import scanning
 
 from . import intake
 from .models import FixtureVersion, ReviewEvent, ScenarioVersion, StagedRecording
+from .retention import capture_retention_class, recording_bodies_hold
 from .scenarios import ScenarioRefused, scenario_package
 
 log = logging.getLogger(__name__)
@@ -144,10 +145,12 @@ def _stage(
     normalized, digest, key_note = _key(cap["scenario"], cap["tool"], cap["contract_revision"], cap["request"]["args"])
     excluded = sorted({u.pk for u in (actor, getattr(token, "user", None)) if u is not None})
     findings = [{"id": f"f{i + 1}", **f} for i, f in enumerate(red.findings)]
+    retention = capture_retention_class(cap)
     written: list[str] = []
     try:
         with transaction.atomic():
             recording = StagedRecording(
+                retention_class=retention,
                 origin=origin,
                 scenario_name=cap["scenario"],
                 tool=cap["tool"],
@@ -179,6 +182,7 @@ def _stage(
             )
             recording.body_blobs = _write_bodies(recording, written)
             recording.save()
+            recording_bodies_hold(recording, _body_sizes(recording))
             _event(
                 recording,
                 ReviewEvent.Action.STAGED,
@@ -242,6 +246,14 @@ def _write_bodies(recording: StagedRecording, written: list[str]) -> dict[str, s
             written.append(name)
         out[where] = digest
     return out
+
+
+def _body_sizes(recording: StagedRecording) -> dict[str, int]:
+    return {
+        recording.body_blobs[where]: len(intake.body_bytes(part.get("body")))
+        for where, part in (("request.body", recording.request), ("response.body", recording.response))
+        if where in recording.body_blobs
+    }
 
 
 def _blob_name(digest: str) -> str:
@@ -394,6 +406,7 @@ def _change(recording: StagedRecording, revision: int | None, mutate: Any) -> St
                 "key_note",
             ]
         )
+        recording_bodies_hold(locked, _body_sizes(locked))  # a rewritten body is kept under the same class
     except Exception:
         _remove_blobs(written)
         raise

@@ -25,6 +25,7 @@ from console.htmx import HtmxHttpRequest
 from . import selectors, services
 from .intake import CaptureError
 from .models import ScenarioVersion, StagedRecording
+from .retention import blob_expiries
 
 
 def _require_staging_access(user: Any) -> None:
@@ -136,7 +137,7 @@ def _value(text: str) -> Any:
         return text
 
 
-def body_download(request: HtmxHttpRequest, public_id: str, part: str) -> FileResponse:
+def body_download(request: HtmxHttpRequest, public_id: str, part: str) -> HttpResponse | FileResponse:
     """The stored (redacted, masked) bytes of a body, only ever as an attachment: never rendered here."""
     _require_staging_access(request.user)
     recording = get_object_or_404(StagedRecording, public_id=public_id)
@@ -146,6 +147,9 @@ def body_download(request: HtmxHttpRequest, public_id: str, part: str) -> FileRe
     store = storages["blobs"]
     name = services._blob_name(digest)
     if not store.exists(name):
+        expiry = blob_expiries([digest]).get(digest)
+        if expiry is not None:  # gone on purpose: say when, under which class, and which record says so
+            return HttpResponse(f"{digest}: {expiry.sentence}\n", status=410, content_type="text/plain; charset=utf-8")
         raise Http404("the body's bytes are not in the blob store")
     # Reading captured bytes outside the page (masked, but still the world's data) is worth a line in the audit log.
     audit_record(

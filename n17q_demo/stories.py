@@ -182,8 +182,8 @@ class _Recorder:
         self.blob_meta[digest] = {"media_type": media_type, "size": len(data), "role": role, "retention": retention}
         return digest
 
-    def json_blob(self, value: Any, *, role: str) -> str:
-        return self.blob(canonical_json(value), media_type=JSON, role=role)
+    def json_blob(self, value: Any, *, role: str, retention: str = "standard") -> str:
+        return self.blob(canonical_json(value), media_type=JSON, role=role, retention=retention)
 
     def text_blob(self, text: str, *, role: str) -> str:
         return self.blob(text.encode("utf-8"), media_type=TEXT, role=role)
@@ -1123,7 +1123,11 @@ def _email_run(*, naive_replay: bool) -> StoryBundle:
         c,
         origin="historical",
         outcome="ok",
-        blob=r.json_blob({"draft_id": "dr-5501", "revision": 1, "to": broad_list}, role="tool-output"),
+        # The first draft's overly broad audience is a recipient list: kept 7 days ("sensitive"), so the demo's
+        # load has removed its bytes and the run page shows the expiry with its deletion record (docs/retention.md).
+        blob=r.json_blob(
+            {"draft_id": "dr-5501", "revision": 1, "to": broad_list}, role="tool-output", retention="sensitive"
+        ),
     )
     if not naive_replay:
         r.world_transition(

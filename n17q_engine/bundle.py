@@ -143,6 +143,10 @@ class BlobEntry:
     size: int
     role: str
     retention: str
+    # Listed without bytes because the console's retention sweep removed them (`blobs.<digest>.expired`, an object:
+    # the deletion record as the console wrote it). Only this console's own reconstructions write it, and the
+    # importer accepts it only for a digest the console holds a deletion record for (docs/retention.md).
+    expired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +272,12 @@ def parse_manifest(raw: bytes, *, file: str = "manifest.json") -> Manifest:
                 raise err(f"{where}.{key}", "must be a string")
             if len(meta[key]) > longest:
                 raise err(f"{where}.{key}", f"must be at most {longest} characters")
-        blobs[digest] = BlobEntry(digest, meta["media_type"], size, meta["role"], meta["retention"])
+        expired = meta.get("expired")
+        if expired is not None and not isinstance(expired, dict):
+            raise err(f"{where}.expired", "must be an object (the console's deletion record) or absent")
+        blobs[digest] = BlobEntry(
+            digest, meta["media_type"], size, meta["role"], meta["retention"], expired=expired is not None
+        )
     return Manifest(run=run, blobs=blobs)
 
 
@@ -546,6 +555,10 @@ def verify_blobs(root: Path, manifest: Manifest) -> dict[str, Path]:
     for digest, entry in manifest.blobs.items():
         where = f"blobs/sha256/{digest.removeprefix('sha256:')}"
         path = blob_dir / digest.removeprefix("sha256:")
+        if entry.expired:
+            if path.exists() or path.is_symlink():
+                raise BundleError("listed as expired in manifest.json, yet its bytes are here", file=where)
+            continue
         if not path.is_file() or path.is_symlink():
             raise BundleError("missing blob listed in manifest.json", file=where)
         actual, size = hash_file(path)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -824,6 +824,10 @@ class ReplayPackage:
     source_events: bytes  # events.jsonl of the source run
     source_blobs: dict[str, bytes]
     checkpoint: str | None = None  # the source checkpoint event it branches from; None: the run's start
+    # Source blobs whose bytes the console's retention sweep removed before the package was built:
+    # {digest: {"class", "sensitivity", "expired_at", "removed_at", "record"}}. Their digests stay in the source
+    # events; a replay that needs their bytes stops naming the digest and the class (docs/retention.md).
+    expired_blobs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -843,6 +847,7 @@ def build_replay(
     source_events: bytes,
     source_blobs: Mapping[str, bytes],
     checkpoint: str | None = None,
+    expired_blobs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Package:
     """The portable replay package a worker hands to the sandbox. Checked (in full) as it will be loaded.
     `checkpoint` "start" or None: from the run's start (replay.json then says nothing, as before branching)."""
@@ -856,6 +861,8 @@ def build_replay(
     }
     if checkpoint not in (None, "start"):
         meta["checkpoint"] = checkpoint
+    if expired_blobs:
+        meta["expired"] = {digest: dict(entry) for digest, entry in sorted(expired_blobs.items())}
     if scenario is not None:
         meta["scenario_checked"] = {"revision": CHECK_REVISION, "scenario": scenario.digest}
     files: dict[str, bytes] = {
@@ -884,7 +891,7 @@ def load_replay(package: Package, *, full_check: bool = False) -> ReplayPackage:
         _obj(meta, "replay.json"),
         "replay.json",
         required={"id", "run_id", "mode", "vary", "decider", "launched_at"},
-        optional={"scenario_checked", "checkpoint"},
+        optional={"scenario_checked", "checkpoint", "expired"},
     )
     mode = meta["mode"]
     if mode not in MODES:
@@ -940,6 +947,18 @@ def load_replay(package: Package, *, full_check: bool = False) -> ReplayPackage:
             blobs[digest] = data
     if "source/events.jsonl" not in package.files:
         raise PackageError("source/events.jsonl: missing")
+    expired = _obj(meta.get("expired", {}), "replay.json: expired")
+    for digest, entry in expired.items():
+        if not canonical.is_digest(digest) or digest in blobs:
+            raise PackageError(f"replay.json: expired.{digest}: not a sha256: digest the package lacks")
+        _keys(
+            _obj(entry, f"replay.json: expired.{digest}"),
+            f"replay.json: expired.{digest}",
+            required={"class", "sensitivity", "expired_at", "removed_at", "record"},
+        )
+        if not isinstance(entry["class"], str) or not isinstance(entry["sensitivity"], str):
+            raise PackageError(f"replay.json: expired.{digest}: class and sensitivity must be strings")
+        _time(entry["removed_at"], f"replay.json: expired.{digest}.removed_at")
     return ReplayPackage(
         package=package,
         replay_id=meta["id"],
@@ -953,4 +972,5 @@ def load_replay(package: Package, *, full_check: bool = False) -> ReplayPackage:
         source_events=package.files["source/events.jsonl"],
         source_blobs=blobs,
         checkpoint=checkpoint,
+        expired_blobs={digest: dict(entry) for digest, entry in expired.items()},
     )

@@ -79,7 +79,7 @@ import contextlib
 import gc
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -342,6 +342,15 @@ def _replay_title(source_title: Any, mode: str) -> str:
     return head + suffix
 
 
+def _expired_text(entry: Mapping[str, Any]) -> str:
+    """How a replay names material the console's retention sweep removed (the package's `expired` entry)."""
+    sensitivity = f", sensitivity {entry['sensitivity']}" if entry.get("sensitivity") else ""
+    return (
+        f"expired under retention class {entry['class']!r}{sensitivity}: removed at {entry['removed_at']} "
+        f"(deletion record {entry['record']}); the digest stays, the bytes are gone"
+    )
+
+
 # --- reconstruction --------------------------------------------------------------------------------------------------
 
 
@@ -361,7 +370,12 @@ class _Reconstruction:
         first = src.events[0]["at"]["logical"] if src.events else pkg.launched_at
         last = src.events[-1]["at"]["logical"] if src.events else pkg.launched_at
         missing_blobs = sorted(d for d in src.manifest.get("blobs", {}) if d not in pkg.source_blobs)
-        uncovered = [f"blob {d}: not carried by the package (expired or withheld)" for d in missing_blobs]
+        uncovered = [
+            f"blob {d}: {_expired_text(pkg.expired_blobs[d])}"
+            if d in pkg.expired_blobs
+            else f"blob {d}: not carried by the package (expired or withheld)"
+            for d in missing_blobs
+        ]
         log.emit(
             "replay.scope",
             first,
@@ -387,6 +401,9 @@ class _Reconstruction:
             if digest in pkg.source_blobs:
                 blobs[digest] = pkg.source_blobs[digest]
                 meta[digest] = entry
+            elif digest in pkg.expired_blobs:
+                # Still listed, so the recorded events that name it import unchanged; no bytes, and the record why.
+                meta[digest] = {**entry, "expired": dict(pkg.expired_blobs[digest])}
         manifest = {
             "format": BUNDLE_FORMAT,
             "run": _run_meta(
@@ -1309,6 +1326,12 @@ class _Engine:
                 )
             tree = held[1].get("tree_digest")
         data = self.package.source_blobs.get(a.blob)
+        if data is None and a.blob in self.package.expired_blobs:
+            # Expired material stops the replay precisely, like a missing fixture: never a stand-in for the bytes.
+            self._missing_world(
+                f"the bytes of artifact {a.artifact} ({a.blob}) {_expired_text(self.package.expired_blobs[a.blob])}",
+                a.blob,
+            )
         if data is None:
             self._missing_world(f"the bytes of artifact {a.artifact} ({a.blob}) are not in the package", a.blob)
         self.log.blob(data, a.media_type, a.role)

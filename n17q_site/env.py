@@ -56,3 +56,42 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if value is None:
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+# Sensitivity labels a retention class may carry (docs/retention.md): what the material is, for the pages.
+SENSITIVITIES = ("public", "internal", "sensitive")
+_PERIOD_UNITS = {"d": 86400, "h": 3600}
+
+
+def env_retention_classes(name: str, default: str) -> dict[str, tuple[int | None, str]]:
+    """Declared retention classes: `class=period:sensitivity,…` → {class: (seconds or None, sensitivity)}.
+
+    A period is `forever` or a whole number of days (`30d`) or hours (`12h`). A class declared twice, a period or
+    a sensitivity this cannot read stops the process with the variable's name: a typo here would otherwise
+    delete material early or keep it forever without anyone noticing.
+    """
+    value = os.environ.get(name, default)
+    classes: dict[str, tuple[int | None, str]] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        label, eq, rest = item.partition("=")
+        period, colon, sensitivity = rest.partition(":")
+        label, period, sensitivity = label.strip(), period.strip(), sensitivity.strip()
+        if not eq or not colon or not label or not period:
+            raise ConfigurationError(f"{name}: {item!r} is not class=period:sensitivity (e.g. transient=30d:internal)")
+        if label in classes:
+            raise ConfigurationError(f"{name}: class {label!r} is declared twice")
+        if sensitivity not in SENSITIVITIES:
+            raise ConfigurationError(f"{name}: class {label!r}: sensitivity must be one of {', '.join(SENSITIVITIES)}")
+        seconds: int | None
+        if period == "forever":
+            seconds = None
+        elif period[:-1].isdigit() and period[-1:] in _PERIOD_UNITS and int(period[:-1]) > 0:
+            seconds = int(period[:-1]) * _PERIOD_UNITS[period[-1]]
+        else:
+            raise ConfigurationError(f"{name}: class {label!r}: period {period!r} is not forever, <n>d or <n>h")
+        classes[label] = (seconds, sensitivity)
+    if not classes:
+        raise ConfigurationError(f"{name} declares no retention class")
+    return classes

@@ -14,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from pythonjsonlogger.core import RESERVED_ATTRS as JSON_LOG_RESERVED_ATTRS
 
-from .env import ConfigurationError, env_bool, env_int, env_list, env_str
+from .env import ConfigurationError, env_bool, env_int, env_list, env_retention_classes, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # One data folder for `make demo` and every command run from this checkout: both default to ./var, so the
@@ -282,6 +282,33 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Each worker records a heartbeat this often (replays/heartbeat.py); /health/ wants one within three intervals.
 N17Q_HEARTBEAT_S = env_int("N17Q_HEARTBEAT_S", 10, minimum=1)
+
+# Retention and sensitivity classes (docs/retention.md; seed 001 "Retention preserved the failure"): each declared
+# class keeps material for its period, counted from when it was recorded, then the periodic sweep removes the bytes
+# and leaves a deletion record. A bundle's `blobs.<digest>.retention` and a capture's `retention` name a class; a
+# name not declared here is kept (removal cannot be undone, so an unknown class never deletes anything).
+N17Q_RETENTION_CLASSES = env_retention_classes(
+    "N17Q_RETENTION_CLASSES", "standard=forever:internal,transient=30d:internal,sensitive=7d:sensitive"
+)
+# The class a capture gets when it names none.
+N17Q_CAPTURE_RETENTION_CLASS = env_str("N17Q_CAPTURE_RETENTION_CLASS", "standard")
+if N17Q_CAPTURE_RETENTION_CLASS not in N17Q_RETENTION_CLASSES:
+    raise ConfigurationError(
+        f"N17Q_CAPTURE_RETENTION_CLASS={N17Q_CAPTURE_RETENTION_CLASS!r} is not a class N17Q_RETENTION_CLASSES declares"
+    )
+# How often Celery beat sends the retention sweep (`celery -A n17q_site beat`, or a worker started with -B).
+N17Q_RETENTION_SWEEP_S = env_int("N17Q_RETENTION_SWEEP_S", 3600, minimum=60)
+CELERY_BEAT_SCHEDULE = {
+    "retention-sweep": {
+        "task": "n17q.retention_sweep",
+        "schedule": float(N17Q_RETENTION_SWEEP_S),
+        # A sweep that waited longer than an interval is superseded by the next one: nothing is lost, it is
+        # idempotent and takes no arguments.
+        "options": {"expires": float(N17Q_RETENTION_SWEEP_S)},
+    }
+}
+# Beat's own bookkeeping goes in the data folder (the image's root file system is read-only).
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 
 # Content-Security-Policy (django-csp): only this origin's own files run or style a page. No 'unsafe-inline' and
 # no 'unsafe-eval' anywhere: the templates carry no inline script, style or handler (a test reads them all),

@@ -44,6 +44,7 @@ from n17q_engine.replay import ReplayError, ReplayOutput
 from n17q_engine.sandbox import IsolationUnavailable, Limits, SandboxError, run_sandboxed
 from runs.importer import run_import_from_path
 from runs.models import Event, Finding, Run, RunBlob, blob_storage_name
+from runs.retention import blob_expiries
 from runs.selectors import LINEAGE_FINDINGS_IN_ANSWER
 
 from .models import Replay
@@ -161,7 +162,10 @@ def replay_create(
     return replay
 
 
-def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
+def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes], dict[str, dict[str, Any]]]:
+    """The source run as a bundle for the package, and {digest: expiry} for the blobs whose bytes the retention
+    sweep removed: the package carries their digests and says they expired, so the engine can stop precisely
+    where a replay needs them (and a reconstruction can disclose them) instead of the worker failing on a file."""
     lines = [
         canonical.canonical_json(body) + b"\n"
         for body in Event.objects.filter(run=run).order_by("seq").values_list("body", flat=True).iterator(2000)
@@ -169,12 +173,24 @@ def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes]]:
     store = storages["blobs"]
     blobs: dict[str, bytes] = {}
     meta: dict[str, Any] = {}
+    gone: list[str] = []
     for rb in RunBlob.objects.filter(run=run).select_related("blob"):
         digest = rb.blob.digest
-        with store.open(blob_storage_name(digest), "rb") as fh:
-            blobs[digest] = fh.read()
         meta[digest] = {"media_type": rb.media_type, "size": rb.blob.size, "role": rb.role, "retention": rb.retention}
-    return {"format": "n17q.run-bundle/1", "run": run.manifest_run, "blobs": meta}, b"".join(lines), blobs
+        if rb.blob.bytes_removed_at is not None:
+            gone.append(digest)
+            continue
+        try:
+            with store.open(blob_storage_name(digest), "rb") as fh:
+                blobs[digest] = fh.read()
+        except FileNotFoundError:
+            gone.append(digest)  # the sweep removed it since the query; its record says so below
+    expiries = blob_expiries(gone)
+    unexplained = sorted(set(gone) - set(expiries))
+    if unexplained:
+        raise ReplayRefused(f"the blob store does not hold {unexplained[0]}, and no retention record says why")
+    manifest = {"format": "n17q.run-bundle/1", "run": run.manifest_run, "blobs": meta}
+    return manifest, b"".join(lines), blobs, {d: e.as_json() for d, e in expiries.items()}
 
 
 # --- launching -------------------------------------------------------------------------------------------------
@@ -569,7 +585,7 @@ def _own_child(replay: Replay) -> Run | None:
 
 
 def _package(replay: Replay) -> Any:
-    manifest, events, blobs = _source(replay.source_run)
+    manifest, events, blobs, expired = _source(replay.source_run)
     scenario = scenario_package(replay.scenario_version) if replay.scenario_version else None
     return build_replay(
         replay_id=f"replay-{replay.pk}",
@@ -583,6 +599,7 @@ def _package(replay: Replay) -> Any:
         source_events=events,
         source_blobs=blobs,
         checkpoint=replay.checkpoint,
+        expired_blobs=expired,
     )
 
 

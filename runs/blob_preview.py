@@ -55,7 +55,8 @@ class BlobPreview:
     media_type: str
     size: int
     role: str
-    # "json", "diff", "text", "html", "image", "binary" or "missing" (the store does not hold the bytes).
+    # "json", "diff", "text", "html", "image", "binary", "missing" (the store does not hold the bytes) or "expired"
+    # (the retention sweep removed them: `expiry` says when, under which class, and which record says so).
     render: str
     truncated: bool = False
     shown_bytes: int = 0
@@ -63,6 +64,7 @@ class BlobPreview:
     source_html: SafeString = field(default_factory=lambda: mark_safe(""))  # captured HTML's markup, highlighted
     members: list[JsonMember] = field(default_factory=list)  # a JSON object's top-level members
     hex_head: str = ""
+    expiry: Any = None  # runs.retention.Expiry when render == "expired"
 
 
 def _is_json(media_type: str) -> bool:

@@ -19,6 +19,7 @@ from n17q_engine.lineage import CODES
 from .blob_preview import BlobPreview, blob_preview
 from .event_facts import Item, describe, items_annotate
 from .models import Edge, Event, Finding, MaskedSecret, Run, RunBlob
+from .retention import Expiry, blob_expiries
 from .trace import Family, call_tools, family_of, row_summary
 
 REFS_SHOWN = 30
@@ -52,8 +53,10 @@ class EventDetail:
     refs_in_more: bool
     blobs: list[BlobPreview]
     named_blobs: list[tuple[str, str]]  # (field, digest) the event names whose bytes the run does not hold
+    # (field, expiry) the event names whose bytes the retention sweep removed before this run was made
     findings: list[dict[str, Any]]
     masked: list[MaskedSecret] = field(default_factory=list)
+    named_expired: list[tuple[str, Expiry]] = field(default_factory=list)
 
     @property
     def raw(self) -> str:
@@ -105,17 +108,36 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
             "blob"
         )
     }
+    # A digest of the event names a blob only where the vocabulary says so; other digests (trees, contexts)
+    # are identities, not bytes the run was meant to carry.
+    blob_fields = {"blob", "output_blob"}
+    named_missing = [(f, d) for f, d in named if d not in stored and f.split(".")[-1] in blob_fields]
+    # Bytes the retention sweep removed are disclosed with their deletion record, whether this run's bundle carried
+    # them or (a reconstruction made after they expired) could not: one query, and only when something expired.
+    expiries = blob_expiries(
+        [d for d, rb in stored.items() if rb.blob.bytes_removed_at is not None] + [d for _, d in named_missing]
+    )
     blobs: list[BlobPreview] = []
     seen: set[str] = set()
     for _, digest in named:
         rb = stored.get(digest)
         if rb is not None and digest not in seen:
             seen.add(digest)
-            blobs.append(blob_preview(digest, media_type=rb.media_type, size=rb.blob.size, role=rb.role))
-    # A digest of the event names a blob only where the vocabulary says so; other digests (trees, contexts)
-    # are identities, not bytes the run was meant to carry.
-    blob_fields = {"blob", "output_blob"}
-    named_missing = [(f, d) for f, d in named if d not in stored and f.split(".")[-1] in blob_fields]
+            if rb.blob.bytes_removed_at is not None:
+                blobs.append(
+                    BlobPreview(
+                        digest=digest,
+                        media_type=rb.media_type,
+                        size=rb.blob.size,
+                        role=rb.role,
+                        render="expired",
+                        expiry=expiries.get(digest),
+                    )
+                )
+            else:
+                blobs.append(blob_preview(digest, media_type=rb.media_type, size=rb.blob.size, role=rb.role))
+    named_expired = [(f, expiries[d]) for f, d in named_missing if d in expiries]
+    named_missing = [(f, d) for f, d in named_missing if d not in expiries]
     findings = [
         {"finding": f, "title": CODES.get(f.code, f.code)}
         for f in Finding.objects.filter(run=run)
@@ -140,6 +162,7 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
         refs_in_more=len(incoming) > REFS_SHOWN,
         blobs=blobs,
         named_blobs=named_missing,
+        named_expired=named_expired,
         findings=findings,
         masked=masked,
     )

@@ -50,6 +50,7 @@ from .models import (
     RunObject,
     blob_storage_name,
 )
+from .retention import blobs_hold
 from .secret_scan import BundleMasks, EventScan
 
 log = logging.getLogger(__name__)
@@ -217,6 +218,19 @@ def _import_root(
     if Run.objects.filter(run_id=run_meta["id"]).exists():
         raise BundleError(f"run {run_meta['id']!r} is already imported; history is never replaced", field="run.id")
     blob_paths = bundle.verify_blobs(root, manifest)
+    expired = sorted(d for d, e in manifest.blobs.items() if e.expired)
+    if expired:
+        # Only bytes this console removed may be listed without them: a harness cannot call its own gaps "expired".
+        recorded = set(
+            Blob.objects.filter(digest__in=expired, bytes_removed_at__isnull=False).values_list("digest", flat=True)
+        )
+        for d in expired:
+            if d not in recorded:
+                raise BundleError(
+                    "listed as expired, but this console holds no deletion record for it",
+                    file="manifest.json",
+                    field=f"blobs.{d}.expired",
+                )
     digest, lines = _bundle_digest(manifest_raw, events_path)
     written: list[str] = []
     masks = BundleMasks()
@@ -409,6 +423,8 @@ def _write_run(
             for d, e in manifest.blobs.items()
         ]
     )
+    # Each blob's retention class as the bundle names it, counted from when the run was recorded (runs/retention.py).
+    blobs_hold({d: e.retention for d, e in manifest.blobs.items()}, recorded_at=run.created_at)
 
     graph = LineageGraph(run_meta)
     events_out = Appender(

@@ -103,11 +103,29 @@ SEARCH_VALUE_CHARS = 200
 
 
 class Blob(models.Model):
-    """A content-addressed blob in the blob store. Shared between runs that hold the same bytes."""
+    """A content-addressed blob in the blob store. Shared between runs that hold the same bytes.
+
+    Retention (runs/retention.py, docs/retention.md): the class that keeps the bytes longest among everything that
+    holds them governs; `expires_at` null means kept indefinitely. Once the sweep removed the bytes,
+    `bytes_removed_at` says when and a `BlobDeletion` says who, what and why; the row (and its digest) stays,
+    because history names it.
+    """
 
     digest = models.CharField(max_length=71, unique=True)
     size = models.BigIntegerField()
     stored_at = models.DateTimeField(auto_now_add=True)
+    retention_class = models.CharField(max_length=100, blank=True, default="")
+    sensitivity = models.CharField(max_length=20, blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    bytes_removed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # The sweep's question: which blobs still hold bytes past their expiry.
+        indexes = [
+            models.Index(
+                fields=["expires_at"], condition=models.Q(bytes_removed_at__isnull=True), name="blob_due_for_expiry"
+            )
+        ]
 
     def __str__(self) -> str:
         return self.digest
@@ -262,3 +280,28 @@ class MaskedSecret(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.rule} at {self.path}"
+
+
+class BlobDeletion(AppendOnlyModel):
+    """The record the retention sweep leaves when it removes a blob's bytes: which digest, under which class and
+    sensitivity, when it was due and when it went, who removed it, why, and what held it. Append-only: the only
+    trace that the bytes ever existed past their digest."""
+
+    blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="deletions")
+    digest = models.CharField(max_length=71)
+    size = models.BigIntegerField()
+    retention_class = models.CharField(max_length=100)
+    sensitivity = models.CharField(max_length=20, blank=True, default="")
+    expired_at = models.DateTimeField()  # when the class's period ran out
+    removed_at = models.DateTimeField()
+    removed_by = models.CharField(max_length=200)  # "retention sweep (worker)", "retention sweep (cli …)"
+    reason = models.TextField()
+    # What held the bytes when they went, as the pages name them: ["run run-001", "recording sr-…"] (bounded).
+    holders = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["digest"])]
+
+    def __str__(self) -> str:
+        return f"{self.digest} removed {self.removed_at:%Y-%m-%d}"

@@ -20,7 +20,8 @@ from .event_detail import event_detail_build
 from .forms import BundleUploadForm, RunFilterForm
 from .glossary import glossary_entries
 from .import_formats import runs_import_from_upload
-from .models import Run
+from .models import Run, RunBlob
+from .retention import blob_expiries
 from .trace import SEARCH_SPAN
 
 
@@ -96,11 +97,17 @@ def event_detail(request: HtmxHttpRequest, run_id: str, event_id: str) -> HttpRe
     return render(request, "runs/_detail.html", {"detail": detail, "run": run})
 
 
-def blob_download(request: HtmxHttpRequest, run_id: str, digest: str) -> FileResponse:
+def blob_download(request: HtmxHttpRequest, run_id: str, digest: str) -> HttpResponse | FileResponse:
     """A blob of the run: raster images inline (the detail panel shows them), everything else as an attachment."""
     run = get_object_or_404(Run, run_id=run_id)
     found = blob_for_run(run, digest)
     if found is None:
+        # Bytes the retention sweep removed are gone, not missing: 410 with the deletion record, one line.
+        expiry = blob_expiries([digest[:71]]).get(digest[:71])
+        if expiry is not None and RunBlob.objects.filter(run=run, blob__digest=digest[:71]).exists():
+            return HttpResponse(
+                f"{digest[:71]}: {expiry.sentence}\n", status=410, content_type="text/plain; charset=utf-8"
+            )
         raise Http404("this run holds no such blob")
     run_blob, handle = found
     inline = run_blob.media_type in INLINE_IMAGE_TYPES and request.GET.get("inline") == "1"

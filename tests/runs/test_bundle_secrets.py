@@ -125,7 +125,7 @@ def test_a_masked_blob_is_stored_under_its_own_digest_and_every_reference_follow
 def test_a_package_built_from_the_run_never_contains_the_secrets(tmp_path):
     folder, found = _bundle_with_secrets(tmp_path)
     run = run_import_from_path(folder).run
-    manifest, events, blobs = replays._source(run)
+    manifest, events, blobs, _expired = replays._source(run)
     packaged = json.dumps(manifest) + events.decode() + "".join(b.decode("utf-8", "replace") for b in blobs.values())
     for name, prefix in (("github", 4), ("slack", 5), ("stripe", 8), ("npm", 4)):
         assert not any(p in packaged for p in _pieces(found[name], prefix)), name

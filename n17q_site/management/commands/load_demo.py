@@ -14,6 +14,7 @@ from fixtures_review.scenarios import scenario_import
 from n17q_demo import seed_scenarios, stories
 from runs.importer import run_import_from_path
 from runs.models import Run
+from runs.retention import retention_sweep
 
 
 class Command(JsonCommand):
@@ -34,6 +35,9 @@ class Command(JsonCommand):
             version, _created = scenario_import(package, source="demo")
             scenarios.append({"scenario": version.ref, "digest": version.digest})
         staged = self._staged()
+        # What the retention sweep would remove at its next beat, removed now: the demo shows an expiry disclosure
+        # (story 001's first draft, class "sensitive") from its first page view. Idempotent like the task.
+        expired = retention_sweep(by="demo").removed
         # Loading the demo sets fresh passwords on the role accounts: worth a line in the audit log.
         audit_record(
             actor=None,
@@ -41,7 +45,7 @@ class Command(JsonCommand):
             target="demo",
             detail={"passwords_reset_for": [u["username"] for u in users], "runs": [r["id"] for r in runs]},
         )
-        return {"runs": runs, "users": users, "scenarios": scenarios, "staged": staged}
+        return {"runs": runs, "users": users, "scenarios": scenarios, "staged": staged, "expired": expired}
 
     def _staged(self) -> list[dict[str, Any]]:
         """The demo's captures, staged once (by the operator, so the reviewer may approve them)."""

@@ -1,0 +1,235 @@
+"""Retention and sensitivity classes: when a blob's bytes may go, removing them, and saying so (docs/retention.md).
+
+Seed 001, "Retention preserved the failure, not every byte forever": material gets a class when it is recorded; once
+the class's period has run out the bytes leave the blob store, the digest stays wherever history names it, and an
+append-only `BlobDeletion` says which digest went, under which class, when and why. Pages and replays read
+`blob_expiries` and disclose the gap instead of failing on a missing file or pretending the bytes are there.
+
+Decisions:
+- **The period counts from when the material was recorded** (a run's `created_at`, a capture's `captured_at`), not
+  from when this console stored it: retention is about the material's age.
+- **Shared bytes are kept for the longest holder.** A blob is content-addressed and shared (two runs, a run and a
+  capture); removing it when the first holder's period runs out would break another holder's promise. A holder
+  whose class keeps forever, or names a class that is not declared, pins the bytes: removal cannot be undone, so an
+  unknown class fails closed by keeping.
+- **Claim, remove, record in one transaction.** The sweep claims a due blob with a conditional UPDATE (still holding
+  bytes, still due: exactly one row), deletes the bytes, and writes the record before it commits. If the commit
+  fails after the delete, the next sweep claims the same blob again, the delete finds nothing (a no-op) and the
+  record is written then; so no removal is ever left unrecorded, and a second sweep finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.files.storage import storages
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.audit import audit_record
+
+from .models import Blob, BlobDeletion, RunBlob, blob_storage_name
+
+log = logging.getLogger(__name__)
+
+HOLDERS_KEPT = 20  # holders named in a deletion record; the rest are counted
+SWEEP_BATCH = 500
+
+
+@dataclass(frozen=True)
+class RetentionClass:
+    name: str
+    period: timedelta | None  # None: kept indefinitely
+    sensitivity: str
+    declared: bool = True
+
+    @property
+    def period_text(self) -> str:
+        if self.period is None:
+            return "kept indefinitely" if self.declared else "not declared: kept"
+        days, rest = divmod(int(self.period.total_seconds()), 86400)
+        return f"{days} days" if not rest else f"{int(self.period.total_seconds()) // 3600} hours"
+
+
+def retention_class(name: str) -> RetentionClass:
+    """The declared class `name` (settings.N17Q_RETENTION_CLASSES); an undeclared name is kept, never removed."""
+    declared = settings.N17Q_RETENTION_CLASSES.get(name)
+    if declared is None:
+        return RetentionClass(name, None, "", declared=False)
+    seconds, sensitivity = declared
+    return RetentionClass(name, None if seconds is None else timedelta(seconds=seconds), sensitivity)
+
+
+def _longest(current: tuple[str, datetime | None] | None, candidate: tuple[str, datetime | None]) -> tuple:
+    """Of two (class, expires_at) holds, the one keeping the bytes longer (None: forever)."""
+    if current is None:
+        return candidate
+    if current[1] is None:
+        return current
+    if candidate[1] is None or candidate[1] > current[1]:
+        return candidate
+    return current
+
+
+def blobs_hold(holds: Mapping[str, str], *, recorded_at: datetime) -> None:
+    """Record that something recorded at `recorded_at` holds each digest of `holds` ({digest: class name}).
+
+    Each blob keeps the longest of its holds (see the module's decisions). A blob whose bytes are gone stays gone:
+    a later holder names the digest, it does not bring the bytes back. Called inside the holder's transaction.
+    """
+    if not holds:
+        return
+    changed = []
+    for blob in Blob.objects.select_for_update().filter(digest__in=list(holds), bytes_removed_at__isnull=True):
+        cls = retention_class(holds[blob.digest])
+        expires = None if cls.period is None else recorded_at + cls.period
+        current = (blob.retention_class, blob.expires_at) if blob.retention_class else None
+        kept = _longest(current, (cls.name, expires))
+        if kept != current:
+            blob.retention_class, blob.expires_at = kept
+            blob.sensitivity = retention_class(kept[0]).sensitivity
+            changed.append(blob)
+    if changed:
+        Blob.objects.bulk_update(changed, ["retention_class", "expires_at", "sensitivity"])
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """What a page or a replay says in place of bytes the sweep removed."""
+
+    digest: str
+    retention_class: str
+    sensitivity: str
+    expired_at: datetime
+    removed_at: datetime
+    removed_by: str
+    record_id: int
+
+    @property
+    def sentence(self) -> str:
+        sensitivity = f", sensitivity {self.sensitivity}" if self.sensitivity else ""
+        return (
+            f"expired under retention class {self.retention_class!r}{sensitivity}: the bytes were removed on "
+            f"{self.removed_at:%Y-%m-%d %H:%M} UTC (deletion record {self.record_id}); the digest stays"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "class": self.retention_class,
+            "sensitivity": self.sensitivity,
+            "expired_at": self.expired_at.isoformat(),
+            "removed_at": self.removed_at.isoformat(),
+            "record": self.record_id,
+        }
+
+
+def blob_expiries(digests: Iterable[str]) -> dict[str, Expiry]:
+    """{digest: Expiry} for those of `digests` whose bytes the sweep removed (one query; the latest record each)."""
+    wanted = sorted({d for d in digests if d})
+    if not wanted:
+        return {}
+    found: dict[str, Expiry] = {}
+    for record in BlobDeletion.objects.filter(digest__in=wanted, blob__bytes_removed_at__isnull=False).order_by("id"):
+        found[record.digest] = Expiry(
+            digest=record.digest,
+            retention_class=record.retention_class,
+            sensitivity=record.sensitivity,
+            expired_at=record.expired_at,
+            removed_at=record.removed_at,
+            removed_by=record.removed_by,
+            record_id=record.pk,
+        )
+    return found
+
+
+def _holders(blob: Blob) -> list[str]:
+    names = [
+        f"run {run_id}"
+        for run_id in RunBlob.objects.filter(blob=blob)
+        .order_by("run_id")
+        .values_list("run__run_id", flat=True)[: HOLDERS_KEPT + 1]
+    ]
+    # Other apps' holders (a capture's body, a fixture's body) name themselves through this hook, so the run graph
+    # does not import the review workflow (the layers contract).
+    for hook in HOLDER_HOOKS:
+        names.extend(hook(blob.digest))
+    if len(names) > HOLDERS_KEPT:
+        return [*names[:HOLDERS_KEPT], f"and {len(names) - HOLDERS_KEPT} more"]
+    return names
+
+
+HOLDER_HOOKS: list[Any] = []  # callables digest -> [holder names]; fixtures_review registers one in its AppConfig
+# Callables (digest, record) run inside the removal's transaction: a holder that keeps its own copy of the same
+# material (a capture's inline body) drops it there, so no copy outlives the bytes' removal.
+EXPIRY_HOOKS: list[Any] = []
+
+
+def blob_expire(*, blob_pk: int, now: datetime, by: str) -> BlobDeletion | None:
+    """Remove one due blob's bytes and record it; None when another sweep got there first or it is not due."""
+    store = storages["blobs"]
+    with transaction.atomic():
+        claimed = Blob.objects.filter(pk=blob_pk, bytes_removed_at__isnull=True, expires_at__lte=now).update(
+            bytes_removed_at=now
+        )
+        if claimed != 1:
+            return None
+        blob = Blob.objects.get(pk=blob_pk)
+        cls = retention_class(blob.retention_class)
+        assert blob.expires_at is not None  # the claim's condition
+        record = BlobDeletion.objects.create(
+            blob=blob,
+            digest=blob.digest,
+            size=blob.size,
+            retention_class=blob.retention_class,
+            sensitivity=blob.sensitivity,
+            expired_at=blob.expires_at,
+            removed_at=now,
+            removed_by=f"retention sweep ({by})",
+            reason=f"the retention period of class {cls.name!r} ({cls.period_text}) ran out on "
+            f"{blob.expires_at:%Y-%m-%d %H:%M} UTC",
+            holders=_holders(blob),
+        )
+        for hook in EXPIRY_HOOKS:
+            hook(blob.digest, record)
+        # Inside the transaction, after the claim: a failed delete rolls the claim back for the next sweep; a delete
+        # followed by a failed commit is claimed again and recorded then (deleting nothing is a no-op).
+        store.delete(blob_storage_name(blob.digest))
+        audit_record(
+            actor=None,
+            action="blob.expired",
+            target=blob.digest,
+            detail={"class": blob.retention_class, "record": record.pk, "holders": record.holders},
+        )
+    log.info("retention: removed the bytes of %s (class %s)", blob.digest, blob.retention_class)
+    return record
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    removed: list[str]
+    due_left: bool  # more were due than one pass takes
+
+    def as_json(self) -> dict[str, Any]:
+        return {"removed": self.removed, "due_left": self.due_left}
+
+
+def retention_sweep(*, now: datetime | None = None, by: str = "worker", batch: int = SWEEP_BATCH) -> SweepResult:
+    """Remove every blob whose retention ran out (at most `batch` per pass). Takes no state: run twice, the second
+    pass finds nothing due and changes nothing."""
+    now = now or timezone.now()
+    due = list(
+        Blob.objects.filter(bytes_removed_at__isnull=True, expires_at__lte=now)
+        .order_by("expires_at", "pk")
+        .values_list("pk", flat=True)[: batch + 1]
+    )
+    removed = []
+    for pk in due[:batch]:
+        record = blob_expire(blob_pk=pk, now=now, by=by)
+        if record is not None:
+            removed.append(record.digest)
+    return SweepResult(removed=removed, due_left=len(due) > batch)
