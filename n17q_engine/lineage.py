@@ -22,8 +22,14 @@ Decisions taken where DESIGN §4 is silent (the project docs should cite this li
 - LIN001 compares the artifact's (workspace, tree) with the admission's and also with the receipt behind
   it (its workspace, and its pre- or post-run tree): an admission that merely *says* workspace two while
   its receipt ran in workspace one is the seed-003 failure in disguise. A `compatibility` record counts
-  only when it names a `rule`. Evidence bound to no workspace at all (both null, e.g. a docs lookup) and
-  artifacts built outside any workspace are out of LIN001's reach.
+  only when it cites a rule the run's policy declares (`run.compatibility_rules`, compatibility.py) and the
+  recorded facts satisfy every part of it: the receipt's trees against the artifact's (and, for
+  `content_equal_ancestor`, the derivations between their workspaces), the environment revision of the
+  artifact's workspace, the receipt's command, `inputs_digest` and `test_isolation`. Otherwise LIN001 stands
+  and names the rule and each failing part; a run that declares no rules cannot have one honoured (fail
+  closed). A null post-run tree, or the converters' `unknown`, is a tree nobody knows and matches nothing.
+  Evidence bound to no workspace at all (both null, e.g. a docs lookup) and artifacts built outside any
+  workspace are out of LIN001's reach.
 - The "artifact's lineage" (LIN003, LIN008) is its workspace plus the workspaces it was derived from,
   each ancestor only up to the moment the child was derived (what the ancestor did after the fork is not
   the child's history), plus the workspaces of the admissions used for the purpose in question. The
@@ -34,13 +40,21 @@ Decisions taken where DESIGN §4 is silent (the project docs should cite this li
 - Waivers count only when granted before the decision (or claim) they would excuse. When a receipt's
   failing suites are known (`results.failing_suites`, or a receipt that ran a single suite), every one of
   them must be waived; when they cannot be told, any waiver naming the receipt clears it.
-- LIN006 for an admission that records `compatibility`: only invalidations after the admission count,
-  because such an admission is a deliberate re-use decision taken knowing the ancestor was superseded.
+- LIN006 for an admission whose compatibility rule holds for the artifact in question: only invalidations
+  after the admission count, because such an admission is a deliberate re-use decision taken knowing the
+  ancestor was superseded. A rule that does not hold forgives nothing.
   Without compatibility, a superseded or quarantined workspace taints the admission whenever it happened.
 - LIN008 with no `scope` on the claim takes the `required` list of the latest decision before the claim
   that has one (a later decision about a docs lookup with `required: []` does not erase the gate's
   requirement). A supported receipt that reports failures is itself a contradiction. A waived failure,
   or one followed by a passing rerun of the same purpose or suite on the lineage, no longer contradicts.
+- LIN015 (extension): a judged claim speaks for the artifacts it names (`artifact_id`) and those of the
+  admissions among its supports. A receipt on such an artifact's lineage (as above, up to the claim) that
+  failed or did not complete, for the claim's scope (its purposes or suites meet the scope; with no scope,
+  any receipt that speaks for a purpose or suite), contradicts it unless the claim cites it (then LIN008
+  judges it as a support, and a receipt LIN008 already reported is not reported twice), a waiver covers it,
+  or a completed passing rerun of the same purpose followed it on that lineage. A claim that names no
+  artifact is listed under `unevaluated()` for LIN015, never passed.
 - LIN009: an `evidence.observed` reading a record made before the workspace became uncertain (the
   timed-out receipt's partial output, kept for diagnosis) is not reuse of the environment.
 - `intent_findings` covers the intent, the decisions whose subject it is, its approval, its executions,
@@ -83,7 +97,7 @@ CODES: dict[str, str] = {
     # Extension (seed 000): a replay whose fixture adapter fetched from the present on a miss.
     "LIN014": "live observation in a non-live run",
     # Extension (seed 003): a claim that leaves out the failed or unfinished receipt on its artifact's lineage.
-    "LIN015": "claim contradicted on the artifact's lineage",
+    "LIN015": "claim contradicted on the artifact lineage",
 }
 
 # What each finding means, for the glossary page and wherever a code is shown (a finding names its own ends).
