@@ -357,7 +357,7 @@ class _Recorder:
         command: str,
         suites: list[str],
         pre_tree: str,
-        post_tree: str,
+        post_tree: str | None,
         environment_revision: str,
         completion: str,
         exit_code: int | None,
@@ -615,11 +615,14 @@ class _Recorder:
         kind: str,
         supports: list[str],
         scope: list[str] | None = None,
+        artifact: str | None = None,
         after: float = 1.0,
     ) -> str:
         fields: dict[str, Any] = {"text": text, "claim_kind": kind, "supports": supports}
         if scope is not None:
             fields["scope"] = scope
+        if artifact is not None:
+            fields["artifact_id"] = artifact
         return self._emit("account.claim", name, after=after, **fields)
 
     def run_state(self, name: str, state: str, *, reason: str | None, after: float = 0.5) -> str:
@@ -881,7 +884,8 @@ def _review_request_run() -> StoryBundle:
         command="pytest -q tests",
         suites=["unit", "contract", "integration"],
         pre_tree=t1,
-        post_tree=t1,
+        # Termination unknown: nobody knows the tree the surviving process left behind (DESIGN §10).
+        post_tree=None,
         environment_revision=env_rev,
         completion="termination_unknown",
         exit_code=None,
@@ -1031,6 +1035,7 @@ def _review_request_run() -> StoryBundle:
         kind="validation",
         supports=[focused_receipt],
         scope=[focused, broad],
+        artifact="art-2",
         after=5,
     )
     r.run_state("run-completed", "completed", reason="review request opened")

@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
+from . import compatibility
 from . import vocabulary as v
 from .canonical import is_digest
 from .identifiers import INT32_MAX, INT64_MAX, INT64_MIN, id_problem, run_id_problem
@@ -339,6 +340,10 @@ def validate_run(run: dict[str, Any], err: Any) -> None:
     problem = None if title is None else title_problem(title)
     if problem is not None:
         raise err("run.title", problem)
+    rules = run.get("compatibility_rules")
+    rules_problem = None if rules is None else compatibility.rules_problem(rules)
+    if rules_problem is not None:
+        raise err("run.compatibility_rules" + rules_problem[0], rules_problem[1])
 
 
 def validate_event(obj: Any, *, line: int, file: str = "events.jsonl") -> dict[str, Any]:
@@ -422,6 +427,9 @@ def _validate_event(obj: Any, *, line: int, file: str) -> tuple[datetime, dateti
         for path, absence in obj["absent"].items():
             if absence not in v.ABSENCE_KINDS:
                 raise err(f"absent.{path}", f"{absence!r} is not one of {' | '.join(v.ABSENCE_KINDS)}")
+    if kind == "command.receipt" and obj["post_tree"] is None and obj["completion"] == "completed":
+        # Only an unfinished command may leave its post-run tree unknown (DESIGN §10).
+        raise err("post_tree", "must name the post-run tree when completion is completed (null only otherwise)")
     if kind == "workspace.created" and obj["derived_from"] is not None:
         derived = obj["derived_from"]
         if not isinstance(derived.get("workspace_id"), str):

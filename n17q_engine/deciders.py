@@ -205,6 +205,7 @@ class Claim(Action):
     kind: str
     supports: list[str]
     scope: Any = None
+    artifact: str | None = None  # the claim's `artifact_id` (LIN015 reads that artifact's lineage)
 
 
 @dataclass(frozen=True)
@@ -473,7 +474,16 @@ def _from_event(source: SourceRun, e: dict[str, Any]) -> Action | None:
     if kind == "checkpoint":
         return Checkpoint(ref, at)
     if kind == "account.claim":
-        return Claim(ref, at, e["text"], e["claim_kind"], list(e.get("supports") or []), e.get("scope"))
+        artifact = e.get("artifact_id")
+        return Claim(
+            ref,
+            at,
+            e["text"],
+            e["claim_kind"],
+            list(e.get("supports") or []),
+            e.get("scope"),
+            artifact if isinstance(artifact, str) else None,
+        )
     if kind == "budget.charged":
         return Charge(ref, at, e["resource"], e["amount"])
     return None

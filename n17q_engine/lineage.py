@@ -22,8 +22,14 @@ Decisions taken where DESIGN §4 is silent (the project docs should cite this li
 - LIN001 compares the artifact's (workspace, tree) with the admission's and also with the receipt behind
   it (its workspace, and its pre- or post-run tree): an admission that merely *says* workspace two while
   its receipt ran in workspace one is the seed-003 failure in disguise. A `compatibility` record counts
-  only when it names a `rule`. Evidence bound to no workspace at all (both null, e.g. a docs lookup) and
-  artifacts built outside any workspace are out of LIN001's reach.
+  only when it cites a rule the run's policy declares (`run.compatibility_rules`, compatibility.py) and the
+  recorded facts satisfy every part of it: the receipt's trees against the artifact's (and, for
+  `content_equal_ancestor`, the derivations between their workspaces), the environment revision of the
+  artifact's workspace, the receipt's command, `inputs_digest` and `test_isolation`. Otherwise LIN001 stands
+  and names the rule and each failing part; a run that declares no rules cannot have one honoured (fail
+  closed). A null post-run tree, or the converters' `unknown`, is a tree nobody knows and matches nothing.
+  Evidence bound to no workspace at all (both null, e.g. a docs lookup) and artifacts built outside any
+  workspace are out of LIN001's reach.
 - The "artifact's lineage" (LIN003, LIN008) is its workspace plus the workspaces it was derived from,
   each ancestor only up to the moment the child was derived (what the ancestor did after the fork is not
   the child's history), plus the workspaces of the admissions used for the purpose in question. The
@@ -34,13 +40,21 @@ Decisions taken where DESIGN §4 is silent (the project docs should cite this li
 - Waivers count only when granted before the decision (or claim) they would excuse. When a receipt's
   failing suites are known (`results.failing_suites`, or a receipt that ran a single suite), every one of
   them must be waived; when they cannot be told, any waiver naming the receipt clears it.
-- LIN006 for an admission that records `compatibility`: only invalidations after the admission count,
-  because such an admission is a deliberate re-use decision taken knowing the ancestor was superseded.
+- LIN006 for an admission whose compatibility rule holds for the artifact in question: only invalidations
+  after the admission count, because such an admission is a deliberate re-use decision taken knowing the
+  ancestor was superseded. A rule that does not hold forgives nothing.
   Without compatibility, a superseded or quarantined workspace taints the admission whenever it happened.
 - LIN008 with no `scope` on the claim takes the `required` list of the latest decision before the claim
   that has one (a later decision about a docs lookup with `required: []` does not erase the gate's
   requirement). A supported receipt that reports failures is itself a contradiction. A waived failure,
   or one followed by a passing rerun of the same purpose or suite on the lineage, no longer contradicts.
+- LIN015 (extension): a judged claim speaks for the artifacts it names (`artifact_id`) and those of the
+  admissions among its supports. A receipt on such an artifact's lineage (as above, up to the claim) that
+  failed or did not complete, for the claim's scope (its purposes or suites meet the scope; with no scope,
+  any receipt that speaks for a purpose or suite), contradicts it unless the claim cites it (then LIN008
+  judges it as a support, and a receipt LIN008 already reported is not reported twice), a waiver covers it,
+  or a completed passing rerun of the same purpose followed it on that lineage. A claim that names no
+  artifact is listed under `unevaluated()` for LIN015, never passed.
 - LIN009: an `evidence.observed` reading a record made before the workspace became uncertain (the
   timed-out receipt's partial output, kept for diagnosis) is not reuse of the environment.
 - `intent_findings` covers the intent, the decisions whose subject it is, its approval, its executions,
@@ -64,6 +78,7 @@ from typing import Any
 
 from . import vocabulary as v
 from .canonical import evidence_set_digest
+from .compatibility import Rule, parse_rules
 from .spill import MultiMap, SpilledIndex, SpilledMultiMap, spill_index, spill_multimap
 
 CODES: dict[str, str] = {
@@ -82,13 +97,16 @@ CODES: dict[str, str] = {
     "LIN013": "required evidence missing",
     # Extension (seed 000): a replay whose fixture adapter fetched from the present on a miss.
     "LIN014": "live observation in a non-live run",
+    # Extension (seed 003): a claim that leaves out the failed or unfinished receipt on its artifact's lineage.
+    "LIN015": "claim contradicted on the artifact lineage",
 }
 
 # What each finding means, for the glossary page and wherever a code is shown (a finding names its own ends).
 EXPLANATIONS: dict[str, str] = {
     "LIN001": "An admission used by a decision or an intent was made in a workspace, or on a tree, other than the "
-    "artifact's, and no compatibility was recorded: a test receipt from one workspace is authorizing an artifact "
-    "from another.",
+    "artifact's, and no compatibility rule the run's policy declares holds for it: a test receipt from one workspace "
+    "is authorizing an artifact from another. A cited rule counts only when the recorded facts satisfy every part "
+    "it constrains (tree, environment, command, inputs, test isolation); the finding names the part that failed.",
     "LIN002": "The admitted source is a receipt whose completion is not completed (partial, cancelled, "
     "interrupted, unknown), used for a validation purpose as if the run had finished.",
     "LIN003": "An intent was allowed while the latest receipt for a required purpose on the artifact's lineage "
@@ -113,6 +131,9 @@ EXPLANATIONS: dict[str, str] = {
     "for the intent's artifact.",
     "LIN014": "A tool result with origin live in a run that is not live: a replay fetched from the present "
     "instead of stopping on a missing fixture.",
+    "LIN015": "A validation or completion claim about an artifact leaves out a failed or unfinished receipt for the "
+    "claimed scope on that artifact's lineage (neither cited, waived nor followed by a passing rerun): the account "
+    "reads green while the artifact's own history says otherwise.",
 }
 
 # A dangling reference is worth investigating but may be an export that left something out; every
@@ -135,6 +156,7 @@ REQUIRED_INPUTS: dict[str, tuple[tuple[str, ...], ...]] = {
     "LIN012": (("effect.intent", "effect.execution"),),
     "LIN013": (("policy.decision",), ("effect.intent",)),
     "LIN014": (("tool.result",),),
+    "LIN015": (("account.claim",), ("artifact.created",), ("command.receipt",)),
 }
 _INPUT_WORDS = {
     "evidence.admitted": "evidence admissions",
@@ -153,6 +175,9 @@ LIVE_ENVIRONMENTS = frozenset({"live", "effect-capable"})
 # Connections an effect of a non-live run may use: anything else is assumed to reach the real world.
 CONTAINED_CONNECTIONS = ("fixture:", "sim:", "replay:")
 INVALIDATING_STATES = frozenset({"superseded", "quarantined"})
+# The word the OTLP and Inspect converters write for a tree their source never recorded: a tree nobody knows is no
+# tree, so two of them never match (seed 000, "Unknown fixture data stayed unknown").
+UNKNOWN_TREE = "unknown"
 VALIDATION_PREFIX = "validation:"
 # The index key under which every receipt of a workspace is filed, whatever it was for.
 _ANY_PURPOSE = "*"
@@ -198,6 +223,8 @@ class _Workspace:
     # parent was not known yet (derived forward), the pointer cannot be made and the plain walk is used.
     failing_ancestor: tuple[str, int] | None
     parent_known: bool
+    environment: str | None
+    content_equal: bool  # what derived_from recorded: the copy held the parent's content when it was made
 
 
 @dataclass(slots=True)
@@ -210,7 +237,20 @@ class _Receipt:
     suites: tuple[str, ...]
     failing_suites: tuple[str, ...] | None
     pre_tree: str | None
-    post_tree: str | None
+    post_tree: str | None  # None when the receipt did not record one (an unfinished command): unknown
+    command: str | None
+    environment: str | None
+    inputs_digest: str | None
+    test_isolation: str | None
+
+    @property
+    def trees(self) -> tuple[str, ...]:
+        """The known trees the command ran at (before, and after if recorded): an unknown one matches nothing."""
+        return tuple(t for t in (self.pre_tree, self.post_tree) if t is not None and t != UNKNOWN_TREE)
+
+    @property
+    def incomplete(self) -> bool:
+        return self.completion != "completed"
 
     @property
     def has_failures(self) -> bool:
@@ -232,7 +272,8 @@ class _Admission:
     workspace: str | None
     tree: str | None
     admitted: bool
-    compatible: bool
+    # The compatibility record: None when none was recorded, "" when it names no rule, else the rule it cites.
+    rule: str | None
 
 
 @dataclass(slots=True)
@@ -277,6 +318,7 @@ class _Claim:
     kind: str
     supports: tuple[str, ...]
     scope: tuple[str, ...] | None
+    artifact: str | None  # the claim's own `artifact_id` (extension), if it names one
 
 
 def _str(value: Any) -> str | None:
@@ -317,6 +359,9 @@ class LineageGraph:
 
     def __init__(self, run: dict) -> None:
         run = run if isinstance(run, dict) else {}
+        # The compatibility rules the run's policy declares (n17q_engine/compatibility.py). A reconstruction's
+        # manifest carries the recorded run's rules, so they are read before it is judged as that run.
+        self.rules: dict[str, Rule] = parse_rules(run.get("compatibility_rules"))
         # A reconstruction re-projects another run's recorded events: the run-relative rules (whose approval,
         # which environment, live or not) judge them as the run that recorded them, not as the viewer.
         subject = run.get("reconstructs")
@@ -348,6 +393,8 @@ class LineageGraph:
 
         self._receipts: dict[str, _Receipt] = {}
         self._failing: dict[str, list[tuple[int, str]]] = {}  # ws -> [(seq, receipt)] with failures
+        # ws -> [(seq, receipt)] with failures or an unfinished completion: what may contradict a claim (LIN015).
+        self._unsettled: dict[str, list[tuple[int, str]]] = {}
         # (workspace, purpose or suite) -> sorted [(seq, receipt)]; purpose "*" files every receipt.
         self._by_purpose: dict[tuple[str, str], list[tuple[int, str]]] = {}
         self._purposes: dict[str, set[str]] = {}  # receipt (or not-yet-seen source) id -> purposes
@@ -480,7 +527,15 @@ class LineageGraph:
             if known is not None:
                 failing_ancestor = (parent, seq) if self._failing.get(parent) else known.failing_ancestor
         self._workspaces[workspace] = _Workspace(
-            event_id, seq, parent, relation, overlay, failing_ancestor, parent is None or known is not None
+            event_id,
+            seq,
+            parent,
+            relation,
+            overlay,
+            failing_ancestor,
+            parent is None or known is not None,
+            _str(event.get("environment_revision")),
+            isinstance(derived, dict) and derived.get("content_equal") is True,
         )
         if relation == "copy" and parent is not None:
             marked = self._uncertain.get(parent)
@@ -583,6 +638,10 @@ class LineageGraph:
             failing,
             _str(event.get("pre_tree")),
             _str(event.get("post_tree")),
+            _str(event.get("command")),
+            _str(event.get("environment_revision")),
+            _str(event.get("inputs_digest")),
+            _str(event.get("test_isolation")),
         )
         self._use_workspace(event_id, workspace, "Receipt", link=_str(event.get("call_id")))
         self._receipts[event_id] = receipt
@@ -590,6 +649,8 @@ class LineageGraph:
             self._file(workspace, _ANY_PURPOSE, seq, event_id)
             if receipt.has_failures:
                 self._failing.setdefault(workspace, []).append((seq, event_id))
+            if receipt.has_failures or receipt.incomplete:
+                self._unsettled.setdefault(workspace, []).append((seq, event_id))
             if receipt.completion == "termination_unknown":
                 self._uncertain.setdefault(workspace, (event_id, seq, "with an unknown termination"))
         for suite in suites:
@@ -640,7 +701,7 @@ class LineageGraph:
         observation = _str(event.get("observation_id"))
         purpose = _str(event.get("purpose")) or ""
         compatibility = event.get("compatibility")
-        compatible = isinstance(compatibility, dict) and bool(_str(compatibility.get("rule")))
+        rule = (_str(compatibility.get("rule")) or "") if isinstance(compatibility, dict) else None
         self._admissions[event_id] = _Admission(
             seq,
             observation,
@@ -649,7 +710,7 @@ class LineageGraph:
             _str(event.get("workspace_id")),
             _str(event.get("tree_digest")),
             event.get("decision") == "admitted",
-            compatible,
+            rule,
         )
         if observation is None or not purpose:
             return
@@ -761,7 +822,11 @@ class LineageGraph:
         kind = str(event["claim_kind"])  # judged claims are validation or completion claims
         scope = event.get("scope")
         self._claims[event_id] = _Claim(
-            seq, kind, _strs(event.get("supports")), _strs(scope) if isinstance(scope, list) else None
+            seq,
+            kind,
+            _strs(event.get("supports")),
+            _strs(scope) if isinstance(scope, list) else None,
+            _str(event.get("artifact_id")),
         )
 
     # ------------------------------------------------------------------ asking
@@ -802,7 +867,8 @@ class LineageGraph:
 
     def unevaluated(self) -> list[dict[str, Any]]:
         """The checks that had nothing to judge in this run: see `unevaluated_checks`."""
-        return unevaluated_checks(self._kinds, self._unevaluated_claims)
+        without = [claim_id for claim_id, claim in self._claims.items() if not self._claim_artifacts(claim)]
+        return unevaluated_checks(self._kinds, self._unevaluated_claims, without)
 
     def intent_findings(self, intent_id: str) -> list[Finding]:
         """The findings about one effect.intent: what the final policy gate must see before activating it."""
@@ -916,9 +982,10 @@ class LineageGraph:
         for input_id in _unique(decision.inputs):
             admission = self._admissions.get(input_id)
             if admission is not None:
+                unmet = self._rule_unmet(admission, artifact_id, artifact)
                 if artifact is not None:
-                    yield from self._check_lineage(what, decision_id, input_id, admission, artifact_id, artifact)
-                yield from self._check_fresh(what, decision_id, decision.seq, input_id, admission)
+                    yield from self._check_lineage(what, decision_id, input_id, admission, artifact_id, artifact, unmet)
+                yield from self._check_fresh(what, decision_id, decision.seq, input_id, admission, unmet is None)
             approval = self._approvals.get(input_id)
             if approval is not None:
                 yield from self._check_foreign(what, decision_id, input_id, approval)
@@ -950,9 +1017,12 @@ class LineageGraph:
             admission = self._admissions.get(admission_id)
             if admission is None:
                 continue
+            unmet = self._rule_unmet(admission, intent.artifact, artifact)
             if artifact is not None:
-                yield from self._check_lineage(what, intent_id, admission_id, admission, intent.artifact, artifact)
-            yield from self._check_fresh(what, intent_id, intent.seq, admission_id, admission)
+                yield from self._check_lineage(
+                    what, intent_id, admission_id, admission, intent.artifact, artifact, unmet
+                )
+            yield from self._check_fresh(what, intent_id, intent.seq, admission_id, admission, unmet is None)
         approval_id = intent.approval
         if approval_id is None or (approval_id not in self._approvals and approval_id not in self._seq):
             return  # no approval claimed, or a dangling one (LIN011)
@@ -1002,11 +1072,17 @@ class LineageGraph:
         admission: _Admission,
         artifact_id: str | None,
         artifact: _Artifact,
+        unmet: str | None,
     ) -> Iterator[Finding]:
-        if admission.compatible or (artifact.workspace is None and artifact.tree is None):
+        """LIN001. `unmet` is `_rule_unmet`'s answer: None when a cited compatibility rule holds."""
+        if unmet is None or (artifact.workspace is None and artifact.tree is None):
             return
         built = f"artifact {artifact_id} was built in workspace {artifact.workspace} at tree {artifact.tree}"
-        advice = "rerun the validation there or record the compatibility rule that makes the evidence reusable"
+        reason = unmet
+        if admission.rule:
+            advice = "rerun the validation there, or cite a declared rule whose recorded facts hold"
+        else:
+            advice = "rerun the validation there or record the compatibility rule that makes the evidence reusable"
         if (admission.workspace is not None or admission.tree is not None) and (
             admission.workspace != artifact.workspace or admission.tree != artifact.tree
         ):
@@ -1021,28 +1097,123 @@ class LineageGraph:
                 user,
                 admission_id,
                 f"{what} relies on admission {admission_id} ({admission.purpose or 'no purpose'}) from workspace "
-                f"{admission.workspace} at tree {admission.tree}, but {built}, and no compatibility rule is "
-                f"recorded; {advice}.",
+                f"{admission.workspace} at tree {admission.tree}, but {built}, and {reason}; {advice}.",
             )
             return
         receipt_id = self._source_receipt(admission)
         if receipt_id is None:
             return
         receipt = self._receipts[receipt_id]
-        if receipt.workspace != artifact.workspace or artifact.tree not in (receipt.pre_tree, receipt.post_tree):
+        if receipt.workspace != artifact.workspace or artifact.tree not in receipt.trees:
             yield _finding(
                 "LIN001",
                 user,
                 admission_id,
                 f"{what} relies on admission {admission_id} ({admission.purpose or 'no purpose'}), whose receipt "
                 f"{receipt_id} ran in workspace {receipt.workspace} at tree {receipt.pre_tree}, but {built}, and "
-                f"no compatibility rule is recorded; {advice}.",
+                f"{reason}; {advice}.",
             )
 
+    def _rule_unmet(self, admission: _Admission, artifact_id: str | None, artifact: _Artifact | None) -> str | None:
+        """Why the admission's compatibility record does not make it evidence for the artifact (LIN001's reason, naming
+        the rule and each failing part), or None when it cites a rule the run declares whose facts all hold.
+
+        Fail closed: no record, a record naming no rule, a rule the policy does not declare, no command receipt
+        behind the admission, or an artifact whose facts are not recorded all leave the rule unmet."""
+        if admission.rule is None:
+            return "no compatibility rule is recorded"
+        if not admission.rule:
+            return "its compatibility record names no rule"
+        name = admission.rule
+        rule = self.rules.get(name)
+        if rule is None:
+            declared = _join(sorted(self.rules)) if self.rules else None
+            said = f"it declares only {declared}" if declared else "it declares no compatibility rules"
+            return f"the cited compatibility rule {name} is not declared by the run's policy ({said})"
+        receipt_id = self._source_receipt(admission)
+        if receipt_id is None:
+            return (
+                f"compatibility rule {name} cannot be checked: the admitted evidence is not a command receipt this "
+                "run holds"
+            )
+        if artifact is None:
+            return f"compatibility rule {name} cannot be checked: artifact {artifact_id} is not recorded"
+        receipt = self._receipts[receipt_id]
+        parts = [self._tree_unmet(rule, receipt_id, receipt, artifact_id, artifact)]
+        if rule.environment == "same":
+            ws = self._workspaces.get(artifact.workspace) if artifact.workspace is not None else None
+            if ws is None or ws.environment is None:
+                parts.append(
+                    f"environment: workspace {artifact.workspace}'s environment revision is not recorded, so "
+                    f"receipt {receipt_id}'s ({receipt.environment}) cannot be shown to be the same"
+                )
+            elif receipt.environment != ws.environment:
+                parts.append(
+                    f"environment: receipt {receipt_id} ran in environment {receipt.environment}, workspace "
+                    f"{artifact.workspace} has {ws.environment}"
+                )
+        for part, accepted, recorded, word in (
+            ("command", rule.command, receipt.command, "command"),
+            ("inputs", rule.inputs, receipt.inputs_digest, "inputs_digest"),
+            ("test isolation", rule.test_isolation, receipt.test_isolation, "test_isolation"),
+        ):
+            if accepted is None:
+                continue
+            if recorded is None:
+                parts.append(f"{part}: receipt {receipt_id} records no {word}")
+            elif recorded not in accepted:
+                parts.append(f"{part}: receipt {receipt_id} has {word} {recorded!r}, which the rule does not accept")
+        failed = [p for p in parts if p]
+        if not failed:
+            return None
+        return f"the cited compatibility rule {name} does not hold ({'; '.join(failed)})"
+
+    def _tree_unmet(
+        self, rule: Rule, receipt_id: str, receipt: _Receipt, artifact_id: str | None, artifact: _Artifact
+    ) -> str:
+        """The tree part of a rule: "" when it holds, else why not."""
+        if artifact.tree is None or artifact.tree == UNKNOWN_TREE:
+            return f"tree: artifact {artifact_id}'s tree is not recorded"
+        if artifact.tree not in receipt.trees:
+            ran = _join(_unique(receipt.trees)) or "an unknown tree"
+            return f"tree: receipt {receipt_id} ran at {ran}, artifact {artifact_id} is at {artifact.tree}"
+        if rule.tree != "content_equal_ancestor":
+            return ""
+        # The receipt's workspace must be the artifact's, or an ancestor on its recorded derivations, each one
+        # content-equal, and the receipt must be part of the history the artifact's workspace inherited.
+        workspace = artifact.workspace
+        seen: set[str] = set()
+        cap = artifact.seq
+        while workspace is not None and workspace not in seen and len(seen) < MAX_LINEAGE_DEPTH:
+            seen.add(workspace)
+            if workspace == receipt.workspace:
+                if receipt.seq < cap:
+                    return ""
+                return (
+                    f"tree: receipt {receipt_id} ran in workspace {workspace} after workspace "
+                    f"{artifact.workspace}'s line was derived from it"
+                )
+            ws = self._workspaces.get(workspace)
+            if ws is None or ws.parent is None:
+                break
+            if not ws.content_equal:
+                return (
+                    f"tree: workspace {workspace} was derived from {ws.parent} without content_equal recorded, so "
+                    f"receipt {receipt_id}'s workspace {receipt.workspace} is no content-equal ancestor of "
+                    f"artifact {artifact_id}'s"
+                )
+            cap = min(cap, ws.seq)
+            workspace = ws.parent
+        return (
+            f"tree: receipt {receipt_id}'s workspace {receipt.workspace} is no recorded ancestor of workspace "
+            f"{artifact.workspace}, where artifact {artifact_id} was built"
+        )
+
     def _check_fresh(
-        self, what: str, user: str, used_at: int, admission_id: str, admission: _Admission
+        self, what: str, user: str, used_at: int, admission_id: str, admission: _Admission, compatible: bool
     ) -> Iterator[Finding]:
-        """LIN006: the earliest event before `used_at` that invalidated the admission, if any."""
+        """LIN006: the earliest event before `used_at` that invalidated the admission, if any. `compatible`: the
+        admission cites a compatibility rule that holds for the artifact in question (`_rule_unmet`)."""
         causes: list[tuple[int, str, str]] = []
         for seq, event_id in self._superseded.get(admission_id, ()):
             if seq < used_at:
@@ -1051,7 +1222,7 @@ class LineageGraph:
         workspace = admission.workspace
         if workspace is not None:
             dead = self._dead.get(workspace, ())
-            start = bisect_right(dead, (admission.seq, "\uffff")) if admission.compatible else 0
+            start = bisect_right(dead, (admission.seq, "\uffff")) if compatible else 0
             for seq, event_id, state in dead[start:]:
                 if seq < used_at:
                     causes.append((seq, event_id, f"{event_id} marked workspace {workspace} {state}"))
@@ -1224,6 +1395,7 @@ class LineageGraph:
                 f"{label} cites no command receipt; link it to the completed receipts that support it, or "
                 f"narrow it to what the evidence shows.",
             )
+            yield from self._check_claim_artifacts(claim_id, claim, label, self._claim_scope(claim), set())
             return
         reported: set[str] = set()
         covered: set[str] = set()
@@ -1282,6 +1454,54 @@ class LineageGraph:
                 f"{label} is contradicted by {self._failure_text(receipt_id, receipt)}, which reports failures "
                 f"that were neither waived nor followed by a passing rerun before the claim.",
             )
+        yield from self._check_claim_artifacts(claim_id, claim, label, scope, supported.keys() | reported)
+
+    def _claim_artifacts(self, claim: _Claim) -> list[str]:
+        """The artifacts a claim speaks for: its own `artifact_id`, and those of the admissions it cites."""
+        found = [claim.artifact] if claim.artifact is not None else []
+        for support in claim.supports:
+            admission = self._admissions.get(support)
+            if admission is not None and admission.artifact is not None:
+                found.append(admission.artifact)
+        return _unique(found)
+
+    def _check_claim_artifacts(
+        self, claim_id: str, claim: _Claim, label: str, scope: tuple[str, ...], skip: set[str]
+    ) -> Iterator[Finding]:
+        """LIN015: a failed or unfinished receipt for the claim's scope on its artifact's lineage that the claim does
+        not cite (a cited one is LIN008's to judge, `skip`), neither waived nor rerun with success before the claim."""
+        candidates = [r for r in _unique(self._open_on_artifacts().get(claim_id, ())) if r not in skip]
+        if not candidates:
+            return
+        for artifact_id in self._claim_artifacts(claim):
+            artifact = self._artifacts.get(artifact_id)
+            if artifact is None:
+                continue
+            spots = dict.fromkeys(self._lineage(artifact.workspace, claim.seq))
+            caps = dict(spots.keys())
+            for receipt_id in candidates:
+                if receipt_id in skip:
+                    continue
+                receipt = self._receipts[receipt_id]
+                cap = caps.get(receipt.workspace) if receipt.workspace is not None else None
+                if cap is None or receipt.seq >= cap:
+                    continue  # not on this artifact's lineage (another artifact of the claim's, perhaps)
+                speaks_for = self._purposes.get(receipt_id, set()).union(receipt.suites)
+                if not speaks_for or (scope and speaks_for.isdisjoint(scope)):
+                    continue  # not a validation of the claimed scope (an unfinished `ls` contradicts nothing)
+                if self._unwaived(receipt_id, receipt, claim.seq) is None or self._rerun(receipt_id, receipt, spots):
+                    continue
+                skip.add(receipt_id)
+                what = "reports failures" if receipt.has_failures else "did not complete"
+                within = f" for {_join(sorted(speaks_for.intersection(scope)))}" if scope else ""
+                yield _finding(
+                    "LIN015",
+                    claim_id,
+                    receipt_id,
+                    f"{label} speaks for artifact {artifact_id}, but {self._failure_text(receipt_id, receipt)} on "
+                    f"its lineage{within} {what}, and the claim neither cites it nor was it waived or followed by a "
+                    f"passing rerun; cite it and narrow the claim, or rerun to completion.",
+                )
 
     # Derived indexes, built on demand and kept until the next `add`.
 
@@ -1340,13 +1560,42 @@ class LineageGraph:
                 for workspace, cap in self._failing_lineage(start, claim.seq):
                     if self._failing.get(workspace):
                         queries.setdefault(workspace, []).append((min(cap, claim.seq), claim_id))
-        index = {}
+        index = self._sweep(self._failing, queries)
+        memo["open"] = index
+        return index
+
+    def _open_on_artifacts(self) -> dict[str, list[str]]:
+        """claim id -> the failed or unfinished receipts on its artifacts' lineages that their own workspace had not
+        resolved by then (LIN015's candidates; the claim check applies the exact tests), by the sweep of
+        `_open_failures`."""
+        memo = self._memo()
+        index = memo.get("open_unsettled")
+        if index is not None:
+            return index
+        queries: dict[str, list[tuple[int, str]]] = {}
+        for claim_id, claim in self._claims.items():
+            for artifact_id in self._claim_artifacts(claim):
+                artifact = self._artifacts.get(artifact_id)
+                if artifact is None:
+                    continue
+                for workspace, cap in self._lineage(artifact.workspace, claim.seq):
+                    if self._unsettled.get(workspace):
+                        queries.setdefault(workspace, []).append((cap, claim_id))
+        index = self._sweep(self._unsettled, queries)
+        memo["open_unsettled"] = index
+        return index
+
+    def _sweep(
+        self, receipts: dict[str, list[tuple[int, str]]], queries: dict[str, list[tuple[int, str]]]
+    ) -> dict[str, list[str]]:
+        """Per workspace, the receipts of `receipts` still open (neither rerun there nor waived) at each query's seq."""
+        index: dict[str, list[str]] = {}
         never = float("inf")
         for workspace, asked in queries.items():
             asked.sort()
             opened: list[tuple[int, str]] = []
             closed: list[tuple[float, str]] = []
-            for seq, receipt_id in self._failing[workspace]:
+            for seq, receipt_id in receipts[workspace]:
                 receipt = self._receipts[receipt_id]
                 ends = [
                     self._passing_after(workspace, key, seq)
@@ -1369,7 +1618,6 @@ class LineageGraph:
                     j += 1
                 if active:
                     index.setdefault(claim_id, []).extend(active)
-        memo["open"] = index
         return index
 
     def _rerun(self, receipt_id: str, receipt: _Receipt, spots: dict[tuple[str, int], None]) -> bool:
@@ -1410,13 +1658,20 @@ def claim_is_judged(event: dict) -> bool:
     return event.get("claim_kind") in ("validation", "completion") and not isinstance(event.get("unevaluated"), dict)
 
 
-def unevaluated_checks(kinds: dict[str, int], unevaluated_claims: dict[str, tuple[str, ...]]) -> list[dict[str, Any]]:
+def unevaluated_checks(
+    kinds: dict[str, int],
+    unevaluated_claims: dict[str, tuple[str, ...]],
+    claims_without_artifact: Iterable[str] = (),
+) -> list[dict[str, Any]]:
     """The checks that had nothing to judge (DESIGN §10): `[{"code", "reason"}]` in code order, plus `events` where
     only some inputs were left out (claims resting on excluded tools). A code listed here has no findings because it
     could not have any, not because the run passed it.
 
     `kinds`: events per kind, where `account.claim` counts only the claims LIN008 judges (`claim_is_judged`);
-    `unevaluated_claims`: claim id -> the excluded tools it rests on."""
+    `unevaluated_claims`: claim id -> the excluded tools it rests on; `claims_without_artifact`: the judged claims that
+    name no artifact (no `artifact_id`, no admission among their supports), whose artifact's lineage LIN015 cannot
+    read. A caller that cannot tell (a migration counting kinds) leaves it empty."""
+    without = list(claims_without_artifact)
     out: list[dict[str, Any]] = []
     for code, groups in REQUIRED_INPUTS.items():
         absent = [group for group in groups if not any(kinds.get(kind, 0) > 0 for kind in group)]
@@ -1425,11 +1680,25 @@ def unevaluated_checks(kinds: dict[str, int], unevaluated_claims: dict[str, tupl
             words = [" or ".join(_INPUT_WORDS[k] for k in group) for group in absent]
             listed = words[0] if len(words) == 1 else ", no ".join(words[:-1]) + " and no " + words[-1]
             entry = {"code": code, "reason": f"the run holds no {listed}"}
-        if code == "LIN008" and unevaluated_claims:
+        claims: list[str] = []
+        reasons: list[str] = []
+        # LIN015 adds what it could not read only when it judged the rest (a run without artifacts is not evaluated).
+        if unevaluated_claims and (code == "LIN008" or (code == "LIN015" and entry is None)):
             tools = sorted({t for ts in unevaluated_claims.values() for t in ts})
             claims = list(unevaluated_claims)
             said = f"{len(claims)} claim{'s' if len(claims) != 1 else ''} rest{'s' if len(claims) == 1 else ''}"
-            reason = f"{said} on {' and '.join(tools)}, excluded by the scenario: neither supported nor contradicted"
+            reasons.append(
+                f"{said} on {' and '.join(tools)}, excluded by the scenario: neither supported nor contradicted"
+            )
+        if code == "LIN015" and without and entry is None:
+            n = len(without)
+            reasons.append(
+                f"{n} claim{'s' if n != 1 else ''} name{'s' if n == 1 else ''} no artifact (no artifact_id, no "
+                "admission among the supports): no artifact lineage to read"
+            )
+            claims = _unique([*claims, *without])
+        if reasons:
+            reason = "; ".join(reasons)
             entry = {"code": code, "reason": reason if entry is None else f"{entry['reason']}; {reason}"}
             entry["events"] = claims
         if entry is not None:

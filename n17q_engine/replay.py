@@ -327,6 +327,11 @@ def _run_meta(package: ReplayPackage, source: SourceRun, **fields: Any) -> dict[
     title = _replay_title(src.get("title"), str(fields.get("mode") or package.mode))
     if title:
         meta["title"] = title
+    rules = src.get("compatibility_rules")
+    if rules is not None:
+        # The recorded admissions cite the rules the recorded run's policy declared: a replay judges them by those
+        # (n17q_engine/compatibility.py), never by none (which would turn a declared reuse into LIN001).
+        meta["compatibility_rules"] = rules
     return meta
 
 
@@ -1652,7 +1657,11 @@ class _Engine:
         return [f for f in graph.intent_findings(intent_id) if f.severity == "error"]
 
     def _manifest_run(self) -> dict[str, Any]:
-        return {"id": self.package.run_id, "environment": "fixture", "mode": self.package.mode}
+        run = {"id": self.package.run_id, "environment": "fixture", "mode": self.package.mode}
+        rules = self.source.run.get("compatibility_rules")
+        if rules is not None:
+            run["compatibility_rules"] = rules  # as the replay's manifest says (`_run_meta`)
+        return run
 
     def _execute(self, a: Execute) -> None:
         intent_id = self.intent_of.get(a.intent) or self.map.get(a.intent)
@@ -1839,6 +1848,8 @@ class _Engine:
         fields: dict[str, Any] = {"text": a.text, "claim_kind": a.kind, "supports": supports}
         if a.scope is not None:
             fields["scope"] = a.scope
+        if a.artifact is not None and a.artifact in self.objects:
+            fields["artifact_id"] = a.artifact  # replay artifacts keep their recorded ids; one never built is not named
         fields["origin"] = "recorded" if a.ref is not None else f"scripted:{self.decider.name}"
         if unmapped:
             fields["unsupported_in_replay"] = unmapped

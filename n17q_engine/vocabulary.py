@@ -157,12 +157,18 @@ KINDS: dict[str, dict[str, Field]] = {
         "command": f(STR),
         "suites": f(LIST, items=STR),
         "pre_tree": f(STR),
-        "post_tree": f(STR),
+        # DESIGN §10: null when `completion` is not `completed` (an unknown termination has no known tree); a
+        # completed receipt must name it (bundle.py). The checker reads null as unknown, never as a match.
+        "post_tree": f(STR, nullable=True),
         "environment_revision": f(STR),
         "completion": f(STR, enum=RECEIPT_COMPLETIONS),
         "exit_code": f(INT, nullable=True),
         "results": f(DICT),
         "output_blob": f(STR, nullable=True),
+        # Extensions a compatibility rule may pin (n17q_engine/compatibility.py): the digest of what the command
+        # read besides the tree (fixtures, seeds, data), and how isolated the test ran (the harness's word, "pure").
+        "inputs_digest": opt(STR),
+        "test_isolation": opt(STR),
     },
     "evidence.observed": {
         "source": f(STR),
@@ -268,6 +274,8 @@ KINDS: dict[str, dict[str, Field]] = {
         "supports": f(LIST, items=STR),
         # Extension: the validation purposes or suites the claim speaks for (LIN008's required scope).
         "scope": opt(LIST, items=STR),
+        # Extension: the artifact the claim speaks for, whose lineage LIN015 reads for contradicting receipts.
+        "artifact_id": opt(STR),
     },
     "budget.charged": {"resource": f(STR, enum=BUDGET_RESOURCES), "amount": f(NUMBER)},
     # Extension: one step of a scenario-declared race, as the replay followed it (scenario evidence).

@@ -83,7 +83,7 @@ def unevaluated_schema() -> serializers.Serializer:
     return inline_serializer(
         "Unevaluated",
         {
-            "code": serializers.CharField(help_text="LIN001-LIN014"),
+            "code": serializers.CharField(help_text="LIN001-LIN015"),
             "reason": serializers.CharField(help_text="what the run does not hold that the check reads"),
             "events": serializers.ListField(
                 child=serializers.CharField(),
@@ -227,7 +227,7 @@ class RunLineageApi(APIView):
 
     @extend_schema(
         summary="Lineage findings of a run",
-        description="The run re-checked with today's rules (LIN001-LIN014), shaped as `manage.py lineage --json`. "
+        description="The run re-checked with today's rules (LIN001-LIN015), shaped as `manage.py lineage --json`. "
         "`unevaluated` names the checks that had nothing to judge in this run (no workspaces, no admissions…): no "
         "finding for such a code is not a pass. `findings` holds at most the first "
         f"{selectors.LINEAGE_FINDINGS_IN_ANSWER}; `finding_count` and `error_count` count them all.",

@@ -730,9 +730,10 @@ class _SampleConverter:
                 "workspace_id": workspace,
                 "command": str(event.get("cmd") or ""),
                 "suites": [],
-                # Inspect records no file trees: unknown stays unknown (docs/formats/inspect.md).
+                # Inspect records no file trees: unknown stays unknown (docs/formats/inspect.md). A command that
+                # never finished has no post-run tree at all, so it is null rather than a word standing in for one.
                 "pre_tree": "unknown",
-                "post_tree": "unknown",
+                "post_tree": "unknown" if exit_code is not None else None,
                 "environment_revision": self._environment_revision(),
                 "completion": "completed" if exit_code is not None else "started",
                 "exit_code": exit_code,

@@ -1789,7 +1789,8 @@ class _TraceConverter:
             "suites": [str(s) for s in suites],
             # A span records no file trees unless the harness says: unknown stays unknown (docs/formats/otlp.md).
             "pre_tree": str(attrs.get(N17Q_COMMAND + "pre_tree") or "unknown"),
-            "post_tree": str(attrs.get(N17Q_COMMAND + "post_tree") or "unknown"),
+            # Past an unfinished command there is no tree to name: null (DESIGN §10), never an invented one.
+            "post_tree": _post_tree(attrs.get(N17Q_COMMAND + "post_tree"), completion),
             "environment_revision": str(
                 attrs.get(N17Q_COMMAND + "environment_revision") or self._environment_revision(span)
             ),
@@ -2054,6 +2055,14 @@ def _parse_json_text(value: str) -> Any:
         except (ValueError, RecursionError):
             return value
     return value
+
+
+def _post_tree(value: Any, completion: str) -> str | None:
+    """The receipt's post-run tree: what the span says, else "unknown" for a completed command (which must name one)
+    and null for any other completion."""
+    if value:
+        return str(value)
+    return "unknown" if completion == "completed" else None
 
 
 def _as_list(value: Any) -> list[Any]:

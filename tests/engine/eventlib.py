@@ -176,7 +176,8 @@ class EventLog:
             "command.receipt",
             workspace_id=workspace,
             pre_tree=tree(tree_label),
-            post_tree=tree(tree_label),
+            # An unfinished command may leave it null (DESIGN §10): `post_tree=None`.
+            post_tree=fields.pop("post_tree", tree(tree_label)),
             suites=list(suites),
             completion=completion,
             exit_code=exit_code,

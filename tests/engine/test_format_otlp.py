@@ -369,6 +369,33 @@ def test_a_failed_root_span_fails_the_run(tmp_path: Path) -> None:
     assert ended["outcome"] == "error" and ended["error"] == {"type": "RuntimeError", "message": "agent crashed"}
 
 
+def test_an_unfinished_command_has_no_post_tree_and_a_finished_one_names_it(tmp_path: Path) -> None:
+    # Seed 000, "Unknown fixture data stayed unknown": a command that timed out left a tree nobody knows, so the
+    # receipt says null rather than a word that could pass for one (DESIGN §10); a completed one must name one.
+    def emit(tracer: Tracer) -> None:
+        with tracer.start_as_current_span("invoke_agent a", attributes={"gen_ai.operation.name": "invoke_agent"}):
+            with tracer.start_as_current_span(
+                "run broad",
+                attributes={"process.command_line": "pytest -q tests", "n17q.workspace.id": "ws-1"},
+            ) as span:
+                span.set_status(Status(StatusCode.ERROR, "killed after 900 s"))
+                span.set_attribute("error.type", "TimeoutError")
+            with tracer.start_as_current_span(
+                "run focused",
+                attributes={
+                    "process.command_line": "pytest -q tests/test_a.py",
+                    "process.exit.code": 0,
+                    "n17q.workspace.id": "ws-1",
+                },
+            ):
+                pass
+
+    [run] = convert_otlp(_protobuf(_spans(emit)), content_type=PB)
+    timed_out, finished = _by_kind(_bundle(run, tmp_path / "b"), "command.receipt")
+    assert (timed_out["completion"], timed_out["post_tree"]) == ("termination_unknown", None)
+    assert (finished["completion"], finished["post_tree"]) == ("completed", "unknown")
+
+
 # -------------------------------------------------------------------------------------------- OpenInference spans
 
 

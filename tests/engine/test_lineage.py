@@ -168,7 +168,7 @@ def test_it_serializes_findings_in_the_cli_shape():
 
 
 def test_it_titles_every_code_for_the_ui():
-    assert list(CODES) == [f"LIN{n:03d}" for n in range(1, 15)]
+    assert list(CODES) == [f"LIN{n:03d}" for n in range(1, 16)]
     assert all(isinstance(title, str) and title for title in CODES.values())
 
 
@@ -236,8 +236,10 @@ def test_it_flags_an_identical_tree_under_a_new_workspace_identity():
     assert "same tree" in found[0].message and "ws1" in found[0].message and "ws2" in found[0].message
 
 
-def test_it_accepts_an_identical_tree_when_a_compatibility_rule_is_recorded():
-    log = begin()
+def test_it_accepts_an_identical_tree_when_a_declared_compatibility_rule_holds():
+    # The policy declares the rule (run.compatibility_rules) and the recorded facts satisfy it: seed 003's valid reuse
+    # in a content-identical reconstructed workspace. Undeclared or failing rules: test_lineage_compatibility.py.
+    log = begin(compatibility_rules={"pure-test-identical-tree": {"tree": "content_equal_ancestor"}})
     receipt = log.receipt("ws1", "t1")
     observation = log.observe(receipt, "ws1", "t1")
     log.lifecycle("ws1", "superseded")
@@ -913,7 +915,8 @@ SPECIAL = {
             "failing_suites": JSON | st.lists(PURPOSE, max_size=2),
         },
     ),
-    "compatibility": st.none() | st.fixed_dictionaries({"rule": st.none() | TEXT, "rationale": TEXT}),
+    "compatibility": st.none()
+    | st.fixed_dictionaries({"rule": st.none() | TEXT | st.just("declared"), "rationale": TEXT}),
     "blob": st.none() | st.just(tree("blob")),
     "output_blob": st.none() | st.just(tree("blob")),
     ("evidence.observed", "scope"): JSON.filter(lambda x: x is not None) | st.lists(PURPOSE, max_size=3),
@@ -926,6 +929,16 @@ SPECIAL = {
     "required": st.lists(PURPOSE, max_size=2),
     "connection": st.sampled_from(["sim:x", "fixture:x", "https://live.example"]),
     "namespace": st.sampled_from(["live", "replay:w1"]),
+}
+
+
+# A rule constraining every part, so random receipts meet each part's check (most fail it).
+PURE_RULE = {
+    "tree": "content_equal_ancestor",
+    "environment": "same",
+    "command": ["pytest"],
+    "inputs": [tree("inputs")],
+    "test_isolation": ["pure"],
 }
 
 
@@ -969,6 +982,13 @@ EVENT_BODY = st.sampled_from(sorted(v.KINDS)).flatmap(lambda kind: event_body(ki
 @st.composite
 def runs(draw):
     run = {"id": "run-1", "environment": draw(st.sampled_from(v.ENVIRONMENTS)), "mode": draw(st.sampled_from(v.MODES))}
+    run["compatibility_rules"] = draw(
+        st.none()
+        | st.fixed_dictionaries(
+            {"declared": st.fixed_dictionaries({"tree": st.sampled_from(["identical", "content_equal_ancestor"])})},
+        )
+        | st.just({"declared": PURE_RULE})
+    )
     events: list[dict[str, Any]] = []
     objects: set[str] = set()
     for i, (kind, body) in enumerate(draw(st.lists(EVENT_BODY, max_size=40))):
@@ -981,6 +1001,8 @@ def runs(draw):
             "attempt": attempt,
             **body,
         }
+        if kind == "command.receipt" and event["completion"] == "completed" and event["post_tree"] is None:
+            event["post_tree"] = draw(TREE)  # only an unfinished command may leave it unknown (DESIGN §10)
         introduced = v.introduced_object(event)
         if kind in v.INTRODUCTIONS:
             # The importer refuses an id introduced twice, so a valid run never holds one.

@@ -386,6 +386,25 @@ def test_seed_003_reconstruction_shows_the_broken_edge():
     assert [e["id"] for e in log[1:]] == [e["id"] for e in BUNDLES["run-003-review-request"].events]
 
 
+def test_a_replay_judges_recorded_admissions_by_the_recorded_runs_compatibility_rules():
+    # Story 003 with a declared rule cited by the focused admission: workspace two's artifact is at another tree, so
+    # the rule does not hold. The replay must say that, not that no policy declares the rule.
+    b = BUNDLES["run-003-review-request"]
+    manifest = json.loads(json.dumps(b.manifest))
+    manifest["run"]["compatibility_rules"] = {"pure-focused": {"tree": "identical"}}
+    events = [dict(e) for e in b.events]
+    for event in events:
+        if event["kind"] == "evidence.admitted" and event["purpose"] == "validation:focused":
+            event["compatibility"] = {"rule": "pure-focused", "rationale": "same patch"}
+    data = b"".join(canonical_json(e) + b"\n" for e in events)
+    for mode, scenario in (("reconstruction", None), ("rerun", SEEDS["coding-review-request"])):
+        out, log = replay(rl.replay_package(scenario, manifest, data, blobs=b.blobs, mode=mode))
+        assert out.manifest["run"]["compatibility_rules"] == {"pure-focused": {"tree": "identical"}}
+        lin001 = [f.message for f in check_events(out.manifest["run"], log) if f.code == "LIN001"]
+        if mode == "reconstruction":
+            assert lin001 and all("rule pure-focused does not hold (tree: receipt" in m for m in lin001)
+
+
 def test_a_reconstruction_of_a_live_run_is_judged_as_that_run():
     out, log = story("run-001-recorded", None, mode="reconstruction")
     assert check_events(out.manifest["run"], log) == []  # no LIN005/LIN007 for the run's own live approval

@@ -8,7 +8,7 @@ from runs.models import Run
 
 
 class Command(JsonCommand):
-    help = "Check a stored run's lineage with today's rules (LIN001-LIN014)."
+    help = "Check a stored run's lineage with today's rules (LIN001-LIN015)."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("run", help="the run's id")
