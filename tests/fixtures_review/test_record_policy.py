@@ -227,3 +227,54 @@ def test_the_record_policy_page_lists_connections_and_refusals_in_constant_queri
         client.get(url)
     client.force_login(role_user("viewer"))
     assert client.get(url).status_code == 403
+
+
+# --- the admin ---------------------------------------------------------------------------------------------------
+
+
+def test_an_admin_registers_a_connection_and_another_approves_it_in_the_admin(client, role_user):
+    first, second = role_user("admin", "admin-one"), role_user("admin", "admin-two")
+    client.force_login(first)
+    response = client.post(
+        reverse("admin:fixtures_review_connection_add"),
+        {
+            "name": "billing-sandbox",
+            "description": "",
+            "reaches": "sandbox",
+            "source_classes": "billing-api",
+            "capabilities": "read, mutation",
+            "account_scopes": "acme-test",
+            "capture_result_classes": "internal, bogus",
+            "default_result_class": "internal",
+        },
+    )
+    assert response.status_code == 200 and "&#x27;bogus&#x27; is not one of" in response.content.decode()
+    response = client.post(
+        reverse("admin:fixtures_review_connection_add"),
+        {
+            "name": "billing-sandbox",
+            "description": "",
+            "reaches": "sandbox",
+            "source_classes": "billing-api",
+            "capabilities": "read, mutation",
+            "account_scopes": "acme-test",
+            "capture_result_classes": "internal",
+            "default_result_class": "internal",
+        },
+    )
+    assert response.status_code == 302
+    connection = Connection.objects.get(name="billing-sandbox")
+    assert connection.state == "proposed" and connection.capabilities == ["read", "mutation"]
+    assert connection.proposed_by == first
+    changelist = reverse("admin:fixtures_review_connection_changelist")
+    client.post(changelist, {"action": "approve", "_selected_action": [connection.pk]})
+    assert Connection.objects.get(pk=connection.pk).state == "proposed"  # four eyes
+    client.force_login(second)
+    client.post(changelist, {"action": "approve", "_selected_action": [connection.pk]})
+    connection.refresh_from_db()
+    assert connection.state == "approved" and connection.approved_by == second
+    assert [e.action for e in AuditEntry.objects.filter(target="billing-sandbox").order_by("at", "id")] == [
+        "connection.propose",
+        "connection.approve_refused",
+        "connection.approve",
+    ]
