@@ -15,10 +15,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from n17q_secrets.scanning import mask_json
+
 from . import intake, record_policy
 from .models import Connection, RequestObservation
 
 REVIEW_PERM = "fixtures_review.review_capture"
+_NAMED = ("scenario", "tool", "connection", *record_policy.POLICY_KEYS)
 POLICY_FIELDS = (
     "reaches",
     "source_classes",
@@ -162,6 +165,9 @@ def capture_admit(
 ) -> record_policy.Admitted:
     """The record policy's verdict on a parsed capture. Refused: the safe request observation and an audit entry
     `capture.refused` are kept, then CaptureRefused (a CaptureError: one line, HTTP 400) is raised."""
+    # The names a refusal repeats (in its reason, the observation, the audit log) are scanned first: a token pasted
+    # into `account_scope` must not reach the log in the clear because the capture was refused before intake masked it.
+    capture = {key: mask_json(value, key, []) if key in _NAMED else value for key, value in capture.items()}
     connection = Connection.objects.filter(name=str(capture.get("connection") or "")).first()
     try:
         return record_policy.admit(capture, policy_of(connection))

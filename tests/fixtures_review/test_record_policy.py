@@ -65,6 +65,13 @@ def test_an_unknown_connection_is_refused_with_a_safe_request_observation():
     assert "sk-live" not in json.dumps(list(AuditEntry.objects.values("detail")), default=str)
 
 
+def test_a_secret_pasted_into_a_policy_key_is_masked_in_the_refusal():
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    obs = refused(status_capture(account_scope=token), "account_scope: .* is not an account approved")
+    assert token not in obs.reason
+    assert token not in json.dumps(list(AuditEntry.objects.values("detail")), default=str)
+
+
 def test_a_proposed_or_retired_connection_is_refused(role_user, reviewed_connections):
     proposer, approver = role_user("reviewer", "p"), role_user("reviewer", "a")
     connection_propose(
