@@ -18,7 +18,15 @@ from runs.models import Run
 
 from . import intake, recordings
 from .intake import CaptureError
-from .services import CAPTURE_PERM, ReviewRefused, capture_stage, recordings_stage, run_recordings_stage
+from .record_policy import RESULT_CLASSES
+from .services import (
+    CAPTURE_PERM,
+    FailedCapture,
+    ReviewRefused,
+    capture_receive,
+    recordings_stage,
+    run_recordings_stage,
+)
 
 MAX_CAPTURE_BYTES = 64 * 1024 * 1024
 
@@ -123,6 +131,7 @@ CAPTURE_SCHEMA: dict = {
         },
         "response": {
             "type": "object",
+            "nullable": True,
             "additionalProperties": False,
             "required": ["status"],
             "properties": {
@@ -139,6 +148,26 @@ CAPTURE_SCHEMA: dict = {
             "change}); must be null for a read",
         },
         "world_revision": {"type": "integer", "minimum": 0, "description": "the world revision it was captured at"},
+        # The record policy's additive keys (docs/record-policy.md): resolved from the connection when left out and
+        # the connection allows exactly one value.
+        "source_class": {"type": "string", "nullable": True, "description": "the source class recorded"},
+        "account_scope": {
+            "nullable": True,
+            "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+            "description": "the one account it was recorded under (several, or a pattern, is refused as ambiguous)",
+        },
+        "result_class": {
+            "type": "string",
+            "nullable": True,
+            "enum": list(RESULT_CLASSES),
+            "description": "how sensitive the result is; the connection's capture policy says which it keeps",
+        },
+        "capture_failure": {
+            "type": "string",
+            "nullable": True,
+            "description": "the read happened but its response could not be kept: why (then `response` is null); "
+            "only the safe request observation is kept and no fixture results",
+        },
     },
     # The example of ../shared/examples/capture.json (its token is a placeholder; intake redacts the header anyway).
     "example": {
@@ -224,6 +253,16 @@ class CaptureCollectionApi(APIView):
                     "promotable": serializers.BooleanField(),
                 },
             ),
+            202: inline_serializer(
+                "FailedCaptureResult",
+                {
+                    "staged": serializers.CharField(allow_null=True),
+                    "promotable": serializers.BooleanField(),
+                    "observation": serializers.CharField(),
+                    "fixture": serializers.CharField(allow_null=True),
+                    "note": serializers.CharField(),
+                },
+            ),
             400: inline_serializer("CaptureError", {"error": serializers.CharField()}),
         },
     )
@@ -243,7 +282,11 @@ class CaptureCollectionApi(APIView):
                         "not a HAR file or a VCR cassette, and the recording fields "
                         f"({', '.join(given) or 'mapping'}) apply only to those"
                     )
-                result = capture_stage(raw=raw, user=request.user, token=token).to_json()
+                answer = capture_receive(raw=raw, user=request.user, token=token)
+                if isinstance(answer, FailedCapture):
+                    # Accepted as an observation, not staged: nothing of it can become a fixture.
+                    return Response(answer.to_json(), status=status.HTTP_202_ACCEPTED)
+                result = answer.to_json()
             else:
                 result = recordings_stage(
                     source=source, fields=fields, mapping=mapping, user=request.user, token=token
@@ -293,6 +336,9 @@ class RunCaptureApi(APIView):
                 "scenario": serializers.CharField(required=False),
                 "effect_class": serializers.ChoiceField(choices=["read", "mutation"], required=False),
                 "tool": serializers.CharField(required=False),
+                "connection": serializers.CharField(
+                    required=True, help_text="the reviewed connection the run's tool calls went through"
+                ),
                 "events": serializers.ListField(child=serializers.CharField(), required=False),
             },
         ),
@@ -322,7 +368,7 @@ class RunCaptureApi(APIView):
         if events is not None and (not isinstance(events, list) or not all(isinstance(e, str) and e for e in events)):
             return Response({"error": "events: a list of tool.result ids"}, status=status.HTTP_400_BAD_REQUEST)
         text = {}
-        for name in ("scenario", "effect_class", "tool"):
+        for name in ("scenario", "effect_class", "tool", "connection"):
             value = data.get(name)
             if value is not None and not isinstance(value, str):
                 return Response({"error": f"{name}: a string"}, status=status.HTTP_400_BAD_REQUEST)

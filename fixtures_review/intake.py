@@ -50,6 +50,8 @@ from n17q_secrets.scanning import (
     mask_text,
 )
 
+from .record_policy import POLICY_KEYS, RESULT_CLASSES
+
 REDACTED = "[redacted]"
 EFFECT_CLASSES = ("read", "mutation")
 BODY_ENCODINGS = ("base64", "gzip+base64")
@@ -262,6 +264,9 @@ def parse_capture(raw: bytes | str | dict) -> dict[str, Any]:
         "proposed_transition",
         "world_revision",
         "retention",  # optional: the retention class the material is kept under (docs/retention.md)
+        # Additive (issue 19, the record policy): what the connection recorded, and a capture that failed.
+        *POLICY_KEYS,
+        "capture_failure",
     }
     unknown = sorted(set(data) - allowed)
     if unknown:
@@ -296,7 +301,15 @@ def parse_capture(raw: bytes | str | dict) -> dict[str, Any]:
             raise CaptureError(f"{name}: at most {INT32_MAX}")
     if data.get("effect_class") not in EFFECT_CLASSES:
         raise CaptureError(f"effect_class: one of {', '.join(EFFECT_CLASSES)}, got {data.get('effect_class')!r}")
+    _policy_keys(data)
     request, response = data.get("request"), data.get("response")
+    failure = data.get("capture_failure")
+    if failure is not None:
+        if not isinstance(failure, str) or not failure.strip() or len(failure) > 500:
+            raise CaptureError("capture_failure: a non-empty string of at most 500 characters, or null")
+        if response is not None:
+            raise CaptureError("response: a failed capture kept no response; it must be null or left out")
+        response = {"status": 599}  # checked below as a placeholder only: nothing of a failed capture is staged
     if not isinstance(request, dict):
         raise CaptureError("request: required, an object {method, url, headers, body, args}")
     unknown = sorted(set(request) - {"method", "url", "headers", "body", "args"})
@@ -336,6 +349,35 @@ def parse_capture(raw: bytes | str | dict) -> dict[str, Any]:
     if transition is not None and data["effect_class"] == "read":
         raise CaptureError("proposed_transition: a read changes no world state; it must be null")
     return data
+
+
+def _policy_keys(data: dict[str, Any]) -> None:
+    """The record policy's additive keys: their shape only (what they may be is the connection's to say)."""
+    for name in ("source_class", "result_class"):
+        value = data.get(name)
+        if value is not None and (not isinstance(value, str) or not value.strip() or len(value) > MAX_ID_CHARS):
+            raise CaptureError(f"{name}: a non-empty string of at most {MAX_ID_CHARS} characters, or null")
+    if data.get("result_class") is not None and data["result_class"] not in RESULT_CLASSES:
+        raise CaptureError(f"result_class: one of {', '.join(RESULT_CLASSES)}, got {data['result_class']!r}")
+    scope = data.get("account_scope")
+    scopes = scope if isinstance(scope, list) else [scope] if scope is not None else []
+    # A list is accepted here so that the policy can refuse it as ambiguous (with an audit entry), not as a typo.
+    if not all(isinstance(s, str) and len(s) <= MAX_ID_CHARS for s in scopes) or len(scopes) > 100:
+        raise CaptureError(f"account_scope: a string of at most {MAX_ID_CHARS} characters, or null")
+
+
+def observe_request(data: dict[str, Any]) -> dict[str, str]:
+    """The safe request observation of a parsed capture that will not be staged (refused, or failed after a live
+    read): its tool, method and the digest of its arguments as sent, after redaction and masking (never the digest of a
+    secret). No body, URL or header is kept: a URL's path can hold a token as well as a query can."""
+    record: list[dict[str, str]] = []
+    args = redact_json(data["request"]["args"], "request.args", record.append)
+    args = mask_json(args, "request.args", [])
+    return {
+        "tool": data["tool"],
+        "method": str(data["request"]["method"])[:20],
+        "request_digest": canonical.request_digest(args),
+    }
 
 
 def _no_constant(name: str) -> Any:

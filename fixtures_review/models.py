@@ -117,6 +117,11 @@ class StagedRecording(models.Model):
     # A recording staged by a contract migration: the fixture it came from, the operations, why it needs review,
     # and what of the fixture a capture cannot carry (world condition, absences, fault stage, provenance).
     migration = models.JSONField(null=True, blank=True)
+    # What the record policy resolved the capture to (its connection's reviewed source class, account scope and
+    # result class); blank for recordings that did not come through a connection (copy similar, copy recorded).
+    source_class = models.CharField(max_length=200, blank=True, default="")
+    account_scope = models.CharField(max_length=200, blank=True, default="")
+    result_class = models.CharField(max_length=40, blank=True, default="")
     captured_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     token = models.ForeignKey(
         "accounts.HarnessToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -222,3 +227,95 @@ class ContractRevision(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.tool}@{self.revision}"
+
+
+class Connection(models.Model):
+    """A reviewed connection record mode may capture through (seed 000, "Record mode needed its own fail-closed
+    edges"): what it reaches, the source classes and account scopes it records, the capabilities it may exercise,
+    and its capture policy (the result classes it may keep). Intake stages a capture only from an approved one.
+
+    Proposed, then approved by a reviewer other than the proposer, then retired; a change to the policy of an
+    approved connection sends it back to proposed (`fixtures_review.connections`). Each step is an audit entry.
+    """
+
+    class State(models.TextChoices):
+        PROPOSED = "proposed"
+        APPROVED = "approved"
+        RETIRED = "retired"
+
+    class Reaches(models.TextChoices):
+        LIVE = "live", "the live world"
+        SANDBOX = "sandbox", "a sandbox (a provider's test account, a simulated service)"
+
+    name = models.CharField(max_length=200, unique=True, help_text="as captures name it in their `connection` field")
+    description = models.TextField(blank=True, default="")
+    reaches = models.CharField(
+        max_length=20,
+        choices=Reaches.choices,
+        default=Reaches.LIVE,
+        help_text="a mutation recorded through a live connection is always refused",
+    )
+    # Lists of names (JSON arrays of strings), edited in the admin as comma-separated text.
+    source_classes = models.JSONField(default=list, blank=True, help_text="the source classes it records")
+    capabilities = models.JSONField(default=list, blank=True, help_text="effect classes it may record: read, mutation")
+    account_scopes = models.JSONField(default=list, blank=True, help_text="the accounts it records under")
+    capture_result_classes = models.JSONField(
+        default=list, blank=True, help_text="the capture policy: result classes it may keep"
+    )
+    default_result_class = models.CharField(
+        max_length=40, blank=True, default="", help_text="the class of a result whose capture names none"
+    )
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PROPOSED)
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    proposed_at = models.DateTimeField(auto_now_add=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    approved_at = models.DateTimeField(null=True, blank=True)
+    retired_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _observation_id() -> str:
+    return "ro-" + secrets.token_hex(6)
+
+
+class RequestObservation(AppendOnlyModel):
+    """What is kept of a capture that produced no recording: a refusal of the record policy, or a capture that
+    failed after a live read. Only the safe request observation (tool, method, the digest of the redacted
+    arguments), never a body, a URL or a header: no unreviewed content is stored (seed 000)."""
+
+    class Kind(models.TextChoices):
+        REFUSED = "refused"  # the record policy refused the capture
+        CAPTURE_FAILED = "capture-failed"  # the read happened, its response could not be kept
+
+    public_id = models.CharField(max_length=20, unique=True, default=_observation_id)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    reason = models.TextField()
+    door = models.CharField(max_length=20)  # capture | har | vcr | run-result
+    scenario_name = models.CharField(max_length=100)
+    tool = models.CharField(max_length=200)
+    connection = models.CharField(max_length=200)
+    effect_class = models.CharField(max_length=20)
+    method = models.CharField(max_length=20, blank=True, default="")
+    request_digest = models.CharField(max_length=71, blank=True, default="")
+    at = models.DateTimeField(auto_now_add=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
+    token_prefix = models.CharField(max_length=40, blank=True, default="")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["-at", "-id"], name="request_observation_recent")]
+
+    def __str__(self) -> str:
+        return self.public_id

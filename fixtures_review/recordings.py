@@ -51,7 +51,7 @@ _MAX_NODES = 5_000_000  # values in a parsed YAML document
 # The fields a recording cannot say, and the flag of the `capture` command that gives each one (the API's form
 # fields have the fields' own names).
 REQUIRED_FIELDS = ("scenario", "tool", "contract_revision", "effect_class")
-OPTIONAL_FIELDS = ("connection", "world_revision", "source_revision")
+OPTIONAL_FIELDS = ("connection", "world_revision", "source_revision", "source_class", "account_scope", "result_class")
 FLAGS = {name: "--" + name.replace("_", "-") for name in (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)}
 
 
@@ -606,6 +606,8 @@ def _capture(exchange: Exchange, merged: dict[str, Any], args: dict[str, Any], c
         },
         "proposed_transition": None,
         "world_revision": merged.get("world_revision", 0),
+        # The record policy's keys (docs/record-policy.md): left out when not given, so the connection resolves them.
+        **{name: merged[name] for name in ("source_class", "account_scope", "result_class") if name in merged},
     }
 
 

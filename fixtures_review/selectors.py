@@ -432,3 +432,19 @@ def runs_needing(recording: StagedRecording, *, limit: int = 50) -> list[NeededB
             )
         )
     return found
+
+
+# --- the record policy page --------------------------------------------------------------------------------------
+
+RECENT_OBSERVATIONS = 100  # the newest refused or failed captures shown; the admin (and the audit log) hold all
+
+
+def record_policy_page() -> dict[str, Any]:
+    """The reviewed connections and the newest request observations (refused or failed captures): one query
+    for the connections (their people joined) and one for the observations (their actors joined), whatever the
+    counts."""
+    from .models import Connection, RequestObservation
+
+    connections = list(Connection.objects.select_related("proposed_by", "approved_by", "retired_by"))
+    observations = list(RequestObservation.objects.select_related("actor")[:RECENT_OBSERVATIONS])
+    return {"connections": connections, "observations": observations, "limit": RECENT_OBSERVATIONS}

@@ -38,8 +38,8 @@ from n17q_engine.fixtures import Fixture, FixtureError
 from n17q_engine.package import PackageError, build_scenario, load_scenario
 from n17q_secrets import scanning
 
-from . import intake
-from .models import FixtureVersion, ReviewEvent, ScenarioVersion, StagedRecording
+from . import connections, intake
+from .models import FixtureVersion, RequestObservation, ReviewEvent, ScenarioVersion, StagedRecording
 from .retention import capture_retention_class, recording_bodies_hold
 from .scenarios import ScenarioRefused, scenario_package
 
@@ -106,17 +106,39 @@ def capture_original_digest(raw: bytes | str | dict) -> str:
     return intake.original_digest(raw, capture_digest_key())
 
 
+def capture_receive(*, raw: bytes | str | dict, user: Any = None, token: Any = None) -> StageResult | FailedCapture:
+    """What the capture doors (the `capture` command, `POST /api/v1/captures/`, the demo) call: a capture that failed
+    after a live read (`capture_failure`) keeps only its safe request observation and answers that no fixture
+    resulted (`FailedCapture`); any other is staged (`capture_stage`)."""
+    data = intake.parse_capture(raw)
+    if data.get("capture_failure") is not None:
+        actor = user if getattr(user, "is_authenticated", False) else None
+        return FailedCapture(connections.capture_failure_record(data, door="capture", actor=actor, token=token))
+    return _capture_stage(data, raw, user=user, token=token)
+
+
 def capture_stage(*, raw: bytes | str | dict, user: Any = None, token: Any = None) -> StageResult:
-    """Redact, scan and mask a capture, then store it as a staged recording. `intake.CaptureError` if bad."""
-    red = intake.intake(raw, digest_key=capture_digest_key())
-    cap = red.capture
+    """Check a capture against the record policy, then redact, scan and mask it and store it as a staged
+    recording. `intake.CaptureError` if malformed or a failed capture (`capture_receive` takes those);
+    `connections.CaptureRefused` (a CaptureError) if the policy refuses it, its safe request observation kept."""
+    data = intake.parse_capture(raw)
+    if data.get("capture_failure") is not None:
+        raise intake.CaptureError("capture_failure: a failed capture stages nothing (receive it with capture_receive)")
+    return _capture_stage(data, raw, user=user, token=token)
+
+
+def _capture_stage(data: dict[str, Any], raw: bytes | str | dict, *, user: Any, token: Any) -> StageResult:
     actor = user if getattr(user, "is_authenticated", False) else None
+    admitted = connections.capture_admit(data, door="capture", actor=actor, token=token)
+    red = intake.scan_capture(intake.redact_capture(data, original_digest=capture_original_digest(raw)))
+    cap = red.capture
     recording = _stage(
         red,
         origin=StagedRecording.Origin.CAPTURE,
         actor=actor,
         token=token,
         outcome=outcome_for(cap["response"]["status"], cap["response"].get("body")),
+        admitted=admitted,
     )
     log.info(
         "staged recording %s for %s %s (%d redactions, %d findings)",
@@ -127,6 +149,30 @@ def capture_stage(*, raw: bytes | str | dict, user: Any = None, token: Any = Non
         len(recording.findings),
     )
     return StageResult(recording, promotion_blockers(recording))
+
+
+@dataclass
+class FailedCapture:
+    """A capture that failed after a live read: nothing staged, the safe request observation kept."""
+
+    observation: RequestObservation
+
+    def to_json(self) -> dict[str, Any]:
+        """The `capture --json` keys (nothing staged: `staged` null, not promotable) and what was kept instead."""
+        obs = self.observation
+        return {
+            "staged": None,
+            "redactions": [],
+            "findings": [],
+            "promotable": False,
+            "blockers": [obs.reason],
+            "scenario": obs.scenario_name,
+            "tool": obs.tool,
+            "request_digest": obs.request_digest,
+            "observation": obs.public_id,
+            "fixture": None,
+            "note": obs.reason,
+        }
 
 
 def _stage(
@@ -140,6 +186,7 @@ def _stage(
     fidelity_note: str = "",
     copied_from: dict | None = None,
     source: tuple[str, str] | None = None,
+    admitted: Any = None,
 ) -> StagedRecording:
     cap = red.capture
     normalized, digest, key_note = _key(cap["scenario"], cap["tool"], cap["contract_revision"], cap["request"]["args"])
@@ -176,6 +223,9 @@ def _stage(
                 copied_from=copied_from,
                 source_run=source[0] if source else "",
                 source_event=source[1] if source else "",
+                source_class=admitted.source_class if admitted is not None else "",
+                account_scope=admitted.account_scope if admitted is not None else "",
+                result_class=admitted.result_class if admitted is not None else "",
                 captured_by=actor,
                 token=token,
                 excluded_approvers=excluded,
@@ -513,6 +563,47 @@ def recording_reject(
     return recording
 
 
+def recording_exclude_tool(
+    *, recording: StagedRecording, limitation: str, user: Any, revision: int | None = None
+) -> StagedRecording:
+    """The tool cannot be modelled credibly (seed 000: "the scenario excluded the tool and documented the
+    limitation"): mint a scenario version without it, its limitation recorded as the exclusion's reason, and close
+    the recording as rejected, naming that version. A replay that calls an excluded mutation stops precisely."""
+    _require_reviewer(user, recording)
+    limitation = (limitation or "").strip()
+    if not limitation:
+        raise ReviewRefused("excluding the tool needs its limitation: what about it cannot be modelled credibly")
+    with transaction.atomic():
+        claimed = StagedRecording.objects.filter(
+            pk=recording.pk, state=StagedRecording.State.STAGED, **({"revision": revision} if revision else {})
+        ).update(state=StagedRecording.State.REJECTED, decided_at=timezone.now())
+        if claimed != 1:
+            raise ReviewRefused(f"{recording.public_id} was decided or changed meanwhile: reload it")
+        recording.refresh_from_db()
+        _lock_scenario(recording.scenario_name)
+        base = _latest_base(recording)
+        try:
+            version = scenario_version_mint(
+                base=base,
+                exclude_tools={recording.tool: limitation[:2000]},
+                user=user,
+                source="exclusion",
+                _locked=True,
+            )
+        except ScenarioRefused as exc:
+            raise ReviewRefused(str(exc)) from None
+        StagedRecording.objects.filter(pk=recording.pk).update(scenario_version=version)
+        recording.refresh_from_db()
+        _event(
+            recording,
+            ReviewEvent.Action.REJECT,
+            user,
+            reason=f"{recording.tool} excluded from {version.ref}: {limitation[:2000]}",
+            detail={"scenario": version.ref, "excluded_tool": recording.tool, "based_on": base.ref},
+        )
+    return recording
+
+
 # The review actions that write content a fixture version will hold: whoever did one is one of its authors.
 AUTHORING_ACTIONS = (ReviewEvent.Action.SYNTHESIZE, ReviewEvent.Action.REDACT)
 
@@ -668,7 +759,37 @@ def _fixture_for(recording: StagedRecording, base: ScenarioVersion) -> dict[str,
         Fixture.from_dict(fixture, contract)
     except FixtureError as exc:
         raise ReviewRefused(f"contract test: {exc}") from None
+    missing = mutation_gaps(fixture, contract.effect_class)
+    if missing:
+        raise ReviewRefused(
+            f"mutation test: fixture {fixture['id']} ({recording.tool}, a mutation answered {recording.outcome}) "
+            f"declares no {' and no '.join(missing)}: a static success would let a replay pass while nothing changed "
+            "in the world (synthesize them, or exclude the tool with its limitation)"
+        )
     return fixture
+
+
+# A mutation answered with one of these said it happened: the world must change and the provider must say so.
+_MUTATION_SUCCESS = ("ok", "empty")
+
+
+def mutation_gaps(fixture: Mapping[str, Any], effect_class: str) -> list[str]:
+    """What a fixture for a mutating tool lacks to be promoted (seed 000, "Missing mutations were treated most
+    strictly"; seed 001, "The simulated world started from a snapshot"): a success needs the world transition it
+    made and the receipt it answered with (a non-empty response body: the provider's identity for the effect).
+    A failure (denied, not_found, error, …) changed nothing and needs neither."""
+    if effect_class != "mutation":
+        return []
+    response = fixture.get("response") or {}
+    if response.get("outcome") not in _MUTATION_SUCCESS:
+        return []
+    missing = []
+    if not fixture.get("transition"):
+        missing.append("world transition")
+    body = response.get("body")
+    if not isinstance(body, dict | list) or not body:
+        missing.append("expected receipt")
+    return missing
 
 
 def fixture_id_for(fixture: Mapping[str, Any]) -> str:
@@ -1061,8 +1182,11 @@ def _recorded_body(run: Any, digest: str | None) -> Any:
     held = RunBlob.objects.filter(run=run, blob__digest=digest).select_related("blob").first()
     if held is None:
         raise ReviewRefused(f"the recorded body {digest} is not held with run {run.run_id}")
-    with storages["blobs"].open(blob_storage_name(digest), "rb") as fh:
-        data = fh.read()
+    try:
+        with storages["blobs"].open(blob_storage_name(digest), "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise ReviewRefused(f"the recorded body {digest} of run {run.run_id} is no longer held") from None
     try:
         return json.loads(data)
     except ValueError:
@@ -1199,20 +1323,28 @@ def recordings_stage(
         )
     key = capture_digest_key()
     checked = []
+    actor = user if getattr(user, "is_authenticated", False) else None
     for rec in converted.recordings:
         try:
-            checked.append((rec, intake.intake(rec.capture, digest_key=key)))
+            red = intake.intake(rec.capture, digest_key=key)
+            # All or nothing: the first exchange the record policy refuses refuses the file (its trace is kept).
+            admitted = connections.capture_admit(red.capture, door=converted.kind, actor=actor, token=token)
+        except connections.CaptureRefused as exc:
+            raise connections.CaptureRefused(
+                f"entry {rec.index} ({rec.method} {rec.url}): {exc}", exc.observation
+            ) from None
         except intake.CaptureError as exc:
             raise intake.CaptureError(f"entry {rec.index} ({rec.method} {rec.url}): {exc}") from None
-    actor = user if getattr(user, "is_authenticated", False) else None
+        checked.append((rec, red, admitted))
     staged = _stage_all(
         [
             dict(
                 red=red,
                 origin=StagedRecording.Origin.CAPTURE,
                 outcome=outcome_for(red.capture["response"]["status"], red.capture["response"].get("body")),
+                admitted=admitted,
             )
-            for _, red in checked
+            for _, red, admitted in checked
         ],
         actor=actor,
         token=token,
@@ -1220,7 +1352,7 @@ def recordings_stage(
     log.info("staged %d recordings from a %s (%d skipped)", len(staged), source.label, len(converted.skipped))
     return RecordingsResult(
         kind=converted.kind,
-        staged=[(rec, StageResult(r, promotion_blockers(r))) for (rec, _), r in zip(checked, staged, strict=True)],
+        staged=[(rec, StageResult(r, promotion_blockers(r))) for (rec, _, _), r in zip(checked, staged, strict=True)],
         skipped=converted.skipped,
     )
 
@@ -1281,6 +1413,7 @@ def run_recordings_stage(
     effect_class: str | None = None,
     tool: str | None = None,
     events: Iterable[str] | None = None,
+    connection: str | None = None,
 ) -> RunRecordingsResult:
     """Stage the tool results of an imported run as recordings, each with its provenance (run, result event,
     call), through the same intake and four-eyes review as a capture.
@@ -1290,8 +1423,13 @@ def run_recordings_stage(
     must be able to give). Skipped with the reason: results answered by a fixture, `unknown` outcomes, results
     without their call or with a body the run does not hold. A result staged before is reported in `already`,
     never staged twice. The scenario is the run's; a run without one needs `scenario`. The effect class is the
-    scenario's contract's for the tool, else `effect_class`. All or nothing. `ReviewRefused` if refused."""
+    scenario's contract's for the tool, else `effect_class`. All or nothing. `ReviewRefused` if refused.
+
+    `connection` names the reviewed connection the run's tool calls went through: the results are captures of it,
+    judged by the record policy like any other (a mutation result of a live connection is refused, with its trace
+    kept: `connections.CaptureRefused`)."""
     from runs.models import Event, RunBlob
+    from runs.retention import blob_expiries
 
     if user is not None and getattr(user, "is_authenticated", False) and not user.has_perm(CAPTURE_PERM):
         raise ReviewRefused("staging a run's results needs the operator or reviewer role")
@@ -1309,6 +1447,12 @@ def run_recordings_stage(
         )
     if effect_class not in (None, "", *intake.EFFECT_CLASSES):
         raise ReviewRefused(f"effect_class: one of {', '.join(intake.EFFECT_CLASSES)}, got {effect_class!r}")
+    connection = (connection or "").strip()
+    if not connection:
+        raise ReviewRefused(
+            f"connection: say which reviewed connection the tool calls of run {run.run_id} went through (--connection, "
+            "or the connection field): record mode stages only what came through an approved connection"
+        )
     version = None
     if run.scenario_name == name and run.scenario_version is not None:
         version = ScenarioVersion.objects.filter(name=name, version=run.scenario_version).first()
@@ -1351,6 +1495,8 @@ def run_recordings_stage(
     skipped: list[dict[str, Any]] = []
     already: list[dict[str, Any]] = []
     chosen: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+    # A body whose bytes the retention sweep removed cannot become a recording: skipped, saying so (docs/retention.md).
+    expiries = blob_expiries(body["blob"] for _, body in result_rows if isinstance(body.get("blob"), str))
     for seq, body in result_rows:
         call = calls.get(body.get("call_id"))
         called = str((call or {}).get("tool") or "")
@@ -1373,6 +1519,8 @@ def run_recordings_stage(
             skip("its call's request is not an object of arguments")
         elif not isinstance(call.get("contract_revision"), int) or isinstance(call.get("contract_revision"), bool):
             skip("its call names no contract revision")
+        elif body.get("blob") in expiries:
+            skip(f"its body {expiries[body['blob']].sentence}")
         else:
             chosen.append((seq, body, call))
     if tool and not (chosen or skipped or already):
@@ -1409,7 +1557,7 @@ def run_recordings_stage(
             "scenario": name,
             "tool": called,
             "contract_revision": call["contract_revision"],
-            "connection": f"run:{run.run_id}",
+            "connection": connection,
             "captured_at": _recorded_instant(body, run),
             "source_revision": None,
             "effect_class": effect,
@@ -1430,11 +1578,15 @@ def run_recordings_stage(
         }
         try:
             red = intake.intake(capture, digest_key=key)
+            admitted = connections.capture_admit(red.capture, door="run-result", actor=user, token=token)
+        except connections.CaptureRefused as exc:
+            raise connections.CaptureRefused(f"{body['id']}: {exc}", exc.observation) from None
         except intake.CaptureError as exc:
             raise ReviewRefused(f"{body['id']} cannot be staged: {exc}") from None
         items.append(
             dict(
                 red=red,
+                admitted=admitted,
                 origin=StagedRecording.Origin.RUN_RESULT,
                 outcome=outcome,
                 fidelity_note=(

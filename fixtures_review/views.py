@@ -54,6 +54,12 @@ def recording_queue(request: HtmxHttpRequest) -> HttpResponse:
     )
 
 
+def record_policy(request: HtmxHttpRequest) -> HttpResponse:
+    """Reviewed connections (what record mode may capture through) and the captures it refused or that failed."""
+    _require_staging_access(request.user)
+    return render(request, "fixtures/record_policy.html", {"p": selectors.record_policy_page()})
+
+
 def recording_detail(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     _require_staging_access(request.user)
     recording = get_object_or_404(StagedRecording, public_id=public_id)
@@ -67,7 +73,7 @@ def _render_recording(request: HtmxHttpRequest, recording: StagedRecording, *, o
     return render(request, template, {"p": page, "outcome": outcome, "action_error": error}, status=status)
 
 
-ACTIONS = ("redact", "synthesize", "reject", "approve")
+ACTIONS = ("redact", "synthesize", "reject", "exclude", "approve")
 
 
 @require_POST
@@ -103,6 +109,12 @@ def recording_action(request: HtmxHttpRequest, public_id: str, action: str) -> H
                 recording=recording, reason=post.get("reason", ""), user=request.user, revision=revision
             )
             outcome = "Rejected."
+        elif action == "exclude":
+            recording = services.recording_exclude_tool(
+                recording=recording, limitation=post.get("limitation", ""), user=request.user, revision=revision
+            )
+            assert recording.scenario_version is not None  # excluding mints a version or raises
+            outcome = f"Excluded {recording.tool}: scenario version {recording.scenario_version.ref} records why."
         else:
             recording = services.recording_approve(
                 recording=recording, user=request.user, revision=revision, note=post.get("note", "")
@@ -197,6 +209,7 @@ def run_results_stage(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             scenario=post.get("scenario") or None,
             effect_class=post.get("effect_class") or None,
             tool=post.get("tool") or None,
+            connection=post.get("connection") or None,
         )
     except (services.ReviewRefused, CaptureError) as exc:
         messages.error(request, f"Staging the results refused: {exc}")

@@ -96,3 +96,98 @@ def demo_captures() -> list[dict[str, Any]]:
 
 def _gzip_b64(data: bytes) -> str:
     return base64.b64encode(gzip.compress(data, mtime=0)).decode("ascii")
+
+
+# The connections the demo's captures come through, as an admin registers them and a reviewer approves them
+# (`load_demo`): reads of the status service and the docs search, on the live services, one account each. The mail
+# provider is registered too, reaching the live world and allowed reads only: the demo's refused capture is a
+# send recorded through it (seed 000, "Record mode needed its own fail-closed edges").
+DEMO_CONNECTIONS: list[dict[str, Any]] = [
+    {
+        "name": "status-service",
+        "description": "The request-status API the research agent polls (read only).",
+        "reaches": "live",
+        "source_classes": ["status-api"],
+        "capabilities": ["read"],
+        "account_scopes": ["acme-research"],
+        "capture_result_classes": ["public", "internal"],
+        "default_result_class": "internal",
+    },
+    {
+        "name": "docs-api",
+        "description": "The documentation search the research agent uses (read only).",
+        "reaches": "live",
+        "source_classes": ["public-docs"],
+        "capabilities": ["read"],
+        "account_scopes": ["acme-research"],
+        "capture_result_classes": ["public", "internal"],
+        "default_result_class": "public",
+    },
+    {
+        "name": "mail-provider",
+        "description": "The outbound mail provider of seed 001 (live): record mode may read delivery status only.",
+        "reaches": "live",
+        "source_classes": ["mail-api"],
+        "capabilities": ["read"],
+        "account_scopes": ["acme-support"],
+        "capture_result_classes": ["internal"],
+        "default_result_class": "internal",
+    },
+]
+
+
+def demo_refused_captures() -> list[dict[str, Any]]:
+    """Captures the record policy refuses or keeps only as an observation (`load_demo` submits each once):
+
+    - seed 001's follow-up email, sent again while recording through the live mail provider: a live mutation,
+      refused, its safe request observation and an audit entry kept;
+    - a status lookup whose response was lost after the read happened (the capture failed): only the request
+      observation is kept, and no fixture results.
+    """
+    send = {
+        "format": CAPTURE_FORMAT,
+        "scenario": "support-followup",
+        "tool": "mail.send",
+        "contract_revision": 1,
+        "connection": "mail-provider",
+        "captured_at": "2026-07-02T10:15:00Z",
+        "source_revision": None,
+        "effect_class": "mutation",
+        "request": {
+            "method": "POST",
+            "url": "https://mail.acme.example/v1/messages",
+            "headers": {"Content-Type": "application/json"},
+            "body": {"to": "customer@example.org", "template": "follow-up"},
+            "args": {"to": "customer@example.org", "template": "follow-up"},
+        },
+        "response": {"status": 202, "headers": {}, "body": {"message_id": "msg-demo-1"}},
+        "proposed_transition": {
+            "resource": "mailbox:customer@example.org",
+            "revision_before": 3,
+            "revision_after": 4,
+            "change": {"delivered": ["follow-up"]},
+        },
+        "world_revision": 3,
+    }
+    lost = {
+        "format": CAPTURE_FORMAT,
+        "scenario": "docs-research",
+        "tool": "status.lookup",
+        "contract_revision": 2,
+        "connection": "status-service",
+        "captured_at": "2026-07-01T09:05:00Z",
+        "source_revision": "status@118",
+        "effect_class": "read",
+        "request": {
+            "method": "GET",
+            "url": "https://status.acme.example/api/requests/req-7790",
+            "headers": {"Accept": "application/json"},
+            "body": None,
+            "args": {"request_id": "req-7790"},
+        },
+        "response": None,
+        "capture_failure": "the response stream was reset after the status service answered",
+        "proposed_transition": None,
+        "world_revision": 0,
+    }
+    return [send, lost]

@@ -25,9 +25,11 @@ What the engine does with a step, and the decisions behind it:
   revision, request digest, world revision and the latest checkpoint, then `run.state incomplete_test_world`.
   Never a placeholder, never a nearby fixture, never a live call: there is no live client to call.
 - **Excluded tools** (the scenario version names them with reasons) are the declared scope, not a missing
-  fixture: the call is recorded, its result says `outcome: unknown`, `evaluated: false`, `excluded {tool,
-  reason}`, and the replay goes on. Observations, admissions and claims resting on such a result carry
-  `unevaluated`; the scope note names the tool as uncovered.
+  fixture: the call to an excluded read is recorded, its result says `outcome: unknown`, `evaluated: false`,
+  `excluded {tool, reason}`, and the replay goes on. A call to an excluded mutation (or an excluded tool without a
+  contract) stops the run as a missing fixture does (`fixture.missing` with `excluded {tool, reason}`, then
+  `incomplete_test_world`): the world after it is not known. Observations, admissions and claims resting on an
+  excluded read's result carry `unevaluated`; the scope note names the tool as uncovered.
 - **Results** are labelled `origin: fixture`; a `produces: receipt` contract yields a `command.receipt` whose
   trees and environment come from the simulated workspace, not from the fixture. A fixture's `elapsed_s`
   advances the clock before the receipt; `termination_unknown` marks the workspace `uncertain`.
@@ -1179,6 +1181,20 @@ class _Engine:
             # an excluded tool's request is not checked: nothing is looked up with it
             with contextlib.suppress(ContractError):
                 request, digest = contract.digest(a.args)
+        if contract is None or contract.effect_class != "read":
+            # A mutation the scenario cannot model (or a tool whose effect class it does not know): going on would
+            # let the run continue as if the world had changed, or as if it had not, and neither is known. The run
+            # stops here, precisely, through the missing-fixture path (seed 000, "Missing mutations were treated
+            # most strictly": an incomplete simulation admits what it cannot evaluate).
+            what = "a mutation" if contract is not None else "a tool of unknown effect class"
+            self._missing_call(
+                a,
+                contract,
+                digest,
+                f"excluded: {a.tool} is {what} this scenario version excludes ({reason}): the world after it cannot "
+                "be evaluated",
+                excluded={"tool": a.tool, "reason": reason},
+            )
         revision = contract.revision if contract is not None else (a.recorded_revision or 0)
         call = self.emit(
             "tool.call",
@@ -1692,6 +1708,22 @@ class _Engine:
                 f"the scenario routes no contract for effects on {intent['destination']}", intent["destination"]
             )
         contract = self.sc.contracts.get(route.tool)
+        excluded = self.sc.excluded(route.tool)
+        if excluded is not None:
+            # The effect's tool is excluded: the scenario cannot model its consequence, so the run stops here, as
+            # a call to an excluded mutation does (`_excluded_call`), naming the exclusion rather than a bare miss.
+            request_digest = canonical.digest_json(info["args"])
+            with contextlib.suppress(ContractError):
+                request_digest = contract.digest(info["args"])[1]
+            self._missing_call(
+                CallTool(a.ref, None, route.tool, info["args"], None, None),
+                contract,
+                request_digest,
+                f"excluded: {route.tool} is a mutation this scenario version excludes ({excluded}): the effect's "
+                "consequence cannot be evaluated",
+                excluded={"tool": route.tool, "reason": excluded},
+                intent_id=intent["id"],
+            )
         try:
             _normalized, digest = contract.digest(info["args"])
         except ContractError as exc:

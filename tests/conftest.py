@@ -72,3 +72,64 @@ def role_user(db, django_user_model):
         return user
 
     return make
+
+
+# The connections the suite's captures come through, reviewed as record mode requires (docs/record-policy.md): each
+# proposed by one person and approved by another through `fixtures_review.connections`. Reads come through live
+# connections; the ones that record mutations reach a sandbox (a live mutation is always refused).
+REVIEWED_CONNECTIONS: dict[str, dict] = {
+    **{
+        name: {"reaches": "live", "capabilities": ["read"]}
+        for name in ("status-service", "docs-api", "docs-prod", "status", "docs.example", "status.example")
+    },
+    **{
+        name: {"reaches": "sandbox", "capabilities": ["read", "mutation"]}
+        for name in ("sim:review-requests", "prod-api", "x", "authored", "api.example", "mail-sandbox")
+    },
+}
+
+
+def approve_connection(name: str, *, proposer, approver, **policy):
+    """Register `name` and have it approved, through the services (the rules a person in the admin goes through)."""
+    from fixtures_review.connections import connection_approve, connection_propose
+
+    fields = {
+        "reaches": "live",
+        "source_classes": ["api"],
+        "capabilities": ["read"],
+        "account_scopes": ["test-account"],
+        "capture_result_classes": ["public", "internal"],
+        "default_result_class": "internal",
+        **policy,
+    }
+    connection = connection_propose(name=name, user=proposer, **fields)
+    return connection_approve(connection=connection, user=approver)
+
+
+@pytest.fixture
+def reviewed_connections(db, django_user_model):
+    """Every connection of REVIEWED_CONNECTIONS, approved: {name: Connection}."""
+    from django.contrib.auth.models import Group
+
+    people = []
+    for username in ("connection-proposer", "connection-approver"):
+        user = django_user_model.objects.create_user(username, password="a-long-test-password")
+        user.groups.add(Group.objects.get(name="reviewer"))
+        people.append(user)
+    return {
+        name: approve_connection(name, proposer=people[0], approver=people[1], **policy)
+        for name, policy in REVIEWED_CONNECTIONS.items()
+    }
+
+
+def approve_test_connection(name: str, **policy):
+    """One more connection, approved by the two people `reviewed_connections` made (use after that fixture)."""
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects
+    return approve_connection(
+        name,
+        proposer=users.get(username="connection-proposer"),
+        approver=users.get(username="connection-approver"),
+        **policy,
+    )

@@ -188,7 +188,7 @@ def test_a_capture_value_beyond_its_column_is_a_400(client, role_user, field, va
     assert StagedRecording.objects.count() == 0
 
 
-def test_a_capture_with_the_largest_revisions_that_fit_is_staged(client, role_user):
+def test_a_capture_with_the_largest_revisions_that_fit_is_staged(client, role_user, reviewed_connections):
     status, _ = _post_capture(
         client, role_user, contract_revision=INT32_MAX, world_revision=INT32_MAX, source_revision="s" * 200
     )

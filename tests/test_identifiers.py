@@ -247,7 +247,7 @@ def test_a_capture_naming_a_hostile_scenario_is_a_400(client, role_user, name, v
     assert StagedRecording.objects.count() == 0
 
 
-def test_a_good_capture_is_staged(client, role_user):
+def test_a_good_capture_is_staged(client, role_user, reviewed_connections):
     assert _post_capture(client, role_user)[0] == 201
     assert StagedRecording.objects.count() == 1
 

@@ -128,6 +128,7 @@ PAGES = [
     Page("fixtures:queue", "review-queue", "/review/"),
     *(Page("fixtures:recording", f"recording[{i}]", partial(Demo.recording_page, index=i)) for i in range(2)),
     Page("fixtures:recording", "recording[html]", Demo.html_recording_page),
+    Page("fixtures:record-policy", "record-policy", "/review/record-policy/"),
     Page("fixtures:scenarios", "scenario-list", "/scenarios/"),
     Page("fixtures:scenario", "scenario-detail", "/scenarios/docs-research@1/"),
     Page("login", "login", "/login/", role=None),

@@ -13,6 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from fixtures_review.models import StagedRecording
+from tests.conftest import approve_test_connection
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db]
 
@@ -54,9 +55,11 @@ def seed_scenarios(db):
 
 
 @pytest.fixture
-def site():
+def site(reviewed_connections):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Site)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    # The HAR's exchanges name their host as their connection: a reviewed one, like any other.
+    approve_test_connection(f"127.0.0.1:{server.server_address[1]}")
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()

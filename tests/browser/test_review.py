@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def scenarios(db):
+def scenarios(db, reviewed_connections):  # the captures come through reviewed connections (tests/conftest.py)
     from fixtures_review.scenarios import scenario_import
     from n17q_demo import seed_scenarios
 

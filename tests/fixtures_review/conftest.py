@@ -11,6 +11,13 @@ import pytest
 EXAMPLE_CAPTURE = json.loads((Path(__file__).resolve().parents[1] / "data" / "example-capture.json").read_text())
 
 
+@pytest.fixture(autouse=True)
+def _reviewed_connections(reviewed_connections):
+    """The fixture review tests capture through reviewed connections (tests/conftest.py names each one): record
+    mode refuses any other (tests/fixtures_review/test_record_policy.py shows the refusals)."""
+    return reviewed_connections
+
+
 @pytest.fixture
 def seed_scenarios(db):
     from fixtures_review.scenarios import scenario_import

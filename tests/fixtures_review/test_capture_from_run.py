@@ -24,8 +24,12 @@ def demo(capsys):
     capsys.readouterr()
 
 
+# The reviewed connection the demo runs' tool calls went through (tests/conftest.py registers and approves it).
+VIA = ("--connection", "docs-api")
+
+
 def stage(capsys, run: str, *args: str) -> dict:
-    call_command("capture_from_run", run, *args, "--json")
+    call_command("capture_from_run", run, *VIA, *args, "--json")
     return json.loads(capsys.readouterr().out)
 
 
@@ -67,7 +71,7 @@ def test_results_answered_by_fixtures_are_skipped_and_a_live_one_is_staged(demo,
     assert [r["event"] for r in out["recordings"]] == ["e-000r-res-status"]  # the answer that went live
     assert out["skipped"][0]["event"] == "e-000r-res-search" and "origin fixture" in out["skipped"][0]["reason"]
     with pytest.raises(CommandError, match=r"run-003-review-request has no tool result to stage .*origin fixture"):
-        call_command("capture_from_run", "run-003-review-request")
+        call_command("capture_from_run", "run-003-review-request", *VIA)
 
 
 def test_tool_and_event_narrow_what_is_staged(demo, capsys):
@@ -90,7 +94,7 @@ def test_tool_and_event_narrow_what_is_staged(demo, capsys):
 def test_bad_requests_are_one_line_and_stage_nothing(demo, args, said):
     before = StagedRecording.objects.count()
     with pytest.raises(CommandError, match=said):
-        call_command("capture_from_run", *args)
+        call_command("capture_from_run", *args, *VIA)
     assert StagedRecording.objects.count() == before
 
 
@@ -100,7 +104,7 @@ def test_a_run_without_a_scenario_needs_one_and_a_tool_without_a_contract_needs_
     with pytest.raises(CommandError, match=r"^scenario: run run-example-docs names no scenario.*--scenario"):
         call_command("capture_from_run", "run-example-docs")
     with pytest.raises(CommandError, match=r"effect_class: unknown for docs.search \(no version of fresh-world is"):
-        call_command("capture_from_run", "run-example-docs", "--scenario", "fresh-world")
+        call_command("capture_from_run", "run-example-docs", "--scenario", "fresh-world", *VIA)
     assert not StagedRecording.objects.filter(source_run="run-example-docs").exists()
     out = stage(capsys, "run-example-docs", "--scenario", "fresh-world", "--effect-class", "read")
     assert len(out["recordings"]) == 2 and out["scenario"] == "fresh-world"
@@ -134,7 +138,9 @@ def test_the_run_page_offers_the_button_to_operators_only(demo, client, role_use
 
 def test_the_button_stages_and_the_recording_page_links_back_to_the_run_and_event(demo, client, role_user):
     client.force_login(role_user("operator"))
-    response = client.post(reverse("fixtures:run-results-stage", args=["run-000-recorded"]), follow=True)
+    response = client.post(
+        reverse("fixtures:run-results-stage", args=["run-000-recorded"]), data={"connection": "docs-api"}, follow=True
+    )
     assert b"Staged 2 recordings from run run-000-recorded" in response.content
     status = StagedRecording.objects.get(source_run="run-000-recorded", source_event="e-000-res-status")
     page = client.get(reverse("fixtures:recording", args=[status.public_id])).content.decode()
@@ -143,7 +149,9 @@ def test_the_button_stages_and_the_recording_page_links_back_to_the_run_and_even
     assert "e-000-call-status" in page
     # The demo's own staged status capture answers the same key: the page flags the duplicate.
     assert 'id="duplicate-flag"' in page
-    again = client.post(reverse("fixtures:run-results-stage", args=["run-000-recorded"]), follow=True)
+    again = client.post(
+        reverse("fixtures:run-results-stage", args=["run-000-recorded"]), data={"connection": "docs-api"}, follow=True
+    )
     assert b"Staged 0 recordings" in again.content and b"2 already staged before" in again.content
 
 
@@ -171,7 +179,7 @@ def _token(user) -> str:
 def test_the_api_stages_a_runs_results(demo, client, role_user):
     harness = role_user("operator", "harness")
     url = reverse("api-run-captures", args=["run-000-recorded"])
-    response = client.post(url, data={"tool": "docs.search"}, content_type="application/json",
+    response = client.post(url, data={"tool": "docs.search", "connection": "docs-api"}, content_type="application/json",
                            HTTP_AUTHORIZATION=f"Token {_token(harness)}")  # fmt: skip
     assert response.status_code == 201, response.content
     body = response.json()
@@ -187,7 +195,8 @@ def test_the_api_stages_a_runs_results(demo, client, role_user):
         ("run-000-recorded", {"effect_class": "write"}, 400, "effect_class: one of read, mutation"),
         ("run-000-recorded", {"scenario": 3}, 400, "scenario: a string"),
         ("run-000-recorded", ["e-000-res-status"], 400, "the body must be an object"),
-        ("run-000-recorded", {"events": ["e-none"]}, 400, "holds no tool.result 'e-none'"),
+        ("run-000-recorded", {"events": ["e-none"], "connection": "docs-api"}, 400, "holds no tool.result 'e-none'"),
+        ("run-000-recorded", {}, 400, "connection: say which reviewed connection the tool calls of run"),
     ],
 )
 def test_the_api_refuses_bad_requests_in_one_line(demo, client, role_user, run, data, code, said):

@@ -48,3 +48,23 @@ def test_approving_the_demo_status_lookup_lets_the_research_replay_past_it(capsy
     call_command("replay", "run-000-recorded", "--mode", "rerun", "--scenario", "docs-research@2", "--inline", "--json")
     after = json.loads(capsys.readouterr().out)
     assert after["state"] == "completed" and after["missing"] == [], after
+
+
+def test_the_demo_shows_the_record_policy_refusing_a_live_send_and_a_failed_capture(capsys, client):
+    first = load(capsys)
+    assert [(c["connection"], c["state"]) for c in first["connections"]] == [
+        ("status-service", "approved"),
+        ("docs-api", "approved"),
+        ("mail-provider", "approved"),
+    ]
+    send, lost = first["refused"]
+    assert send["kind"] == "refused" and "a mutation recorded live through mail-provider" in send["reason"]
+    assert lost["kind"] == "capture-failed" and "no fixture resulted" in lost["reason"]
+    assert load(capsys)["refused"] == first["refused"]  # once, however often the demo loads
+    entry = AuditEntry.objects.get(action="capture.refused", target=send["observation"])
+    assert entry.actor == "operator" and entry.detail["connection"] == "mail-provider"
+    client.force_login(get_user_model().objects.get(username="reviewer"))
+    page = client.get("/review/record-policy/").content.decode()
+    assert f'id="{send["observation"]}"' in page and "a mutation recorded live through mail-provider" in page
+    assert f'id="{lost["observation"]}"' in page and "no fixture resulted" in page
+    assert "approved by reviewer" in page

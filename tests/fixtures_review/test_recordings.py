@@ -19,6 +19,7 @@ from django.urls import reverse
 from accounts.models import HarnessToken
 from fixtures_review.models import ReviewEvent, StagedRecording
 from fixtures_review.recordings import RecordingError, load, parse_mapping
+from tests.conftest import approve_test_connection
 from tests.fixtures_review.conftest import status_capture
 
 pytestmark = pytest.mark.django_db
@@ -63,10 +64,14 @@ class _Service(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def service():
+def service(reviewed_connections):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Service)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    # Exchanges name their host as their connection: this loopback service is a sandbox, reviewed like any other.
+    approve_test_connection(
+        f"127.0.0.1:{server.server_address[1]}", reaches="sandbox", capabilities=["read", "mutation"]
+    )
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()

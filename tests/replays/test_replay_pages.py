@@ -14,10 +14,14 @@ from django.utils import timezone
 
 from fixtures_review.models import ScenarioVersion, StagedRecording
 from fixtures_review.scenarios import scenario_package
+from n17q_demo import seed_scenarios
 from n17q_engine.package import load_scenario
 from replays import services as replays
 from replays.models import Replay
 from runs.models import Event, Run
+
+# The scenario versions the demo loads (n17q_demo/seed_scenarios.py): a launch refused mints none.
+SEED_VERSIONS = len(seed_scenarios.seed_packages())
 
 pytestmark = pytest.mark.django_db
 
@@ -102,7 +106,7 @@ def test_every_launching_button_refuses_a_post_without_its_csrf_token(demo, clie
     assert page.status_code == 200
     assert 'name="csrfmiddlewaretoken"' in page.content.decode()
     assert operator.post(url, {"variable": "decider", "decider": "careful", "checkpoint": "start"}).status_code == 403
-    assert Replay.objects.count() == 0 and ScenarioVersion.objects.count() == 3
+    assert Replay.objects.count() == 0 and ScenarioVersion.objects.count() == SEED_VERSIONS
 
 
 def test_the_missing_fixture_actions_refuse_a_post_without_its_csrf_token(
@@ -115,7 +119,7 @@ def test_the_missing_fixture_actions_refuse_a_post_without_its_csrf_token(
     assert page.count('name="csrfmiddlewaretoken"') == page.count('<form method="post"') >= 2
     for action in ("copy-similar", "exclude-tool"):
         assert operator.post(f"/replays/{replay.pk}/missing/0/{action}/", {"reason": "x"}).status_code == 403
-    assert StagedRecording.objects.count() == staged_before and ScenarioVersion.objects.count() == 3
+    assert StagedRecording.objects.count() == staged_before and ScenarioVersion.objects.count() == SEED_VERSIONS
 
 
 def test_the_summary_names_model_policy_workspaces_fixtures_clock_and_isolation(demo, client_as):
@@ -227,7 +231,7 @@ def test_it_copies_the_recorded_answer_into_review_and_does_not_touch_the_replay
     )
     assert Event.objects.filter(run=replay.run).count() == events_before
     assert Replay.objects.get(pk=replay.pk).state == Replay.State.FINISHED
-    assert ScenarioVersion.objects.count() == 3  # a candidate, not a version
+    assert ScenarioVersion.objects.count() == SEED_VERSIONS  # a candidate, not a version
     empty = operator.post(f"/replays/{replay.pk}/missing/0/copy-similar/", {}, follow=True)
     assert "copy the recorded answer instead of an empty one" in empty.content.decode()
     other = operator.post(
@@ -243,7 +247,7 @@ def test_exclude_the_tool_mints_a_new_scenario_version_with_the_reason(
     operator = client_as("operator")
     replay = launched(operator, "run-000-recorded", "replay", {}, django_capture_on_commit_callbacks)
     empty = operator.post(f"/replays/{replay.pk}/missing/0/exclude-tool/", {"reason": ""}, follow=True)
-    assert "Say why" in empty.content.decode() and ScenarioVersion.objects.count() == 3
+    assert "Say why" in empty.content.decode() and ScenarioVersion.objects.count() == SEED_VERSIONS
     response = operator.post(
         f"/replays/{replay.pk}/missing/0/exclude-tool/", {"reason": "status is never recorded for this corpus"}
     )
@@ -330,7 +334,7 @@ def test_a_run_without_a_scenario_cannot_become_a_regression_scenario(demo, clie
     call_command("import_run", "tests/data/example-bundle")
     response = client_as("operator").post("/runs/run-example-docs/regression/")
     assert response.status_code == 400 and "names no scenario version" in response.content.decode()
-    assert ScenarioVersion.objects.count() == 3
+    assert ScenarioVersion.objects.count() == SEED_VERSIONS
 
 
 # --- claims and recovery -------------------------------------------------------------------------------------

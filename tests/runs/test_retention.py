@@ -191,3 +191,24 @@ def test_a_bundle_cannot_call_its_own_missing_bytes_expired(tmp_path):
     with pytest.raises(BundleError, match=r"blobs\.sha256:e27d.*expired: listed as expired, but this console holds no"):
         run_import_from_path(folder)
     assert not Run.objects.filter(run_id="run-claims-expiry").exists()
+
+
+def test_a_result_whose_body_expired_is_skipped_when_a_run_is_staged_as_recordings(capsys):
+    """The trace as the recording (issue 17) meets retention: a result whose bytes were removed cannot become a
+    recording; it is skipped with the expiry's own sentence, one line, never a missing-file traceback."""
+    from django.core.management.base import CommandError
+
+    call_command("load_demo", "--json")
+    capsys.readouterr()
+    event = Run.objects.get(run_id="run-001-recorded").events.get(
+        kind="tool.result", body__call_id__endswith="call-draft-create"
+    )
+    with pytest.raises(CommandError) as refused:
+        call_command(
+            "capture_from_run",
+            "run-001-recorded",
+            *("--event", event.event_id, "--scenario", "email-delivery", "--connection", "mail-provider"),
+        )
+    message = str(refused.value)
+    assert "\n" not in message and event.event_id in message
+    assert "expired under retention class 'sensitive'" in message

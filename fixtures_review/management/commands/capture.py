@@ -23,7 +23,7 @@ from django.core.management.base import CommandError
 from accounts.cli import JsonCommand
 from fixtures_review import recordings
 from fixtures_review.intake import CaptureError
-from fixtures_review.services import capture_stage, recordings_stage
+from fixtures_review.services import capture_receive, recordings_stage
 
 MAX_CAPTURE_BYTES = 64 * 1024 * 1024
 
@@ -48,6 +48,11 @@ class Command(JsonCommand):
         group.add_argument("--connection", help="the connection's name (default: the URL's host)")
         group.add_argument("--world-revision", help="the world revision recorded against (default 0)")
         group.add_argument("--source-revision", help="the source revision of the service recorded")
+        group.add_argument(
+            "--source-class", help="the source class recorded (record policy; default: the connection's)"
+        )
+        group.add_argument("--account-scope", help="the one account recorded under (default: the connection's)")
+        group.add_argument("--result-class", help="the results' class (default: the connection's default)")
         group.add_argument(
             "--mapping", help="a YAML or JSON file of rules mapping method and URL to tool, contract, effect class"
         )
@@ -94,7 +99,7 @@ class Command(JsonCommand):
                         f"{path}: not a HAR file or a VCR cassette, and {', '.join(given)} apply only to those (a "
                         "capture names its own scenario, tool and contract)"
                     )
-                return capture_stage(raw=raw, user=user).to_json()
+                return capture_receive(raw=raw, user=user).to_json()
             result = recordings_stage(source=source, fields=fields, mapping=mapping, captured_at=captured_at, user=user)
         except CaptureError as exc:
             raise CommandError(f"{path}: {exc}") from None
@@ -102,6 +107,8 @@ class Command(JsonCommand):
 
     def human(self, result: dict[str, Any]) -> str:
         lines = []
+        if result.get("observation"):
+            return f"Nothing staged: {result['note']} (request observation {result['observation']})"
         for one in result.get("recordings") or [result]:
             where = f" entry {one['entry']} {one['method']} {one['url']}" if "entry" in one else ""
             lines.append(f"Staged {one['staged']} ({one['scenario']} {one['tool']}){where}")

@@ -32,6 +32,9 @@ class Command(JsonCommand):
         parser.add_argument(
             "--effect-class", choices=("read", "mutation"), help="for tools the scenario pins no contract for"
         )
+        parser.add_argument(
+            "--connection", help="the reviewed connection the run's tool calls went through (required: record policy)"
+        )
         parser.add_argument("--user", help="who stages them (who may then not approve them); default: nobody")
 
     def run(self, *, run: str, **options: Any) -> dict[str, Any]:
@@ -51,6 +54,7 @@ class Command(JsonCommand):
                 effect_class=options.get("effect_class"),
                 tool=options.get("tool"),
                 events=options.get("event"),
+                connection=options.get("connection"),
             )
         except (ReviewRefused, CaptureError) as exc:
             raise CommandError(str(exc)) from None

@@ -34,10 +34,12 @@ class Command(JsonCommand):
         for package in seed_scenarios.seed_packages():
             version, _created = scenario_import(package, source="demo")
             scenarios.append({"scenario": version.ref, "digest": version.digest})
+        connections = self._connections()
         staged = self._staged()
         # What the retention sweep would remove at its next beat, removed now: the demo shows an expiry disclosure
         # (story 001's first draft, class "sensitive") from its first page view. Idempotent like the task.
         expired = retention_sweep(by="demo").removed
+        refused = self._refused()
         # Loading the demo sets fresh passwords on the role accounts: worth a line in the audit log.
         audit_record(
             actor=None,
@@ -45,7 +47,58 @@ class Command(JsonCommand):
             target="demo",
             detail={"passwords_reset_for": [u["username"] for u in users], "runs": [r["id"] for r in runs]},
         )
-        return {"runs": runs, "users": users, "scenarios": scenarios, "staged": staged, "expired": expired}
+        return {
+            "runs": runs,
+            "users": users,
+            "scenarios": scenarios,
+            "staged": staged,
+            "connections": connections,
+            "refused": refused,
+            "expired": expired,
+        }
+
+    def _connections(self) -> list[dict[str, Any]]:
+        """The demo's reviewed connections: proposed by the admin, approved by the reviewer (four eyes), once."""
+        from fixtures_review.connections import connection_approve, connection_propose
+        from fixtures_review.models import Connection
+        from n17q_demo.captures import DEMO_CONNECTIONS
+
+        users = get_user_model().objects
+        out = []
+        for spec in DEMO_CONNECTIONS:
+            connection = Connection.objects.filter(name=spec["name"]).first()
+            if connection is None:
+                fields = {k: v for k, v in spec.items() if k != "name"}
+                connection = connection_propose(name=spec["name"], user=users.get(username="admin"), **fields)
+            if connection.state == Connection.State.PROPOSED:
+                connection = connection_approve(connection=connection, user=users.get(username="reviewer"))
+            out.append({"connection": connection.name, "state": connection.state})
+        return out
+
+    def _refused(self) -> list[dict[str, Any]]:
+        """The record policy at work, once: a live mutation refused, a capture that failed after a live read."""
+        from fixtures_review.connections import CaptureRefused
+        from fixtures_review.models import RequestObservation
+        from fixtures_review.services import FailedCapture, capture_receive
+        from n17q_demo.captures import demo_refused_captures
+
+        operator = get_user_model().objects.get(username="operator")
+        out = []
+        for capture in demo_refused_captures():
+            held = RequestObservation.objects.filter(
+                connection=capture["connection"], tool=capture["tool"], actor=operator
+            ).first()
+            if held is None:
+                try:
+                    answer = capture_receive(raw=capture, user=operator)
+                except CaptureRefused as exc:
+                    held = exc.observation
+                else:
+                    if not isinstance(answer, FailedCapture):
+                        raise RuntimeError(f"the demo's {capture['tool']} capture was staged, not refused")
+                    held = answer.observation
+            out.append({"observation": held.public_id, "kind": held.kind, "reason": held.reason})
+        return out
 
     def _staged(self) -> list[dict[str, Any]]:
         """The demo's captures, staged once (by the operator, so the reviewer may approve them)."""
@@ -77,6 +130,9 @@ class Command(JsonCommand):
         lines += ["Scenario versions:"] + [f"  {s['scenario']}  {s['digest']}" for s in result["scenarios"]]
         lines += ["Staged recordings (review queue):"] + [
             f"  {s['staged']}  {s['tool']} ({s['state']})" for s in result.get("staged", [])
+        ]
+        lines += ["Refused or failed captures (record policy):"] + [
+            f"  {r['observation']}  {r['kind']}: {r['reason']}" for r in result.get("refused", [])
         ]
         lines += ["Logins:"] + [f"  {u['username']:<9} {u['password']}" for u in result["users"]]
         return "\n".join(lines)

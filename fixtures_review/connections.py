@@ -1,0 +1,221 @@
+"""Reviewed connections and the record policy's refusals (seed 000, "Record mode needed its own fail-closed edges").
+
+Writes: proposing, approving (a reviewer other than the proposer, and only a complete policy) and retiring a
+connection, each an audit entry; and, at intake, `capture_admit`, which asks `record_policy.admit` and, when it
+refuses, keeps the safe request observation and an audit entry before raising. That record is written outside
+any transaction of the caller's staging (the caller calls this before it stages anything), so a refused capture
+leaves its trace even though nothing of it is staged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from n17q_secrets.scanning import mask_json
+
+from . import intake, record_policy
+from .models import Connection, RequestObservation
+
+REVIEW_PERM = "fixtures_review.review_capture"
+_NAMED = ("scenario", "tool", "connection", *record_policy.POLICY_KEYS)
+POLICY_FIELDS = (
+    "reaches",
+    "source_classes",
+    "capabilities",
+    "account_scopes",
+    "capture_result_classes",
+    "default_result_class",
+)
+
+
+class ConnectionRefused(ValueError):
+    """A connection action the rules do not allow; one sentence."""
+
+
+class CaptureRefused(intake.CaptureError):
+    """A capture the record policy refused: the reason, and the observation that keeps its trace."""
+
+    def __init__(self, message: str, observation: RequestObservation) -> None:
+        super().__init__(message)
+        self.observation = observation
+
+
+def _audit(actor: Any, action: str, target: str, detail: dict[str, Any]) -> None:
+    from accounts.audit import audit_record
+
+    audit_record(
+        actor=actor if getattr(actor, "is_authenticated", False) else None, action=action, target=target, detail=detail
+    )
+
+
+def policy_of(connection: Connection | None) -> record_policy.ConnectionPolicy | None:
+    if connection is None:
+        return None
+    since = connection.retired_at if connection.state == Connection.State.RETIRED else connection.proposed_at
+    return record_policy.ConnectionPolicy(
+        name=connection.name,
+        state=connection.state,
+        reaches=connection.reaches,
+        source_classes=tuple(connection.source_classes or ()),
+        capabilities=tuple(connection.capabilities or ()),
+        account_scopes=tuple(connection.account_scopes or ()),
+        capture_result_classes=tuple(connection.capture_result_classes or ()),
+        default_result_class=connection.default_result_class,
+        since=since.isoformat(timespec="seconds") if since else "",
+    )
+
+
+def _policy_detail(connection: Connection) -> dict[str, Any]:
+    return {name: getattr(connection, name) for name in POLICY_FIELDS}
+
+
+def connection_propose(*, name: str, user: Any, description: str = "", **policy: Any) -> Connection:
+    """Register a connection, proposed: record mode may not use it until a reviewer approves it."""
+    unknown = sorted(set(policy) - set(POLICY_FIELDS))
+    if unknown:
+        raise ConnectionRefused(f"{unknown[0]}: not a field of a connection's policy")
+    with transaction.atomic():
+        if Connection.objects.filter(name=name).exists():
+            raise ConnectionRefused(f"connection {name} is registered already")
+        connection = Connection.objects.create(name=name, description=description, proposed_by=_person(user), **policy)
+        _audit(user, "connection.propose", name, _policy_detail(connection))
+    return connection
+
+
+def connection_policy_change(
+    *, connection: Connection, user: Any, changed: Iterable[str] = (), created: bool = False
+) -> str:
+    """Save a connection the admin's form has filled in, and audit it. A new one is proposed by `user`. A changed
+    policy of an approved connection is no longer the policy a reviewer approved: it goes back to proposed, and
+    whoever changed it is its proposer (so another reviewer approves it). Returns the state it is in."""
+    if created:
+        connection.state = Connection.State.PROPOSED
+        connection.proposed_by = _person(user)
+    elif set(changed) & set(POLICY_FIELDS) and connection.state != Connection.State.RETIRED:
+        connection.state = Connection.State.PROPOSED
+        connection.approved_by = None
+        connection.approved_at = None
+        connection.proposed_by = _person(user)
+    connection.save()
+    action = "connection.propose" if created else "connection.change"
+    _audit(user, action, connection.name, {**_policy_detail(connection), "state": connection.state})
+    return connection.state
+
+
+def connection_approve(*, connection: Connection, user: Any) -> Connection:
+    """Approve a proposed connection: the reviewer role, another person than its proposer, a complete policy."""
+    refusal = approval_refusal(connection, user)
+    if refusal is not None:
+        _audit(user, "connection.approve_refused", connection.name, {"reason": refusal})
+        raise ConnectionRefused(refusal)
+    with transaction.atomic():
+        claimed = Connection.objects.filter(pk=connection.pk, state=Connection.State.PROPOSED).update(
+            state=Connection.State.APPROVED, approved_by=user, approved_at=timezone.now()
+        )
+        if claimed != 1:
+            raise ConnectionRefused(f"connection {connection.name} was approved or retired meanwhile: reload it")
+        connection.refresh_from_db()
+        _audit(user, "connection.approve", connection.name, _policy_detail(connection))
+    return connection
+
+
+def approval_refusal(connection: Connection, user: Any) -> str | None:
+    if not (getattr(user, "is_authenticated", False) and user.has_perm(REVIEW_PERM)):
+        return "approving a connection needs the reviewer role"
+    if connection.state != Connection.State.PROPOSED:
+        return f"connection {connection.name} is {connection.state}, not proposed"
+    if connection.proposed_by_id is not None and connection.proposed_by_id == user.pk:
+        return f"four eyes: you proposed connection {connection.name}, so another reviewer must approve it"
+    gaps = record_policy.policy_gaps(policy_of(connection))  # type: ignore[arg-type]
+    if gaps:
+        return f"connection {connection.name}: its capture policy is incomplete ({'; '.join(gaps)})"
+    return None
+
+
+def connection_retire(*, connection: Connection, user: Any) -> Connection:
+    """Retire a connection: record mode may no longer use it. Recordings staged through it stay as they are."""
+    if not (getattr(user, "is_authenticated", False) and user.has_perm(REVIEW_PERM)):
+        raise ConnectionRefused("retiring a connection needs the reviewer role")
+    with transaction.atomic():
+        changed = (
+            Connection.objects.filter(pk=connection.pk)
+            .exclude(state=Connection.State.RETIRED)
+            .update(state=Connection.State.RETIRED, retired_by=user, retired_at=timezone.now())
+        )
+        if changed != 1:
+            raise ConnectionRefused(f"connection {connection.name} is retired already")
+        connection.refresh_from_db()
+        _audit(user, "connection.retire", connection.name, {})
+    return connection
+
+
+def _person(user: Any) -> Any:
+    return user if getattr(user, "is_authenticated", False) else None
+
+
+# --- intake ------------------------------------------------------------------------------------------------------
+
+
+def capture_admit(
+    capture: Mapping[str, Any], *, door: str, actor: Any = None, token: Any = None
+) -> record_policy.Admitted:
+    """The record policy's verdict on a parsed capture. Refused: the safe request observation and an audit entry
+    `capture.refused` are kept, then CaptureRefused (a CaptureError: one line, HTTP 400) is raised."""
+    # The names a refusal repeats (in its reason, the observation, the audit log) are scanned first: a token pasted
+    # into `account_scope` must not reach the log in the clear because the capture was refused before intake masked it.
+    capture = {key: mask_json(value, key, []) if key in _NAMED else value for key, value in capture.items()}
+    connection = Connection.objects.filter(name=str(capture.get("connection") or "")).first()
+    try:
+        return record_policy.admit(capture, policy_of(connection))
+    except record_policy.RecordRefused as exc:
+        reason = str(exc)
+    observation = _observe(capture, RequestObservation.Kind.REFUSED, reason, door=door, actor=actor, token=token)
+    raise CaptureRefused(f"refused by the record policy: {reason} (kept as {observation.public_id})", observation)
+
+
+def capture_failure_record(
+    capture: Mapping[str, Any], *, door: str, actor: Any = None, token: Any = None
+) -> RequestObservation:
+    """A capture that failed after a live read (`capture_failure`): admitted by the policy like any capture, then
+    only its safe request observation is kept, with an audit entry `capture.failed`. No recording, no fixture."""
+    capture_admit(capture, door=door, actor=actor, token=token)
+    reason = f"the read happened but its response could not be kept: {capture['capture_failure']}; no fixture resulted"
+    return _observe(capture, RequestObservation.Kind.CAPTURE_FAILED, reason, door=door, actor=actor, token=token)
+
+
+def _observe(
+    capture: Mapping[str, Any], kind: str, reason: str, *, door: str, actor: Any, token: Any
+) -> RequestObservation:
+    safe = intake.observe_request(dict(capture))
+    observation = RequestObservation.objects.create(
+        kind=kind,
+        reason=reason,
+        door=door[:20],
+        scenario_name=str(capture.get("scenario") or "")[:100],
+        tool=safe["tool"][:200],
+        connection=str(capture.get("connection") or "")[:200],
+        effect_class=str(capture.get("effect_class") or "")[:20],
+        method=safe["method"],
+        request_digest=safe["request_digest"],
+        actor=_person(actor),
+        token_prefix=str(getattr(token, "prefix", "") or ""),
+    )
+    action = "capture.refused" if kind == RequestObservation.Kind.REFUSED else "capture.failed"
+    _audit(
+        actor,
+        action,
+        observation.public_id,
+        {
+            "reason": reason,
+            "door": door,
+            "connection": observation.connection,
+            "tool": observation.tool,
+            "request_digest": observation.request_digest,
+            "token": observation.token_prefix or None,
+        },
+    )
+    return observation
