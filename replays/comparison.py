@@ -135,7 +135,8 @@ def budget_ledger(
     lines = []
     for resource in sorted(set(totals) | {r for r, d in declared.items() if isinstance(d, dict) and d.get("limit")}):
         row = totals[resource]
-        limits = declared.get(resource) if isinstance(declared.get(resource), dict) else {}
+        held = declared.get(resource)
+        limits: dict[str, Any] = held if isinstance(held, dict) else {}
         lines.append(
             BudgetLine(
                 resource=resource,
@@ -343,7 +344,8 @@ def comparison_build(replay_run: Run) -> Comparison:
     attempts, _ = _events(source, ("attempt.started",))
     final_state, _ = _events(replay_run, ("run.state",), rep_cut)
     last_state = final_state[-1] if final_state else {}
-    declared = last_state.get("budget") if isinstance(last_state.get("budget"), dict) else {}
+    held = last_state.get("budget")
+    declared: dict[str, Any] = held if isinstance(held, dict) else {}
     ledger = budget_ledger(
         src_b, {str(a.get("attempt")) for a in attempts if a.get("parent_attempt_id")}, rep_b, declared
     )
