@@ -43,7 +43,7 @@ from .concurrency import Race, RaceError, parse_races
 from .contracts import ContractError, ContractSet
 from .fixtures import Fixture, FixtureError, FixtureRegistry
 from .identifiers import INT32_MAX, id_problem, scenario_name_problem
-from .vocabulary import FAULT_STAGES
+from .vocabulary import BUDGET_RESOURCES, FAULT_STAGES
 from .world import SimulatedWorld, WorldError, parse_time
 
 MANIFEST = "package.json"
@@ -367,6 +367,31 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """A declared budget of one resource (issue 19, seed 003 "Budgets exposed recovery cost"): `limit` is what a
+    replay may spend across all its attempts; `recovery_reserve` of it is kept for recovery (work in an attempt
+    started to recover from another), so ordinary work may spend at most `limit - recovery_reserve`."""
+
+    resource: str
+    limit: float
+    recovery_reserve: float
+
+    @property
+    def ordinary(self) -> float:
+        return max(0.0, self.limit - self.recovery_reserve)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A scoped authorization the fixture world issues to a replay as a synthetic token (issue 19, seed 000
+    "Credentials never entered replay artifacts"): it authorizes `tools` on `account`, and nothing else."""
+
+    id: str
+    account: str
+    tools: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ScenarioPackage:
     """A loaded, checked scenario version. Built only by `load_scenario`, which refuses anything inconsistent."""
 
@@ -394,6 +419,11 @@ class ScenarioPackage:
     current_policy: str
     approvals: str  # "simulated": a recorded human decision is replayed as a simulated approval; "none"
     races: tuple[Race, ...] = ()  # declared concurrency (concurrency.py, docs/concurrency.md)
+    # Issue 19 (additive, all optional in scenario.json): declared budgets with their recovery reserve, the grants
+    # the world issues as synthetic tokens, and which tools need one (tool -> the request field naming the account).
+    budgets: Mapping[str, Budget] = field(default_factory=dict)
+    grants: tuple[Grant, ...] = ()
+    authorized_tools: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -472,6 +502,9 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
             "description",
             "contract_migrations",
             "concurrency",
+            "budget",
+            "grants",
+            "authorized_tools",
         },
     )
     name = meta["name"]
@@ -577,6 +610,9 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
     except RaceError as exc:
         raise PackageError(str(exc)) from None
 
+    budgets = _budgets(meta.get("budget", {}))
+    grants, authorized_tools = _grants(meta.get("grants", []), meta.get("authorized_tools", {}), contracts)
+
     return ScenarioPackage(
         package=package,
         name=name,
@@ -602,6 +638,9 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         current_policy=current,
         approvals=approvals,
         races=races,
+        budgets=budgets,
+        grants=grants,
+        authorized_tools=authorized_tools,
     )
 
 
@@ -729,20 +768,83 @@ def _contract_migrations(value: Any, contracts: ContractSet) -> None:
         _strs(item["for_review"], f"{where}.for_review")
 
 
-INVARIANT_CHECKS = ("no_live_effect", "max_transitions", "approval_before_effect")
+# `refused_tools` (issue 19, seed 000 "The model could not switch modes"): tools the scenario forbids (a mode
+# switch, an environment write, a configuration edit, a live retry: `tools`, a name or a prefix ending in "*").
+# A call to one is refused by the world (recorded, never looked up) and the run goes on; the call after `max`
+# refused ones stops the run with the invariant's id and text.
+INVARIANT_CHECKS = ("no_live_effect", "max_transitions", "approval_before_effect", "refused_tools")
 
 
 def _invariants(value: Any) -> Iterator[dict[str, Any]]:
     for i, item in enumerate(_list(value, "scenario.json: invariants")):
         where = f"scenario.json: invariants[{i}]"
-        _keys(_obj(item, where), where, required={"id", "check", "text"}, optional={"resource_prefix", "max"})
+        _keys(_obj(item, where), where, required={"id", "check", "text"}, optional={"resource_prefix", "max", "tools"})
         if item["check"] not in INVARIANT_CHECKS:
             raise PackageError(f"{where}: check must be one of {', '.join(INVARIANT_CHECKS)}")
         if item["check"] == "max_transitions" and not (
             isinstance(item.get("resource_prefix"), str) and isinstance(item.get("max"), int)
         ):
             raise PackageError(f"{where}: max_transitions needs resource_prefix and max")
+        if item["check"] == "refused_tools":
+            tools = _strs(item.get("tools"), f"{where}.tools")
+            limit = item.get("max")
+            if not tools or any(not t.rstrip("*") for t in tools):
+                raise PackageError(f"{where}: refused_tools needs tools (names, or prefixes ending in *)")
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+                raise PackageError(f"{where}: refused_tools needs max, the refused calls tolerated before the stop")
         yield dict(item)
+
+
+def refused_by(invariant: dict[str, Any], tool: str) -> bool:
+    """Whether a `refused_tools` invariant names `tool` (exactly, or by a prefix ending in "*")."""
+    return any(tool.startswith(t[:-1]) if t.endswith("*") else tool == t for t in invariant.get("tools") or ())
+
+
+def _budgets(value: Any) -> dict[str, Budget]:
+    out = {}
+    for resource, item in _obj(value, "scenario.json: budget").items():
+        where = f"scenario.json: budget.{resource}"
+        if resource not in BUDGET_RESOURCES:
+            raise PackageError(f"{where}: not a budget resource (one of {', '.join(BUDGET_RESOURCES)})")
+        _keys(_obj(item, where), where, required={"limit"}, optional={"recovery_reserve"})
+        numbers = []
+        for key in ("limit", "recovery_reserve"):
+            number = item.get(key, 0)
+            if not isinstance(number, int | float) or isinstance(number, bool) or not 0 <= number < float("inf"):
+                raise PackageError(f"{where}.{key}: must be a non-negative number")
+            numbers.append(float(number))
+        if numbers[1] > numbers[0]:
+            raise PackageError(f"{where}: the recovery reserve ({numbers[1]:g}) exceeds the limit ({numbers[0]:g})")
+        out[resource] = Budget(resource, numbers[0], numbers[1])
+    return out
+
+
+def _grants(value: Any, tools: Any, contracts: ContractSet) -> tuple[tuple[Grant, ...], dict[str, str]]:
+    authorized = {}
+    for tool, account_field in _obj(tools, "scenario.json: authorized_tools").items():
+        where = f"scenario.json: authorized_tools.{tool}"
+        if tool not in contracts:
+            raise PackageError(f"{where}: no contract for {tool!r} in this scenario")
+        if account_field not in contracts.get(tool).fields:
+            raise PackageError(f"{where}: {account_field!r} is not a semantic field of {tool}'s contract")
+        authorized[tool] = str(account_field)
+    grants = []
+    for i, item in enumerate(_list(value, "scenario.json: grants")):
+        where = f"scenario.json: grants[{i}]"
+        _keys(_obj(item, where), where, required={"id", "account", "tools"})
+        problem = id_problem(item["id"], what="a grant id")
+        if problem is not None:
+            raise PackageError(f"{where}: id {problem}")
+        if not isinstance(item["account"], str) or not item["account"]:
+            raise PackageError(f"{where}: account must be a non-empty string (one account: scope is never ambiguous)")
+        scoped = _strs(item["tools"], f"{where}.tools")
+        unknown = [t for t in scoped if t not in authorized]
+        if not scoped or unknown:
+            raise PackageError(f"{where}: tools must name tools of authorized_tools ({unknown[:1] or 'none given'})")
+        grants.append(Grant(item["id"], item["account"], tuple(scoped)))
+    if len({g.id for g in grants}) != len(grants):
+        raise PackageError("scenario.json: grants: two grants share an id")
+    return tuple(grants), authorized
 
 
 def _no_endpoints(value: Any, where: str) -> None:

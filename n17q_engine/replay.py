@@ -73,6 +73,27 @@ What the engine does with a step, and the decisions behind it:
   excluded tools with reasons, contracts without a fixture).
 - **Invariants** declared by the scenario are checked on the log at the end and reported on the final
   `run.state` (`invariants`); a violated one makes a run that otherwise completed `failed`.
+
+Issue 19 (additive; docs/decisions.md "Issue 19 — budgets, hostile text, synthetic tokens"):
+
+- **Budgets** are cumulative across attempts: every `budget.charged` adds to one running total per resource,
+  whichever attempt it is in. The replay's own work is charged too (`origin: replay`, `cause` the event that
+  did it): a turn for each proposal a decider makes of its own, and a rerun command's `elapsed_s` as compute,
+  so a counterfactual's extra validation has a price. A charge made in an attempt started to recover from
+  another (`parent_attempt_id`) is a recovery (`recovery: true`). Against the scenario's `budget` (or a
+  counterfactual's `budget.<resource>`): spending past the limit stops the run; ordinary (not recovery) spending
+  that would dig into the declared recovery reserve stops it too, each with the numbers and the charge that did
+  it. The final `run.state` carries `budget` {resource: spent, replay_own, recovery, limit, recovery_reserve}.
+- **Refused tools**: a `refused_tools` invariant names tools no replay may use (a mode switch, an environment
+  or configuration write, a live retry). A call to one is answered by the world with `outcome: denied` and
+  `refused` {invariant, reason, attempt}, never looked up and never performed; the call after the tolerated
+  `max` stops the run `failed`, naming the invariant. There is nothing else to refuse: no action carries an
+  environment, a mode, an isolation level or a connection, and the View has no setter (tests prove both).
+- **Synthetic tokens**: the scenario's `grants` are issued to each replay as synthetic tokens
+  (`world.synthetic_token`, derived from seed, replay and grant). A call to a tool of `authorized_tools` carries
+  `authorization` {decision, grant, account, scope, synthetic, token_fingerprint}: the scope identity is
+  evidence, the material is not recorded. A call on an account no grant covers is denied by the world
+  (`tool.result outcome: denied`, no fixture consulted, no world change), and the replay goes on.
 """
 
 from __future__ import annotations
@@ -132,9 +153,20 @@ from .package import (
     ScenarioPackage,
     check_fault,
     load_replay,
+    refused_by,
 )
 from .vocabulary import BUNDLE_FORMAT, references
-from .world import IdSource, LogicalClock, SimulatedWorld, WorldError, effect_resource, iso, namespace_for, parse_time
+from .world import (
+    IdSource,
+    LogicalClock,
+    SimulatedWorld,
+    WorldError,
+    effect_resource,
+    iso,
+    namespace_for,
+    parse_time,
+    synthetic_token,
+)
 
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
@@ -462,7 +494,7 @@ class _Engine:
         self.decider: Decider = self._decider(vary.get("decider", package.decider))
         # What the counterfactual's variable sets, held apart: a replay from the start applies it at once; a
         # branch restores the history before its checkpoint as a rerun would (the scenario's policy, faults,
-        # delays and clock; no budget limit; the recorded human decisions) and applies it at the checkpoint.
+        # delays, clock and declared budget; the recorded human decisions) and applies it at the checkpoint.
         self.varied_policy: Policy = self._policy(vary.get("policy"))
         self.varied_faults: list[Fault] = list(sc.faults)
         if "fault" in vary:
@@ -477,7 +509,7 @@ class _Engine:
                     f"vary fault: {tool} races in {race.id!r}; its deliveries' stages come from the declared schedule"
                 )
         self.varied_delays = dict(sc.delays)
-        self.varied_limits: dict[str, float] = {}
+        self.varied_limits: dict[str, float] = {r: b.limit for r, b in sc.budgets.items()}
         self.varied_human: str | None = None
         self.varied_choice: dict[str, str] | None = None
         self.branch_index = self._branch(package.checkpoint)
@@ -506,7 +538,8 @@ class _Engine:
         self.policy: Policy = self._policy(None)
         self.faults: list[Fault] = list(sc.faults)
         self.delays = dict(sc.delays)
-        self.budget_limits: dict[str, float] = {}
+        self.budget_limits: dict[str, float] = {r: b.limit for r, b in sc.budgets.items()}
+        self.reserve: dict[str, float] = {r: b.recovery_reserve for r, b in sc.budgets.items()}
         self.human_override: str | None = None
         self.human_choice: dict[str, str] | None = None
         self.shift = timedelta(0)
@@ -543,7 +576,13 @@ class _Engine:
         self.raced: set[str] = set()  # the declared races already followed (each once per replay)
         self.approved: dict[str, tuple[str, str]] = {}  # source intent -> (decision, actor role)
         self.fired: set[tuple[str, str | None, str]] = set()
-        self.spent: dict[str, float] = {}
+        self.spent: dict[str, float] = {}  # cumulative across every attempt of the run
+        self.own_spent: dict[str, float] = {}  # of which the replay's own work (origin replay)
+        self.recovery_spent: dict[str, float] = {}  # of which spent in recovery attempts
+        self.recovery_attempts: set[str] = set()  # attempts started to recover from another (a parent attempt)
+        # refused_tools invariants, and the calls each refused so far
+        self.refusals = [inv for inv in sc.invariants if inv["check"] == "refused_tools"]
+        self.refused: dict[str, list[str]] = {}
         self.missing: list[dict[str, Any]] = []
         # replay event id -> the excluded tool it stands for: results not evaluated, and what rests on them
         self.unevaluated: dict[str, str] = {}
@@ -869,8 +908,34 @@ class _Engine:
             package=self.package.digest,
             scenario_digest=sc.digest,
             segment=self._segment_note(),
+            **self._issue19_scope(),
         )
         self.scope_event = self.log.by_id[self.log.events[-1]["id"]]
+
+    def _issue19_scope(self) -> dict[str, Any]:
+        """The scope note's additive fields: the declared budget, and the synthetic credentials issued (their
+        scope identity and fingerprint, never the token)."""
+        sc = self.sc
+        out: dict[str, Any] = {}
+        if sc.budgets:
+            out["budget"] = {
+                r: {"limit": b.limit, "recovery_reserve": b.recovery_reserve} for r, b in sorted(sc.budgets.items())
+            }
+        if sc.grants:
+            out["credentials"] = [
+                {
+                    "grant": g.id,
+                    "account": g.account,
+                    "tools": list(g.tools),
+                    "synthetic": True,
+                    "token_fingerprint": self._fingerprint(g.id),
+                }
+                for g in sc.grants
+            ]
+        return out
+
+    def _fingerprint(self, grant: str) -> str:
+        return canonical.digest_bytes(synthetic_token(self.sc.seed, self.package.replay_id, grant).encode("utf-8"))
 
     def _segment_note(self) -> dict[str, Any]:
         """What the replay evaluates: from which checkpoint, and what the history before it holds (as recorded;
@@ -944,7 +1009,23 @@ class _Engine:
             self.attempt = attempt
             self.emit("attempt.ended", outcome=f"{state}: {reason}")
         self.open_attempts = []
-        self.emit("run.state", state=state, reason=reason, invariants=invariants, missing=self.missing)
+        extra: dict[str, Any] = {}
+        budget = self._budget_record()
+        if budget:
+            extra["budget"] = budget
+        self.emit("run.state", state=state, reason=reason, invariants=invariants, missing=self.missing, **extra)
+
+    def _budget_record(self) -> dict[str, Any]:
+        out = {}
+        for resource in sorted(set(self.spent) | set(self.budget_limits)):
+            out[resource] = {
+                "spent": self.spent.get(resource, 0),
+                "replay_own": self.own_spent.get(resource, 0),
+                "recovery": self.recovery_spent.get(resource, 0),
+                "limit": self.budget_limits.get(resource),
+                "recovery_reserve": self.reserve.get(resource, 0) if resource in self.budget_limits else None,
+            }
+        return out
 
     def _invariants(self) -> list[dict[str, Any]]:
         out = []
@@ -969,6 +1050,14 @@ class _Engine:
                 ]
                 bad = hits if len(hits) > inv["max"] else []
                 detail = f"{len(hits)} transitions on {inv['resource_prefix']}* (at most {inv['max']})"
+            elif check == "refused_tools":
+                calls = self.refused.get(inv["id"], [])
+                bad = calls if len(calls) > inv["max"] else []
+                detail = (
+                    f"{len(calls)} refused call{'s' if len(calls) != 1 else ''} to {', '.join(inv['tools'])} "
+                    f"(at most {inv['max']} tolerated before the run stops)"
+                    + (f": {', '.join(calls)}" if calls else "")
+                )
             else:  # approval_before_effect
                 bad = []
                 for e in events:
@@ -1020,6 +1109,8 @@ class _Engine:
 
     def _start_attempt(self, a: StartAttempt) -> None:
         self.attempt = a.attempt
+        if a.parent is not None:
+            self.recovery_attempts.add(a.attempt)
         self.open_attempts.append(a.attempt)
         self.objects.add(a.attempt)
         self.seen_since_proposal = []
@@ -1077,7 +1168,9 @@ class _Engine:
         fields["origin"] = "recorded" if a.ref is not None else f"scripted:{self.decider.name}"
         if a.recorded_context:
             fields["recorded_context_digest"] = a.recorded_context
-        self.emit("model.proposal", ref=a.ref, **fields)
+        proposal = self.emit("model.proposal", ref=a.ref, **fields)
+        if a.ref is None:  # the decider's own turn: the recording's turns are charged by its own budget events
+            self._spend("turns", 1, origin="replay", cause=proposal, what=f"the decider's own proposal {proposal}")
 
     # tool calls
 
@@ -1085,6 +1178,11 @@ class _Engine:
         sc = self.sc
         proposal = self.resolve(a.proposal)
         workspace = a.workspace
+        if self.refusals:
+            for inv in self.refusals:
+                if refused_by(inv, a.tool):
+                    self._refused_call(a, proposal, inv)
+                    return
         reason = sc.excluded(a.tool)
         if reason is not None:
             self._excluded_call(a, proposal, reason)
@@ -1114,6 +1212,7 @@ class _Engine:
             )
         if workspace is not None and self.world.get(f"workspace:{workspace}") is None:
             self._missing_call(a, contract, digest, f"workspace {workspace} does not exist in the fixture world")
+        authorization = self._authorize(a.tool, normalized) if a.tool in sc.authorized_tools else None
         call = self.emit(
             "tool.call",
             ref=a.ref,
@@ -1123,7 +1222,22 @@ class _Engine:
             request_digest=digest,
             proposal_id=proposal,
             workspace_id=workspace,
+            **({"authorization": authorization} if authorization is not None else {}),
         )
+        if authorization is not None and authorization["decision"] == "denied":
+            # The world refuses it as a provider would: no fixture consulted, no world change; the decider sees it.
+            res = self.emit(
+                "tool.result",
+                ref=self.source.result_of.get(a.ref) if a.ref is not None else None,
+                call_id=call,
+                origin="fixture",
+                outcome="denied",
+                blob=None,
+                absent={"body": "not_applicable"},
+                authorization=authorization,
+            )
+            self.seen_since_proposal.append(res)
+            return
         result = sc.registry.lookup(a.tool, contract.revision, digest, _CallView(self.world, workspace))
         if not isinstance(result, Hit):
             self._lookup_failed(result, call)
@@ -1142,6 +1256,11 @@ class _Engine:
         recorded_result = self.source.result_of.get(a.ref) if a.ref is not None else None
         if contract.produces == "receipt" and stage is None:
             self._receipt(fixture, call, workspace, recorded_result)
+            elapsed = fixture.response.body.get("elapsed_s") if isinstance(fixture.response.body, dict) else None
+            if a.ref is None and isinstance(elapsed, int | float) and not isinstance(elapsed, bool) and elapsed > 0:
+                # the decider's own command (a rerun validation): its compute is the replay's, and it is charged
+                receipt = self.log.last["command.receipt"]["id"]
+                self._spend("compute_s", elapsed, origin="replay", cause=receipt, what=f"the rerun {receipt}")
         else:
             body = fixture.response.body if stage in (None, "after_local_commit") else None
             blob = self.log.blob(canonical.canonical_json(body), JSON, "tool-output") if body is not None else None
@@ -1164,6 +1283,71 @@ class _Engine:
             self.stop(
                 "interrupted", f"fault after_local_commit injected on {a.tool}: the harness stopped after committing"
             )
+
+    def _refused_call(self, a: CallTool, proposal: str | None, inv: dict[str, Any]) -> None:
+        """A call to a tool a `refused_tools` invariant names: recorded and refused by the world, never looked up.
+
+        Whatever text asked for it (a fixture's body, a workspace file), the call reaches nothing: the scenario has
+        no contract to perform it, the engine no live client. Repeated attempts stop the run: the one after the
+        invariant's `max` ends it `failed`, naming the invariant and every refused call."""
+        calls = self.refused.setdefault(inv["id"], [])
+        contract = self.sc.contracts.get(a.tool) if a.tool in self.sc.contracts else None
+        workspace = a.workspace if a.workspace in self.objects else None
+        call = self.emit(
+            "tool.call",
+            ref=a.ref,
+            tool=a.tool,
+            contract_revision=contract.revision if contract is not None else (a.recorded_revision or 0),
+            request=a.args,
+            request_digest=canonical.digest_json(a.args),
+            proposal_id=proposal,
+            workspace_id=workspace,
+        )
+        calls.append(call)
+        res = self.emit(
+            "tool.result",
+            ref=self.source.result_of.get(a.ref) if a.ref is not None else None,
+            call_id=call,
+            origin="fixture",
+            outcome="denied",
+            blob=None,
+            absent={"body": "not_applicable"},
+            refused={"invariant": inv["id"], "reason": inv["text"], "attempt": len(calls), "tolerated": inv["max"]},
+        )
+        self.seen_since_proposal.append(res)
+        if len(calls) > inv["max"]:
+            self.stop(
+                "failed",
+                _bounded(
+                    f"invariant {inv['id']} ({inv['text']}): {len(calls)} refused calls to tools the scenario "
+                    f"forbids ({', '.join(inv['tools'])}), at most {inv['max']} tolerated; the last: {a.tool} "
+                    f"({call}); refused: {', '.join(calls)}"
+                ),
+            )
+
+    def _authorize(self, tool: str, normalized: Any) -> dict[str, Any]:
+        """The world's answer to a call that needs authorization: which synthetic grant covers it, or why none."""
+        field = self.sc.authorized_tools[tool]
+        account = normalized.get(field) if isinstance(normalized, dict) else None
+        for grant in self.sc.grants:
+            if tool in grant.tools and grant.account == account:
+                return {
+                    "decision": "allowed",
+                    "grant": grant.id,
+                    "account": account,
+                    "scope": {"account": grant.account, "tools": list(grant.tools)},
+                    "synthetic": True,
+                    "token_fingerprint": self._fingerprint(grant.id),
+                }
+        held = [{"grant": g.id, "account": g.account, "tools": list(g.tools)} for g in self.sc.grants]
+        return {
+            "decision": "denied",
+            "account": account,
+            "synthetic": True,
+            "grants_held": held,
+            "reason": f"no synthetic grant of this replay authorizes {tool} on account {account!r} "
+            f"(held: {', '.join(f'{g.id} for {g.account}' for g in self.sc.grants) or 'none'})",
+        }
 
     def _excluded_call(self, a: CallTool, proposal: str | None, reason: str) -> None:
         """A call to a tool the scenario version excludes: recorded, not evaluated, and the replay goes on.
@@ -1896,11 +2080,43 @@ class _Engine:
         self.emit("account.claim", ref=a.ref, **fields)
 
     def _charge(self, a: Charge) -> None:
-        self.emit("budget.charged", ref=a.ref, resource=a.resource, amount=a.amount, origin="recorded")
-        self.spent[a.resource] = self.spent.get(a.resource, 0) + a.amount
-        limit = self.budget_limits.get(a.resource)
-        if limit is not None and self.spent[a.resource] > limit:
-            self.stop("stopped", f"budget exhausted: {a.resource} {self.spent[a.resource]:g} > {limit:g}")
+        self._spend(a.resource, a.amount, origin="recorded", ref=a.ref, what=f"the recorded charge {a.ref}")
+
+    def _spend(
+        self, resource: str, amount: float, *, origin: str, what: str, ref: Any = None, cause: Any = None
+    ) -> None:
+        """One charge, added to the run's cumulative total and checked against the limit and the recovery reserve.
+
+        The charge is written before the check: the work it pays for has happened, and the stop names it."""
+        recovery = self.attempt in self.recovery_attempts
+        spent = self.spent[resource] = self.spent.get(resource, 0) + amount
+        if origin == "replay":
+            self.own_spent[resource] = self.own_spent.get(resource, 0) + amount
+        if recovery:
+            self.recovery_spent[resource] = self.recovery_spent.get(resource, 0) + amount
+        fields: dict[str, Any] = {"resource": resource, "amount": amount, "origin": origin, "recovery": recovery}
+        if cause is not None:
+            fields["cause"] = cause
+        fields["spent_total"] = spent
+        self.emit("budget.charged", ref=ref, **fields)
+        limit = self.budget_limits.get(resource)
+        if limit is None:
+            return
+        where = f"{what} in attempt {self.attempt}" if self.attempt else what
+        if spent > limit:
+            self.stop(
+                "stopped",
+                f"budget exhausted: {resource} {spent:g} > {limit:g} (cumulative across attempts; {amount:g} for "
+                f"{where})",
+            )
+        reserve = self.reserve.get(resource, 0)
+        if reserve and not recovery and spent > limit - reserve:
+            self.stop(
+                "stopped",
+                f"budget reserve: {resource} {spent:g} spent would dig into the recovery reserve of {reserve:g} "
+                f"(limit {limit:g}; ordinary work may spend {limit - reserve:g}); {amount:g} for {where}, which is "
+                "not a recovery",
+            )
 
     def _checkpoint_action(self, a: Checkpoint) -> None:
         self._checkpoint(a.ref)
@@ -1910,6 +2126,10 @@ class _Engine:
 
     def _stop(self, a: Stop) -> NoReturn:
         self.stop(a.state, a.reason)
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1].rstrip() + "\u2026"
 
 
 def _number(value: str, key: str) -> float:

@@ -490,3 +490,22 @@ class SimulatedWorld:
 
     def __repr__(self) -> str:
         return f"SimulatedWorld({self.name!r}, revision={self._revision}, resources={len(self._resources)})"
+
+
+# --- synthetic tokens (issue 19) ---------------------------------------------------------------------------------
+
+SYNTHETIC_TOKEN_PREFIX = "n17q-synthetic-token."
+
+
+def synthetic_token(seed: str, replay_id: str, grant: str) -> str:
+    """The synthetic token the fixture world issues to one replay for one grant (seed 000 "Credentials never
+    entered replay artifacts"). Derived from the scenario seed, the replay id and the grant, so the same package
+    gives the same token and no two replays share one; it authorizes nothing outside that replay's fixture world.
+
+    Its shape is deliberately no provider's: a fixed prefix that says what it is, the grant's name, and hex. It has
+    none of the markers secret scanners key on (`ghp_`, `sk-`, `xox`, `AKIA`, a JWT's `eyJ`, a PEM block), so no
+    scanner mistakes it for a real credential, and nothing real can be mistaken for it. Events record only its
+    fingerprint (`token_fingerprint`) beside the grant's scope: the trace keeps who was authorized for what, not
+    the material."""
+    _name(grant, "the grant")
+    return f"{SYNTHETIC_TOKEN_PREFIX}{grant}.{_hex(seed, replay_id, 'grant', grant)}"

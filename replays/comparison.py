@@ -13,6 +13,12 @@ the recording's by construction (the replay re-ran the recorded decisions to res
 are left unevaluated, and the report says how many events on each side it set aside. The hard invariants are
 still computed on each whole run: they are facts about what happened, wherever it happened.
 
+Budget (issue 19, seed 003 "Budgets exposed recovery cost"): beside the totals per resource, the report keeps
+a ledger that says what the cost was made of: in the replay, what it re-charged from the recording and what its
+own work cost (a counterfactual's extra validation), how much of each run went to recovery (attempts started to
+recover from another), and the limit and recovery reserve the replay ran under, with the reason when spending
+stopped it. Cost sits beside safety and completion; it never decides them.
+
 Pairing: a replay re-derives its own event ids, so events are paired by position within a layer (the n-th
 proposal of the source with the n-th of the replay). The first divergence is the earliest pair, by the
 source's order, whose signatures differ; it links to both events. Each layer reads only its kinds through
@@ -82,6 +88,69 @@ class Comparison:
     unevaluated_claims: list[dict[str, Any]] = field(default_factory=list)
     # a branch from a recorded checkpoint: what was compared and what was set aside (None: the whole run)
     segment: Segment | None = None
+    # the budget ledger, one line per resource (issue 19); the budget stop's reason when spending ended the replay
+    budget_ledger: list[BudgetLine] = field(default_factory=list)
+    budget_stop: str = ""
+
+
+@dataclass(frozen=True)
+class BudgetLine:
+    resource: str
+    recorded: float  # the source run's total, across every attempt
+    recorded_recovery: float  # of which in its recovery attempts
+    replay: float  # the replay's total, across every attempt
+    replayed: float  # of which re-charged from the recording (origin recorded)
+    own: float  # of which the replay's own work (origin replay: its own turns, its reruns)
+    replay_recovery: float  # of which in recovery attempts
+    limit: float | None  # None: no limit declared or varied
+    reserve: float | None
+
+    @property
+    def ordinary_allowance(self) -> float | None:
+        return None if self.limit is None else max(0.0, self.limit - (self.reserve or 0))
+
+
+def budget_ledger(
+    source_charges: list[dict[str, Any]],
+    source_recovery_attempts: set[str],
+    replay_charges: list[dict[str, Any]],
+    declared: dict[str, Any],
+) -> list[BudgetLine]:
+    """The ledger from each run's `budget.charged` events. A recording's charges carry no recovery flag, so its
+    recovery is read from its attempts (one with a parent attempt recovers from it); the replay's charges say
+    it themselves. `declared` is the replay's final `run.state` `budget` (limit and reserve per resource)."""
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for e in source_charges:
+        row = totals[e["resource"]]
+        row["recorded"] += e.get("amount") or 0
+        if e.get("attempt") in source_recovery_attempts:
+            row["recorded_recovery"] += e.get("amount") or 0
+    for e in replay_charges:
+        row = totals[e["resource"]]
+        amount = e.get("amount") or 0
+        row["replay"] += amount
+        row["own" if e.get("origin") == "replay" else "replayed"] += amount
+        if e.get("recovery"):
+            row["replay_recovery"] += amount
+    lines = []
+    for resource in sorted(set(totals) | {r for r, d in declared.items() if isinstance(d, dict) and d.get("limit")}):
+        row = totals[resource]
+        held = declared.get(resource)
+        limits: dict[str, Any] = held if isinstance(held, dict) else {}
+        lines.append(
+            BudgetLine(
+                resource=resource,
+                recorded=row["recorded"],
+                recorded_recovery=row["recorded_recovery"],
+                replay=row["replay"],
+                replayed=row["replayed"],
+                own=row["own"],
+                replay_recovery=row["replay_recovery"],
+                limit=limits.get("limit"),
+                reserve=limits.get("recovery_reserve"),
+            )
+        )
+    return lines
 
 
 @dataclass(frozen=True)
@@ -272,6 +341,20 @@ def comparison_build(replay_run: Run) -> Comparison:
         if not row.same and budget.first_divergence is None:
             budget.first_divergence = row
     budget.summary = "totals per resource across every attempt" if budget.rows else "no budget charged in either run"
+    attempts, _ = _events(source, ("attempt.started",))
+    final_state, _ = _events(replay_run, ("run.state",), rep_cut)
+    last_state = final_state[-1] if final_state else {}
+    held = last_state.get("budget")
+    declared: dict[str, Any] = held if isinstance(held, dict) else {}
+    ledger = budget_ledger(
+        src_b, {str(a.get("attempt")) for a in attempts if a.get("parent_attempt_id")}, rep_b, declared
+    )
+    for row in budget.rows:
+        line = next((x for x in ledger if x.resource == (row.replay or row.source or {}).get("resource")), None)
+        if line is not None and line.own:
+            row.note = f"{line.own:g} of it the replay's own work"
+    reason = str(last_state.get("reason") or "")
+    budget_stop = reason if reason.startswith(("budget exhausted", "budget reserve")) else ""
 
     # claims
     claims, src_a, rep_a = layer("claims", "Claims (the final account)", ("account.claim",))
@@ -311,6 +394,8 @@ def comparison_build(replay_run: Run) -> Comparison:
         historical_approvals=historical,
         unevaluated_claims=unevaluated,
         segment=segment,
+        budget_ledger=ledger,
+        budget_stop=budget_stop,
     )
 
 

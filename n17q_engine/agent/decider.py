@@ -44,7 +44,7 @@ from ..deciders import (
     View,
     recorded,
 )
-from ..package import ScenarioPackage
+from ..package import ScenarioPackage, refused_by
 from .bridge import Bridge, Refused, Request, tool_schema
 from .model import MODEL_CONTRACT, MODEL_TOOL, LiveModel
 from .spec import AgentSpec
@@ -320,6 +320,15 @@ class _Drive:
         name = request.body.get("name")
         args = dict(request.body.get("arguments") or {})
         if name == MODEL_TOOL or name not in self.sc.contracts:
+            if name != MODEL_TOOL and self._forbidden(str(name)):
+                # A tool the scenario forbids (issue 19: a mode switch, an environment or configuration write, a
+                # live retry): not refused here in silence but performed as a call, so the world refuses it on the
+                # record and the scenario's invariant counts it; repeated attempts stop the run.
+                yield Propose(None, when, {"type": "tool_call", "tool": name, **args})
+                proposal = view.last("model.proposal")
+                yield CallTool(None, when, str(name), args, None, proposal["id"] if proposal else None)
+                self.s.answer(self._result_of_last_call())
+                return None
             self.s.refuse(f"unknown tool {name!r}")
             return None
         workspace = args.pop("workspace", None)
@@ -356,6 +365,9 @@ class _Drive:
         yield CallTool(None, when, name, args, workspace, proposal["id"] if proposal else None)
         self.s.answer(self._result_of_last_call())
         return None
+
+    def _forbidden(self, tool: str) -> bool:
+        return any(inv["check"] == "refused_tools" and refused_by(inv, tool) for inv in self.sc.invariants)
 
     def _live_chat(self, request: Request, when: Any) -> Generator[Action, None, str | None]:
         """A chat request relayed live (the operator declared a model connection): recorded as a `model.chat`
