@@ -452,3 +452,101 @@ def test_a_bad_wheel_is_refused_in_one_line_and_nothing_is_registered(tmp_path, 
     assert not RegisteredAgent.objects.exists()
     agents = Path(os.environ["N17Q_DATA_DIR"]) / "agents"
     assert not agents.exists() or not any(agents.iterdir())
+
+
+# --- the live model connection from the CLI -------------------------------------------------------------------------
+
+
+def test_the_cli_relays_a_declared_live_model_through_the_worker_and_says_it_is_a_fresh_comparison_run(
+    demo, tmp_path, capsys, monkeypatch
+):
+    """`replay --model-base-url URL --model-credential-name NAME`: the form's connection from the command line, the
+    same relay path (the worker's relay, a loopback OpenAI-compatible server standing in for a provider). The
+    credential is in the worker's environment only: never in the command's output, the database or the sandbox."""
+    from accounts.models import AuditEntry
+    from tests.engine.test_agent_decider import CREDENTIAL_NAME, SECRET, Provider
+
+    _isolation_or_skip()
+    monkeypatch.setenv(CREDENTIAL_NAME, SECRET)
+    provider = Provider()
+    try:
+        folder = agent_folder(tmp_path, "live_probe_agent.py")
+        register(capsys, "live-probe", str(folder), "--command", "python live_probe_agent.py")
+        call_command(
+            "replay",
+            "run-001-recorded",
+            "--mode",
+            "counterfactual",
+            "--vary",
+            "decider=agent:live-probe",
+            "--model-base-url",
+            provider.base_url,
+            "--model-credential-name",
+            CREDENTIAL_NAME,
+            "--inline",
+            "--json",
+        )
+        said = capsys.readouterr().out
+        out = json.loads(said)
+        assert out["replay_state"] == "finished", out["error"]
+        assert out["model_connection"] == {"base_url": provider.base_url, "credential_name": CREDENTIAL_NAME}
+        assert out["run_label"].startswith("a fresh comparison run, not a replay")
+        assert SECRET not in said
+        # the provider got the agent's two calls with the credential the worker added (positive control)
+        assert len(provider.received) == 2
+        assert all(r["headers"]["Authorization"] == f"Bearer {SECRET}" for r in provider.received)
+        dump = json.loads(provider.received[1]["body"]["messages"][-1]["content"])
+        assert CREDENTIAL_NAME not in dump["environ"] and SECRET not in json.dumps(dump)
+        replay = Replay.objects.get()
+        assert replay.environment["truth"] == "fresh comparison"
+        results = [e.body for e in Event.objects.filter(run=replay.run, kind="tool.result")]
+        assert [r["origin"] for r in results if r.get("connection", "").startswith("live:")] == ["live", "live"]
+        stored = json.dumps(
+            [
+                list(Replay.objects.values()),
+                list(AuditEntry.objects.values("detail", "target")),
+                [e.body for e in Event.objects.filter(run=replay.run)],
+            ],
+            default=str,
+        )
+        assert SECRET not in stored
+    finally:
+        provider.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--model-base-url", "http://127.0.0.1:9/v1"), "go together"),
+        (("--model-credential-name", "PROVIDER_KEY"), "go together"),
+        (("--model-base-url", "http://127.0.0.1:9/v1", "--model-credential-name", SECRET_LIKE), "the NAME of"),
+        (("--model-base-url", "ftp://x.invalid/v1", "--model-credential-name", "PROVIDER_KEY"), "an http(s) URL"),
+    ],
+)
+def test_the_cli_refuses_a_model_connection_that_is_not_a_url_and_a_name_in_one_line(
+    demo, tmp_path, capsys, flags, message
+):
+    folder = agent_folder(tmp_path, AGENT)
+    register(capsys, "tester", str(folder), "--command", f"python {AGENT}")
+    with pytest.raises(CommandError, match=re.escape(message)) as raised:
+        call_command("replay", RUN, "--mode", "counterfactual", "--vary", "decider=agent:tester", *flags, "--inline")
+    assert "\n" not in str(raised.value) and SECRET_LIKE not in str(raised.value)
+    assert not Replay.objects.exists()
+
+
+def test_the_cli_refuses_a_model_connection_for_a_decider_that_is_not_an_agent(demo):
+    with pytest.raises(CommandError, match="whose decider is an agent"):
+        call_command(
+            "replay",
+            RUN,
+            "--mode",
+            "counterfactual",
+            "--vary",
+            "decider=careful",
+            "--model-base-url",
+            "http://127.0.0.1:9/v1",
+            "--model-credential-name",
+            "PROVIDER_KEY",
+            "--inline",
+        )
+    assert not Replay.objects.exists()
