@@ -91,13 +91,18 @@ class Command(JsonCommand):
             scenario = choices.recorded.ref
         chosen = choices.choice(scenario) if scenario else None
         connection = _model_connection(options.get("model_base_url"), options.get("model_credential_name"))
-        given = {"scenario": scenario, "checkpoint": checkpoint, "model_connection": connection}
         try:
             if options["inline"]:
-                replay = replay_execute(replay_create(run, mode=mode, vary=vary, **given).pk)
+                replay = replay_execute(
+                    replay_create(
+                        run, mode=mode, vary=vary, scenario=scenario, checkpoint=checkpoint, model_connection=connection
+                    ).pk
+                )
             else:
                 _worker_answers(options["ping_timeout"])
-                replay = replay_launch(run, mode=mode, vary=vary, **given)
+                replay = replay_launch(
+                    run, mode=mode, vary=vary, scenario=scenario, checkpoint=checkpoint, model_connection=connection
+                )
                 replay = _wait(replay, options["timeout"], options["claim_timeout"])
         except ReplayRefused as exc:
             flag = {
