@@ -446,12 +446,13 @@ def test_a_bad_wheel_is_refused_in_one_line_and_nothing_is_registered(tmp_path, 
         wheel = tmp_path / f"{WHEEL_PACKAGE}-1.0-py3-none-any.whl"
     else:
         wheel = build_wheel(tmp_path)
+    agents = Path(os.environ["N17Q_DATA_DIR"]) / "agents"
+    before = sorted(agents.iterdir()) if agents.exists() else []  # earlier tests' environments stay on disk
     with pytest.raises(CommandError, match=re.escape(message)) as raised:
         call_command("register_agent", "bad-wheel", str(wheel), "--command", command, "--json")
     assert "\n" not in str(raised.value)
     assert not RegisteredAgent.objects.exists()
-    agents = Path(os.environ["N17Q_DATA_DIR"]) / "agents"
-    assert not agents.exists() or not any(agents.iterdir())
+    assert (sorted(agents.iterdir()) if agents.exists() else []) == before  # nothing built, nothing left
 
 
 # --- the live model connection from the CLI -------------------------------------------------------------------------
