@@ -32,6 +32,16 @@ An agent replay (``n17q_engine.agent``) asks for two more things, both inside th
 and ``loopback=True``: the namespace's own ``lo`` is brought up (the host's loopback stays unreachable: a network
 namespace has its own), so the engine can serve the agent its model endpoint on 127.0.0.1 inside.
 
+With ``network_watch=True`` (agent replays) the namespace's network is also *watched*, by the kernel, in a way the
+agent cannot switch off (:class:`_NetWatchSetup`): a TUN device ``n17q0`` is made inside the namespace before the
+interpreter starts, while the set-up still holds CAP_NET_ADMIN there, and is the default route for IPv4 and IPv6;
+``lo`` loses 127.0.0.1 and ::1 and holds only :data:`NAMESPACE_HOST` (the agent's model endpoint); the view's
+``/etc/resolv.conf`` names a nameserver behind the TUN. So every TCP SYN, UDP datagram or DNS query the agent sends
+anywhere, the host's loopback addresses included, arrives as a packet on the TUN's descriptor, which only the engine
+holds (at the number in ``N17Q_NETWATCH_FD``, close-on-exec once the engine runs: the agent never inherits it).
+Nothing is forwarded or answered. The agent holds no capability to change a route, an address or a device, and
+``/dev/net/tun`` is not in its view.
+
 Inside, the child installs an audit hook that records and stops socket, DNS, subprocess and out-of-folder
 file-write attempts (see :mod:`n17q_engine.sandbox_child`).
 
@@ -42,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import json
 import os
 import re
@@ -58,7 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .sandbox_child import CHILD_CODE, EXIT_VIOLATION, entry_allowed
+from .sandbox_child import CHILD_CODE, EXIT_VIOLATION, NAMESPACE_HOST, NETWATCH_ENV, entry_allowed
 
 __all__ = [
     "EXIT_VIOLATION",
@@ -85,6 +96,13 @@ _PR_SET_PDEATHSIG = 1
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _AF_INET, _SOCK_DGRAM = 2, 2
 _PR_CAPBSET_DROP = 24
+_TUNSETIFF, _IFF_TUN, _IFF_NO_PI = 0x400454CA, 0x0001, 0x1000
+_SIOCSIFADDR, _SIOCSIFNETMASK, _SIOCDIFADDR, _SIOCGIFINDEX, _SIOCADDRT = 0x8916, 0x891C, 0x8936, 0x8933, 0x890B
+_AF_INET6, _RTF_UP = 10, 0x0001
+WATCH_DEVICE = b"n17q0"
+WATCH_LOCAL = "198.18.0.2"  # the namespace's own address on the watch device (RFC 2544's benchmarking block)
+WATCH_LOCAL6 = "100::2"  # and its IPv6 one (RFC 6666's discard-only prefix)
+WATCH_NAMESERVER = "198.51.100.53"  # /etc/resolv.conf inside: a documentation address, reached only through the TUN
 _PR_SET_NO_NEW_PRIVS = 38
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
@@ -196,6 +214,9 @@ class _Libc:
         finally:
             os.close(fd)
 
+    def ioctl(self, fd: int, request: int, buffer: Any) -> None:
+        self._check(self.ioctl_fn(fd, request, buffer))
+
     def prctl(self, option: int, arg: int) -> None:
         self._check(self.prctl_fn(option, arg, 0, 0, 0))
 
@@ -208,6 +229,123 @@ class _Libc:
         self.drop_bounding_set(required=required)
         self.prctl(_PR_SET_NO_NEW_PRIVS, 1)
         self._check(self.capset_fn(self.cap_header, self.cap_data))
+
+
+class _SockaddrIn(ctypes.Structure):
+    _fields_ = [("family", ctypes.c_ushort), ("port", ctypes.c_ushort), ("addr", ctypes.c_ubyte * 4),
+                ("zero", ctypes.c_ubyte * 8)]  # fmt: skip
+
+
+class _Rtentry(ctypes.Structure):  # struct rtentry (linux/route.h): SIOCADDRT for IPv4
+    _fields_ = [("pad1", ctypes.c_ulong), ("dst", _SockaddrIn), ("gateway", _SockaddrIn), ("genmask", _SockaddrIn),
+                ("flags", ctypes.c_ushort), ("pad2", ctypes.c_short), ("pad3", ctypes.c_ulong),
+                ("pad4", ctypes.c_void_p), ("metric", ctypes.c_short), ("dev", ctypes.c_char_p),
+                ("mtu", ctypes.c_ulong), ("window", ctypes.c_ulong), ("irtt", ctypes.c_ushort)]  # fmt: skip
+
+
+class _In6Ifreq(ctypes.Structure):  # struct in6_ifreq: SIOCSIFADDR / SIOCDIFADDR for IPv6
+    _fields_ = [("addr", ctypes.c_ubyte * 16), ("prefixlen", ctypes.c_uint32), ("ifindex", ctypes.c_int)]
+
+
+class _In6Rtmsg(ctypes.Structure):  # struct in6_rtmsg (linux/ipv6_route.h): SIOCADDRT for IPv6
+    _fields_ = [("dst", ctypes.c_ubyte * 16), ("src", ctypes.c_ubyte * 16), ("gateway", ctypes.c_ubyte * 16),
+                ("type", ctypes.c_uint32), ("dst_len", ctypes.c_uint16), ("src_len", ctypes.c_uint16),
+                ("metric", ctypes.c_uint32), ("info", ctypes.c_ulong), ("flags", ctypes.c_uint32),
+                ("ifindex", ctypes.c_int)]  # fmt: skip
+
+
+def _ifreq(name: bytes, tail: bytes = b"") -> Any:
+    """A struct ifreq (40 bytes): the interface name, then the union (an address, flags or an index)."""
+    buffer = ctypes.create_string_buffer(40)
+    ctypes.memmove(buffer, name, len(name))
+    ctypes.memmove(ctypes.addressof(buffer) + 16, tail, len(tail))
+    return buffer
+
+
+def _sockaddr_in(address: str) -> bytes:
+    return _AF_INET.to_bytes(2, sys.byteorder) + b"\0\0" + bytes(int(p) for p in address.split(".")) + b"\0" * 8
+
+
+def _ipv6(address: str) -> bytes:
+    import ipaddress
+
+    return ipaddress.IPv6Address(address).packed
+
+
+class _NetWatchSetup:
+    """Everything the pre-exec step needs to make the network watch (see the module docstring), built in the
+    launcher: after fork only open(2), ioctl(2), dup2(2) and write(2) run, on these prepared buffers."""
+
+    def __init__(self, fd_slot: int) -> None:
+        self.fd_slot = fd_slot  # the descriptor number the TUN is moved to (kept across exec: pass_fds)
+        self.tunsetiff = _ifreq(WATCH_DEVICE, (_IFF_TUN | _IFF_NO_PI).to_bytes(2, sys.byteorder))
+        self.lo_addr = _ifreq(b"lo", _sockaddr_in(NAMESPACE_HOST))
+        self.lo_mask = _ifreq(b"lo", _sockaddr_in("255.255.255.255"))
+        self.tun_addr = _ifreq(WATCH_DEVICE, _sockaddr_in(WATCH_LOCAL))
+        self.tun_mask = _ifreq(WATCH_DEVICE, _sockaddr_in("255.255.255.255"))
+        self.tun_flags = _ifreq(WATCH_DEVICE)
+        self.tun_index = _ifreq(WATCH_DEVICE)
+        self.lo_index = _ifreq(b"lo")
+        self.route = _Rtentry()
+        self.route.dst.family = self.route.genmask.family = _AF_INET  # 0.0.0.0/0
+        self.route.flags = _RTF_UP
+        self.device_name = ctypes.create_string_buffer(WATCH_DEVICE)
+        self.route.dev = ctypes.cast(self.device_name, ctypes.c_char_p)
+        self.lo6 = _In6Ifreq()
+        self.lo6.addr[:] = list(_ipv6("::1"))
+        self.lo6.prefixlen = 128
+        self.tun6 = _In6Ifreq()
+        self.tun6.addr[:] = list(_ipv6(WATCH_LOCAL6))
+        self.tun6.prefixlen = 128
+        self.route6 = _In6Rtmsg()  # ::/0
+        self.route6.flags = _RTF_UP
+        self.route6.metric = 1
+        self.resolv = f"nameserver {WATCH_NAMESERVER}\noptions timeout:1 attempts:1\n".encode()
+
+    def open_device(self, libc: _Libc) -> None:
+        """In the namespace's first process, before the view hides /dev: the TUN, moved to `fd_slot`."""
+        fd = os.open(b"/dev/net/tun", os.O_RDWR)
+        try:
+            libc.ioctl(fd, _TUNSETIFF, self.tunsetiff)
+            if fd != self.fd_slot:
+                os.dup2(fd, self.fd_slot)  # dup2 leaves the copy inheritable: it survives the interpreter's exec
+        finally:
+            if fd != self.fd_slot:
+                os.close(fd)
+
+    def configure(self, libc: _Libc) -> None:
+        """Addresses and routes (after `loopback_up`, with CAP_NET_ADMIN in the namespace still held)."""
+        fd = libc.socket_fn(_AF_INET, _SOCK_DGRAM, 0)
+        if fd < 0:
+            libc._check(-1)
+        try:
+            libc.ioctl(fd, _SIOCSIFADDR, self.lo_addr)  # replaces 127.0.0.1: the loopback addresses leave by the TUN
+            libc.ioctl(fd, _SIOCSIFNETMASK, self.lo_mask)
+            libc.ioctl(fd, _SIOCSIFADDR, self.tun_addr)
+            libc.ioctl(fd, _SIOCSIFNETMASK, self.tun_mask)
+            flags = self.tun_flags
+            libc.ioctl(fd, _SIOCGIFFLAGS, flags)
+            up = int.from_bytes(flags.raw[16:18], sys.byteorder) | _IFF_UP
+            ctypes.memmove(ctypes.addressof(flags) + 16, up.to_bytes(2, sys.byteorder), 2)
+            libc.ioctl(fd, _SIOCSIFFLAGS, flags)
+            libc.ioctl(fd, _SIOCADDRT, ctypes.addressof(self.route))
+            libc.ioctl(fd, _SIOCGIFINDEX, self.tun_index)
+            libc.ioctl(fd, _SIOCGIFINDEX, self.lo_index)
+        finally:
+            os.close(fd)
+        fd6 = libc.socket_fn(_AF_INET6, _SOCK_DGRAM, 0)
+        if fd6 < 0:  # no IPv6 in this kernel: nothing to route
+            return
+        try:
+            self.lo6.ifindex = int.from_bytes(self.lo_index.raw[16:20], sys.byteorder, signed=True)
+            self.tun6.ifindex = self.route6.ifindex = int.from_bytes(
+                self.tun_index.raw[16:20], sys.byteorder, signed=True
+            )
+            libc.ioctl(fd6, _SIOCDIFADDR, ctypes.addressof(self.lo6))  # ::1 leaves by the TUN too
+            libc.ioctl(fd6, _SIOCSIFADDR, ctypes.addressof(self.tun6))
+            libc.ioctl(fd6, _SIOCADDRT, ctypes.addressof(self.route6))
+        finally:
+            os.close(fd6)
 
 
 _libc: _Libc | None = None
@@ -244,6 +382,7 @@ class _View:
     links: tuple[tuple[bytes, bytes], ...]  # (path, target) symlinks made inside (/lib -> usr/lib)
     owner: tuple[int, int] | None = None  # (uid, gid) the working folder is given to, when root starts it
     devices: tuple[bytes, ...] = (b"/dev/null", b"/dev/zero", b"/dev/urandom", b"/dev/random")
+    resolv: bytes = b""  # /etc/resolv.conf inside (the network watch's nameserver), or none
 
 
 def _view(new_root: str, *, allow_test_entries: bool, extra_read_only: tuple[str, ...] = ()) -> _View:
@@ -286,6 +425,13 @@ def _enter_view(libc: _Libc, view: _View) -> None:
         if os.path.exists(device):
             os.close(os.open(root + device, os.O_CREAT | os.O_WRONLY, 0o666))
             libc.mount(device, root + device, None, _MS_BIND, None)
+    if view.resolv:
+        os.makedirs(root + b"/etc", exist_ok=True)
+        fd = os.open(root + b"/etc/resolv.conf", os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, view.resolv)
+        finally:
+            os.close(fd)
     for folder, mode in ((b"/tmp", 0o1777), (WORKDIR_INSIDE.encode(), 0o700)):
         os.makedirs(root + folder, exist_ok=True)
         os.chmod(root + folder, mode)
@@ -322,6 +468,7 @@ def _make_preexec(
     parent_pid: int,
     view: _View | None = None,
     loopback: bool = False,
+    watch: _NetWatchSetup | None = None,
 ) -> Callable[[], None]:
     libc = _get_libc()
     root = os.geteuid() == 0
@@ -349,11 +496,15 @@ def _make_preexec(
                     os._exit(_EXIT_SETUP_FAILED)
                 _as_pid_one()
                 try:
+                    if watch is not None:  # the TUN is made while /dev is still the host's
+                        watch.open_device(libc)
                     _enter_view(libc, view)
+                    if loopback:  # the namespace's own lo, while the capabilities that allow it are still held
+                        libc.loopback_up()
+                    if watch is not None:
+                        watch.configure(libc)
                 except BaseException:  # no boundary could be made: as good as no namespace (refused, or degraded)
                     os._exit(_EXIT_NO_NAMESPACE)
-                if loopback:  # the namespace's own lo, while the capabilities that allow it are still held
-                    libc.loopback_up()
             for which, value in rlimits:
                 _soft, hard = resource.getrlimit(which)
                 if hard != resource.RLIM_INFINITY and value > hard and not root:
@@ -413,18 +564,33 @@ def _spawn(
     extra_read_only: tuple[str, ...] = (),
     loopback: bool = False,
     relay: Callable[[bytes], bytes] | None = None,
+    network_watch: bool = False,
 ) -> tuple[int, bytes, bytes, float, int, bool]:
     workdir = tempfile.mkdtemp(prefix="n17q-sandbox-")
     view = _view(workdir, allow_test_entries=allow_test_entries, extra_read_only=extra_read_only) if isolate else None
+    # The network watch's descriptor number: a slot held open here until the child has started, so the number
+    # is free in the child (pass_fds keeps it across exec) and the TUN made in the child lands on it.
+    slot = os.open(os.devnull, os.O_RDONLY) if network_watch and view is not None else None
+    watch = _NetWatchSetup(slot) if slot is not None else None
+    if watch is not None and view is not None:
+        view = dataclasses.replace(view, resolv=watch.resolv)
     # Inside the new root the interpreter is found at its real path (the venv's link is not in the view).
     argv = [os.path.realpath(sys.executable) if view else sys.executable, "-P", "-S", "-c", CHILD_CODE, entry]
     if allow_test_entries:
         argv.append("--allow-test-entries")
     preexec = _make_preexec(
-        isolate=isolate, limits=limits, unshare=unshare, parent_pid=os.getpid(), view=view, loopback=loopback
+        isolate=isolate,
+        limits=limits,
+        unshare=unshare,
+        parent_pid=os.getpid(),
+        view=view,
+        loopback=loopback or watch is not None,
+        watch=watch,
     )
     timed_out = False
     env = child_environment("netns" if isolate else "degraded")
+    if slot is not None:
+        env[NETWATCH_ENV] = str(slot)
     channel = _RelayChannel(relay, env) if relay is not None else None
     try:
         spawn_ns = time.monotonic_ns()
@@ -436,12 +602,15 @@ def _spawn(
             cwd=workdir,
             env=env,
             close_fds=True,
-            pass_fds=channel.child_fds if channel else (),
+            pass_fds=(*(channel.child_fds if channel else ()), *((slot,) if slot is not None else ())),
             start_new_session=True,
             preexec_fn=preexec,
         )
         if channel is not None:
             channel.start()
+        if slot is not None:
+            os.close(slot)
+            slot = None
         try:
             if on_event is not None:
                 out, err, timed_out = _communicate_streaming(proc, payload, timeout_s, on_event)
@@ -460,6 +629,8 @@ def _spawn(
         _kill_group(proc)  # anything the child left behind in its group
         return proc.returncode, out, err, wall_s, spawn_ns, timed_out
     finally:
+        if slot is not None:  # the child never started
+            os.close(slot)
         if channel is not None:
             channel.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -592,6 +763,7 @@ def run_sandboxed(
     extra_read_only: tuple[str, ...] = (),
     loopback: bool = False,
     relay: Callable[[bytes], bytes] | None = None,
+    network_watch: bool = False,
     _unshare: Callable[[int], None] | None = None,
 ) -> SandboxResult:
     """Run ``entry`` ("n17q_engine.module:function") on ``payload`` in a sandboxed child process.
@@ -604,6 +776,9 @@ def run_sandboxed(
     any wider: without namespaces there is no view and no ``lo`` of its own, so agent replays refuse it).
     ``relay`` answers the child's lines on an extra pipe pair (``_RelayChannel``: an agent replay's live model
     calls, relayed by the launcher that alone holds the credential).
+    ``network_watch`` routes every address through a TUN whose descriptor only the engine holds (see the module
+    docstring; it implies ``loopback``, with :data:`NAMESPACE_HOST` as the namespace's own address, and is never
+    made without namespaces: a degraded run has no watch, and ``N17Q_NETWATCH_FD`` is then not set).
     ``_unshare`` replaces the ``unshare(2)`` call, so tests can make namespace creation fail.
     Raises :class:`IsolationUnavailable` when no namespace can be made and ``allow_degraded`` is false.
     """
@@ -619,6 +794,7 @@ def run_sandboxed(
         "extra_read_only": tuple(extra_read_only),
         "loopback": loopback,
         "relay": relay,
+        "network_watch": network_watch,
     }
     rc, out, err, wall_s, spawn_ns, timed_out = _spawn(entry, payload, isolate=True, **common)
     events, other = _parse_stderr(err)

@@ -15,7 +15,7 @@ this hook, is the boundary.
 
 Agent replays (``n17q_engine.agent``): the engine may start exactly one agent program and serve it one listening
 socket on the namespace's own loopback. :func:`grant_agent` asks the hook for both, once per sandbox run: the hook
-then lets through one ``subprocess.Popen`` of exactly that executable and one ``bind`` to 127.0.0.1, and
+then lets through one ``subprocess.Popen`` of exactly that executable and one ``bind`` to :data:`NAMESPACE_HOST`, and
 nothing else, ever (a second grant is refused; a second launch or bind is a violation like any other). The agent
 itself is not bound by this hook at all; what holds it is the kernel boundary it inherits.
 """
@@ -44,6 +44,12 @@ EXIT_BAD_ENTRY = 64
 EXIT_BAD_OUTPUT = 65
 EXIT_ENTRY_FAILED = 70
 EXIT_VIOLATION = 86
+
+# An agent replay's network (``run_sandboxed(..., network_watch=True)``): the namespace's own address, on its ``lo``,
+# where the engine serves the agent its model endpoint (127.0.0.1 is not local there: it leaves by the watch's TUN),
+# and the environment variable naming the TUN's descriptor, which only the engine holds.
+NAMESPACE_HOST = "198.18.0.1"
+NETWATCH_ENV = "N17Q_NETWATCH_FD"
 
 ENTRY_RE = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+):(?P<func>[A-Za-z_]\w*)$")
 ENGINE_PREFIX = "n17q_engine."
@@ -111,7 +117,7 @@ class AuditPolicy:
         self.violated = False
         self.granted = False  # an agent launch and its endpoint were granted (once per run, see grant_agent)
         self._launch: str | None = None  # the one executable that may still be started
-        self._listen = False  # one bind to 127.0.0.1 may still be made
+        self._listen = False  # one bind to NAMESPACE_HOST may still be made
 
     def grant(self, executable: str) -> None:
         if self.granted:
@@ -135,7 +141,7 @@ class AuditPolicy:
         if event != "socket.bind" or not self._listen or len(args) < 2:
             return False
         address = args[1]
-        if not (isinstance(address, tuple) and len(address) == 2 and address[0] == "127.0.0.1"):
+        if not (isinstance(address, tuple) and len(address) == 2 and address[0] == NAMESPACE_HOST):
             return False
         self._listen = False
         return True
@@ -183,7 +189,7 @@ _ACTIVE: AuditPolicy | None = None
 
 
 def grant_agent(executable: str) -> None:
-    """Let the running sandbox start `executable` once and bind one listener on 127.0.0.1 once (see the module
+    """Let the running sandbox start `executable` once and bind one listener on NAMESPACE_HOST once (see the module
     docstring). Raises RuntimeError outside a sandbox child: an agent is never started where no boundary is."""
     if _ACTIVE is None:
         raise RuntimeError("an agent runs only inside the sandbox (no sandbox audit hook is installed here)")

@@ -2,15 +2,21 @@
 
 `agent_register` checks the folder and the command, pins the digest of the folder's files (`folder_digest`), and,
 when the agent names Python requirements, builds its own read-only environment from the package registry in the
-data folder (`n17q_engine.agent.environment`). `agent_status` says whether a registration can still run (its
-folder unchanged, its environment there); the counterfactual form offers only those that can, the others disabled
-with the reason, and a launch of one that cannot is refused. `agent_spec` is what the worker hands the engine.
+data folder (`n17q_engine.agent.environment`). An agent shipped as a wheel (a `.whl` instead of a folder) is
+checked (`n17q_engine.agent.wheel`: a zip, a wheel's file name, its dist-info, the entry command it provides),
+copied into the data folder and installed with its `Requires-Dist` from the registry into its own environment;
+the wheel's sha256 and the environment's digest are pinned and checked before every launch.
+
+`agent_status` says whether a registration can still run (its folder or wheel unchanged, its environment there and
+unchanged); the counterfactual form offers only those that can, the others disabled with the reason, and a launch
+of one that cannot is refused. `agent_spec` is what the worker hands the engine.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
 from typing import Any
 
@@ -20,6 +26,7 @@ from django.db import IntegrityError, transaction
 from accounts.audit import audit_record
 from n17q_engine.agent.environment import Environment, build_environment, remove_environment, requirement_lines
 from n17q_engine.agent.spec import NAME_RE, AgentError, AgentSpec, folder_digest
+from n17q_engine.agent.wheel import entry_check, inspect_wheel
 
 from .models import RegisteredAgent
 
@@ -43,8 +50,10 @@ def agent_register(
         raise AgentRefused(f"agent name {name!r}: up to {NAME_CHARS} lower-case letters, digits, '.', '_' or '-'")
     if RegisteredAgent.objects.filter(name=name).exists():
         raise AgentRefused(f"agent {name!r} is registered already: delete it first, or choose another name")
+    if folder and os.path.isabs(folder) and (folder.endswith(".whl") or os.path.isfile(folder)):
+        return _register_wheel(name, folder, command, requirements=requirements, user=user)
     if not folder or not os.path.isabs(folder) or not os.path.isdir(folder):
-        raise AgentRefused(f"agent folder {folder!r}: an absolute path to a folder on the worker's disk")
+        raise AgentRefused(f"agent folder {folder!r}: an absolute path to a folder (or a .whl) on the worker's disk")
     folder = os.path.normpath(folder)
     if not command or not all(isinstance(a, str) and a and "\0" not in a for a in command):
         raise AgentRefused("agent command: a non-empty list of arguments, e.g. python agent.py")
@@ -76,8 +85,53 @@ def agent_register(
         requirements_digest=env.requirements_digest if env else "",
         environment=env.path if env else "",
         installed=list(env.installed) if env else [],
+        environment_digest=env.digest if env else "",
         registered_by=user if getattr(user, "is_authenticated", False) else None,
     )
+    return _save(agent, user, env.path if env else None, {"requirements": lines})
+
+
+def _register_wheel(name: str, wheel: str, command: list[str], *, requirements: str, user: Any) -> RegisteredAgent:
+    """An agent shipped as a wheel: checked, copied into the data folder beside the environment it is installed in
+    (its Requires-Dist and any extra requirements from the registry); both pinned by digest."""
+    try:
+        info = inspect_wheel(wheel)
+        entry_check(info, command)
+        lines = requirement_lines(requirements or "")
+    except AgentError as exc:
+        raise AgentRefused(str(exc)) from None
+    home = os.path.join(agent_environments(), f"{name}-{info.digest[7:19]}-{secrets.token_hex(4)}")
+    folder = os.path.join(home, "wheel")
+    try:
+        os.makedirs(folder)
+        shutil.copyfile(wheel, os.path.join(folder, info.filename))
+        copied = AgentSpec(name, folder, tuple(command), info.digest, sys.prefix, wheel=info.filename)
+        env = build_environment("\n".join(lines), os.path.join(home, "env"), wheel=os.path.join(folder, info.filename))
+        os.chmod(os.path.join(folder, info.filename), 0o444)
+        os.chmod(folder, 0o555)
+        copied.check()  # the copy is the wheel that was inspected
+    except (AgentError, OSError) as exc:
+        remove_environment(home)
+        raise AgentRefused(str(exc)) from None
+    agent = RegisteredAgent(
+        name=name,
+        folder=folder,
+        command=list(command),
+        digest=info.digest,
+        wheel=info.filename,
+        requirements="\n".join(lines),
+        requirements_digest=env.requirements_digest,
+        environment=env.path,
+        installed=list(env.installed),
+        environment_digest=env.digest,
+        registered_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+    return _save(agent, user, home, {"wheel": info.filename, "requires": list(info.requires), "requirements": lines})
+
+
+def _save(agent: RegisteredAgent, user: Any, built: str | None, detail: dict[str, Any]) -> RegisteredAgent:
+    """Check the registration as the engine will run it, then store it with its audit entry; on a refusal the
+    environment built for it is removed (nothing is registered)."""
     try:
         agent_spec(agent).check()
         with transaction.atomic():
@@ -86,13 +140,19 @@ def agent_register(
                 actor=user,
                 action="agent.register",
                 target=agent.decider,
-                detail={"folder": folder, "command": list(command), "digest": digest, "requirements": lines},
+                detail={
+                    "folder": agent.folder,
+                    "command": list(agent.command),
+                    "digest": agent.digest,
+                    "environment_digest": agent.environment_digest or None,
+                    **detail,
+                },
             )
     except (AgentError, IntegrityError) as exc:
-        if env is not None:
-            remove_environment(env.path)
+        if built is not None:
+            remove_environment(built)
         raise AgentRefused(
-            str(exc) if isinstance(exc, AgentError) else f"agent {name!r} is registered already"
+            str(exc) if isinstance(exc, AgentError) else f"agent {agent.name!r} is registered already"
         ) from None
     return agent
 
@@ -100,7 +160,15 @@ def agent_register(
 def agent_spec(agent: RegisteredAgent) -> AgentSpec:
     """What the engine runs: the folder, command, pinned digest, and its environment (the worker's own when the
     agent named no requirements)."""
-    return AgentSpec(agent.name, agent.folder, tuple(agent.command), agent.digest, agent.environment or sys.prefix)
+    return AgentSpec(
+        agent.name,
+        agent.folder,
+        tuple(agent.command),
+        agent.digest,
+        agent.environment or sys.prefix,
+        wheel=agent.wheel,
+        environment_digest=agent.environment_digest,
+    )
 
 
 def agent_status(agent: RegisteredAgent) -> str:
@@ -153,6 +221,8 @@ def agent_json(agent: RegisteredAgent) -> dict[str, Any]:
         "environment_note": "its own, built from the package registry, read-only"
         if agent.environment
         else "the worker's own Python environment (no requirements named)",
+        "wheel": agent.wheel or None,
+        "environment_digest": agent.environment_digest or None,
         "installed": list(agent.installed),
         "registered_by": agent.registered_by.get_username() if agent.registered_by else None,
         "registered_at": agent.registered_at.isoformat() if agent.registered_at else None,

@@ -471,8 +471,9 @@ def launch_summary(
             )
         summary["isolation"] = {
             **isolation,
-            "network": "its own network namespace with only its own loopback up (the agent's model endpoint): no "
-            "route to anything else",
+            "network": "its own network namespace: its own address on its loopback (the agent's model endpoint), and "
+            "every other route, 127.0.0.1 included, into the engine's network watch, which records an attempt as a "
+            "sandbox.violation, stops the run and forwards nothing",
             "level": "netns (an agent replay is refused when no namespace can be made, whatever the setting)",
         }
     if mode == "reconstruction":

@@ -110,9 +110,11 @@ class RegisteredAgent(models.Model):
     """An agent program an admin registered as a replay decider (`agent:<name>`, issue 18; docs/agents.md).
 
     The folder is on the worker's disk; `digest` pins its files at registration (`folder_digest`): a folder that
-    changed since is offered disabled and refused at launch. `environment` is the agent's own Python environment,
-    built read-only from `requirements` in the data folder (empty: the worker's own environment). A registration
-    is not edited: register again under another name, or delete it (replays keep the decider name they ran with).
+    changed since is offered disabled and refused at launch. An agent shipped as a wheel is copied into the data
+    folder (`folder` holds only the wheel; `digest` is the wheel's sha256) and installed into its own environment.
+    `environment` is the agent's own Python environment, built read-only from `requirements` (or the wheel) in the
+    data folder and pinned by `environment_digest` (empty: the worker's own environment). A registration is not
+    edited: register again under another name, or delete it (replays keep the decider name they ran with).
     """
 
     name = models.CharField(max_length=40, unique=True)  # the decider is `agent:<name>` (Replay.decider: 50 chars)
@@ -123,6 +125,9 @@ class RegisteredAgent(models.Model):
     requirements_digest = models.CharField(max_length=71, blank=True, default="")
     environment = models.CharField(max_length=1000, blank=True, default="")
     installed = models.JSONField(default=list)  # `pip freeze` of the built environment
+    # An agent shipped as a wheel: its file name (a copy of it is `folder`'s only file; `digest` is its sha256).
+    wheel = models.CharField(max_length=300, blank=True, default="")
+    environment_digest = models.CharField(max_length=71, blank=True, default="")  # the built environment, pinned
     registered_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -36,9 +36,10 @@ def check_connection(base_url: str, credential_name: str) -> None:
     if parts.query or parts.fragment:
         raise RelayRefused(f"model base URL {base_url!r}: no query or fragment")
     if not CREDENTIAL_NAME_RE.match(credential_name or ""):
+        # What was given is not repeated: typed in the wrong place, it may be the credential itself.
         raise RelayRefused(
-            f"credential name {credential_name!r}: the NAME of an environment variable on the worker (upper-case "
-            "letters, digits, _), never the credential itself"
+            "credential name: the NAME of an environment variable on the worker (upper-case letters, digits, _), "
+            "never the credential itself"
         )
 
 

@@ -4,7 +4,7 @@
   environment (`AgentSpec`, `folder_digest`).
 - `model`: model fixtures: the pseudo tool `model.chat` and its contract (`MODEL_CONTRACT`, `model_fixture`).
 - `bridge`: the two endpoints the agent sees inside the sandbox: the scenario's tools as an MCP server (the `mcp`
-  SDK, stdio on the agent's own stdin/stdout) and `POST /v1/chat/completions` on the namespace's 127.0.0.1.
+  SDK, stdio on the agent's own stdin/stdout) and `POST /v1/chat/completions` on the namespace's own address.
 - `decider`: the decider that asks the agent, step by step, what to do (`agent_decider`).
 - `entry`: the sandbox entry (`n17q_engine.agent.entry:sandbox_main`) and the launcher (`run_agent_replay`).
 

@@ -3,8 +3,8 @@
 - Tools: an MCP server (the official `mcp` SDK, low-level `Server`) on the agent's own stdin/stdout. One tool per
   scenario contract (its fields as the JSON schema), plus an optional `workspace` argument naming the scenario
   workspace a call runs in.
-- Model: `POST /v1/chat/completions` (OpenAI-compatible, whole completions, no streaming) on 127.0.0.1 of the
-  sandbox's own network namespace; any other path or method is a 404/405.
+- Model: `POST /v1/chat/completions` (OpenAI-compatible, whole completions, no streaming) on the sandbox network
+  namespace's own address (`NAMESPACE_HOST`, on its `lo`); any other path or method is a 404/405.
 
 Neither endpoint decides anything: each request becomes a `Request` on `requests`, which the decider (on the
 engine's thread) takes, turns into engine actions, and answers through the request's future. While the decider
@@ -80,10 +80,10 @@ class Bridge:
 
     # -- the model endpoint ------------------------------------------------------------------------------------
 
-    def start_model_endpoint(self) -> int:
-        """Listen on 127.0.0.1 (of the sandbox's namespace), any free port; returns the port."""
+    def start_model_endpoint(self, host: str) -> int:
+        """Listen on `host` (the sandbox namespace's own address), any free port; returns the port."""
         self.thread.start()
-        started = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._http, "127.0.0.1", 0), self.loop)
+        started = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._http, host, 0), self.loop)
         self.server = started.result(timeout=30)
         return int(self.server.sockets[0].getsockname()[1])
 

@@ -14,8 +14,11 @@ How a replay asks the agent (docs/agents.md has the long form):
   - Another tool: the agent's own step (a proposal and a call of its own); it is asked again.
   - The agent exits: the run stops there (`stopped`, its last words), unless the recording was done anyway.
 - After the recording's last step the agent goes on alone until it exits (its own proposals and calls).
-- An attempt to reach out that the agent reports (`n17q.sandbox.attempt {json}` on its stderr), or a non-zero exit,
-  stops the run; attempts are also written as `sandbox.violation` on the sandbox's event channel.
+- An attempt to reach out stops the run: one the kernel route shows (`netwatch`: a TCP SYN, UDP datagram or DNS
+  query arriving at the namespace's TUN, whether or not the agent says so or exits 0), or one the agent reports
+  (`n17q.sandbox.attempt {json}` on its stderr); a non-zero exit stops it too. Each attempt is a `sandbox.violation`
+  in the run's log (those of the vocabulary's targets) and on the sandbox's event channel. The watch is read before
+  every request of the agent is served, so an attempt made before a tool or model call stops the run before it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import contextlib
 import json
 import os
 import queue
+import select
 import subprocess
 import threading
 from collections.abc import Generator
@@ -45,12 +49,17 @@ from ..deciders import (
     recorded,
 )
 from ..package import ScenarioPackage, refused_by
+from ..vocabulary import VIOLATION_TARGETS
 from .bridge import Bridge, Refused, Request, tool_schema
 from .model import MODEL_CONTRACT, MODEL_TOOL, LiveModel
+from .netwatch import NetWatch
 from .spec import AgentSpec
 
 REPORT_PREFIX = "n17q.sandbox.attempt "
 IDLE_S = 120.0  # an agent that sends nothing for this long is stopped
+# Once the run has stopped, the agent is given this long to end by itself (it was refused what it waited for), so
+# what it does meanwhile is still recorded on the sandbox's channel; then it is killed.
+GRACE_S = 10.0
 DUMMY_KEY = "n17q-sandbox-no-credential"
 
 
@@ -61,8 +70,11 @@ def _bounded(text: str) -> str:
 class AgentSession:
     """The agent process and its two endpoints, for one replay."""
 
-    def __init__(self, spec: AgentSpec, sc: ScenarioPackage) -> None:
-        self.spec, self.sc = spec, sc
+    def __init__(self, spec: AgentSpec, sc: ScenarioPackage, watch: NetWatch | None = None) -> None:
+        self.spec, self.sc, self.watch = spec, sc, watch
+        self.watch_lock = threading.Lock()
+        self.observed: list[dict[str, str]] = []  # attempts the watch saw that no stop has reported yet
+        self.held: list[Request] = []  # requests set aside because an attempt came first (refused at close)
         workspaces = list(sc.workspaces)
         tools = [
             {
@@ -75,14 +87,15 @@ class AgentSession:
         ]
         self.bridge = Bridge(tools)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.stderr_thread: threading.Thread | None = None
         self.stderr_tail: list[str] = []
         self.current: Request | None = None
         self.last_words: str | None = None
 
     def start(self) -> None:
         executable = self.spec.executable()
-        sandbox_child.grant_agent(executable)  # one launch of exactly this program, one listener on 127.0.0.1
-        port = self.bridge.start_model_endpoint()
+        sandbox_child.grant_agent(executable)  # one launch of exactly this program, one listener on its address
+        port = self.bridge.start_model_endpoint(sandbox_child.NAMESPACE_HOST)
         home = os.path.join(os.getcwd(), "agent-home")
         os.makedirs(home, mode=0o700, exist_ok=True)
         env = {
@@ -92,7 +105,7 @@ class AgentSession:
             "TMPDIR": home,
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
-            "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
+            "OPENAI_BASE_URL": f"http://{sandbox_child.NAMESPACE_HOST}:{port}/v1",
             "OPENAI_API_KEY": DUMMY_KEY,
             "N17Q_AGENT_FOLDER": self.spec.folder,
             "N17Q_MCP": "stdio",
@@ -108,7 +121,32 @@ class AgentSession:
         )
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self.bridge.serve_tools(self.proc.stdout, self.proc.stdin)
-        threading.Thread(target=self._watch, name="n17q-agent-watch", daemon=True).start()
+        self.stderr_thread = threading.Thread(target=self._watch, name="n17q-agent-watch", daemon=True)
+        self.stderr_thread.start()
+        if self.watch is not None:
+            threading.Thread(target=self._watch_network, name="n17q-agent-netwatch", daemon=True).start()
+
+    def _drain_network(self) -> bool:
+        """Read what the watch holds now; True when attempts are waiting to be reported."""
+        if self.watch is None:
+            return False
+        with self.watch_lock:
+            self.observed.extend(self.watch.drain())
+            return bool(self.observed)
+
+    def _watch_network(self) -> None:
+        """Wake the decider when a packet arrives while it waits for the agent (it drains the watch itself)."""
+        assert self.watch is not None
+        poller = select.poll()
+        poller.register(self.watch.fd, select.POLLIN)
+        while not self.bridge.closed:
+            if poller.poll(200) and self._drain_network():
+                self.bridge.requests.put(Request("watch", None))
+
+    def _take_observed(self) -> list[dict[str, str]]:
+        with self.watch_lock:
+            taken, self.observed = self.observed, []
+        return taken
 
     def _watch(self) -> None:
         proc = self.proc
@@ -126,12 +164,21 @@ class AgentSession:
         self.bridge.requests.put(Request("exit", {"returncode": code}))
 
     def next(self) -> Request:
-        try:
-            request = self.bridge.requests.get(timeout=IDLE_S)
-        except queue.Empty:
-            request = Request("idle", None)
-        self.current = request
-        return request
+        """The agent's next request; an attempt the watch saw first comes before it (the request is held, and refused
+        when the session closes)."""
+        while True:
+            try:
+                request = self.bridge.requests.get(timeout=IDLE_S)
+            except queue.Empty:
+                request = Request("idle", None)
+            if self._drain_network():
+                if request.kind not in ("watch", "idle"):
+                    self.held.append(request)
+                request = Request("attempt", {"attempts": self._take_observed(), "kernel": True})
+            elif request.kind == "watch":
+                continue  # already reported
+            self.current = request
+            return request
 
     def answer(self, value: Any) -> None:
         if self.current is not None and not self.current.reply.done():
@@ -145,24 +192,74 @@ class AgentSession:
 
     def close(self) -> None:
         self.refuse("the replay has stopped")
+        for held in self.held:
+            if not held.reply.done():
+                held.reply.set_exception(Refused("the replay has stopped"))
         self.bridge.closed = True
         proc = self.proc
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=2)  # the error it was just given may end it by itself
+                proc.wait(timeout=GRACE_S)  # the error it was just given may end it by itself
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        # What the agent did after the run had stopped, until it was gone: recorded on the sandbox's channel (the
+        # run's log is closed), so an attempt is never lost because an earlier one stopped the run: what the watch
+        # saw, and what the agent reported on its stderr (read to its end).
+        if self.stderr_thread is not None:
+            self.stderr_thread.join(timeout=5)
+        late: list[Request] = []
+        while True:
+            try:
+                late.append(self.bridge.requests.get_nowait())
+            except queue.Empty:
+                break
         self.bridge.close()
+        self._drain_network()
+        for item in self._take_observed():
+            sandbox_child.emit(_violation(item, self.spec.name, after_stop=True))
+        for request in late:
+            if request.kind == "attempt" and isinstance(request.body, dict):
+                many = request.body.get("attempts")
+                items = many if isinstance(many, list) else [request.body]
+                for item in [i for i in items if isinstance(i, dict)][:32]:
+                    sandbox_child.emit(_violation(item, self.spec.name, after_stop=True))
+            elif not request.reply.done():
+                request.reply.set_exception(Refused("the replay has stopped"))
+        if self.watch is not None:
+            self.watch.close()
 
 
-def agent_decider(spec: AgentSpec, sc: ScenarioPackage, live: LiveModel | None = None) -> Decider:
+def _violation(item: dict[str, Any], agent: str, *, after_stop: bool = False) -> dict[str, Any]:
+    """The sandbox channel's `sandbox.violation` for one attempt (seen by the watch, or reported by the agent)."""
+    attempted, target = str(item.get("attempted", "?"))[:100], str(item.get("target", "?"))[:300]
+    if "observed" in item and "result" not in item:  # the network watch saw it
+        observed = str(item["observed"])[:300] + ("; after the run had stopped" if after_stop else "")
+        stopped = True
+    else:
+        result = str(item.get("result", "?"))[:200]
+        observed, stopped = f"reported by agent {agent}: {result}", not result.startswith("reached")
+        observed += "; after the run had stopped" if after_stop else ""
+    return {
+        "event": "sandbox.violation",
+        "attempted": attempted,
+        "target": target,
+        "stopped": stopped,
+        "by": "kernel boundary",
+        "observed": observed,
+    }
+
+
+def agent_decider(
+    spec: AgentSpec, sc: ScenarioPackage, live: LiveModel | None = None, watch: NetWatch | None = None
+) -> Decider:
     """The decider `agent:<name>`; with `live`, the agent's model calls are relayed live (a fresh comparison run,
-    not a replay: its model is named `live:<connection>`), otherwise answered from model fixtures."""
+    not a replay: its model is named `live:<connection>`), otherwise answered from model fixtures. `watch` is the
+    sandbox's network watch (attempts to reach out, seen by the kernel route)."""
     fixtures = {f.id: f for f in sc.fixtures}
 
     def actions(source: SourceRun, view: View) -> Generator[Action, None, None]:
-        session = AgentSession(spec, sc)
+        session = AgentSession(spec, sc, watch)
         session.start()
         try:
             yield from _Drive(spec, sc, fixtures, source, view, session, live).run()
@@ -275,24 +372,19 @@ class _Drive:
                 self.s.refuse("the model fixture did not answer with a completion")
             return None
         if request.kind == "attempt":
-            # One report may carry several attempts ({"attempts": [...]}); each is a sandbox.violation.
+            # One report may carry several attempts ({"attempts": [...]}); each is a sandbox.violation, on the
+            # sandbox's channel and (for the vocabulary's targets: socket, dns, subprocess, file) in the run's log.
             report = request.body
             items = report.get("attempts") if isinstance(report.get("attempts"), list) else [report]
             described = []
+            log: Any = view  # the engine's own log (`emit`): a violation is derived, no recorded event stands for it
             for item in [i for i in items if isinstance(i, dict)][:32]:
-                attempted, target = str(item.get("attempted", "?"))[:100], str(item.get("target", "?"))[:300]
-                result = str(item.get("result", "?"))[:200]
-                sandbox_child.emit(
-                    {
-                        "event": "sandbox.violation",
-                        "attempted": attempted,
-                        "target": target,
-                        "stopped": not result.startswith("reached"),
-                        "by": "kernel boundary",
-                        "observed": f"reported by agent {self.spec.name}: {result}",
-                    }
-                )
-                described.append(f"{attempted} to {target} ({result})")
+                event = _violation(item, self.spec.name)
+                sandbox_child.emit(event)
+                if event["attempted"] in VIOLATION_TARGETS:
+                    log.emit("sandbox.violation", attempted=event["attempted"], target=event["target"], stopped=True)
+                how = "seen by the network watch" if report.get("kernel") else str(item.get("result", "?"))[:200]
+                described.append(f"{event['attempted']} to {event['target']} ({how})")
             yield Stop(
                 None,
                 when,

@@ -4,7 +4,9 @@ The payload is one JSON header line ({"agent": spec, "engine_site": folder}) fol
 wire form. Inside, the engine adds the read-only `engine_site` (where the `mcp` SDK lives) to its path, registers
 the agent's decider under `agent:<name>` and runs the replay; the package must name that decider
 (`vary.decider` of a counterfactual). An agent replay refuses degraded isolation: the agent is not bound by the
-audit hook, so without the kernel boundary nothing would hold it.
+audit hook, so without the kernel boundary nothing would hold it. Nor does it run without the sandbox's network
+watch (`network_watch=True`, `n17q_engine.agent.netwatch`): the agent's attempts to reach out are seen by the kernel
+route they must take, not by anything the agent could leave out.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from ..deciders import DECIDERS
 from ..package import REPLAY_FORMAT, Package, load_replay
 from ..replay import ISOLATION_ENV, ReplayError, run_replay
 from ..sandbox import RELAY_ENV, Limits, SandboxResult, run_sandboxed
+from ..sandbox_child import NETWATCH_ENV
 from .model import LiveModel
+from .netwatch import NetWatch
 from .spec import AgentError, AgentSpec
 
 ENTRY = "n17q_engine.agent.entry:sandbox_main"
@@ -58,6 +62,7 @@ def run_agent_replay(
         allow_test_entries=allow_test_entries,
         extra_read_only=(agent.folder, agent.environment, engine_site),
         loopback=True,
+        network_watch=True,
         on_event=on_event,
         relay=relay,
     )
@@ -67,6 +72,10 @@ def sandbox_main(payload: bytes) -> bytes:
     """The sandbox entry: header line + replay package in, a replay output (wire form) out."""
     if os.environ.get(ISOLATION_ENV) != "netns":
         raise ReplayError("an agent replay runs only inside the kernel boundary (netns), never degraded")
+    watch = NetWatch.from_env(os.environ.get(NETWATCH_ENV))
+    if watch is None:
+        raise ReplayError("an agent replay runs only with the sandbox's network watch (its TUN was not handed over)")
+    _not_dumpable()
     head, _, wire = payload.partition(b"\n")
     try:
         header = json.loads(head)
@@ -89,6 +98,18 @@ def sandbox_main(payload: bytes) -> bytes:
     package = load_replay(Package.from_wire(wire, REPLAY_FORMAT))
     if package.scenario is None:
         raise ReplayError("an agent replay needs a scenario (its tools and model fixtures)")
-    decider = agent_decider(agent, package.scenario, live)
+    decider = agent_decider(agent, package.scenario, live, watch)
     DECIDERS[decider.name] = decider
     return run_replay(package, isolation="netns").to_wire()
+
+
+def _not_dumpable() -> None:
+    """The engine and the agent run as the same uid: without this the agent could read the engine's descriptors
+    through /proc or take the watch's TUN with pidfd_getfd(2) (both need the ptrace access a non-dumpable process
+    refuses to a process without CAP_SYS_PTRACE, which the agent does not hold). Reset on exec, so the agent itself
+    stays an ordinary process."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, 0
+        raise ReplayError(f"the engine could not make itself non-dumpable (errno {ctypes.get_errno()})")

@@ -5,6 +5,10 @@ the requirements with `pip install -r`, from the package registry pip is configu
 read-only (the sandbox binds it read-only as well). Requirements are plain specifiers (`name`, `name==1.2`,
 `name[extra]>=1`), one a line: options, paths, URLs and editable installs are refused, so the environment comes
 from the registry and nowhere else. What was installed (`pip freeze`) is returned, to be pinned beside it.
+
+An agent shipped as a wheel (`wheel=`, checked by `n17q_engine.agent.wheel`) is installed into the same kind of
+environment with `pip install WHEEL`: its own `Requires-Dist` come from the registry. Every environment is pinned
+by `environment_digest` (its files and links, not the interpreter's byte-code caches), checked before each launch.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .spec import AgentError
+from .spec import AgentError, environment_digest
 
 SPECIFIER_RE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?\s*([<>=!~]=?\s*[A-Za-z0-9.*+!_-]+\s*,?\s*)*$"
@@ -33,6 +37,7 @@ class Environment:
     path: str  # the venv's prefix: its bin/python runs the agent's `python`
     requirements_digest: str
     installed: tuple[str, ...]  # `pip freeze` of the built environment
+    digest: str = ""  # environment_digest once built and made read-only
 
 
 def requirement_lines(text: str) -> list[str]:
@@ -59,7 +64,9 @@ def requirements_digest(lines: list[str]) -> str:
     return "sha256:" + hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-def build_environment(requirements: str, dest: str | os.PathLike[str]) -> Environment:
+def build_environment(
+    requirements: str, dest: str | os.PathLike[str], *, wheel: str | os.PathLike[str] | None = None
+) -> Environment:
     """Build the agent's environment at `dest` (which must not exist yet); see the module docstring.
 
     Raises AgentError (one line: the last line pip wrote) when the venv or the install fails; nothing is left."""
@@ -71,13 +78,15 @@ def build_environment(requirements: str, dest: str | os.PathLike[str]) -> Enviro
     try:
         _run([sys.executable, "-m", "venv", str(target)], "python -m venv")
         python = str(target / "bin" / "python")
+        install = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q"]
         if lines:
             req = target / "requirements.txt"
             req.write_text("\n".join(lines) + "\n")
-            _run(
-                [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", "-r", str(req)],
-                "pip install",
-            )
+            install += ["-r", str(req)]
+        if wheel is not None:
+            install.append(str(wheel))
+        if lines or wheel is not None:
+            _run(install, "pip install")
         frozen = subprocess.run(
             [python, "-m", "pip", "freeze", "--disable-pip-version-check"],
             capture_output=True,
@@ -86,10 +95,11 @@ def build_environment(requirements: str, dest: str | os.PathLike[str]) -> Enviro
         )
         installed = tuple(line for line in frozen.stdout.decode().splitlines() if line.strip())
         _read_only(target)
+        digest = environment_digest(target)
     except BaseException:
         remove_environment(target)
         raise
-    return Environment(str(target), requirements_digest(lines), installed)
+    return Environment(str(target), requirements_digest(lines), installed, digest)
 
 
 def _run(argv: list[str], what: str) -> None:

@@ -1,4 +1,4 @@
-"""A registered agent: folder + entry command + digest of its files, and the Python environment it runs in."""
+"""A registered agent: folder (or wheel) + entry command + digest of its files, and the environment it runs in."""
 
 from __future__ import annotations
 
@@ -48,15 +48,46 @@ def folder_digest(folder: str | os.PathLike[str]) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def file_digest(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def environment_digest(root: str | os.PathLike[str]) -> str:
+    """sha256 over the sorted (relative path, file digest or link target) pairs of an agent's environment;
+    `__pycache__` folders are skipped (byte-code the interpreter may write, never the agent's code)."""
+    base = Path(root)
+    entries: list[tuple[str, str]] = []
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath, name)
+            rel = path.relative_to(base).as_posix()
+            if path.is_symlink():
+                entries.append((rel, "link:" + os.readlink(path)))
+            elif name in filenames and path.is_file():
+                entries.append((rel, file_digest(path)[7:]))
+    h = hashlib.sha256()
+    for rel, what in sorted(entries):
+        h.update(f"{rel}\0{what}\n".encode())
+    return "sha256:" + h.hexdigest()
+
+
 @dataclass(frozen=True)
 class AgentSpec:
-    """`command[0]` is `python` (the environment's interpreter), an absolute path, or a path inside the folder."""
+    """`command[0]` is `python` (the environment's interpreter), an absolute path, or a path inside the folder; for
+    an agent shipped as a wheel, a bare name is one of the console scripts its environment installed."""
 
     name: str
     folder: str  # absolute host path, bound read-only inside the sandbox at the same path
     command: tuple[str, ...]
-    digest: str  # folder_digest at registration: a folder that changed since is refused
+    digest: str  # folder_digest at registration (a wheel: the wheel file's sha256): a change since is refused
     environment: str  # a Python environment (a venv's prefix), bound read-only; its interpreter runs `python`
+    wheel: str = ""  # the wheel's file name inside `folder` (an agent shipped as a wheel), else ""
+    environment_digest: str = ""  # environment_digest of an environment built for the agent ("": the worker's own)
 
     def check(self) -> None:
         if not NAME_RE.match(self.name):
@@ -67,9 +98,26 @@ class AgentSpec:
             raise AgentError("agent command must be a non-empty list of strings")
         if not os.path.isabs(self.environment) or not os.path.isfile(os.path.join(self.environment, "bin", "python")):
             raise AgentError(f"agent environment {self.environment!r} has no bin/python")
-        actual = folder_digest(self.folder)
-        if actual != self.digest:
-            raise AgentError(f"agent {self.name}: its folder changed since registration ({actual} != {self.digest})")
+        if self.wheel:
+            path = os.path.join(self.folder, self.wheel)
+            if os.path.basename(self.wheel) != self.wheel or not os.path.isfile(path):
+                raise AgentError(f"agent {self.name}: its wheel {self.wheel} is gone from {self.folder}")
+            actual = file_digest(path)
+            if actual != self.digest:
+                raise AgentError(f"agent {self.name}: its wheel changed since registration ({actual} != {self.digest})")
+        else:
+            actual = folder_digest(self.folder)
+            if actual != self.digest:
+                raise AgentError(
+                    f"agent {self.name}: its folder changed since registration ({actual} != {self.digest})"
+                )
+        if self.environment_digest:
+            built = environment_digest(self.environment)
+            if built != self.environment_digest:
+                raise AgentError(
+                    f"agent {self.name}: its environment changed since it was built ({built} != "
+                    f"{self.environment_digest})"
+                )
 
     @property
     def decider_name(self) -> str:
@@ -79,6 +127,8 @@ class AgentSpec:
         head = self.command[0]
         if head == "python":
             return os.path.join(self.environment, "bin", "python")
+        if self.wheel and "/" not in head:  # a console script the wheel's installation put in its environment
+            return os.path.join(self.environment, "bin", head)
         return head if os.path.isabs(head) else os.path.normpath(os.path.join(self.folder, head))
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,6 +138,8 @@ class AgentSpec:
             "command": list(self.command),
             "digest": self.digest,
             "environment": self.environment,
+            "wheel": self.wheel,
+            "environment_digest": self.environment_digest,
         }
 
     @classmethod
@@ -99,6 +151,8 @@ class AgentSpec:
                 tuple(str(a) for a in data["command"]),
                 str(data["digest"]),
                 str(data["environment"]),
+                str(data.get("wheel") or ""),
+                str(data.get("environment_digest") or ""),
             )
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, AttributeError) as exc:
             raise AgentError(f"agent spec is not {{name, folder, command, digest, environment}}: {exc}") from None

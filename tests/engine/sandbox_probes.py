@@ -250,3 +250,26 @@ def raw_signal(payload: bytes) -> bytes:
 
 def whoami(payload: bytes) -> bytes:
     return json.dumps({"uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid()}).encode()
+
+
+def netwatch_connect(payload: bytes) -> bytes:
+    """Under `network_watch=True`: a raw libc connect (past the audit hook) to {"host", "port"} left unanswered, then
+    what the engine's watch read from the TUN (the JSON list of attempts)."""
+    from n17q_engine.agent.netwatch import NetWatch
+
+    a = _args(payload)
+    watch = NetWatch.from_env(os.environ.get("N17Q_NETWATCH_FD"))
+    if watch is None:
+        return b"no watch"
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK, 0)
+    addr = socket.inet_aton(a["host"])
+    sockaddr = (ctypes.c_ubyte * 16)(*(socket.AF_INET.to_bytes(2, "little") + a["port"].to_bytes(2, "big") + addr))
+    libc.connect(fd, sockaddr, 16)
+    deadline = time.monotonic() + 10
+    found: list = []
+    while not found and time.monotonic() < deadline:
+        found = watch.drain()
+        time.sleep(0.01)
+    os.close(fd)
+    return json.dumps(found).encode()

@@ -374,6 +374,15 @@ def _settle(canaries: Canaries, expect: frozenset[str] = frozenset()) -> list[st
     return list(canaries.hits)
 
 
+def _channel(result: Any) -> list[dict]:
+    return [v for v in result.events if v.get("event") == "sandbox.violation"]
+
+
+def _watched(result: Any) -> dict[str, dict]:
+    """The attempts the network watch saw (the kernel route), by target."""
+    return {v["target"]: v for v in _channel(result) if "network watch" in v.get("observed", "")}
+
+
 def test_a_python_agent_cannot_reach_out_and_its_attempts_stop_the_run(canaries, tmp_path):
     targets = canaries.targets()
     folder = agent_folder(tmp_path, "probe_agent.py", extra={"targets.json": json.dumps(targets)})
@@ -389,20 +398,24 @@ def test_a_python_agent_cannot_reach_out_and_its_attempts_stop_the_run(canaries,
 
     log, result = _probe_run(agent)
     assert _settle(canaries) == [], "nothing from inside the sandbox reached a host listener"
-    seen = {v["target"]: v for v in result.events if v.get("event") == "sandbox.violation"}
-    assert len(seen) == 7
-    udp = f"udp 127.0.0.1:{targets['udp_port']}"
-    for target, violation in seen.items():
-        # A datagram to 127.0.0.1 leaves without an error inside: it lands on the namespace's own loopback, never
-        # on the host's (the canary heard nothing), so the agent cannot tell; every other attempt fails outright.
-        assert violation["stopped"] is (target != udp), (target, violation)
-    observed = {t: v["observed"] for t, v in seen.items()}
-    assert "denied:FileNotFoundError" in observed[f"read {targets['host_file']}"]
-    assert "denied:OSError:30" in observed["write into its own (read-only) folder"]  # EROFS
-    assert "denied:ProcessLookupError" in observed[f"pid {os.getpid()}"]
-    assert not (folder / "written-by-agent.txt").exists()
+    tcp, udp = f"tcp 127.0.0.1:{targets['tcp_port']}", f"udp 127.0.0.1:{targets['udp_port']}"
+    # the kernel route saw the network attempts: 127.0.0.1 is not local inside, it leads into the watch's TUN
+    watched = _watched(result)
+    assert {tcp, udp, "localhost"} <= set(watched), watched
+    assert watched["localhost"]["attempted"] == "dns" and all(v["stopped"] for v in watched.values())
+    # the run stopped at the first of them, recorded in its own log as a sandbox.violation
     state = final(log)
     assert state["state"] == "stopped" and state["reason"].startswith("sandbox.violation: agent probe-py attempted")
+    in_log = kinds(log, "sandbox.violation")
+    assert in_log and {v["target"] for v in in_log} <= set(watched) and all(v["stopped"] for v in in_log)
+    # what never leaves through a network device is denied by the mount and PID namespaces; the agent's own report
+    # of it (written after the stop) is still on the sandbox's channel
+    reported = {v["target"]: v["observed"] for v in _channel(result) if "reported by agent" in v["observed"]}
+    assert "denied:FileNotFoundError" in reported[f"read {targets['host_file']}"]
+    assert "denied:OSError:30" in reported["write into its own (read-only) folder"]  # EROFS
+    assert "denied:ProcessLookupError" in reported[f"pid {os.getpid()}"]
+    assert "denied:FileNotFoundError" in reported[f"unix {targets['unix_path']}"]
+    assert not (folder / "written-by-agent.txt").exists()
     assert result.violations and not result.ok
 
 
@@ -421,13 +434,38 @@ def test_a_non_python_agent_cannot_reach_out_either(canaries, tmp_path):
 
     log, result = _probe_run(agent)
     assert _settle(canaries) == []
-    violations = [v for v in result.events if v.get("event") == "sandbox.violation"]
-    results = {v["target"].split(" ")[0]: v["observed"] for v in violations}
-    assert len(violations) == 4
-    assert "denied" in results["tcp"] and "denied" in results["read"] and "denied" in results["pid"]
-    # UDP to 127.0.0.1 "succeeds" inside: it lands on the namespace's own loopback, never on the host's (the
-    # canary above heard nothing), so the agent reports it reached what it could not tell apart.
+    assert {f"tcp 127.0.0.1:{t['tcp_port']}", f"udp 127.0.0.1:{t['udp_port']}"} <= set(_watched(result))
+    reported = {v["target"].split(" ")[0]: v["observed"] for v in _channel(result) if "reported" in v["observed"]}
+    assert "denied" in reported["tcp"] and "denied" in reported["read"] and "denied" in reported["pid"]
     assert final(log)["state"] == "stopped"
+
+
+def test_a_quiet_agent_that_exits_0_is_stopped_by_what_the_kernel_route_saw(canaries, tmp_path):
+    """A bash agent (no Python, no audit hook) tries TCP, UDP and DNS, reports nothing and exits 0: the network
+    watch saw each attempt, the run stops with them recorded as sandbox.violation, and no host listener heard it."""
+    t = canaries.targets()
+    shell = f"TCP_PORT={t['tcp_port']}\nUDP_PORT={t['udp_port']}\nDNS_NAME=localhost\n"
+    folder = agent_folder(tmp_path, "quiet_probe.sh", extra={"targets.sh": shell})
+    agent = register(folder, ("quiet_probe.sh",), name="quiet-sh")
+    # Positive control: outside, the same program reaches both host listeners (and resolves the name), exit 0.
+    outside = subprocess.run([str(folder / "quiet_probe.sh")], capture_output=True, timeout=30)
+    assert outside.returncode == 0 and outside.stderr == b""
+    assert sorted(set(_settle(canaries, frozenset({"tcp", "udp"})))) == ["tcp", "udp"]
+    canaries.hits.clear()
+
+    log, result = _probe_run(agent)
+    assert _settle(canaries) == [], "nothing from inside the sandbox reached a host listener"
+    tcp, udp = f"tcp 127.0.0.1:{t['tcp_port']}", f"udp 127.0.0.1:{t['udp_port']}"
+    watched = _watched(result)
+    assert set(watched) == {tcp, udp, "localhost"}, watched
+    assert [watched[x]["attempted"] for x in (tcp, udp, "localhost")] == ["socket", "socket", "dns"]
+    assert not [v for v in _channel(result) if "reported" in v["observed"]]  # it said nothing itself
+    state = final(log)
+    assert state["state"] == "stopped" and state["reason"].startswith("sandbox.violation: agent quiet-sh attempted")
+    assert "seen by the network watch" in state["reason"]
+    in_log = kinds(log, "sandbox.violation")
+    assert in_log and {v["target"] for v in in_log} <= {tcp, udp, "localhost"}
+    assert kinds(log, "effect.intent") == [] and not result.ok
 
 
 # --- the live model relay: a loopback OpenAI-compatible server stands in for a provider ----------------------------
@@ -554,3 +592,27 @@ def test_a_live_relay_that_fails_stops_the_run_with_the_reason(monkeypatch, tmp_
     state = final(log)
     assert state["state"] == "stopped"
     assert f"the worker's environment holds no {CREDENTIAL_NAME}" in state["reason"]
+
+
+def test_the_agent_holds_no_descriptor_of_the_watch_and_cannot_reach_the_engines(tmp_path):
+    """The TUN's descriptor stays the engine's: the agent inherits only its stdio, and the engine (the same uid) is
+    non-dumpable, so its /proc/1/fd cannot be listed (nor its descriptors taken with pidfd_getfd)."""
+    script = (
+        "#!/bin/bash\n"
+        'echo "own: $(ls -l /proc/$$/fd | tail -n +2 | sed "s/.* \\([0-9]*\\) -> /\\1>/" | tr "\\n" " ")" >&2\n'
+        'echo "engine: $(ls /proc/1/fd 2>&1 >/dev/null | head -c 120)" >&2\n'
+        'echo "tun: $(ls /dev/net/tun 2>&1 | head -c 120)" >&2\n'
+        "exit 5\n"
+    )
+    folder = agent_folder(tmp_path, extra={"fds.sh": script})
+    (folder / "fds.sh").chmod(0o755)
+    agent = register(folder, ("fds.sh",), name="fds")
+    log, _result = _probe_run(agent)
+    reason = final(log)["reason"]
+    assert final(log)["state"] == "failed" and "exited with status 5" in reason
+    own = reason.split("own: ", 1)[1].split(" | ", 1)[0].split()
+    # its stdio (pipes to the engine), bash's script and its own command-substitution pipe: nothing else
+    assert [f.split(">")[0] for f in own][:3] == ["0", "1", "2"], reason
+    assert all(f.split(">", 1)[1].startswith("pipe:") or f.endswith("/fds.sh") for f in own), reason
+    assert "Permission denied" in reason.split("engine: ", 1)[1]
+    assert "No such file or directory" in reason.split("tun: ", 1)[1]

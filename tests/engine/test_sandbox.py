@@ -623,3 +623,62 @@ def test_it_cannot_signal_the_launcher_or_its_siblings_and_runs_unprivileged():
     inside = json.loads(sandboxed("whoami").output)
     assert inside["uid"] != 0 and inside["gid"] != 0
     assert inside["pid"] == 1  # the first process of a PID namespace of its own
+
+
+# --- the network watch (issue 18 point 5): attempts seen by the kernel route, not reported by the code inside -----
+
+
+def _watch_probe(host: str, port: int) -> list[dict]:
+    result = run_sandboxed(
+        "tests.engine.sandbox_probes:netwatch_connect",
+        json.dumps({"host": host, "port": port}).encode(),
+        allow_degraded=False,
+        limits=Limits(),
+        timeout_s=30,
+        allow_test_entries=True,
+        network_watch=True,
+    )
+    assert result.returncode == 0 and result.isolation == "netns", (result.stderr, result.events)
+    return json.loads(result.output)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "10.1.2.3"])
+def test_the_network_watch_sees_a_connect_that_bypasses_the_audit_hook_and_forwards_nothing(canaries, host):
+    canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
+    port = canary.address[1]
+    (seen,) = _watch_probe(host, port)
+    assert seen["attempted"] == "socket" and seen["target"] == f"tcp {host}:{port}"
+    assert "network watch" in seen["observed"] and "nothing was forwarded" in seen["observed"]
+    assert canary.settled_count() == 0
+    assert control("raw_libc_connect", {"host": "127.0.0.1", "port": port}) == b"connected"  # positive control
+    assert canary.settled_count() == 1
+
+
+@pytest.mark.skipif(_system_python_for_nobody() is None, reason="needs root and a system Python 3.11+ for nobody")
+def test_the_network_watch_is_made_without_root_in_the_sandbox_s_own_user_namespace(canaries, engine_copy):
+    """Unprivileged, the sandbox makes a user namespace that owns its network namespace, so its set-up holds
+    CAP_NET_ADMIN there: the TUN, the addresses and the routes are made as they are by root."""
+    canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
+    target = json.dumps({"host": "127.0.0.1", "port": canary.address[1]})
+    script = (
+        "import json, sys; from n17q_engine.sandbox import run_sandboxed, Limits; "
+        "r = run_sandboxed('tests.engine.sandbox_probes:netwatch_connect', sys.argv[1].encode(), "
+        "allow_degraded=False, limits=Limits(), timeout_s=20, allow_test_entries=True, network_watch=True); "
+        "print(json.dumps({'isolation': r.isolation, 'output': r.output.decode(), 'rc': r.returncode}))"
+    )
+    launched = subprocess.run(
+        ["/usr/bin/python3", "-c", script, target],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/tmp",
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(engine_copy)},
+        user=65534,
+        group=65534,
+        extra_groups=[],
+    )
+    out = json.loads(launched.stdout)
+    assert out["isolation"] == "netns" and out["rc"] == 0, launched.stderr
+    (seen,) = json.loads(out["output"])
+    assert seen["target"] == f"tcp 127.0.0.1:{canary.address[1]}"
+    assert canary.settled_count() == 0

@@ -310,3 +310,244 @@ def test_a_model_connection_is_refused_in_one_line_when_it_is_not_a_url_and_a_na
     assert response.status_code == 400 and message in htmlmod.unescape(response.content.decode())
     assert SECRET_LIKE not in json.dumps(list(Replay.objects.values()), default=str)
     assert not Replay.objects.exists() and no_broker == []
+
+
+# --- an agent shipped as a wheel ------------------------------------------------------------------------------------
+
+WHEEL_PACKAGE = "n17q_wheel_agent"
+WHEEL_SCRIPT = "n17q-wheel-agent"
+AGENTS_DIR = Path(__file__).resolve().parent.parent / "engine" / "agents"
+
+
+def build_wheel(
+    where: Path,
+    *,
+    filename: str = f"{WHEEL_PACKAGE}-1.0-py3-none-any.whl",
+    requires: tuple[str, ...] = ("mcp", "openai"),
+    drop: str = "",
+) -> Path:
+    """A valid wheel, written member by member as the wheel spec lays it out (dist-info with METADATA, WHEEL,
+    entry_points.txt and a RECORD of every file's urlsafe-base64 sha256), holding the real agent of the engine tests
+    as the package `n17q_wheel_agent` with a console script and a `__main__`; `drop` leaves one member out."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"{WHEEL_PACKAGE}-1.0.dist-info"
+    files = {
+        f"{WHEEL_PACKAGE}/__init__.py": "def cli() -> None:\n"
+        "    import sys\n\n    import anyio\n\n    from . import agent\n\n    sys.exit(anyio.run(agent.main))\n",
+        f"{WHEEL_PACKAGE}/__main__.py": "from . import cli\n\ncli()\n",
+        f"{WHEEL_PACKAGE}/agent.py": (AGENTS_DIR / AGENT).read_text(),
+        f"{dist}/METADATA": "Metadata-Version: 2.1\nName: n17q-wheel-agent\nVersion: 1.0\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: n17q-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}/entry_points.txt": f"[console_scripts]\n{WHEEL_SCRIPT} = {WHEEL_PACKAGE}:cli\n",
+    }
+    record = []
+    for name, text in files.items():
+        data = text.encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
+    path = where / filename
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, text in files.items():
+            if name != drop:
+                zf.writestr(name, text)
+    return path
+
+
+def test_a_wheel_is_installed_with_its_dependencies_from_the_registry_pinned_and_decides_story_001(tmp_path, capsys):
+    """A wheel plus its console script: installed with its Requires-Dist (mcp, openai) from the package registry
+    into its own read-only environment, pinned by the wheel's sha256 and the environment's digest, then run as the
+    decider of story 001 (it sends exactly once in the replay namespace); a changed environment is refused."""
+    from n17q_engine.agent.spec import environment_digest, file_digest
+    from replays.agents import agent_spec, agent_status
+    from tests.engine import test_agent_decider as engine
+
+    _isolation_or_skip()
+    wheel = build_wheel(tmp_path)
+    out = register(capsys, "wheel-agent", str(wheel), "--command", WHEEL_SCRIPT)
+    assert out["wheel"] == wheel.name and out["digest"] == file_digest(wheel)
+    env = Path(out["environment"])
+    assert env.is_relative_to(Path(os.environ["N17Q_DATA_DIR"]) / "agents")
+    assert out["environment_digest"] == environment_digest(env)
+    installed = {line.split("==")[0].split(" @ ")[0].lower() for line in out["installed"]}
+    assert {"mcp", "openai", "n17q-wheel-agent"} <= installed and "django" not in installed
+    assert (env / "bin" / WHEEL_SCRIPT).is_file() and not os.stat(env / "bin" / WHEEL_SCRIPT).st_mode & 0o222
+    assert (Path(out["folder"]) / wheel.name).read_bytes() == wheel.read_bytes()  # the copy the digest pins
+    assert out["runnable"] is True and out["command"] == [WHEEL_SCRIPT]
+
+    spec = agent_spec(RegisteredAgent.objects.get(name="wheel-agent"))
+    assert spec.executable() == str(env / "bin" / WHEEL_SCRIPT)
+    run = "run-001-recorded"
+    script = [
+        (None, "email.draft_create", engine._recorded_request(run, "e-001-call-draft-create")),
+        (None, "email.draft_update", engine._recorded_request(run, "e-001-call-draft-update")),
+        (None, "email.send", {"draft_id": "dr-5501"}),
+        ("Sent the notice once to the narrowed audience.", None, None),
+    ]
+    fixtures, log = engine.author(spec, run, "email-delivery", script)
+    assert len(fixtures) == 4
+    assert len(engine.kinds(log, "effect.execution")) == 1 and engine.final(log)["state"] == "completed"
+    assert [c["tool"] for c in engine.kinds(log, "tool.call") if c["tool"] != "model.chat"][:2] == [
+        "email.draft_create",
+        "email.draft_update",
+    ]
+
+    # its environment changed after registration: offered no more, refused at launch
+    script_path = env / "lib"
+    site = next(script_path.glob("python*/site-packages")) / WHEEL_PACKAGE / "agent.py"
+    site.parent.chmod(0o755)
+    site.chmod(0o644)
+    site.write_text(site.read_text() + "\n# changed after registration\n")
+    assert "its environment changed since it was built" in agent_status(RegisteredAgent.objects.get(name="wheel-agent"))
+
+
+def test_a_wheel_runs_with_python_dash_m_as_its_entry(demo, tmp_path, capsys):
+    """`python -m MODULE` as the entry; launched from the CLI on story 003 from the checkpoint before the broad
+    suite, it runs in the sandbox and stops precisely at its first model call (the demo holds no model fixtures)."""
+    _isolation_or_skip()
+    wheel = build_wheel(tmp_path)
+    out = register(capsys, "wheel-m", str(wheel), "--command", f"python -m {WHEEL_PACKAGE}")
+    assert out["command"] == ["python", "-m", WHEEL_PACKAGE] and out["runnable"] is True
+    call_command(
+        "replay", RUN, "--mode", "counterfactual", "--vary", "decider=agent:wheel-m", "--checkpoint", A1, "--inline"
+    )
+    replay = Replay.objects.get()
+    assert replay.state == Replay.State.FINISHED, replay.error
+    (missing,) = replay.missing
+    assert missing["tool"] == "model.chat"  # the agent ran, listed its tools and asked its model
+    assert replay.environment["agent"]["digest"] == out["digest"]
+
+
+@pytest.mark.parametrize(
+    ("make", "command", "message"),
+    [
+        ("not-a-zip", WHEEL_SCRIPT, "is not a zip archive"),
+        ("bad-name", WHEEL_SCRIPT, "not a wheel file name"),
+        ("no-record", WHEEL_SCRIPT, f"has no {WHEEL_PACKAGE}-1.0.dist-info/RECORD"),
+        ("ok", "not-its-script", "has no console script 'not-its-script'"),
+        ("ok", "python -m not_its_module", "has no module 'not_its_module'"),
+        ("ok", "python agent.py", "python -m MODULE (no script path)"),
+        ("missing", WHEEL_SCRIPT, "is not a file"),
+    ],
+)
+def test_a_bad_wheel_is_refused_in_one_line_and_nothing_is_registered(tmp_path, make, command, message):
+    if make == "not-a-zip":
+        wheel = tmp_path / f"{WHEEL_PACKAGE}-1.0-py3-none-any.whl"
+        wheel.write_text("not a zip at all\n")
+    elif make == "bad-name":
+        wheel = build_wheel(tmp_path, filename="agent.whl")
+    elif make == "no-record":
+        wheel = build_wheel(tmp_path, drop=f"{WHEEL_PACKAGE}-1.0.dist-info/RECORD")
+    elif make == "missing":
+        wheel = tmp_path / f"{WHEEL_PACKAGE}-1.0-py3-none-any.whl"
+    else:
+        wheel = build_wheel(tmp_path)
+    agents = Path(os.environ["N17Q_DATA_DIR"]) / "agents"
+    before = sorted(agents.iterdir()) if agents.exists() else []  # earlier tests' environments stay on disk
+    with pytest.raises(CommandError, match=re.escape(message)) as raised:
+        call_command("register_agent", "bad-wheel", str(wheel), "--command", command, "--json")
+    assert "\n" not in str(raised.value)
+    assert not RegisteredAgent.objects.exists()
+    assert (sorted(agents.iterdir()) if agents.exists() else []) == before  # nothing built, nothing left
+
+
+# --- the live model connection from the CLI -------------------------------------------------------------------------
+
+
+def test_the_cli_relays_a_declared_live_model_through_the_worker_and_says_it_is_a_fresh_comparison_run(
+    demo, tmp_path, capsys, monkeypatch
+):
+    """`replay --model-base-url URL --model-credential-name NAME`: the form's connection from the command line, the
+    same relay path (the worker's relay, a loopback OpenAI-compatible server standing in for a provider). The
+    credential is in the worker's environment only: never in the command's output, the database or the sandbox."""
+    from accounts.models import AuditEntry
+    from tests.engine.test_agent_decider import CREDENTIAL_NAME, SECRET, Provider
+
+    _isolation_or_skip()
+    monkeypatch.setenv(CREDENTIAL_NAME, SECRET)
+    provider = Provider()
+    try:
+        folder = agent_folder(tmp_path, "live_probe_agent.py")
+        register(capsys, "live-probe", str(folder), "--command", "python live_probe_agent.py")
+        call_command(
+            "replay",
+            "run-001-recorded",
+            "--mode",
+            "counterfactual",
+            "--vary",
+            "decider=agent:live-probe",
+            "--model-base-url",
+            provider.base_url,
+            "--model-credential-name",
+            CREDENTIAL_NAME,
+            "--inline",
+            "--json",
+        )
+        said = capsys.readouterr().out
+        out = json.loads(said)
+        assert out["replay_state"] == "finished", out["error"]
+        assert out["model_connection"] == {"base_url": provider.base_url, "credential_name": CREDENTIAL_NAME}
+        assert out["run_label"].startswith("a fresh comparison run, not a replay")
+        assert SECRET not in said
+        # the provider got the agent's two calls with the credential the worker added (positive control)
+        assert len(provider.received) == 2
+        assert all(r["headers"]["Authorization"] == f"Bearer {SECRET}" for r in provider.received)
+        dump = json.loads(provider.received[1]["body"]["messages"][-1]["content"])
+        assert CREDENTIAL_NAME not in dump["environ"] and SECRET not in json.dumps(dump)
+        replay = Replay.objects.get()
+        assert replay.environment["truth"] == "fresh comparison"
+        results = [e.body for e in Event.objects.filter(run=replay.run, kind="tool.result")]
+        assert [r["origin"] for r in results if r.get("connection", "").startswith("live:")] == ["live", "live"]
+        stored = json.dumps(
+            [
+                list(Replay.objects.values()),
+                list(AuditEntry.objects.values("detail", "target")),
+                [e.body for e in Event.objects.filter(run=replay.run)],
+            ],
+            default=str,
+        )
+        assert SECRET not in stored
+    finally:
+        provider.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--model-base-url", "http://127.0.0.1:9/v1"), "go together"),
+        (("--model-credential-name", "PROVIDER_KEY"), "go together"),
+        (("--model-base-url", "http://127.0.0.1:9/v1", "--model-credential-name", SECRET_LIKE), "the NAME of"),
+        (("--model-base-url", "ftp://x.invalid/v1", "--model-credential-name", "PROVIDER_KEY"), "an http(s) URL"),
+    ],
+)
+def test_the_cli_refuses_a_model_connection_that_is_not_a_url_and_a_name_in_one_line(
+    demo, tmp_path, capsys, flags, message
+):
+    folder = agent_folder(tmp_path, AGENT)
+    register(capsys, "tester", str(folder), "--command", f"python {AGENT}")
+    with pytest.raises(CommandError, match=re.escape(message)) as raised:
+        call_command("replay", RUN, "--mode", "counterfactual", "--vary", "decider=agent:tester", *flags, "--inline")
+    assert "\n" not in str(raised.value) and SECRET_LIKE not in str(raised.value)
+    assert not Replay.objects.exists()
+
+
+def test_the_cli_refuses_a_model_connection_for_a_decider_that_is_not_an_agent(demo):
+    with pytest.raises(CommandError, match="whose decider is an agent"):
+        call_command(
+            "replay",
+            RUN,
+            "--mode",
+            "counterfactual",
+            "--vary",
+            "decider=careful",
+            "--model-base-url",
+            "http://127.0.0.1:9/v1",
+            "--model-credential-name",
+            "PROVIDER_KEY",
+            "--inline",
+        )
+    assert not Replay.objects.exists()

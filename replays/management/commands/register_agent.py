@@ -1,8 +1,10 @@
-"""`manage.py register_agent NAME FOLDER --command ARG [--command ARG ...] [--requirements FILE] --json`.
+"""`manage.py register_agent NAME (FOLDER | WHEEL.whl) --command ARG [--command ARG ...] [--requirements FILE] --json`.
 
 Registers an agent program as the replay decider `agent:NAME` (issue 18, docs/agents.md): FOLDER on the worker's
 disk, its entry command (argv, one --command per argument, or one quoted string split like a shell), the digest of
 its files pinned now, and, with --requirements, its own read-only environment built from the package registry.
+A WHEEL.whl instead of a folder is installed with its dependencies from the registry into its own read-only
+environment; the entry command is one of its console scripts or `python -m MODULE`.
 """
 
 from __future__ import annotations
@@ -23,14 +25,18 @@ class Command(JsonCommand):
     def add_arguments(self, parser: Any) -> None:
         super().add_arguments(parser)
         parser.add_argument("name", help="the agent's name; the decider is agent:NAME")
-        parser.add_argument("folder", help="the agent's folder on the worker's disk (absolute path)")
+        parser.add_argument(
+            "folder",
+            help="the agent's folder on the worker's disk, or its wheel (a .whl file); an absolute path",
+        )
         parser.add_argument(
             "--command",
             action="append",
             required=True,
             metavar="ARG",
             help="the entry command: 'python agent.py' (the agent's environment's python), a path inside the folder, "
-            "or an absolute path; give it once as one string, or once per argument",
+            "or an absolute path; for a wheel, one of its console scripts or 'python -m MODULE'; give it once as "
+            "one string, or once per argument",
         )
         parser.add_argument(
             "--requirements",
@@ -58,7 +64,10 @@ class Command(JsonCommand):
 
     def human(self, result: dict[str, Any]) -> str:
         environment = result["environment"] or "the worker's own"
+        if result.get("wheel"):
+            environment += f" ({result['environment_digest']})"
+        source = f"{result['wheel']} in {result['folder']}" if result.get("wheel") else result["folder"]
         return (
-            f"registered {result['decider']}: {result['folder']} ({result['digest']}), command "
+            f"registered {result['decider']}: {source} ({result['digest']}), command "
             f"{shlex.join(result['command'])}, environment {environment}"
         )

@@ -1,5 +1,10 @@
 """`manage.py replay RUN --mode {reconstruction,rerun,counterfactual} [--vary KEY=VALUE] [--checkpoint ID]
-(--wait | --inline) --json`."""
+[--model-base-url URL --model-credential-name NAME] (--wait | --inline) --json`.
+
+The model connection (issue 18, docs/agents.md) is the counterfactual form's: with an agent decider, its model
+calls are relayed live by the worker to URL with the credential held in the worker's environment variable NAME
+(the name only: the value is never typed, stored or sent into the sandbox); the run is a fresh comparison run.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +49,18 @@ class Command(JsonCommand):
             help="the scenario version to replay in (default: the run's recorded version: the one it names, or the "
             "first one recorded from it; never a newer or regression version unless named here)",
         )
+        parser.add_argument(
+            "--model-base-url",
+            metavar="URL",
+            help="with an agent decider: relay its model calls live to this OpenAI-compatible base URL (a fresh "
+            "comparison run, not a replay); needs --model-credential-name",
+        )
+        parser.add_argument(
+            "--model-credential-name",
+            metavar="NAME",
+            help="the NAME of the environment variable on the worker that holds the provider's credential (never the "
+            "credential itself)",
+        )
         how = parser.add_mutually_exclusive_group(required=True)
         how.add_argument("--inline", action="store_true", help="run the worker's task in this process, still sandboxed")
         how.add_argument("--wait", action="store_true", help="enqueue for a worker and wait for it")
@@ -73,17 +90,27 @@ class Command(JsonCommand):
             # the run too, and must never replace the version the run was recorded in without being asked for.
             scenario = choices.recorded.ref
         chosen = choices.choice(scenario) if scenario else None
+        connection = _model_connection(options.get("model_base_url"), options.get("model_credential_name"))
         try:
             if options["inline"]:
                 replay = replay_execute(
-                    replay_create(run, mode=mode, vary=vary, scenario=scenario, checkpoint=checkpoint).pk
+                    replay_create(
+                        run, mode=mode, vary=vary, scenario=scenario, checkpoint=checkpoint, model_connection=connection
+                    ).pk
                 )
             else:
                 _worker_answers(options["ping_timeout"])
-                replay = replay_launch(run, mode=mode, vary=vary, scenario=scenario, checkpoint=checkpoint)
+                replay = replay_launch(
+                    run, mode=mode, vary=vary, scenario=scenario, checkpoint=checkpoint, model_connection=connection
+                )
                 replay = _wait(replay, options["timeout"], options["claim_timeout"])
         except ReplayRefused as exc:
-            flag = {"scenario": "--scenario", "vary": "--vary", "checkpoint": "--checkpoint"}.get(exc.field or "")
+            flag = {
+                "scenario": "--scenario",
+                "vary": "--vary",
+                "checkpoint": "--checkpoint",
+                "model": "--model-base-url/--model-credential-name",
+            }.get(exc.field or "")
             raise CommandError(f"{exc} ({flag})" if flag else str(exc)) from None
         result = replay_json(replay)
         # Added key (DESIGN §8: extend only): the scenario version replayed in, and how it relates to the run.
@@ -93,6 +120,10 @@ class Command(JsonCommand):
             else None
         )
         result["checkpoint"] = replay.checkpoint  # added key (issue 18): the checkpoint it branched from
+        # Added keys (issue 18): the declared model connection (URL and the credential's NAME, never its value) and
+        # what the run is: a replay, or a fresh comparison run when the agent's model answered live.
+        result["model_connection"] = dict(replay.model_connection) or None
+        result["run_label"] = (replay.environment or {}).get("run_label")
         if replay.state in (Replay.State.REFUSED, Replay.State.FAILED, Replay.State.INTERRUPTED):
             raise CommandError(f"replay {replay.pk} {replay.state}: {replay.error}")
         return result
@@ -104,6 +135,12 @@ class Command(JsonCommand):
         ]
         if result.get("scenario"):
             lines.append(f"  scenario: {result['scenario']['ref']} ({result['scenario']['label']})")
+        if result.get("model_connection"):
+            connection = result["model_connection"]
+            lines.append(
+                f"  model: relayed live to {connection['base_url']} with the credential named "
+                f"{connection['credential_name']} ({result.get('run_label') or 'a fresh comparison run'})"
+            )
         if result.get("checkpoint") not in (None, "start"):
             lines.append(f"  from checkpoint: {result['checkpoint']} (the history before it re-run as recorded)")
         lines += [
@@ -119,6 +156,15 @@ def parse_vary_or_fail(items: list[str]) -> dict[str, str]:
         return parse_vary(items)
     except ReplayRefused as exc:
         raise CommandError(str(exc)) from None
+
+
+def _model_connection(base_url: str | None, credential_name: str | None) -> dict[str, str] | None:
+    """Both flags or neither: a URL without the credential's name (or the reverse) is refused before anything."""
+    if not base_url and not credential_name:
+        return None
+    if not base_url or not credential_name:
+        raise CommandError("--model-base-url and --model-credential-name go together (the URL and the NAME)")
+    return {"base_url": base_url, "credential_name": credential_name}
 
 
 def _broker() -> str:
