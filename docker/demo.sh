@@ -61,7 +61,8 @@ $BIN/python manage.py collectstatic --noinput >/dev/null
 $BIN/python manage.py migrate --noinput >/dev/null
 $BIN/python manage.py load_demo --json > "$DATA_DIR/demo.json"
 
-$BIN/celery -A n17q_site worker --loglevel=INFO --concurrency=1 --hostname="demo@%h" \
+# -B: the worker also runs the beat scheduler (the retention sweep); one worker, so one scheduler.
+$BIN/celery -A n17q_site worker -B --loglevel=INFO --concurrency=1 --hostname="demo@%h" \
   >"$DATA_DIR/worker.log" 2>&1 &
 WORKER=$!
 trap 'kill $WORKER 2>/dev/null || true' EXIT INT TERM

@@ -25,7 +25,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
-LONG_RUNNING = ("postgres", "redis", "web", "worker")
+LONG_RUNNING = ("postgres", "redis", "web", "worker", "beat")
 
 
 @pytest.fixture(scope="module")
