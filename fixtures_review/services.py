@@ -545,6 +545,17 @@ def recording_synthesize(
     return recording
 
 
+def _claim_as_rejected(recording: StagedRecording, revision: int | None) -> None:
+    """Close a staged recording as rejected, only if it is still staged (and at `revision`, when given): the
+    conditional update is the claim; a recording decided or changed meanwhile is refused, never decided twice."""
+    claimed = StagedRecording.objects.filter(
+        pk=recording.pk, state=StagedRecording.State.STAGED, **({"revision": revision} if revision else {})
+    ).update(state=StagedRecording.State.REJECTED, decided_at=timezone.now())
+    if claimed != 1:
+        raise ReviewRefused(f"{recording.public_id} was decided or changed meanwhile: reload it")
+    recording.refresh_from_db()
+
+
 def recording_reject(
     *, recording: StagedRecording, reason: str, user: Any, revision: int | None = None
 ) -> StagedRecording:
@@ -553,12 +564,7 @@ def recording_reject(
     if not reason:
         raise ReviewRefused("rejecting needs a reason (what is wrong with this recording)")
     with transaction.atomic():
-        claimed = StagedRecording.objects.filter(
-            pk=recording.pk, state=StagedRecording.State.STAGED, **({"revision": revision} if revision else {})
-        ).update(state=StagedRecording.State.REJECTED, decided_at=timezone.now())
-        if claimed != 1:
-            raise ReviewRefused(f"{recording.public_id} was decided or changed meanwhile: reload it")
-        recording.refresh_from_db()
+        _claim_as_rejected(recording, revision)
         _event(recording, ReviewEvent.Action.REJECT, user, reason=reason[:4000])
     return recording
 
@@ -574,12 +580,7 @@ def recording_exclude_tool(
     if not limitation:
         raise ReviewRefused("excluding the tool needs its limitation: what about it cannot be modelled credibly")
     with transaction.atomic():
-        claimed = StagedRecording.objects.filter(
-            pk=recording.pk, state=StagedRecording.State.STAGED, **({"revision": revision} if revision else {})
-        ).update(state=StagedRecording.State.REJECTED, decided_at=timezone.now())
-        if claimed != 1:
-            raise ReviewRefused(f"{recording.public_id} was decided or changed meanwhile: reload it")
-        recording.refresh_from_db()
+        _claim_as_rejected(recording, revision)
         _lock_scenario(recording.scenario_name)
         base = _latest_base(recording)
         try:

@@ -1226,16 +1226,7 @@ class _Engine:
         )
         if authorization is not None and authorization["decision"] == "denied":
             # The world refuses it as a provider would: no fixture consulted, no world change; the decider sees it.
-            res = self.emit(
-                "tool.result",
-                ref=self.source.result_of.get(a.ref) if a.ref is not None else None,
-                call_id=call,
-                origin="fixture",
-                outcome="denied",
-                blob=None,
-                absent={"body": "not_applicable"},
-                authorization=authorization,
-            )
+            res = self._emit_denied(a, call, authorization=authorization)
             self.seen_since_proposal.append(res)
             return
         result = sc.registry.lookup(a.tool, contract.revision, digest, _CallView(self.world, workspace))
@@ -1284,6 +1275,20 @@ class _Engine:
                 "interrupted", f"fault after_local_commit injected on {a.tool}: the harness stopped after committing"
             )
 
+    def _emit_denied(self, a: CallTool, call: str, **why: Any) -> str:
+        """A call the world refuses as a provider would (outside every grant, or a tool the scenario forbids): a
+        `denied` result, no fixture consulted, no body; `why` says which refusal it was."""
+        return self.emit(
+            "tool.result",
+            ref=self.source.result_of.get(a.ref) if a.ref is not None else None,
+            call_id=call,
+            origin="fixture",
+            outcome="denied",
+            blob=None,
+            absent={"body": "not_applicable"},
+            **why,
+        )
+
     def _refused_call(self, a: CallTool, proposal: str | None, inv: dict[str, Any]) -> None:
         """A call to a tool a `refused_tools` invariant names: recorded and refused by the world, never looked up.
 
@@ -1304,14 +1309,9 @@ class _Engine:
             workspace_id=workspace,
         )
         calls.append(call)
-        res = self.emit(
-            "tool.result",
-            ref=self.source.result_of.get(a.ref) if a.ref is not None else None,
-            call_id=call,
-            origin="fixture",
-            outcome="denied",
-            blob=None,
-            absent={"body": "not_applicable"},
+        res = self._emit_denied(
+            a,
+            call,
             refused={"invariant": inv["id"], "reason": inv["text"], "attempt": len(calls), "tolerated": inv["max"]},
         )
         self.seen_since_proposal.append(res)
