@@ -53,7 +53,9 @@ def _in_thread(fn, out: dict, name: str) -> threading.Thread:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="the embedded database's write lock")
-def test_writes_behind_a_long_import_answer_503_with_retry_after_never_500(role_user, monkeypatch, tmp_path):
+def test_writes_behind_a_long_import_answer_503_with_retry_after_never_500(
+    role_user, monkeypatch, tmp_path, reviewed_connections
+):
     from fixtures_review.scenarios import scenario_import
     from n17q_demo import seed_scenarios as seeds
 
