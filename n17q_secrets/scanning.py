@@ -769,14 +769,46 @@ _UTF16LE_RUN = re.compile(r"(?:[\x20-\x7e]\x00){12,}")
 _BINARY_SEPARATOR = "\x00"
 
 
-def mask_binary(raw: bytes, where: str, findings: list[dict[str, str]]) -> bytes:
+def _values_in_texts(texts: list[str], where: str, findings: list[dict[str, str]]) -> dict[str, str]:
+    """{value: rule} of every secret in the texts, each value widened to the whole token it sits in within its own
+    text, and each base64 run that decodes to a secret, whole. The texts are scanned together, one per line."""
+    joined = "\n".join(texts)
+    out: dict[str, str] = {}
+    for rule, value in scan_text(joined):
+        at = joined.find(value)
+        while at != -1:
+            start, end = at, _token_end(joined, at + len(value))
+            while start > 0 and joined[start - 1] in _TOKEN_CHARS:
+                start -= 1
+            out.setdefault(joined[start:end], rule)
+            at = joined.find(value, at + 1)
+    for start, end, rule in _encoded_runs_holding_secrets(joined, where, findings, 1):
+        out.setdefault(joined[start:end], rule)
+    return out
+
+
+def mask_binary(
+    raw: bytes,
+    where: str,
+    findings: list[dict[str, str]],
+    *,
+    strings: list[str] | None = None,
+    printable_runs: bool = True,
+) -> bytes:
     """Secrets in a binary body, found in its printable runs (ASCII, and UTF-16 as Windows writes it), overwritten
     with `*` byte for byte. The runs are scanned together as one text (one scan, however many runs), and every
     occurrence of a value found is overwritten in one pass; a base64 run that decodes to something secret (a body
-    encoded twice) is overwritten whole."""
+    encoded twice) is overwritten whole.
+
+    A structured binary (protobuf) whose caller can read its texts passes them as `strings`: each is scanned as the
+    whole text it is (in the raw bytes a value sits between framing bytes that may be letters, which a rule's
+    boundaries refuse), a value found is widened to its whole token inside its own text, and then overwritten
+    exactly where it occurs in the raw bytes, never past it: the framing around it stays, so the body still parses
+    and every byte range into it still holds what it held. `printable_runs=False` when `strings` are all its texts
+    (the caller checked that the body holds nothing its schema does not know)."""
     text = raw.decode("latin-1")  # one character a byte: offsets are the bytes'
     needles: dict[str, str] = {}
-    ascii_runs = _PRINTABLE_RUN.findall(text)
+    ascii_runs = _PRINTABLE_RUN.findall(text) if printable_runs or strings is None else []
     if ascii_runs:
         joined = _BINARY_SEPARATOR.join(ascii_runs)
         for rule, value in scan_text(joined):
@@ -785,8 +817,20 @@ def mask_binary(raw: bytes, where: str, findings: list[dict[str, str]]) -> bytes
                     needles.setdefault(piece, rule)
         for start, end, rule in _encoded_runs_holding_secrets(joined, where, findings, 1):
             needles.setdefault(joined[start:end], rule)
+    if strings:
+        for value, rule in _values_in_texts(strings, where, findings).items():
+            needles.setdefault(value.encode("utf-8").decode("latin-1"), rule)
     masked = (
-        _mask_values(text, needles, where, findings, replace=lambda _rule, span: "*" * len(span)) if needles else text
+        _mask_values(
+            text,
+            needles,
+            where,
+            findings,
+            replace=lambda _rule, span: "*" * len(span),
+            whole_tokens=strings is None,
+        )
+        if needles
+        else text
     )
     wide_runs = [m.group().encode("latin-1").decode("utf-16-le") for m in _UTF16LE_RUN.finditer(masked)]
     if wide_runs:

@@ -20,6 +20,7 @@ from .blob_preview import BlobPreview, blob_preview
 from .event_facts import Item, describe, items_annotate
 from .models import Edge, Event, Finding, MaskedSecret, Run, RunBlob
 from .retention import Expiry, blob_expiries
+from .source_span import SourceSpan, source_span_of
 from .trace import Family, call_tools, family_of, row_summary
 
 REFS_SHOWN = 30
@@ -57,6 +58,7 @@ class EventDetail:
     findings: list[dict[str, Any]]
     masked: list[MaskedSecret] = field(default_factory=list)
     named_expired: list[tuple[str, Expiry]] = field(default_factory=list)
+    source_span: SourceSpan | None = None  # a converted trace's event: the span it came from (runs/source_span.py)
 
     @property
     def raw(self) -> str:
@@ -101,7 +103,11 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
         .values_list("field", "source__event_id", "source__kind")[: REFS_SHOWN + 1]
     )
     refs_in = [Reference(field=f, ref=src, kind=kind, event_id=src) for f, src, kind in incoming[:REFS_SHOWN]]
-    named = _digests_in({k: v for k, v in body.items() if k not in ("id", "kind", "seq", "at", "attempt")})
+    source_span = source_span_of(run, body)
+    # The blob a converted event's span is kept in (the whole original export, or a JSON chunk of spans) is shown
+    # as that one span, not previewed again below.
+    skipped = ("id", "kind", "seq", "at", "attempt", "otlp" if source_span else "")
+    named = _digests_in({k: v for k, v in body.items() if k not in skipped})
     stored = {
         rb.blob.digest: rb
         for rb in RunBlob.objects.filter(run=run, blob__digest__in=sorted({d for _, d in named})[:50]).select_related(
@@ -165,4 +171,5 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
         named_expired=named_expired,
         findings=findings,
         masked=masked,
+        source_span=source_span,
     )

@@ -41,6 +41,7 @@ from django.utils.crypto import salted_hmac
 from n17q_engine import bundle
 from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError
+from n17q_engine.formats.otlp import otlp_strings
 from n17q_secrets import scanning
 
 from .models import Blob
@@ -152,7 +153,18 @@ def mask_blobs(
     return paths, bundle.Manifest(run=manifest.run, blobs=entries)
 
 
+PROTOBUF_TYPES = frozenset({"application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf"})
+
+
 def _mask_blob_bytes(raw: bytes, media_type: str, found: list[dict[str, str]]) -> bytes:
+    if media_type.split(";", 1)[0].strip().lower() in PROTOBUF_TYPES:
+        # Masked byte for byte and never past a value: the body still parses, and the byte ranges a converted run's
+        # events name in it (an OTLP original) still hold their spans. An OTLP request is scanned by its texts.
+        texts = otlp_strings(raw)
+        if texts is None:
+            return scanning.mask_binary(raw, "blob", found, strings=[])
+        strings, complete = texts
+        return scanning.mask_binary(raw, "blob", found, strings=strings, printable_runs=not complete)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -56,9 +56,10 @@ class ConvertedRun:
     report: ConversionReport
     blobs: dict[str, tuple[bytes, str, str]] = field(default_factory=dict)
 
-    def add_blob(self, data: bytes, media_type: str, role: str) -> str:
-        """Keep `data` as a blob of this run; its digest, to name it from an event."""
-        digest = digest_bytes(data)
+    def add_blob(self, data: bytes, media_type: str, role: str, *, digest: str | None = None) -> str:
+        """Keep `data` as a blob of this run; its digest, to name it from an event. `digest`: the caller's own
+        digest_bytes(data), when it has one (bytes every run of a file keeps are hashed once)."""
+        digest = digest or digest_bytes(data)
         self.blobs.setdefault(digest, (data, media_type, role))
         return digest
 

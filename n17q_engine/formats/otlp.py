@@ -32,14 +32,14 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError, title_problem, validate_event
-from n17q_engine.canonical import canonical_json, digest_json, request_digest
+from n17q_engine.canonical import canonical_json, digest_bytes, digest_json, request_digest
 from n17q_engine.identifiers import id_problem, run_id_problem
 
 from . import ConversionError, ConversionReport, ConvertedRun
@@ -405,6 +405,241 @@ def _proto_span(span: Any) -> dict[str, Any]:
 
 _KIND_ENUM_NAMES = {number: f"SPAN_KIND_{name.upper()}" for number, name in _SPAN_KINDS.items()}
 _STATUS_ENUM_NAMES = {0: "STATUS_CODE_UNSET", 1: "STATUS_CODE_OK", 2: "STATUS_CODE_ERROR"}
+
+
+# ---- where each span sits in a protobuf original
+
+# A protobuf original kept whole (role `source-otlp`) already holds every span, byte for byte: the run names each
+# event's span by its byte range in it instead of keeping the spans a second time as JSON (a 100,000-span file's
+# source-trace blobs were 55 MB of JSON beside a 26 MB original, written, hashed and secret-scanned again).
+
+
+class SpanBytes(NamedTuple):
+    """Where one span sits in a protobuf ExportTraceServiceRequest: (offset, length) of its Span message, and of
+    the Resource and InstrumentationScope it was sent under (None when the request had none)."""
+
+    span: tuple[int, int]
+    resource: tuple[int, int] | None
+    scope: tuple[int, int] | None
+
+
+class _WireError(ValueError):
+    pass
+
+
+def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise _WireError
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _wire_fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(field number, start, end) of each length-delimited field of the message in data[start:end]; the other wire
+    types are stepped over. _WireError for anything a parser would refuse (truncation, groups, a bad wire type)."""
+    pos = start
+    while pos < end:
+        key, pos = _varint(data, pos, end)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise _WireError
+        if wire == 2:
+            size, pos = _varint(data, pos, end)
+            value = pos
+            pos += size
+            if pos > end:
+                raise _WireError
+            yield number, value, pos
+        elif wire == 0:
+            _value, pos = _varint(data, pos, end)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise _WireError
+        if pos > end:
+            raise _WireError
+
+
+def _span_ids(data: bytes, start: int, end: int) -> tuple[bytes, bytes]:
+    """A Span's trace id and span id (fields 1 and 2). Every SDK writes them first, in that order: that layout is
+    read directly; any other is walked field by field (the last occurrence wins, as a parser decides)."""
+    if end - start >= 28 and data[start : start + 2] == b"\x0a\x10" and data[start + 18 : start + 20] == b"\x12\x08":
+        return data[start + 2 : start + 18], data[start + 20 : start + 28]
+    trace = span = b""
+    for number, s, e in _wire_fields(data, start, end):
+        if number == 1:
+            trace = data[s:e]
+        elif number == 2:
+            span = data[s:e]
+    return trace, span
+
+
+def span_byte_ranges(body: bytes) -> dict[tuple[str, str], SpanBytes] | None:
+    """Where each span of a protobuf ExportTraceServiceRequest sits: {(trace id, span id) in hex: SpanBytes}, the
+    first copy of a span sent twice. None when the request is laid out in a way a byte range cannot stand for
+    (a Resource or scope sent twice in one message, which a parser merges) or does not walk: the caller then keeps
+    the spans as JSON instead. Only the three outer levels are walked (about 0.1 s for 100,000 spans)."""
+    found: dict[tuple[str, str], SpanBytes] = {}
+    try:
+        for number, rs_start, rs_end in _wire_fields(body, 0, len(body)):
+            if number != 1:
+                continue
+            resource: tuple[int, int] | None = None
+            scopes: list[tuple[int, int]] = []
+            for field_no, s, e in _wire_fields(body, rs_start, rs_end):
+                if field_no == 1:
+                    if resource is not None:
+                        return None
+                    resource = (s, e - s)
+                elif field_no == 2:
+                    scopes.append((s, e))
+            for ss_start, ss_end in scopes:
+                scope: tuple[int, int] | None = None
+                spans: list[tuple[int, int]] = []
+                for field_no, s, e in _wire_fields(body, ss_start, ss_end):
+                    if field_no == 1:
+                        if scope is not None:
+                            return None
+                        scope = (s, e - s)
+                    elif field_no == 2:
+                        spans.append((s, e))
+                for s, e in spans:
+                    trace, span = _span_ids(body, s, e)
+                    found.setdefault((trace.hex(), span.hex()), SpanBytes((s, e - s), resource, scope))
+    except _WireError:
+        return None
+    return found
+
+
+def otlp_strings(body: bytes) -> tuple[list[str], bool] | None:
+    """Every text an OTLP protobuf request holds (keys, string and bytes values at any depth, names, trace states,
+    status messages, scope names and versions, schema URLs, entity references), each whole, and whether that is
+    all of them (False when the request carries fields this schema does not know: a newer exporter's); None when
+    `body` is not such a request.
+
+    For the secret scan of a kept protobuf original (runs/secret_scan.py): in the raw bytes a string sits between
+    framing bytes (a length, the next field's tag) that may be letters or digits, so a token glued to them fails the
+    boundaries a rule asks for, and a mask widened over "its" token would overwrite the framing. Scanned as the texts
+    they are, the values are found whole, then overwritten in the raw bytes exactly where they occur."""
+    try:
+        request = ExportTraceServiceRequest.FromString(body)
+    except (DecodeError, ValueError, RuntimeError):
+        return None
+    # Fields the schema does not know are kept by the parser as bytes no walk below reads: dropped, the request
+    # encodes to fewer bytes than it came in.
+    complete = len(body) == _known_size(request)
+    out: list[str] = []
+    add = out.append
+
+    def value_texts(value: Any, depth: int) -> None:
+        which = value.WhichOneof("value")
+        if which == "string_value":
+            add(value.string_value)
+        elif which == "bytes_value":
+            add(value.bytes_value.decode("latin-1"))
+        elif depth < MAX_ANY_DEPTH and which == "array_value":
+            for item in value.array_value.values:
+                value_texts(item, depth + 1)
+        elif depth < MAX_ANY_DEPTH and which == "kvlist_value":
+            attrs(value.kvlist_value.values, depth + 1)
+
+    def attrs(kvs: Any, depth: int = 0) -> None:
+        for kv in kvs:
+            add(kv.key)
+            if kv.value.WhichOneof("value") == "string_value":
+                add(kv.value.string_value)  # the common case, without the call
+            else:
+                value_texts(kv.value, depth)
+
+    for rs in request.resource_spans:
+        attrs(rs.resource.attributes)
+        for entity in rs.resource.entity_refs:
+            out += (entity.schema_url, entity.type, *entity.id_keys, *entity.description_keys)
+        add(rs.schema_url)
+        for ss in rs.scope_spans:
+            add(ss.scope.name)
+            add(ss.scope.version)
+            attrs(ss.scope.attributes)
+            add(ss.schema_url)
+            for span in ss.spans:
+                add(span.name)
+                add(span.trace_state)
+                add(span.status.message)
+                attrs(span.attributes)
+                for event in span.events:
+                    add(event.name)
+                    attrs(event.attributes)
+                for link in span.links:
+                    add(link.trace_state)
+                    attrs(link.attributes)
+    return out, complete
+
+
+def _known_size(request: ExportTraceServiceRequest) -> int:
+    request.DiscardUnknownFields()
+    return int(request.ByteSize())
+
+
+def byte_range_text(at: tuple[int, int]) -> str:
+    """A byte range as an event's `otlp` field writes it: "offset+length"."""
+    return f"{at[0]}+{at[1]}"
+
+
+_BYTE_RANGE = re.compile(r"(\d{1,15})\+(\d{1,15})")
+
+
+def parse_byte_range(value: Any) -> tuple[int, int] | None:
+    """(offset, length) from "offset+length"; None for anything else."""
+    match = _BYTE_RANGE.fullmatch(value) if isinstance(value, str) else None
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def source_span_from_bytes(span: bytes, resource: bytes | None, scope: bytes | None) -> dict[str, Any]:
+    """One span of a protobuf original, read from its byte ranges: {resource, scope, span} with the span as
+    `flatten_spans` writes it (what the converter read), so it reads the same as a span kept in a source-trace blob.
+    ConversionError when the bytes do not decode (the secret scan overwrote part of the original, say)."""
+    request = ExportTraceServiceRequest()
+    try:
+        held = request.resource_spans.add()
+        if resource is not None:
+            held.resource.ParseFromString(resource)
+        scoped = held.scope_spans.add()
+        if scope is not None:
+            scoped.scope.ParseFromString(scope)
+        scoped.spans.add().ParseFromString(span)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise ConversionError(f"the span's bytes do not decode ({_short(exc)})") from None
+    with _bulk():
+        [flat] = _flat_from_proto(request)
+    return {"resource": flat.pop("resource"), "scope": flat.pop("scope"), "span": flat}
+
+
+def source_span_from_chunk(chunk: bytes, span_id: str) -> dict[str, Any] | None:
+    """One span of a `source-trace` blob (the JSON form `_keep_spans_as_json` writes): {resource, scope, span}, as
+    `source_span_from_bytes` gives; None when the blob holds no span of that id. ConversionError when the blob is not
+    that JSON."""
+    try:
+        doc = json.loads(chunk)
+    except (ValueError, RecursionError) as exc:
+        raise ConversionError(f"the source-trace blob does not parse ({_short(exc)})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("spans"), list):
+        raise ConversionError("the source-trace blob is not a list of spans")
+    resources = doc.get("resources")
+    for span in doc["spans"]:
+        if isinstance(span, dict) and span.get("span_id") == span_id:
+            span = dict(span)
+            key = span.pop("resource", None)
+            resource = resources.get(key) if isinstance(resources, dict) and isinstance(key, str) else None
+            return {"resource": resource, "scope": span.pop("scope", None), "span": span}
+    return None
 
 
 # ---- protobuf -> flat spans directly (convert_otlp's path: the intermediate mapping would cost as much again)
@@ -935,22 +1170,39 @@ def _convert_each(spans: list[dict[str, Any]], body: bytes, content_type: str) -
     for span in spans:
         traces.setdefault(span["trace_id"], []).append(span)
     spans.clear()
+    # The original is kept by every run of the file: walked and hashed once, not once per trace.
+    kept = len(body) <= MAX_ORIGINAL_BLOB_BYTES
+    ranges = span_byte_ranges(body) if kept and media == PROTOBUF else None
+    digest = digest_bytes(body) if kept else None
     while traces:
         trace_id = next(iter(traces))
-        yield convert_trace(traces.pop(trace_id), original=body, original_media_type=media)
+        yield convert_trace(
+            traces.pop(trace_id),
+            original=body,
+            original_media_type=media,
+            span_bytes=ranges,
+            original_digest=digest,
+        )
 
 
 def convert_trace(
-    spans: list[dict[str, Any]], *, original: bytes | None = None, original_media_type: str = PROTOBUF
+    spans: list[dict[str, Any]],
+    *,
+    original: bytes | None = None,
+    original_media_type: str = PROTOBUF,
+    span_bytes: dict[tuple[str, str], SpanBytes] | None = None,
+    original_digest: str | None = None,
 ) -> ConvertedRun:
     """One trace's flat spans (from `flatten_spans`, all with one trace id) -> one run.
 
-    `original`: the file or request bytes, kept as a blob of the run (role `source-otlp`); the spans themselves are
-    kept either way, as JSON (role `source-trace`)."""
+    `original`: the file or request bytes, kept as a blob of the run (role `source-otlp`) up to
+    MAX_ORIGINAL_BLOB_BYTES. Every span stays viewable from its events: by its byte range in a kept protobuf
+    original (`span_bytes`, from `span_byte_ranges(original)`: computed here when not given), else as JSON in
+    `source-trace` blobs. `original_digest`: the original's digest, when the caller has it (a file of many traces)."""
     if not spans:
         raise ConversionError("a trace with no spans cannot become a run")
     with _bulk():
-        return _TraceConverter(spans, original, original_media_type).convert()
+        return _TraceConverter(spans, original, original_media_type, span_bytes, original_digest).convert()
 
 
 @contextmanager
@@ -1005,7 +1257,14 @@ class _Span:
 
 
 class _TraceConverter:
-    def __init__(self, spans: list[dict[str, Any]], original: bytes | None, original_media_type: str):
+    def __init__(
+        self,
+        spans: list[dict[str, Any]],
+        original: bytes | None,
+        original_media_type: str,
+        span_bytes: dict[tuple[str, str], SpanBytes] | None = None,
+        original_digest: str | None = None,
+    ):
         trace_id = spans[0].get("trace_id")
         self.trace_id = str(trace_id)
         self.report = ConversionReport("otlp")
@@ -1031,6 +1290,8 @@ class _TraceConverter:
         self.by_id = seen
         self.original = original
         self.original_media_type = original_media_type
+        self.span_bytes = span_bytes
+        self.known_original_digest = original_digest
         # (sort key, event) pairs; the key orders them, seq and times come after sorting.
         self.pending: list[tuple[tuple[int, int, int, int, int], dict[str, Any]]] = []
         self.ids: set[str] = set()
@@ -1162,6 +1423,52 @@ class _TraceConverter:
         return "unknown", "unknown"
 
     def _keep_sources(self) -> None:
+        """Keep every span viewable from its events, once: the original whole (when it may be a blob), each event
+        naming its span's byte range in it; else (a JSON original, one too large, no original, or a protobuf laid
+        out so that a range cannot stand for a span) the spans as JSON in source-trace blobs."""
+        self.original_digest: str | None = None
+        if self.original is not None:
+            if len(self.original) <= MAX_ORIGINAL_BLOB_BYTES:
+                self.original_digest = self.converted.add_blob(
+                    self.original, self.original_media_type, "source-otlp", digest=self.known_original_digest
+                )
+            else:
+                self.report.notes.append(
+                    f"the original export ({len(self.original)} bytes) is larger than a blob may be "
+                    f"({MAX_ORIGINAL_BLOB_BYTES} bytes): not kept whole; every span is kept in the source-trace blobs"
+                )
+        if self.original_digest is not None and self.original_media_type == PROTOBUF and self._refs_into_original():
+            return
+        self._keep_spans_as_json()
+
+    def _refs_into_original(self) -> bool:
+        """Name each span by its byte range in the kept protobuf original; False (nothing named) when a span of the
+        trace is not found there (the spans did not come from these bytes)."""
+        ranges = self.span_bytes
+        if ranges is None:
+            assert self.original is not None
+            ranges = span_byte_ranges(self.original)
+            if ranges is None:
+                return False
+        located = []
+        for span in self.spans:
+            at = ranges.get((self.trace_id, span.hex))
+            if at is None:
+                return False
+            located.append((span, at))
+        for span, at in located:
+            # Ranges as "offset+length" text: two hundred thousand events parse three short strings faster than
+            # three lists of two numbers each (and the lineage reader walks fewer nodes).
+            ref: dict[str, Any] = {"span": span.hex, "blob": self.original_digest, "bytes": byte_range_text(at.span)}
+            if at.resource is not None:
+                ref["resource_bytes"] = byte_range_text(at.resource)
+            if at.scope is not None:
+                ref["scope_bytes"] = byte_range_text(at.scope)
+            span.ref = ref
+            span.blob = self.original_digest or ""
+        return True
+
+    def _keep_spans_as_json(self) -> None:
         """The spans as JSON, cut into blobs of about SOURCE_CHUNK_BYTES; each span learns the blob that holds it."""
         chunk: list[bytes] = []
         members: list[_Span] = []
@@ -1197,19 +1504,6 @@ class _TraceConverter:
         flush()
         for span in self.spans:
             span.ref = {"span": span.hex, "blob": span.blob}
-        if self.original is not None:
-            if len(self.original) <= MAX_ORIGINAL_BLOB_BYTES:
-                self.original_digest: str | None = self.converted.add_blob(
-                    self.original, self.original_media_type, "source-otlp"
-                )
-            else:
-                self.original_digest = None
-                self.report.notes.append(
-                    f"the original export ({len(self.original)} bytes) is larger than a blob may be "
-                    f"({MAX_ORIGINAL_BLOB_BYTES} bytes): not kept whole; every span is kept in the source-trace blobs"
-                )
-        else:
-            self.original_digest = None
 
     def _mark_usage(self) -> None:
         """Which spans have a model span below them that charges tokens: an agent span's usage is the sum of its
@@ -1965,7 +2259,7 @@ class _TraceConverter:
         if span.raw["links"]:
             unmapped["span link"] += len(span.raw["links"])
         if span.role == "other" and not _is_command(span.attrs) and span.used <= _MARKERS and span is not self.root:
-            unmapped["span without a mapped convention (kept in its source-trace blob)"] += 1
+            unmapped["span without a mapped convention (kept in the run's source blobs)"] += 1
 
 
 def _role(attrs: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ from openinference.semconv.trace import (
     ToolCallAttributes,
 )
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -36,7 +37,17 @@ from opentelemetry.trace import Status, StatusCode, Tracer
 from n17q_engine.bundle import iter_event_records, parse_manifest, verify_blobs
 from n17q_engine.canonical import request_digest
 from n17q_engine.formats import ConversionError, ConvertedRun, otlp, write_bundle
-from n17q_engine.formats.otlp import convert_otlp, convert_trace, decode_otlp, flatten_spans, looks_like_otlp
+from n17q_engine.formats.otlp import (
+    convert_otlp,
+    convert_trace,
+    decode_otlp,
+    flatten_spans,
+    looks_like_otlp,
+    parse_byte_range,
+    source_span_from_bytes,
+    source_span_from_chunk,
+    span_byte_ranges,
+)
 from n17q_engine.lineage import check_events
 
 PB = "application/x-protobuf"
@@ -229,6 +240,25 @@ def _blob(run: ConvertedRun, digest: str) -> bytes:
     return run.blobs[digest][0]
 
 
+def _source_span(run: ConvertedRun, event: dict[str, Any]) -> dict[str, Any]:
+    """The span an event names, read as the event panel reads it: from its byte range in the kept protobuf
+    original, or from the source-trace blob holding it."""
+    ref = event["otlp"]
+    data = _blob(run, ref["blob"])
+    if "bytes" not in ref:
+        found = source_span_from_chunk(data, ref["span"])
+        assert found is not None
+        return found
+
+    def cut(text: str | None) -> bytes | None:
+        at = parse_byte_range(text)
+        return None if at is None else data[at[0] : at[0] + at[1]]
+
+    span = cut(ref["bytes"])
+    assert span is not None
+    return source_span_from_bytes(span, cut(ref.get("resource_bytes")), cut(ref.get("scope_bytes")))
+
+
 # ------------------------------------------------------------------------------------------------- GenAI spans
 
 
@@ -272,13 +302,19 @@ def test_it_maps_genai_spans_to_a_valid_run(genai_spans: tuple[ReadableSpan, ...
     # Wall and logical times follow the spans, in order.
     walls = [e["at"]["wall"] for e in events]
     assert walls == sorted(walls) and all(e["at"]["logical"] == e["at"]["wall"] for e in events)
-    # Every event names its span and the source-trace blob that holds it; the original export is kept too.
+    # The original export is kept, and every event names the span it came from: by its byte range in a protobuf
+    # original (the spans are not kept a second time), in a source-trace blob of JSON otherwise.
     roles = {role for _data, _media, role in run.blobs.values()}
-    assert {"source-trace", "source-otlp", "tool-output"} <= roles
+    assert {"source-otlp", "tool-output"} <= roles
+    assert ("source-trace" in roles) == (form != "protobuf")
     assert _blob(run, events[0]["source_blob"]) == data
+    flat = {span["span_id"]: span for span in flatten_spans(decode_otlp(data, content_type=media))}
     for event in events:
-        source = json.loads(_blob(run, event["otlp"]["blob"]))
-        assert event["otlp"]["span"] in {span["span_id"] for span in source["spans"]}
+        assert ("bytes" in event["otlp"]) == (form == "protobuf")
+        shown = _source_span(run, event)
+        original = dict(flat[event["otlp"]["span"]])
+        assert shown["resource"] == original.pop("resource") and shown["scope"] == original.pop("scope")
+        assert shown["span"] == original
     # The lineage checker reads the run and finds nothing broken: every reference resolves.
     assert check_events(run.run, events) == []
 
@@ -345,13 +381,12 @@ def test_it_reports_what_it_mapped_and_what_it_kept_unmapped(genai_spans: tuple[
     assert report["mapped"]["execute_tool span -> tool.result"] == 2
     assert report["mapped"]["command span -> command.receipt"] == 1
     assert report["mapped"]["n17q span event -> workspace.created"] == 1
-    # An attribute no mapping reads is counted, and it is still in the span's source-trace blob.
+    # An attribute no mapping reads is counted, and it is still in the span the event names.
     assert report["unmapped"] == {"span attribute server.address": 1}
     chat = next(e for e in run.events if e["kind"] == "model.proposal")
-    source = json.loads(_blob(run, chat["otlp"]["blob"]))
-    span = next(s for s in source["spans"] if s["span_id"] == chat["otlp"]["span"])
-    assert span["attributes"]["server.address"] == "api.openai.example"
-    assert source["resources"][span["resource"]]["service.name"] == "fixer-agent"
+    shown = _source_span(run, chat)
+    assert shown["span"]["attributes"]["server.address"] == "api.openai.example"
+    assert shown["resource"]["service.name"] == "fixer-agent"
 
 
 def test_a_failed_root_span_fails_the_run(tmp_path: Path) -> None:
@@ -476,7 +511,7 @@ def test_it_maps_openinference_spans(form: str, tmp_path: Path) -> None:
     assert json.loads(_blob(run, result["blob"])) == {"temperature": 14, "sky": "rain"}
     assert result["outcome"] == "ok"
     # A CHAIN span has no event of its own: counted, kept in its blob.
-    assert run.report.unmapped["span without a mapped convention (kept in its source-trace blob)"] == 1
+    assert run.report.unmapped["span without a mapped convention (kept in the run's source blobs)"] == 1
     assert check_events(run.run, events) == []
 
 
@@ -677,6 +712,108 @@ def test_converting_the_same_bytes_twice_gives_identical_bundles(
     assert files == sorted(p.relative_to(tmp_path / "b2") for p in (tmp_path / "b2").rglob("*") if p.is_file())
     for name in files:
         assert (tmp_path / "b1" / name).read_bytes() == (tmp_path / "b2" / name).read_bytes()
+
+
+# ------------------------------------------------------------------------------ spans named by their bytes
+
+
+def _two_services(tmp_path: Path) -> bytes:
+    """One export holding two services' spans (two resources, two scopes each): what a collector forwards."""
+    requests = []
+    for service in ("planner", "executor"):
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        for scope in ("lib.a", "lib.b"):
+            tracer = provider.get_tracer(scope, "3.1")
+            with tracer.start_as_current_span(
+                f"execute_tool {service}-{scope}",
+                attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", "unmapped.x": scope},
+            ):
+                pass
+        provider.shutdown()
+        requests.append(encode_spans(exporter.get_finished_spans()).SerializeToString())
+    return b"".join(requests)  # two serialized requests, concatenated: one request (repeated fields append)
+
+
+def test_every_span_is_named_by_its_bytes_under_its_own_resource_and_scope(tmp_path: Path) -> None:
+    data = _two_services(tmp_path)
+    ranges = span_byte_ranges(data)
+    assert ranges is not None and len(ranges) == 4
+    runs = convert_otlp(data, content_type=PB)
+    assert len(runs) == 4  # four root spans, four traces
+    for run in runs:
+        assert {role for _d, _m, role in run.blobs.values()} == {"source-otlp"}
+        [started] = _by_kind(run.events, "attempt.started")
+        shown = _source_span(run, started)
+        service, scope = shown["span"]["name"].removeprefix("execute_tool ").split("-", 1)
+        assert shown["resource"]["service.name"] == service
+        assert shown["scope"] == {"name": scope, "version": "3.1", "attributes": {}}
+        assert shown["span"]["attributes"]["unmapped.x"] == scope
+
+
+def test_a_span_whose_ids_are_not_written_first_is_still_found(genai_spans: tuple[ReadableSpan, ...]) -> None:
+    request = ExportTraceServiceRequest.FromString(_protobuf(genai_spans))
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    ids = type(span)(trace_id=span.trace_id, span_id=span.span_id)
+    rest = type(span)()
+    rest.CopyFrom(span)
+    rest.ClearField("trace_id")
+    rest.ClearField("span_id")
+    # The same span, its ids written last (a message's fields may come in any order; a parser merges them).
+    reordered = rest.SerializeToString() + ids.SerializeToString()
+    assert type(span).FromString(reordered) == span
+    scope = request.resource_spans[0].scope_spans[0].scope.SerializeToString()
+    scope_spans = b"\x0a" + _len(scope) + scope + b"\x12" + _len(reordered) + reordered
+    resource_spans = b"\x12" + _len(scope_spans) + scope_spans
+    body = b"\x0a" + _len(resource_spans) + resource_spans
+    ranges = span_byte_ranges(body)
+    assert ranges is not None
+    [(key, at)] = ranges.items()
+    assert key == (span.trace_id.hex(), span.span_id.hex())
+    assert body[at.span[0] : at.span[0] + at.span[1]] == reordered
+
+
+def _len(data: bytes) -> bytes:
+    out, n = b"", len(data)
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def test_an_export_a_byte_range_cannot_stand_for_keeps_its_spans_as_json(
+    genai_spans: tuple[ReadableSpan, ...], tmp_path: Path
+) -> None:
+    data = _protobuf(genai_spans)
+    # A second `resource` in one ResourceSpans: a parser merges the two, so no one range holds the resource.
+    request = ExportTraceServiceRequest.FromString(data)
+    rs = request.resource_spans[0].SerializeToString() + b"\x0a\x00"
+    body = b"\x0a" + _len(rs) + rs
+    assert ExportTraceServiceRequest.FromString(body) == request
+    assert span_byte_ranges(body) is None
+    [run] = convert_otlp(body, content_type=PB)
+    assert {"source-trace", "source-otlp"} <= {role for _d, _m, role in run.blobs.values()}
+    for event in _bundle(run, tmp_path / "b"):
+        assert "bytes" not in event["otlp"]
+        assert _source_span(run, event)["span"]["span_id"] == event["otlp"]["span"]
+    # Spans handed over with an original they did not come from are kept as JSON too, never misnamed.
+    other = _protobuf(_spans(lambda tracer: tracer.start_span("elsewhere").end()))
+    flat = flatten_spans(decode_otlp(data, content_type=PB))
+    run = convert_trace(flat, original=other)
+    assert "source-trace" in {role for _d, _m, role in run.blobs.values()}
+    assert all("bytes" not in event["otlp"] for event in run.events)
+
+
+def test_truncated_or_odd_wire_data_gives_no_ranges(genai_spans: tuple[ReadableSpan, ...]) -> None:
+    data = _protobuf(genai_spans)
+    assert span_byte_ranges(data[:-3]) is None
+    assert span_byte_ranges(b"\x0b\x00") is None  # a group: OTLP has none
+    assert span_byte_ranges(b"\x00") is None  # field number 0
+    assert span_byte_ranges(b"") == {}
+    with pytest.raises(ConversionError, match="do not decode"):
+        source_span_from_bytes(b"\x0a\xff", None, None)
 
 
 # ------------------------------------------------------------------------------------------------------ bad input
