@@ -32,12 +32,12 @@ class SourceSpan:
     span_id: str
     digest: str  # the blob the span is read from
     form: str  # "original" (a byte range of the protobuf export) or "source-trace" (a JSON blob)
-    value: dict[str, Any] | None = None  # {resource, scope, span} as read
+    value: dict[str, Any] | None = None  # {span, scope, resource} as read
     problem: str = ""  # why it is not shown, when it is not
 
     @property
     def members(self) -> list[JsonMember]:
-        """The value's members rendered: resource and scope folded when long, the span itself always open."""
+        """The value's members rendered: the span always open, its scope and resource folded when long."""
         members = _json_members(self.value) if self.value is not None else []
         for member in members:
             member.folded = member.folded and member.key != "span"

@@ -603,7 +603,7 @@ def parse_byte_range(value: Any) -> tuple[int, int] | None:
 
 
 def source_span_from_bytes(span: bytes, resource: bytes | None, scope: bytes | None) -> dict[str, Any]:
-    """One span of a protobuf original, read from its byte ranges: {resource, scope, span} with the span as
+    """One span of a protobuf original, read from its byte ranges: {span, scope, resource} with the span as
     `flatten_spans` writes it (what the converter read), so it reads the same as a span kept in a source-trace blob.
     ConversionError when the bytes do not decode (the secret scan overwrote part of the original, say)."""
     request = ExportTraceServiceRequest()
@@ -619,11 +619,12 @@ def source_span_from_bytes(span: bytes, resource: bytes | None, scope: bytes | N
         raise ConversionError(f"the span's bytes do not decode ({_short(exc)})") from None
     with _bulk():
         [flat] = _flat_from_proto(request)
-    return {"resource": flat.pop("resource"), "scope": flat.pop("scope"), "span": flat}
+    resource, scope = flat.pop("resource"), flat.pop("scope")
+    return {"span": flat, "scope": scope, "resource": resource}
 
 
 def source_span_from_chunk(chunk: bytes, span_id: str) -> dict[str, Any] | None:
-    """One span of a `source-trace` blob (the JSON form `_keep_spans_as_json` writes): {resource, scope, span}, as
+    """One span of a `source-trace` blob (the JSON form `_keep_spans_as_json` writes): {span, scope, resource}, as
     `source_span_from_bytes` gives; None when the blob holds no span of that id. ConversionError when the blob is not
     that JSON."""
     try:
@@ -638,7 +639,7 @@ def source_span_from_chunk(chunk: bytes, span_id: str) -> dict[str, Any] | None:
             span = dict(span)
             key = span.pop("resource", None)
             resource = resources.get(key) if isinstance(resources, dict) and isinstance(key, str) else None
-            return {"resource": resource, "scope": span.pop("scope", None), "span": span}
+            return {"span": span, "scope": span.pop("scope", None), "resource": resource}
     return None
 
 
