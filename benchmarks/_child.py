@@ -166,6 +166,8 @@ def cmd_import_file(path: str) -> dict[str, Any]:
         "conversion": answer.get("conversion"),
         "baseline_rss_mb": baseline,
         "peak_rss_mb": _maxrss_mb(),
+        # The converting process (runs.import_formats starts one per file): its own peak, reported beside ours.
+        "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         "stored": _counts(run),
         "database": _database(),
     }

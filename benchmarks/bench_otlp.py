@@ -264,7 +264,8 @@ def run(config: Config) -> dict[str, Any]:
             f"< {FILE_BUDGET_S:g} s",
             f"{med:.2f} s median ({', '.join(f'{s:.2f}' for s in seconds)} s; {imports[-1]['runs']} runs; "
             f"{file_result['file_bytes'] / 2**20:.1f} MB protobuf; peak RSS "
-            f"{max(r['peak_rss_mb'] for r in imports):.0f} MB)",
+            f"{max(r['peak_rss_mb'] for r in imports):.0f} MB, its converting process "
+            f"{max(r.get('worker_peak_rss_mb', 0) for r in imports):.0f} MB)",
             med < FILE_BUDGET_S,
             config,
         ),

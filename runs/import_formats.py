@@ -15,13 +15,19 @@ first run, and adds `runs` (every run's answer) and `conversion` (what was mappe
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
+import selectors
 import shutil
+import subprocess
+import sys
 import tempfile
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sized
+from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -32,8 +38,9 @@ from django.db import transaction
 from accounts.audit import audit_record
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError, ConvertedRun, write_bundle
-from n17q_engine.formats.inspect_log import convert_inspect_log, looks_like_inspect_log
-from n17q_engine.formats.otlp import iter_convert_otlp, looks_like_otlp
+from n17q_engine.formats.convert_worker import converted_runs
+from n17q_engine.formats.inspect_log import looks_like_inspect_log
+from n17q_engine.formats.otlp import looks_like_otlp
 from n17q_engine.formats.sniff import describe
 
 from .importer import ImportResult, _import_root, _remove_blobs, run_import_from_path, run_import_from_upload
@@ -45,7 +52,8 @@ HEAD = 64 * 1024
 # bundle's; a bundle is streamed and keeps N17Q_MAX_BUNDLE_BYTES.
 CONVERTED_MAX_BYTES = 512 * 1024 * 1024
 NOT_A_RUN = "not a bundle archive, an OTLP trace file or an Inspect log"
-OTLP_MEDIA_TYPES = {"json": "application/json", "protobuf": "application/x-protobuf"}
+# Where the engine package lives: the converting process is started there, whatever the web process's cwd.
+ENGINE_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -132,49 +140,160 @@ def _convert_and_import(fh: IO[bytes], size: int | None, *, user: Any, label: st
     if len(data) > limit:
         raise _refused(user, label, f"the file is larger than the {limit} bytes a trace file or a log may be")
     try:
-        converted = convert_file(data)
-    except ConversionError as exc:
-        raise _refused(user, label, " ".join(str(exc).splitlines())) from None
+        fmt = converter_format(data)
     except BundleError as exc:
         raise _refused(user, label, str(exc)) from None
-    return import_converted(converted, user=user, label=label)
+    with tempfile.TemporaryDirectory(prefix="n17q-converting-") as tmp:
+        return _import_prepared(_converted_by_worker(fmt, data, Path(tmp)), user=user, label=label)
+
+
+def converter_format(data: bytes) -> str:
+    """Which converter takes `data` (convert_worker.FORMATS); a BundleError naming what anything else looks like."""
+    if looks_like_inspect_log(data) is not None:
+        return "inspect"
+    otlp = looks_like_otlp(data)
+    if otlp is not None:
+        return f"otlp-{otlp}"
+    raise BundleError(f"{NOT_A_RUN}: this is {describe(data)}")
 
 
 def convert_file(data: bytes) -> Iterable[ConvertedRun]:
     """The runs an OTLP file or an Inspect log holds (an OTLP file's one at a time, as they are imported); a
     BundleError naming what anything else looks like."""
-    if looks_like_inspect_log(data) is not None:
-        return convert_inspect_log(data)
-    otlp = looks_like_otlp(data)
-    if otlp is not None:
-        return iter_convert_otlp(data, content_type=OTLP_MEDIA_TYPES[otlp])
-    raise BundleError(f"{NOT_A_RUN}: this is {describe(data)}")
+    return converted_runs(converter_format(data), data)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One converted run written as a bundle folder, ready for the importer."""
+
+    root: Path
+    run_id: str
+    report: dict[str, Any]
+    total: int | None = None  # the file's runs, when known before they are all converted
+
+
+# How long the converting process may stay silent (between two runs) before the import gives up on it.
+WORKER_SILENCE_S = 600.0
+
+
+def _converted_by_worker(fmt: str, data: bytes, tmp: Path) -> Iterator[_Prepared]:
+    """The file's runs, converted and written by a process of its own (n17q_engine.formats.convert_worker) while the
+    caller imports the previous one; after each, the caller's next() tells the worker that run is stored (its
+    folder removed), which lets it write one more. ConversionError/BundleError as the converter said them; a worker
+    that dies or hangs is a one-line BundleError, and it is always killed and reaped."""
+    source = tmp / "source"
+    source.write_bytes(data)
+    out = tmp / "runs"
+    out.mkdir()
+    stderr_path = tmp / "worker.err"
+    with open(stderr_path, "wb") as err:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "n17q_engine.formats.convert_worker", fmt, str(source), str(out)],
+            cwd=ENGINE_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env={**os.environ, "PYTHONPATH": str(ENGINE_ROOT)},
+        )
+    assert worker.stdin is not None and worker.stdout is not None
+    lines = _lines_within(worker.stdout, WORKER_SILENCE_S)
+    try:
+        for line in lines:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                message = None
+            if not isinstance(message, dict):
+                break
+            if message.get("done"):
+                return
+            if "error" in message:
+                error = str(message["error"])
+                raise ConversionError(error) if message.get("kind") == "conversion" else BundleError(error)
+            yield _Prepared(Path(message["folder"]), str(message["run_id"]), message["report"], message.get("total"))
+            with contextlib.suppress(OSError):  # a worker that has finished reads no more
+                worker.stdin.write(b"stored\n")
+                worker.stdin.flush()
+        # Silence, or the pipe closed without the last word: the worker died (killed, out of memory, crashed).
+        worker.kill()
+        code = worker.wait()
+        tail = (
+            stderr_path.read_bytes().decode("utf-8", "replace").strip().splitlines()[-1:]
+            if stderr_path.exists()
+            else []
+        )
+        log.warning("the converting process stopped (exit %s): %s", code, tail[0][:500] if tail else "no message")
+        raise BundleError(
+            "the conversion stopped before the end of the file (its process exited with status "
+            f"{code}); nothing was imported"
+        )
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        worker.wait()
+        for pipe in (worker.stdin, worker.stdout):
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+def _lines_within(stream: IO[bytes], seconds: float) -> Iterator[bytes]:
+    """The stream's lines, until it closes or stays silent for `seconds`."""
+    selector = selectors.DefaultSelector()
+    selector.register(stream, selectors.EVENT_READ)
+    buffered = b""
+    fd = stream.fileno()
+    try:
+        while True:
+            newline = buffered.find(b"\n")
+            if newline != -1:
+                line, buffered = buffered[: newline + 1], buffered[newline + 1 :]
+                yield line
+                continue
+            if not selector.select(timeout=seconds):
+                return
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return
+            buffered += chunk
+    finally:
+        selector.close()
 
 
 def import_converted(converted: Iterable[ConvertedRun], *, user: Any, label: str) -> FileImport:
-    """Import every run of one converted file, all or none. Each run is written and imported before the next is
-    converted, and let go after: one converted run in memory at a time (its report is kept)."""
+    """Import every run of one converted file, all or none, each written as a bundle folder and imported before the
+    next is converted (the OTLP receiver's one trace; files go through the converting process instead)."""
+    total = len(converted) if isinstance(converted, Sized) else None
+    with tempfile.TemporaryDirectory(prefix="n17q-converted-") as tmp:
+        return _import_prepared(_written(converted, Path(tmp), total), user=user, label=label)
+
+
+def _written(converted: Iterable[ConvertedRun], tmp: Path, total: int | None) -> Iterator[_Prepared]:
+    for i, run in enumerate(converted):
+        root = tmp / f"run-{i}"
+        root.mkdir()
+        write_bundle(run, root)
+        prepared = _Prepared(root, str(run.run.get("id", "?")), run.report.to_json(), total)
+        del run  # the converted events and blobs: on disk now, not needed in memory
+        yield prepared
+
+
+def _import_prepared(prepared: Iterator[_Prepared], *, user: Any, label: str) -> FileImport:
     written: list[str] = []
     results: list[ImportResult] = []
     reports: list[dict[str, Any]] = []
-    total = len(converted) if isinstance(converted, Sized) else None  # an OTLP file's runs come one at a time
     try:
-        with tempfile.TemporaryDirectory(prefix="n17q-converted-") as tmp, transaction.atomic():
-            for i, run in enumerate(converted):
-                root = Path(tmp) / f"run-{i}"
-                root.mkdir()
-                write_bundle(run, root)
-                reports.append(run.report.to_json())
-                run_id = run.run.get("id", "?")
-                del run  # the converted events and blobs: on disk now, not needed in memory
+        with transaction.atomic():
+            for i, run in enumerate(prepared):
+                reports.append(run.report)
                 try:
-                    results.append(_import_root(root, user=user, blobs_written=written))
+                    results.append(_import_root(run.root, user=user, blobs_written=written))
                 except BundleError as exc:
-                    if total == 1:
+                    if run.total == 1:
                         raise
-                    of = f" of {total}" if total else ""
-                    raise BundleError(f"run {i + 1}{of} ({run_id}): {exc}") from None
-                shutil.rmtree(root, ignore_errors=True)
+                    of = f" of {run.total}" if run.total else ""
+                    raise BundleError(f"run {i + 1}{of} ({run.run_id}): {exc}") from None
+                shutil.rmtree(run.root, ignore_errors=True)
             if not results:
                 raise BundleError("the file holds no run (no trace, no sample)")
     except ConversionError as exc:
@@ -186,6 +305,10 @@ def import_converted(converted: Iterable[ConvertedRun], *, user: Any, label: str
     except BaseException:
         _remove_blobs(written)
         raise
+    finally:
+        close = getattr(prepared, "close", None)
+        if close is not None:
+            close()  # a converting process still running is killed and reaped now, not at garbage collection
     return FileImport(results, _merge_reports(reports), tuple(reports))
 
 

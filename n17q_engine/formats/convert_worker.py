@@ -1,0 +1,89 @@
+"""A trace file or log converted in a process of its own, ahead of the importer (issue 17: the 10 s file budget).
+
+`python -m n17q_engine.formats.convert_worker FORMAT SOURCE OUTDIR`: converts SOURCE (FORMAT `otlp-protobuf`,
+`otlp-json` or `inspect`) one run at a time, writes each as a bundle folder `OUTDIR/run-<i>` and says so on stdout,
+one JSON line per run: `{"folder", "run_id", "report", "total"}` (total: null when not known ahead); then
+`{"done": true}`. A refusal is one line `{"error": <one-line message>, "kind": "conversion" | "bundle"}`, exit
+status 3.
+
+Why a process: the conversion is pure Python, and so is the import; in one process they take turns on one core
+while the machine's other core idles. Run by the import door (runs.import_formats), the converter writes run i+1
+while the importer stores run i. It never runs more than one run ahead: before writing run i+2 it waits for the
+importer's line on stdin saying run i is stored and its folder gone, so at most two folders are on disk and one
+converted run in this process's memory.
+
+Why not a fork of the web process: that process has threads (the OTLP receiver's sweep) and may hold a
+PostgreSQL connection; a fresh interpreter inherits neither. It imports only the engine (no Django).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sized
+from pathlib import Path
+
+from n17q_engine.bundle import BundleError
+
+from . import ConversionError, ConvertedRun, write_bundle
+
+FORMATS = ("otlp-protobuf", "otlp-json", "inspect")
+AHEAD = 1  # runs written beyond the one the importer is storing
+REFUSED_EXIT = 3
+
+
+def converted_runs(fmt: str, data: bytes) -> Iterable[ConvertedRun]:
+    if fmt == "inspect":
+        from .inspect_log import convert_inspect_log
+
+        return convert_inspect_log(data)
+    from .otlp import iter_convert_otlp
+
+    media = "application/x-protobuf" if fmt == "otlp-protobuf" else "application/json"
+    return iter_convert_otlp(data, content_type=media)
+
+
+def _say(message: dict[str, object]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] not in FORMATS:
+        sys.stderr.write(f"usage: python -m n17q_engine.formats.convert_worker {{{'|'.join(FORMATS)}}} SOURCE OUTDIR\n")
+        return 2
+    fmt, source, outdir = argv[0], Path(argv[1]), Path(argv[2])
+    stored = 0  # runs the importer has said it stored
+    try:
+        data = source.read_bytes()
+        runs = converted_runs(fmt, data)
+        total = len(runs) if isinstance(runs, Sized) else None  # an OTLP file's runs come one at a time
+        for i, run in enumerate(runs):
+            while stored < i - AHEAD:
+                if not sys.stdin.readline():
+                    return 0  # the importer went away: nothing more is wanted
+                stored += 1
+            root = outdir / f"run-{i}"
+            root.mkdir()
+            write_bundle(run, root)
+            _say(
+                {
+                    "folder": str(root),
+                    "run_id": str(run.run.get("id", "?")),
+                    "report": run.report.to_json(),
+                    "total": total,
+                }
+            )
+            del run
+    except ConversionError as exc:
+        _say({"error": " ".join(str(exc).splitlines()), "kind": "conversion"})
+        return REFUSED_EXIT
+    except BundleError as exc:
+        _say({"error": str(exc), "kind": "bundle"})
+        return REFUSED_EXIT
+    _say({"done": True})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

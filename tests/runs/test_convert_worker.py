@@ -1,0 +1,115 @@
+"""A trace file is converted by a process of its own, ahead of the import (runs.import_formats,
+n17q_engine.formats.convert_worker): all of its runs or none are stored whatever that process does, it is never more
+than one run ahead, and it is always reaped. The traces come from the real OpenTelemetry SDK and its OTLP encoder.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from runs import import_formats
+from runs.models import Blob, Run
+from tests.runs.test_import_formats import import_run, refusal
+
+pytestmark = pytest.mark.django_db
+
+
+def _traces(tmp_path: Path, n: int, *, bad: int | None = None) -> Path:
+    """`n` traces of an agent and three tool calls each, in one OTLP protobuf file; trace `bad` (1-based) names its
+    run with an id no run may have."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "worker-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("n17q-tests")
+    for k in range(1, n + 1):
+        root = {"gen_ai.operation.name": "invoke_agent", **({"n17q.run.id": "has a/slash"} if k == bad else {})}
+        with tracer.start_as_current_span(f"invoke_agent turn-{k}", attributes=root):
+            for i in range(3):
+                tool = {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "lookup",
+                    "gen_ai.tool.call.id": str(i),
+                }
+                tracer.start_span("execute_tool lookup", attributes=tool).end()
+    provider.shutdown()
+    path = tmp_path / "traces.otlp"
+    path.write_bytes(encode_spans(memory.get_finished_spans()).SerializeToString())
+    return path
+
+
+class _Recorded(subprocess.Popen):
+    started: list[subprocess.Popen] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _Recorded.started.append(self)
+
+
+@pytest.fixture
+def workers(monkeypatch) -> list[subprocess.Popen]:
+    _Recorded.started = []
+    monkeypatch.setattr(import_formats.subprocess, "Popen", _Recorded)
+    return _Recorded.started
+
+
+def test_every_trace_of_a_file_becomes_a_run_and_the_worker_is_reaped(tmp_path, workers):
+    answer = import_run(_traces(tmp_path, 5))
+    assert answer["conversion"]["runs"] == 5 and Run.objects.count() == 5
+    [worker] = workers
+    assert worker.returncode == 0  # reaped: it said everything and exited
+
+
+def test_the_worker_never_runs_more_than_one_run_ahead_of_the_import(tmp_path, workers, monkeypatch):
+    seen: list[int] = []
+    real = import_formats._import_root
+
+    def folders(root: Path) -> int:
+        return sum(1 for p in root.parent.iterdir() if p.name.startswith("run-"))
+
+    def slow_import(root: Path, **kwargs):
+        # A slow importer: the worker gets every chance to run ahead (up to a second, or until it has), then the
+        # folders on disk are counted: this run's and those written beyond it.
+        deadline = time.monotonic() + 1.0
+        while folders(root) < 3 and workers[0].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen.append(folders(root))
+        return real(root, **kwargs)
+
+    monkeypatch.setattr(import_formats, "_import_root", slow_import)
+    import_run(_traces(tmp_path, 6))
+    assert len(seen) == 6 and max(seen) == 2 and seen[-1] == 1, seen
+    assert Run.objects.count() == 6
+
+
+def test_a_conversion_error_in_trace_3_of_5_stores_nothing(tmp_path, workers):
+    message = refusal(_traces(tmp_path, 5, bad=3))
+    assert "n17q.run.id must be" in message
+    assert Run.objects.count() == 0 and Blob.objects.count() == 0
+    assert workers[0].returncode == 3
+
+
+def test_a_worker_that_dies_mid_file_is_a_one_line_refusal_and_nothing_is_stored(tmp_path, workers, monkeypatch):
+    real = import_formats._import_root
+    calls = []
+
+    def kill_after_first(root: Path, **kwargs):
+        calls.append(root)
+        if len(calls) == 2:
+            workers[0].kill()  # out of memory, say, while it writes the next run
+            workers[0].wait()
+        return real(root, **kwargs)
+
+    monkeypatch.setattr(import_formats, "_import_root", kill_after_first)
+    message = refusal(_traces(tmp_path, 5))
+    assert "the conversion stopped before the end of the file" in message and "nothing was imported" in message
+    assert Run.objects.count() == 0 and Blob.objects.count() == 0
+    assert workers[0].returncode is not None
