@@ -4,7 +4,7 @@ exactly like the dicts they replace, and the checker's findings do not change wh
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from n17q_demo import stories
@@ -25,6 +25,28 @@ _index_ops = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(start=st.dictionaries(_keys, st.integers(0, 10**6), max_size=4), ops=_index_ops)
 def test_it_answers_like_a_dict_for_an_index(start, ops):
+    _answers_like_a_dict(start, ops)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.dictionaries(_keys, st.integers(0, 10**6), max_size=4),
+    ops=_index_ops,
+    pending_max=st.integers(1, 3),
+)
+@example(start={}, ops=[("set", "e-1", 1), ("set", "e-2", 2), ("set", "e-1", 3), ("get", "e-1", None)], pending_max=2)
+def test_it_answers_like_a_dict_while_it_writes_batches(start, ops, pending_max):
+    # Batches of one to three keys: every write, and the batch it keeps in memory afterwards, is exercised (a key
+    # set again after its batch was written, asked for from memory, from the store, from both).
+    saved = spill.PENDING_MAX
+    spill.PENDING_MAX = pending_max
+    try:
+        _answers_like_a_dict(start, ops)
+    finally:
+        spill.PENDING_MAX = saved
+
+
+def _answers_like_a_dict(start, ops):
     expected = dict(start)
     spilled = SpilledIndex(start.items())
     for op, key, value in ops:
