@@ -123,3 +123,27 @@ def test_it_finds_the_same_on_every_demo_story_when_the_state_is_on_disk(monkeyp
         for intent in [e["id"] for e in story.events if e["kind"] == "effect.intent"]:
             assert graph.intent_findings(intent) == memory_graph.intent_findings(intent), (story.story, intent)
     assert spilled_somewhere  # some story has findings or dangling references enough to move them too
+
+
+def test_the_index_stays_exact_as_its_filter_grows(monkeypatch):
+    # 20,000 keys: past the smallest filter's capacity (4,096 keys), so it is rebuilt from the store, twice over.
+    monkeypatch.setattr(spill, "SPILL_AFTER", 2)
+    index = SpilledIndex([(f"start-{i}", i) for i in range(3)])
+    first = index._filter.capacity
+    keys = [f"e-{i}" for i in range(20_000)]
+    for i, key in enumerate(keys):
+        index[key] = i
+    assert index._filter.capacity > first >= 4096
+    assert len(index) == 20_003 and list(index)[:4] == ["start-0", "start-1", "start-2", "e-0"]
+    assert all(index.get(key) == i for i, key in enumerate(keys))
+    assert not any(f"never-{i}" in index for i in range(5_000))
+
+
+def test_a_filter_answering_maybe_to_every_key_changes_no_answer():
+    # What the store answers is what counts: a filter full of ones (every key "maybe added") gives the same answers.
+    index = SpilledIndex([("a", 1), ("b", 2)])
+    index["c"] = 3
+    index._filter._bits[:] = b"\xff" * len(index._filter._bits)
+    assert index.get("a") == 1 and index.get("c") == 3 and "z" not in index and index.get("z", "none") == "none"
+    index["z"] = 26
+    assert len(index) == 4 and index["z"] == 26
