@@ -522,7 +522,8 @@ def iter_event_records(stream: BinaryIO, *, file: str = "events.jsonl") -> Itera
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise BundleError(f"invalid UTF-8 at byte {exc.start} of the line", file=file, line=line_no) from None
-        if not text.strip():
+        stripped = text.strip()
+        if not stripped:
             raise BundleError("empty line (one event per line, no blank lines)", file=file, line=line_no)
         try:
             obj = load_json(text, partial(_line_error, file, line_no), check=False)
@@ -554,7 +555,7 @@ def iter_event_records(stream: BinaryIO, *, file: str = "events.jsonl") -> Itera
             objects[obj_id] = obj_kind
         # A last line without its newline is accepted only as a complete JSON value (a cut-off write
         # fails the parser above and is reported as truncated).
-        yield EventRecord(line_no, event, text.strip(), logical, wall)
+        yield EventRecord(line_no, event, stripped, logical, wall)
     if line_no == 0:
         raise BundleError("no events", file=file)
 

@@ -96,7 +96,6 @@ class SpilledIndex:
     costs a query each (at 100,000 events, a second of an import). Memory stays bounded: two batches at most."""
 
     def __init__(self, items: Iterable[tuple[str, int]]) -> None:
-        items = dict(items)  # the keys once each, as the dict this index replaces held them
         self._db = _open_store()
         # rowid order is insertion order; the UNIQUE index answers lookups. It is made after the first rows are in
         # (one sort, where inserting into it row by row cost more than the rows).
@@ -105,14 +104,21 @@ class SpilledIndex:
         # Never stale: a key set again goes to `_pending`, which is asked first, and is written before `_recent` is
         # replaced by the batch that holds it.
         self._recent: dict[str, int] = {}
+        self._filter = _KeyFilter(2 * SPILL_AFTER)
+        self._len = 0
         self._db.execute("BEGIN")
-        _insert_rows(self._db, "ids (id, value)", items.items())
+        _insert_rows(self._db, "ids (id, value)", self._filtered(items))
         self._db.execute("CREATE UNIQUE INDEX ids_id ON ids (id)")
         self._db.execute("COMMIT")
-        self._len = len(items)
-        self._filter = _KeyFilter(2 * max(self._len, SPILL_AFTER))
-        for key in items:
+        if self._len > self._filter.capacity:
+            self._grow_filter()
+
+    def _filtered(self, items: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int]]:
+        """`items` on their way to the store, each key added to the filter and counted."""
+        for key, value in items:
             self._filter.add(key)
+            self._len += 1
+            yield key, value
 
     def _flush(self) -> None:
         if not self._pending:

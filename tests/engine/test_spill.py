@@ -137,6 +137,10 @@ def test_the_index_stays_exact_as_its_filter_grows(monkeypatch):
     assert len(index) == 20_003 and list(index)[:4] == ["start-0", "start-1", "start-2", "e-0"]
     assert all(index.get(key) == i for i, key in enumerate(keys))
     assert not any(f"never-{i}" in index for i in range(5_000))
+    # Moved to disk with more keys than the first filter holds: grown at once.
+    moved = SpilledIndex((f"k-{i}", i) for i in range(10_000))
+    assert moved._filter.capacity >= 10_000 and len(moved) == 10_000
+    assert all(moved[f"k-{i}"] == i for i in range(10_000)) and "k-10000" not in moved
 
 
 def test_a_filter_answering_maybe_to_every_key_changes_no_answer():
