@@ -434,10 +434,13 @@ class LineageGraph:
         self._added += 1
         kind = event["kind"]
         self._kinds[kind] = self._kinds.get(kind, 0) + 1
-        if self._seq and (seq <= self._last_seq or event_id in self._seq):
+        # Whether the id was already added, told by the index's size (one lookup, where `in` and then the
+        # assignment made two: on disk, past spill.SPILL_AFTER events, each is a query).
+        before = len(self._seq)
+        self._seq[event_id] = seq
+        if before and (seq <= self._last_seq or len(self._seq) == before):
             self._in_order = False
         self._last_seq = seq
-        self._seq[event_id] = seq
         if self._added % _SPILL_CHECK_EVERY == 0:
             self._spill()
         introduced = v.introduced_object(event)
@@ -445,7 +448,9 @@ class LineageGraph:
             self._objects.add(introduced[1])
         known, objects = self._seq, self._objects
         for path, target in v.references(event) if references is None else references:
-            if target not in known and target not in objects:
+            # Objects first: a set in memory, and what most references name (every event's attempt, the
+            # workspace it acts on), where the event index may be on disk (a query per miss).
+            if target not in objects and target not in known:
                 self._unresolved.add(event_id, (path, target))
         handler = _HANDLERS.get(kind)
         if handler is not None:
@@ -908,7 +913,7 @@ class LineageGraph:
     def _findings_from(self, event_id: str) -> Iterator[Finding]:
         yield from self._found.get(event_id, ())
         for path, target in self._unresolved.get(event_id, ()):
-            if target not in self._seq and target not in self._objects:
+            if target not in self._objects and target not in self._seq:
                 yield _finding(
                     "LIN011",
                     event_id,

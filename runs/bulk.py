@@ -8,11 +8,13 @@ that edges can point at events written in the same batch without reading them ba
 
 from __future__ import annotations
 
+import gc
 import queue
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -169,6 +171,37 @@ def _writer_switch_interval(start: bool) -> None:
             _switch_users -= 1
             if _switch_users == 0:
                 sys.setswitchinterval(_switch_saved)
+
+
+# While an import runs, the cyclic garbage collector's youngest generation waits for IMPORT_GC_THRESHOLD new objects
+# instead of Python's 700. An import makes no reference cycles worth collecting: its decoded events, rows and the
+# lineage graph's entries are freed by reference counting. But a batch of 2,000 decoded events is tens of thousands
+# of objects alive at once, so at the default the collector made some 950 passes over them during a 100,000-event
+# import, and a few full passes over everything the process holds: 0.8-1 s of it (docs/decisions.md, issue 17). The
+# collector still runs, only rarely. The first import in a process raises the threshold, the last one to finish puts
+# the previous value back; a process that turned automatic collection off (threshold 0) keeps it off.
+IMPORT_GC_THRESHOLD = 50_000
+_gc_lock = threading.Lock()
+_gc_users = 0
+_gc_saved: tuple[int, ...] = ()
+
+
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    global _gc_users, _gc_saved
+    with _gc_lock:
+        if _gc_users == 0:
+            _gc_saved = gc.get_threshold()
+            if _gc_saved[0]:
+                gc.set_threshold(max(_gc_saved[0], IMPORT_GC_THRESHOLD), *_gc_saved[1:])
+        _gc_users += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_users -= 1
+            if _gc_users == 0:
+                gc.set_threshold(*_gc_saved)
 
 
 class BackgroundInserts:

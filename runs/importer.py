@@ -36,7 +36,7 @@ from n17q_engine.bundle import BundleError, parse_iso
 from n17q_engine.lineage import LineageGraph
 
 from . import secret_scan
-from .bulk import Appender, BackgroundInserts, datetime_adapter
+from .bulk import Appender, BackgroundInserts, datetime_adapter, fewer_collections
 from .models import (
     SEARCH_VALUE_CHARS,
     SEARCH_VALUES_MAX,
@@ -237,7 +237,11 @@ def _import_root(
     try:
         # The secret scan (runs.secret_scan) comes before anything is stored: the manifest's run and every blob
         # here, every event in a thread of its own that the event loop waits on when it catches up.
-        with tempfile.TemporaryDirectory(prefix="n17q-masked-") as workdir, EventScan(events_path) as scan:
+        with (
+            tempfile.TemporaryDirectory(prefix="n17q-masked-") as workdir,
+            EventScan(events_path) as scan,
+            fewer_collections(),
+        ):
             run_meta = secret_scan.mask_run(run_meta, masks)
             blob_paths, manifest = secret_scan.mask_blobs(blob_paths, manifest, Path(workdir), masks)
             with transaction.atomic(), _page_cache_for(lines):
@@ -456,12 +460,16 @@ def _write_run(
     edges_written = [0]
 
     def edge(source_pk: int, path: str, target: str) -> tuple[Any, ...] | None:
-        target_event = event_pk.get(target)
-        target_object = None
-        if target_event is None:
-            if target not in object_pk:
+        # The objects first: a dict, and what most references name (the workspace an event acts on), where an
+        # event's key is looked up through the graph's index (on disk for a large run). The reader keeps event and
+        # object ids apart (one id names one thing), so the order changes no answer.
+        found = object_pk.get(target)
+        if found is not None:
+            target_object, target_event = found
+        else:
+            target_object, target_event = None, event_pk.get(target)
+            if target_event is None:
                 return None
-            target_object, target_event = object_pk[target]
         return (run.pk, source_pk, path[:300], _ref(target), target_event, target_object)
 
     pending_objects: list[tuple[Any, ...]] = []
@@ -470,19 +478,23 @@ def _write_run(
     def flush(final: bool = False) -> None:
         ids = events_out.take_ids(len(batch))
         rows, object_rows, edge_rows = [], [], []
+        run_pk = run.pk
         for pk, (event, text, logical, wall, refs) in zip(ids, batch, strict=True):
-            event_pk.add(event["seq"], pk)
+            seq = event["seq"]
+            event_pk.add(seq, pk)
+            logical_db = db_datetime(logical)
             rows.append(
                 (
                     pk,
-                    run.pk,
-                    event["seq"],
+                    run_pk,
+                    seq,
                     event["id"],
                     event["kind"],
                     _ref(event["attempt"] or ""),
                     _ref(v.event_workspace(event) or ""),
-                    db_datetime(logical),
-                    db_datetime(wall),
+                    logical_db,
+                    # One text for both clocks is parsed once (bundle._validate_event): converted once too.
+                    logical_db if wall is logical else db_datetime(wall),
                     text,
                 )
             )
@@ -490,7 +502,7 @@ def _write_run(
             if introduced is not None:
                 (object_id,) = objects_out.take_ids(1)
                 object_pk[introduced[1]] = (object_id, pk)
-                object_rows.append((object_id, run.pk, introduced[0], introduced[1], pk))
+                object_rows.append((object_id, run_pk, introduced[0], introduced[1], pk))
             for path, target in refs:
                 if path == "attempt":  # the attempt is a column of its own, not an edge row
                     continue

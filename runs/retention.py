@@ -29,6 +29,7 @@ from typing import Any
 from django.conf import settings
 from django.core.files.storage import storages
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts.audit import audit_record
@@ -76,26 +77,39 @@ def _longest(current: tuple[str, datetime | None] | None, candidate: tuple[str, 
     return current
 
 
+# Digests named by one UPDATE of `blobs_hold` (its IN list), well under every database's limit on parameters.
+HOLD_BATCH = 500
+
+
 def blobs_hold(holds: Mapping[str, str], *, recorded_at: datetime) -> None:
     """Record that something recorded at `recorded_at` holds each digest of `holds` ({digest: class name}).
 
     Each blob keeps the longest of its holds (see the module's decisions). A blob whose bytes are gone stays gone:
     a later holder names the digest, it does not bring the bytes back. Called inside the holder's transaction.
+
+    Set-wise: one conditional UPDATE per (class, expiry) the holds name, not a row loaded, compared and written back
+    per blob (an OTLP file's runs name thousands of blobs, most of them new to this import with no class yet: a
+    second of each file's import went here). The condition is `_longest`'s, in SQL: the new hold replaces a blob's
+    current one when the blob has none, or when the new hold keeps the bytes longer (forever beats any expiry; an
+    equal expiry keeps the current class). Each UPDATE locks the rows it changes and, on PostgreSQL, re-reads its
+    condition on a row another transaction changed meanwhile, so two holders racing still leave the longer hold.
     """
     if not holds:
         return
-    changed = []
-    for blob in Blob.objects.select_for_update().filter(digest__in=list(holds), bytes_removed_at__isnull=True):
-        cls = retention_class(holds[blob.digest])
+    groups: dict[tuple[str, datetime | None], list[str]] = {}
+    for digest, name in holds.items():
+        cls = retention_class(name)
         expires = None if cls.period is None else recorded_at + cls.period
-        current = (blob.retention_class, blob.expires_at) if blob.retention_class else None
-        kept = _longest(current, (cls.name, expires))
-        if kept != current:
-            blob.retention_class, blob.expires_at = kept
-            blob.sensitivity = retention_class(kept[0]).sensitivity
-            changed.append(blob)
-    if changed:
-        Blob.objects.bulk_update(changed, ["retention_class", "expires_at", "sensitivity"])
+        groups.setdefault((cls.name, expires), []).append(digest)
+    for (name, expires), digests in groups.items():
+        # `_longest(current, (name, expires))` is the new hold exactly when this condition holds.
+        shorter = Q(expires_at__isnull=False) if expires is None else Q(expires_at__lt=expires)
+        for start in range(0, len(digests), HOLD_BATCH):
+            Blob.objects.filter(
+                Q(retention_class="") | shorter,
+                digest__in=digests[start : start + HOLD_BATCH],
+                bytes_removed_at__isnull=True,
+            ).update(retention_class=name, expires_at=expires, sensitivity=retention_class(name).sensitivity)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ exactly like the dicts they replace, and the checker's findings do not change wh
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from n17q_demo import stories
@@ -25,6 +25,28 @@ _index_ops = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(start=st.dictionaries(_keys, st.integers(0, 10**6), max_size=4), ops=_index_ops)
 def test_it_answers_like_a_dict_for_an_index(start, ops):
+    _answers_like_a_dict(start, ops)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.dictionaries(_keys, st.integers(0, 10**6), max_size=4),
+    ops=_index_ops,
+    pending_max=st.integers(1, 3),
+)
+@example(start={}, ops=[("set", "e-1", 1), ("set", "e-2", 2), ("set", "e-1", 3), ("get", "e-1", None)], pending_max=2)
+def test_it_answers_like_a_dict_while_it_writes_batches(start, ops, pending_max):
+    # Batches of one to three keys: every write, and the batch it keeps in memory afterwards, is exercised (a key
+    # set again after its batch was written, asked for from memory, from the store, from both).
+    saved = spill.PENDING_MAX
+    spill.PENDING_MAX = pending_max
+    try:
+        _answers_like_a_dict(start, ops)
+    finally:
+        spill.PENDING_MAX = saved
+
+
+def _answers_like_a_dict(start, ops):
     expected = dict(start)
     spilled = SpilledIndex(start.items())
     for op, key, value in ops:
@@ -101,3 +123,31 @@ def test_it_finds_the_same_on_every_demo_story_when_the_state_is_on_disk(monkeyp
         for intent in [e["id"] for e in story.events if e["kind"] == "effect.intent"]:
             assert graph.intent_findings(intent) == memory_graph.intent_findings(intent), (story.story, intent)
     assert spilled_somewhere  # some story has findings or dangling references enough to move them too
+
+
+def test_the_index_stays_exact_as_its_filter_grows(monkeypatch):
+    # 20,000 keys: past the smallest filter's capacity (4,096 keys), so it is rebuilt from the store, twice over.
+    monkeypatch.setattr(spill, "SPILL_AFTER", 2)
+    index = SpilledIndex([(f"start-{i}", i) for i in range(3)])
+    first = index._filter.capacity
+    keys = [f"e-{i}" for i in range(20_000)]
+    for i, key in enumerate(keys):
+        index[key] = i
+    assert index._filter.capacity > first >= 4096
+    assert len(index) == 20_003 and list(index)[:4] == ["start-0", "start-1", "start-2", "e-0"]
+    assert all(index.get(key) == i for i, key in enumerate(keys))
+    assert not any(f"never-{i}" in index for i in range(5_000))
+    # Moved to disk with more keys than the first filter holds: grown at once.
+    moved = SpilledIndex((f"k-{i}", i) for i in range(10_000))
+    assert moved._filter.capacity >= 10_000 and len(moved) == 10_000
+    assert all(moved[f"k-{i}"] == i for i in range(10_000)) and "k-10000" not in moved
+
+
+def test_a_filter_answering_maybe_to_every_key_changes_no_answer():
+    # What the store answers is what counts: a filter full of ones (every key "maybe added") gives the same answers.
+    index = SpilledIndex([("a", 1), ("b", 2)])
+    index["c"] = 3
+    index._filter._bits[:] = b"\xff" * len(index._filter._bits)
+    assert index.get("a") == 1 and index.get("c") == 3 and "z" not in index and index.get("z", "none") == "none"
+    index["z"] = 26
+    assert len(index) == 4 and index["z"] == 26

@@ -352,6 +352,9 @@ def valid_event(draw: st.DrawFn, index: int) -> dict[str, Any]:
         event[name] = draw(_field_strategy(kind, name, spec))
     if kind == "workspace.created":
         event["workspace_id"] = f"w{index}"
+    elif kind == "command.receipt" and event["post_tree"] is None and event["completion"] == "completed":
+        # Only an unfinished command may leave its post-run tree unknown (DESIGN §10): a valid event says so.
+        event["completion"] = "partial"
     elif kind == "artifact.created":
         event["artifact_id"] = f"art{index}"
     if draw(st.integers(0, 5)) == 0:  # harnesses may add fields of their own; nested ids are references

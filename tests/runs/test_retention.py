@@ -19,7 +19,7 @@ from n17q_site.celery import app as celery_app
 from n17q_site.env import ConfigurationError, env_retention_classes
 from runs.importer import run_import_from_path
 from runs.models import Blob, BlobDeletion, Run, blob_storage_name
-from runs.retention import retention_sweep
+from runs.retention import HOLD_BATCH, _longest, blobs_hold, retention_class, retention_sweep
 from runs.tasks import RETENTION_TASK, retention_sweep_task
 from tests.bundles import clone, example_parts, with_blob, write_folder
 
@@ -107,6 +107,64 @@ def test_shared_bytes_are_kept_as_long_as_the_longest_holder_needs_them(tmp_path
 
     assert retention_sweep(now=RECORDED + timedelta(days=3650)).removed == []
     assert _held(RESULT_DIGEST)
+
+
+def _hold_by_rows(current: tuple[str, datetime | None] | None, name: str, recorded_at: datetime) -> tuple:
+    """What `blobs_hold` leaves on one blob, as the row-by-row version decided it: `_longest` of the two holds."""
+    cls = retention_class(name)
+    return _longest(current, (cls.name, None if cls.period is None else recorded_at + cls.period)) or ("", None)
+
+
+def test_holds_are_recorded_set_wise_as_the_longest_hold_row_by_row_would_be(django_assert_max_num_queries):
+    # Every current hold (none, forever, an earlier, the same and a later expiry, bytes gone) against every class a
+    # holder may name (dated, forever, undeclared): each blob ends as `_longest` says, in one UPDATE per class.
+    recorded = RECORDED + timedelta(days=2)
+    currents: list[tuple[str, datetime | None] | None] = [
+        None,
+        ("standard", None),
+        ("sensitive", RECORDED + timedelta(days=7)),  # ends before a "sensitive" hold from `recorded` would
+        ("transient", recorded + timedelta(days=7)),  # ends exactly when it would: the current class stays
+        ("transient", RECORDED + timedelta(days=30)),  # ends after it
+    ]
+    names = ["sensitive", "transient", "standard", "what-the-harness-said"]
+    blobs, holds, expected = [], {}, {}
+    for i, current in enumerate(currents):
+        for j, name in enumerate(names):
+            for removed in (False, True):
+                digest = f"sha256:{i:02d}{j:02d}{int(removed)}".ljust(71, "0")
+                cls, expires = current or ("", None)
+                blobs.append(
+                    Blob(
+                        digest=digest,
+                        size=1,
+                        retention_class=cls,
+                        expires_at=expires,
+                        sensitivity=retention_class(cls).sensitivity if cls else "",
+                        bytes_removed_at=RECORDED if removed else None,
+                    )
+                )
+                holds[digest] = name
+                expected[digest] = (cls, expires) if removed else _hold_by_rows(current, name, recorded)
+    Blob.objects.bulk_create(blobs)
+
+    with django_assert_max_num_queries(len(names)):
+        blobs_hold(holds, recorded_at=recorded)
+
+    for blob in Blob.objects.filter(digest__in=list(holds)):
+        assert (blob.retention_class, blob.expires_at) == expected[blob.digest], (blob.digest, holds[blob.digest])
+        assert blob.sensitivity == (retention_class(blob.retention_class).sensitivity if blob.retention_class else "")
+
+
+def test_holds_on_many_blobs_cost_a_few_queries_not_one_per_blob(django_assert_max_num_queries):
+    digests = [f"sha256:{i:064x}" for i in range(1200)]
+    Blob.objects.bulk_create([Blob(digest=d, size=1) for d in digests])
+
+    with django_assert_max_num_queries(-(-len(digests) // HOLD_BATCH)):
+        blobs_hold(dict.fromkeys(digests, "transient"), recorded_at=RECORDED)
+
+    assert set(Blob.objects.filter(digest__in=digests).values_list("retention_class", "expires_at", "sensitivity")) == {
+        ("transient", RECORDED + timedelta(days=30), "internal")
+    }
 
 
 def test_an_undeclared_class_is_kept_never_removed(tmp_path):
