@@ -27,7 +27,7 @@ import tempfile
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -40,9 +40,10 @@ from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError, ConvertedRun, write_bundle
 from n17q_engine.formats.convert_worker import converted_runs
 from n17q_engine.formats.inspect_log import looks_like_inspect_log
-from n17q_engine.formats.otlp import looks_like_otlp
+from n17q_engine.formats.otlp import MAX_ORIGINAL_BLOB_BYTES, looks_like_otlp
 from n17q_engine.formats.sniff import describe
 
+from . import secret_scan
 from .importer import ImportResult, _import_root, _remove_blobs, run_import_from_path, run_import_from_upload
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ HEAD = 64 * 1024
 # bundle's; a bundle is streamed and keeps N17Q_MAX_BUNDLE_BYTES.
 CONVERTED_MAX_BYTES = 512 * 1024 * 1024
 NOT_A_RUN = "not a bundle archive, an OTLP trace file or an Inspect log"
+# The media type an OTLP file's original is kept under (n17q_engine.formats.otlp): scanned ahead of its runs.
+ORIGINAL_MEDIA_TYPES = {"otlp-protobuf": "application/x-protobuf", "otlp-json": "application/json"}
 # Where the engine package lives: the converting process is started there, whatever the web process's cwd.
 ENGINE_ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,8 +146,18 @@ def _convert_and_import(fh: IO[bytes], size: int | None, *, user: Any, label: st
         fmt = converter_format(data)
     except BundleError as exc:
         raise _refused(user, label, str(exc)) from None
+    prescanned: dict[str, secret_scan.ScannedBlob] = {}
+
+    def scan_original() -> None:
+        # The original is kept by every run of the file (role source-otlp, or the Inspect log): scanned here while
+        # the worker converts the first run, not on the import's path after it.
+        if fmt in ORIGINAL_MEDIA_TYPES and len(data) <= MAX_ORIGINAL_BLOB_BYTES:
+            digest, scanned = secret_scan.scan_blob_ahead(data, ORIGINAL_MEDIA_TYPES[fmt])
+            prescanned[digest] = scanned
+
     with tempfile.TemporaryDirectory(prefix="n17q-converting-") as tmp:
-        return _import_prepared(_converted_by_worker(fmt, data, Path(tmp)), user=user, label=label)
+        runs = _converted_by_worker(fmt, data, Path(tmp), while_converting=scan_original)
+        return _import_prepared(runs, user=user, label=label, prescanned=prescanned)
 
 
 def converter_format(data: bytes) -> str:
@@ -177,7 +190,9 @@ class _Prepared:
 WORKER_SILENCE_S = 600.0
 
 
-def _converted_by_worker(fmt: str, data: bytes, tmp: Path) -> Iterator[_Prepared]:
+def _converted_by_worker(
+    fmt: str, data: bytes, tmp: Path, *, while_converting: Callable[[], None] | None = None
+) -> Iterator[_Prepared]:
     """The file's runs, converted and written by a process of its own (n17q_engine.formats.convert_worker) while the
     caller imports the previous one; after each, the caller's next() tells the worker that run is stored (its
     folder removed), which lets it write one more. ConversionError/BundleError as the converter said them; a worker
@@ -199,6 +214,8 @@ def _converted_by_worker(fmt: str, data: bytes, tmp: Path) -> Iterator[_Prepared
     assert worker.stdin is not None and worker.stdout is not None
     lines = _lines_within(worker.stdout, WORKER_SILENCE_S)
     try:
+        if while_converting is not None:
+            while_converting()
         for line in lines:
             try:
                 message = json.loads(line)
@@ -207,6 +224,8 @@ def _converted_by_worker(fmt: str, data: bytes, tmp: Path) -> Iterator[_Prepared
             if not isinstance(message, dict):
                 break
             if message.get("done"):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    worker.wait(timeout=10)  # it is exiting: let it (it is killed below if it does not)
                 return
             if "error" in message:
                 error = str(message["error"])
@@ -278,7 +297,13 @@ def _written(converted: Iterable[ConvertedRun], tmp: Path, total: int | None) ->
         yield prepared
 
 
-def _import_prepared(prepared: Iterator[_Prepared], *, user: Any, label: str) -> FileImport:
+def _import_prepared(
+    prepared: Iterator[_Prepared],
+    *,
+    user: Any,
+    label: str,
+    prescanned: Mapping[str, secret_scan.ScannedBlob] | None = None,
+) -> FileImport:
     written: list[str] = []
     results: list[ImportResult] = []
     reports: list[dict[str, Any]] = []
@@ -287,7 +312,7 @@ def _import_prepared(prepared: Iterator[_Prepared], *, user: Any, label: str) ->
             for i, run in enumerate(prepared):
                 reports.append(run.report)
                 try:
-                    results.append(_import_root(run.root, user=user, blobs_written=written))
+                    results.append(_import_root(run.root, user=user, blobs_written=written, prescanned=prescanned))
                 except BundleError as exc:
                     if run.total == 1:
                         raise

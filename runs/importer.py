@@ -17,7 +17,7 @@ import logging
 import tempfile
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,10 +199,16 @@ REPLAY_RUN_SEPARATOR = "~"
 
 
 def _import_root(
-    root: Path, *, user: Any, made_by_replay: int | None = None, blobs_written: list[str] | None = None
+    root: Path,
+    *,
+    user: Any,
+    made_by_replay: int | None = None,
+    blobs_written: list[str] | None = None,
+    prescanned: Mapping[str, secret_scan.ScannedBlob] | None = None,
 ) -> ImportResult:
     """`blobs_written`: a caller importing several runs in one outer transaction (runs.import_formats) is told the
-    blob files this import wrote, to remove them if its transaction does not commit either."""
+    blob files this import wrote, to remove them if its transaction does not commit either. `prescanned`: blobs that
+    caller's secret scan has read already (secret_scan.scan_blob_ahead)."""
     manifest, manifest_raw = _read_manifest(root)
     if made_by_replay is None and REPLAY_RUN_SEPARATOR in manifest.run["id"]:
         raise BundleError(
@@ -217,7 +223,7 @@ def _import_root(
     run_meta = manifest.run
     if Run.objects.filter(run_id=run_meta["id"]).exists():
         raise BundleError(f"run {run_meta['id']!r} is already imported; history is never replaced", field="run.id")
-    blob_paths = bundle.verify_blobs(root, manifest)
+    blob_paths = bundle.verify_blobs(root, manifest, held=_held_blobs(manifest))
     expired = sorted(d for d, e in manifest.blobs.items() if e.expired)
     if expired:
         # Only bytes this console removed may be listed without them: a harness cannot call its own gaps "expired".
@@ -243,7 +249,9 @@ def _import_root(
             fewer_collections(),
         ):
             run_meta = secret_scan.mask_run(run_meta, masks)
-            blob_paths, manifest = secret_scan.mask_blobs(blob_paths, manifest, Path(workdir), masks)
+            blob_paths, manifest = secret_scan.mask_blobs(
+                blob_paths, manifest, Path(workdir), masks, prescanned=prescanned
+            )
             with transaction.atomic(), _page_cache_for(lines):
                 written = _store_blobs(blob_paths)
                 if blobs_written is not None:
@@ -304,6 +312,14 @@ def _page_cache_for(lines: int) -> Iterator[None]:
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"PRAGMA cache_size = {before}")
+
+
+def _held_blobs(manifest: bundle.Manifest) -> set[str]:
+    """The manifest's digests whose bytes the store holds already: this import neither scans nor stores them again
+    (secret_scan.mask_blobs, _store_blobs), so the bundle's copies are not hashed either."""
+    store = storages["blobs"]
+    rows = Blob.objects.filter(digest__in=list(manifest.blobs), bytes_removed_at__isnull=True)
+    return {d for d in rows.values_list("digest", flat=True) if store.exists(blob_storage_name(d))}
 
 
 def _store_blobs(blob_paths: dict[str, Path]) -> list[str]:
@@ -464,6 +480,8 @@ def _write_run(
         # event's key is looked up through the graph's index (on disk for a large run). The reader keeps event and
         # object ids apart (one id names one thing), so the order changes no answer.
         found = object_pk.get(target)
+        target_object: int | None
+        target_event: int | None
         if found is not None:
             target_object, target_event = found
         else:

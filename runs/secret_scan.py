@@ -30,7 +30,7 @@ import hashlib
 import hmac
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -102,11 +102,35 @@ def _at(value: Any, path: tuple[str, ...]) -> Any:
 # --- blobs --------------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ScannedBlob:
+    """A blob scanned before its import: its media type as scanned, its bytes as they may be stored, the findings."""
+
+    media_type: str
+    masked: bytes
+    found: tuple[dict[str, str], ...]
+
+
+def scan_blob_ahead(data: bytes, media_type: str) -> tuple[str, ScannedBlob]:
+    """Scan a blob before the bundle naming it is imported, for `mask_blobs(prescanned=...)`: the import door scans a
+    trace file's original while its runs are still being converted (in another process), instead of after."""
+    found: list[dict[str, str]] = []
+    masked = _mask_blob_bytes(data, media_type, found)
+    return "sha256:" + hashlib.sha256(data).hexdigest(), ScannedBlob(media_type, masked, tuple(found))
+
+
 def mask_blobs(
-    blob_paths: dict[str, Path], manifest: bundle.Manifest, workdir: Path, masks: BundleMasks
+    blob_paths: dict[str, Path],
+    manifest: bundle.Manifest,
+    workdir: Path,
+    masks: BundleMasks,
+    *,
+    prescanned: Mapping[str, ScannedBlob] | None = None,
 ) -> tuple[dict[str, Path], bundle.Manifest]:
     """Every blob scanned; one that holds a secret is written masked into `workdir` and listed under the digest of
-    its masked bytes. Returns the blobs to store and the manifest that names them."""
+    its masked bytes. Returns the blobs to store and the manifest that names them. `prescanned`: blobs the caller
+    scanned ahead (`scan_blob_ahead`), by digest; each is used only for the media type it was scanned as (the
+    digest was verified against the bundle's file before this is called)."""
     key = digest_key()
     paths = dict(blob_paths)
     entries = dict(manifest.blobs)
@@ -124,9 +148,12 @@ def mask_blobs(
                 f"blob is larger than {MAX_SCANNED_BLOB_BYTES} bytes, which the secret scan reads whole",
                 file=f"blobs/sha256/{digest.removeprefix('sha256:')}",
             )
-        raw = path.read_bytes()
-        found: list[dict[str, str]] = []
-        masked = _mask_blob_bytes(raw, entries[digest].media_type, found)
+        ahead = prescanned.get(digest) if prescanned else None
+        if ahead is not None and ahead.media_type == entries[digest].media_type:
+            masked, found = ahead.masked, list(ahead.found)
+        else:
+            found = []
+            masked = _mask_blob_bytes(path.read_bytes(), entries[digest].media_type, found)
         if not found:
             continue
         new_digest = "sha256:" + hashlib.sha256(masked).hexdigest()
