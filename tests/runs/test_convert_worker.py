@@ -5,19 +5,23 @@ than one run ahead, and it is always reaped. The traces come from the real OpenT
 
 from __future__ import annotations
 
+import secrets
+import string
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from django.core.files.storage import storages
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from runs import import_formats
-from runs.models import Blob, Run
+from n17q_engine.bundle import BlobEntry, BundleError, Manifest, verify_blobs
+from runs import import_formats, secret_scan
+from runs.models import Blob, Event, MaskedSecret, Run, RunBlob, blob_storage_name
 from tests.runs.test_import_formats import import_run, refusal
 
 pytestmark = pytest.mark.django_db
@@ -113,3 +117,52 @@ def test_a_worker_that_dies_mid_file_is_a_one_line_refusal_and_nothing_is_stored
     assert "the conversion stopped before the end of the file" in message and "nothing was imported" in message
     assert Run.objects.count() == 0 and Blob.objects.count() == 0
     assert workers[0].returncode is not None
+
+
+def test_the_original_is_scanned_once_ahead_and_every_run_names_it_masked(tmp_path, workers, monkeypatch):
+    token = "ghp_" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(36))
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "worker-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("n17q-tests")
+    for k in range(3):
+        with tracer.start_as_current_span(
+            f"invoke_agent turn-{k}", attributes={"gen_ai.operation.name": "invoke_agent"}
+        ):
+            tracer.start_span("fetch", attributes={"app.secret": token if k == 0 else "nothing"}).end()
+    provider.shutdown()
+    path = tmp_path / "traces.otlp"
+    path.write_bytes(encode_spans(memory.get_finished_spans()).SerializeToString())
+    scans = []
+    real = secret_scan._mask_blob_bytes
+    monkeypatch.setattr(secret_scan, "_mask_blob_bytes", lambda raw, *a: scans.append(len(raw)) or real(raw, *a))
+
+    answer = import_run(path)
+    assert answer["conversion"]["runs"] == 3
+    assert scans.count(path.stat().st_size) == 1  # the original: scanned once, for all three runs
+    originals = set(RunBlob.objects.filter(role="source-otlp").values_list("blob__digest", flat=True))
+    assert len(originals) == 1 and RunBlob.objects.filter(role="source-otlp").count() == 3
+    [masked] = originals
+    with storages["blobs"].open(blob_storage_name(masked), "rb") as fh:
+        assert token[4:12].encode() not in fh.read()
+    for run in Run.objects.all():
+        assert all(e.body["otlp"]["blob"] == masked for e in Event.objects.filter(run=run) if "otlp" in e.body)
+        assert MaskedSecret.objects.filter(run=run, place="blob", rule="github-pat").exists()
+
+
+def test_bytes_the_store_holds_are_not_hashed_again_but_must_be_listed_as_they_are(tmp_path):
+    path = _traces(tmp_path, 1)
+    import_run(path)
+    [original] = RunBlob.objects.filter(role="source-otlp").values_list("blob__digest", flat=True)
+    root = tmp_path / "bundle"
+    (root / "blobs" / "sha256").mkdir(parents=True)
+    held = root / "blobs" / "sha256" / original.removeprefix("sha256:")
+    held.write_bytes(b"x" * path.stat().st_size)  # not the bytes: never read, so not hashed
+    size = path.stat().st_size
+    parsed = Manifest(run={}, blobs={original: BlobEntry(original, "application/x-protobuf", size, "r", "standard")})
+    assert verify_blobs(root, parsed, held={original}) == {original: held}
+    with pytest.raises(BundleError, match="bad digest"):
+        verify_blobs(root, parsed)
+    held.write_bytes(b"x")
+    with pytest.raises(BundleError, match="differs from manifest"):
+        verify_blobs(root, parsed, held={original})
