@@ -445,12 +445,20 @@ def _wire_fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, 
     types are stepped over. _WireError for anything a parser would refuse (truncation, groups, a bad wire type)."""
     pos = start
     while pos < end:
-        key, pos = _varint(data, pos, end)
+        key = data[pos]
+        if key < 0x80:  # a one-byte key (fields 1..15), as OTLP's are: read here, not through a call
+            pos += 1
+        else:
+            key, pos = _varint(data, pos, end)
         number, wire = key >> 3, key & 7
         if number == 0:
             raise _WireError
         if wire == 2:
-            size, pos = _varint(data, pos, end)
+            size = data[pos] if pos < end else 0x80
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = _varint(data, pos, end)
             value = pos
             pos += size
             if pos > end:
