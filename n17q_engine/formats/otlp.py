@@ -1181,7 +1181,8 @@ def _convert_each(spans: list[dict[str, Any]], body: bytes, content_type: str) -
     spans.clear()
     # The original is kept by every run of the file: walked and hashed once, not once per trace.
     kept = len(body) <= MAX_ORIGINAL_BLOB_BYTES
-    ranges = span_byte_ranges(body) if kept and media == PROTOBUF else None
+    with _bulk():
+        ranges = span_byte_ranges(body) if kept and media == PROTOBUF else None
     digest = digest_bytes(body) if kept else None
     while traces:
         trace_id = next(iter(traces))
