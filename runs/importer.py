@@ -483,12 +483,11 @@ def _write_run(
         target_object: int | None
         target_event: int | None
         if found is not None:
-            target_object, target_event = found
-        else:
-            target_object, target_event = None, event_pk.get(target)
-            if target_event is None:
-                return None
-        return (run.pk, source_pk, path[:300], _ref(target), target_event, target_object)
+            return (run.pk, source_pk, path[:300], _ref(target), found[1], found[0])
+        target_event = event_pk.get(target)
+        if target_event is None:
+            return None
+        return (run.pk, source_pk, path[:300], _ref(target), target_event, None)
 
     pending_objects: list[tuple[Any, ...]] = []
     pending_edges: list[tuple[Any, ...]] = []

@@ -163,6 +163,45 @@ def test_the_switch_interval_the_writer_needs_is_put_back_after_an_import_and_af
     assert sys.getswitchinterval() == before
 
 
+def test_the_collector_runs_rarely_during_an_import_and_as_before_after_it_and_after_a_refusal(
+    tmp_path, parts, monkeypatch
+):
+    import gc
+
+    from runs import bulk
+
+    before = gc.get_threshold()
+    seen = []
+    real = bulk.BackgroundInserts._work
+
+    def work(self):
+        seen.append(gc.get_threshold())
+        real(self)
+
+    monkeypatch.setattr(bulk.BackgroundInserts, "_work", work)
+    run_import_from_path(bundles.EXAMPLE)
+    manifest, events, blobs = parts
+    manifest["run"]["id"] = "run-refused"
+    events[3]["seq"] = events[2]["seq"]  # refused mid-stream
+    with pytest.raises(BundleError):
+        run_import_from_path(bundles.write_folder(tmp_path / "b", manifest, events, blobs))
+    assert seen == [(bulk.IMPORT_GC_THRESHOLD, *before[1:])] * 2
+    assert gc.get_threshold() == before
+    # Nested (an import inside another's window, as two threads' imports overlap): put back by the last one only.
+    with bulk.fewer_collections():
+        with bulk.fewer_collections():
+            assert gc.get_threshold()[0] == bulk.IMPORT_GC_THRESHOLD
+        assert gc.get_threshold()[0] == bulk.IMPORT_GC_THRESHOLD
+    assert gc.get_threshold() == before
+    # A process that turned automatic collection off keeps it off.
+    gc.set_threshold(0, *before[1:])
+    try:
+        with bulk.fewer_collections():
+            assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)
+
+
 def test_it_refuses_a_second_import_of_the_same_run():
     run_import_from_path(bundles.EXAMPLE)
     with pytest.raises(BundleError, match="already imported"):
