@@ -480,8 +480,6 @@ def _write_run(
         # event's key is looked up through the graph's index (on disk for a large run). The reader keeps event and
         # object ids apart (one id names one thing), so the order changes no answer.
         found = object_pk.get(target)
-        target_object: int | None
-        target_event: int | None
         if found is not None:
             return (run.pk, source_pk, path[:300], _ref(target), found[1], found[0])
         target_event = event_pk.get(target)
