@@ -490,6 +490,21 @@ def _span_ids(data: bytes, start: int, end: int) -> tuple[bytes, bytes]:
     return trace, span
 
 
+def _head_and_items(data: bytes, start: int, end: int) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
+    """A message's singular field 1 as (offset, length) and its repeated field 2 as (start, end) each. _WireError
+    when field 1 appears twice: a parser merges the two, so no one range stands for it."""
+    head: tuple[int, int] | None = None
+    items: list[tuple[int, int]] = []
+    for number, s, e in _wire_fields(data, start, end):
+        if number == 1:
+            if head is not None:
+                raise _WireError
+            head = (s, e - s)
+        elif number == 2:
+            items.append((s, e))
+    return head, items
+
+
 def span_byte_ranges(body: bytes) -> dict[tuple[str, str], SpanBytes] | None:
     """Where each span of a protobuf ExportTraceServiceRequest sits: {(trace id, span id) in hex: SpanBytes}, the
     first copy of a span sent twice. None when the request is laid out in a way a byte range cannot stand for
@@ -500,25 +515,10 @@ def span_byte_ranges(body: bytes) -> dict[tuple[str, str], SpanBytes] | None:
         for number, rs_start, rs_end in _wire_fields(body, 0, len(body)):
             if number != 1:
                 continue
-            resource: tuple[int, int] | None = None
-            scopes: list[tuple[int, int]] = []
-            for field_no, s, e in _wire_fields(body, rs_start, rs_end):
-                if field_no == 1:
-                    if resource is not None:
-                        return None
-                    resource = (s, e - s)
-                elif field_no == 2:
-                    scopes.append((s, e))
+            # ResourceSpans and ScopeSpans alike: field 1 what the items were sent under, field 2 the items.
+            resource, scopes = _head_and_items(body, rs_start, rs_end)
             for ss_start, ss_end in scopes:
-                scope: tuple[int, int] | None = None
-                spans: list[tuple[int, int]] = []
-                for field_no, s, e in _wire_fields(body, ss_start, ss_end):
-                    if field_no == 1:
-                        if scope is not None:
-                            return None
-                        scope = (s, e - s)
-                    elif field_no == 2:
-                        spans.append((s, e))
+                scope, spans = _head_and_items(body, ss_start, ss_end)
                 for s, e in spans:
                     trace, span = _span_ids(body, s, e)
                     found.setdefault((trace.hex(), span.hex()), SpanBytes((s, e - s), resource, scope))

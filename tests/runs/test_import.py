@@ -137,19 +137,15 @@ def test_the_edge_check_finds_an_edge_outside_its_run_and_one_without_its_source
         _verify_edges(run.pk, written + 2)
 
 
-def test_the_switch_interval_the_writer_needs_is_put_back_after_an_import_and_after_a_refusal(
-    tmp_path, parts, monkeypatch
-):
-    import sys
-
+def _seen_by_the_writer(tmp_path, parts, monkeypatch, read):
+    """What `read()` answers inside the writer thread of an import, then of an import refused mid-stream."""
     from runs import bulk
 
-    before = sys.getswitchinterval()
     seen = []
     real = bulk.BackgroundInserts._work
 
     def work(self):
-        seen.append(sys.getswitchinterval())
+        seen.append(read())
         real(self)
 
     monkeypatch.setattr(bulk.BackgroundInserts, "_work", work)
@@ -159,6 +155,18 @@ def test_the_switch_interval_the_writer_needs_is_put_back_after_an_import_and_af
     events[3]["seq"] = events[2]["seq"]  # refused mid-stream, with the writer running
     with pytest.raises(BundleError):
         run_import_from_path(bundles.write_folder(tmp_path / "b", manifest, events, blobs))
+    return seen
+
+
+def test_the_switch_interval_the_writer_needs_is_put_back_after_an_import_and_after_a_refusal(
+    tmp_path, parts, monkeypatch
+):
+    import sys
+
+    from runs import bulk
+
+    before = sys.getswitchinterval()
+    seen = _seen_by_the_writer(tmp_path, parts, monkeypatch, sys.getswitchinterval)
     assert seen == [bulk.WRITER_SWITCH_INTERVAL_S] * 2
     assert sys.getswitchinterval() == before
 
@@ -171,20 +179,7 @@ def test_the_collector_runs_rarely_during_an_import_and_as_before_after_it_and_a
     from runs import bulk
 
     before = gc.get_threshold()
-    seen = []
-    real = bulk.BackgroundInserts._work
-
-    def work(self):
-        seen.append(gc.get_threshold())
-        real(self)
-
-    monkeypatch.setattr(bulk.BackgroundInserts, "_work", work)
-    run_import_from_path(bundles.EXAMPLE)
-    manifest, events, blobs = parts
-    manifest["run"]["id"] = "run-refused"
-    events[3]["seq"] = events[2]["seq"]  # refused mid-stream
-    with pytest.raises(BundleError):
-        run_import_from_path(bundles.write_folder(tmp_path / "b", manifest, events, blobs))
+    seen = _seen_by_the_writer(tmp_path, parts, monkeypatch, gc.get_threshold)
     assert seen == [(bulk.IMPORT_GC_THRESHOLD, *before[1:])] * 2
     assert gc.get_threshold() == before
     # Nested (an import inside another's window, as two threads' imports overlap): put back by the last one only.
