@@ -67,7 +67,8 @@ def retention_class(name: str) -> RetentionClass:
 
 
 def _longest(current: tuple[str, datetime | None] | None, candidate: tuple[str, datetime | None]) -> tuple:
-    """Of two (class, expires_at) holds, the one keeping the bytes longer (None: forever)."""
+    """Of two (class, expires_at) holds, the one keeping the bytes longer (None: forever). `blobs_hold` applies it
+    set-wise, as an UPDATE's condition; tests/runs/test_retention.py holds the two equal."""
     if current is None:
         return candidate
     if current[1] is None:
@@ -88,10 +89,10 @@ def blobs_hold(holds: Mapping[str, str], *, recorded_at: datetime) -> None:
     a later holder names the digest, it does not bring the bytes back. Called inside the holder's transaction.
 
     Set-wise: one conditional UPDATE per (class, expiry) the holds name, not a row loaded, compared and written back
-    per blob (an OTLP file's runs name thousands of blobs, most of them new to this import with no class yet: a
-    second of each file's import went here). The condition is `_longest`'s, in SQL: the new hold replaces a blob's
-    current one when the blob has none, or when the new hold keeps the bytes longer (forever beats any expiry; an
-    equal expiry keeps the current class). Each UPDATE locks the rows it changes and, on PostgreSQL, re-reads its
+    per blob (a converted OTLP trace names a hundred and more blobs, most of them new to this import with no class
+    yet: a second of each file's import went here). The condition is `_longest`'s, in SQL: the new hold replaces a
+    blob's current one when the blob has none, or when the new hold keeps the bytes longer (forever beats any expiry;
+    an equal expiry keeps the current class). Each UPDATE locks the rows it changes and, on PostgreSQL, re-reads its
     condition on a row another transaction changed meanwhile, so two holders racing still leave the longer hold.
     """
     if not holds:
