@@ -209,7 +209,7 @@ def _converted_by_worker(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=err,
-            env={**os.environ, "PYTHONPATH": str(ENGINE_ROOT)},
+            env=_worker_environment(),
         )
     assert worker.stdin is not None and worker.stdout is not None
     lines = _lines_within(worker.stdout, WORKER_SILENCE_S)
@@ -254,6 +254,17 @@ def _converted_by_worker(
         for pipe in (worker.stdin, worker.stdout):
             with contextlib.suppress(OSError):
                 pipe.close()
+
+
+# What the converting process inherits of the web process's environment: enough to run Python, nothing more. It
+# reads an uploaded file, untrusted; it has no use for the database's address, the secret key or a broker's password.
+_WORKER_ENVIRONMENT = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE", "PYTHONHASHSEED", "SYSTEMROOT")
+
+
+def _worker_environment() -> dict[str, str]:
+    env = {name: os.environ[name] for name in _WORKER_ENVIRONMENT if name in os.environ}
+    env["PYTHONPATH"] = str(ENGINE_ROOT)
+    return env
 
 
 def _lines_within(stream: IO[bytes], seconds: float) -> Iterator[bytes]:

@@ -54,6 +54,7 @@ class _Recorded(subprocess.Popen):
     started: list[subprocess.Popen] = []
 
     def __init__(self, *args, **kwargs):
+        self.args_env = dict(kwargs.get("env") or {})
         super().__init__(*args, **kwargs)
         _Recorded.started.append(self)
 
@@ -166,3 +167,12 @@ def test_bytes_the_store_holds_are_not_hashed_again_but_must_be_listed_as_they_a
     held.write_bytes(b"x")
     with pytest.raises(BundleError, match="differs from manifest"):
         verify_blobs(root, parsed, held={original})
+
+
+def test_the_worker_gets_no_secret_of_the_web_process(tmp_path, workers, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgres://user:hunter2@db/n17q")
+    monkeypatch.setenv("N17Q_SECRET_KEY", "the-web-process-key")
+    import_run(_traces(tmp_path, 1))
+    [worker] = workers
+    assert "DATABASE_URL" not in worker.args_env and "N17Q_SECRET_KEY" not in worker.args_env
+    assert worker.args_env["PYTHONPATH"] == str(import_formats.ENGINE_ROOT)
