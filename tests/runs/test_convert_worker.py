@@ -80,12 +80,17 @@ def test_the_worker_never_runs_more_than_one_run_ahead_of_the_import(tmp_path, w
     def folders(root: Path) -> int:
         return sum(1 for p in root.parent.iterdir() if p.name.startswith("run-"))
 
-    def slow_import(root: Path, **kwargs):
-        # A slow importer: the worker gets every chance to run ahead (up to a second, or until it has), then the
-        # folders on disk are counted: this run's and those written beyond it.
-        deadline = time.monotonic() + 1.0
-        while folders(root) < 3 and workers[0].poll() is None and time.monotonic() < deadline:
+    def wait_for(condition, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not condition() and time.monotonic() < deadline:
             time.sleep(0.02)
+
+    def slow_import(root: Path, **kwargs):
+        # A slow importer: wait (generously: a busy machine) until the worker has written the run after this one or
+        # has finished, then give it a moment more to write a third, which it must not; count this run's folder and
+        # those written beyond it.
+        wait_for(lambda: folders(root) >= 2 or workers[0].poll() is not None, 120.0)
+        wait_for(lambda: folders(root) >= 3, 0.3)
         seen.append(folders(root))
         return real(root, **kwargs)
 
