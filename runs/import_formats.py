@@ -38,7 +38,6 @@ from django.db import transaction
 from accounts.audit import audit_record
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError, ConvertedRun, write_bundle
-from n17q_engine.formats.convert_worker import converted_runs
 from n17q_engine.formats.inspect_log import looks_like_inspect_log
 from n17q_engine.formats.otlp import MAX_ORIGINAL_BLOB_BYTES, looks_like_otlp
 from n17q_engine.formats.sniff import describe
@@ -149,8 +148,8 @@ def _convert_and_import(fh: IO[bytes], size: int | None, *, user: Any, label: st
     prescanned: dict[str, secret_scan.ScannedBlob] = {}
 
     def scan_original() -> None:
-        # The original is kept by every run of the file (role source-otlp, or the Inspect log): scanned here while
-        # the worker converts the first run, not on the import's path after it.
+        # An OTLP file's original is kept by every one of its runs (role source-otlp): scanned here while the
+        # worker converts the first run, not on the import's path after it.
         if fmt in ORIGINAL_MEDIA_TYPES and len(data) <= MAX_ORIGINAL_BLOB_BYTES:
             digest, scanned = secret_scan.scan_blob_ahead(data, ORIGINAL_MEDIA_TYPES[fmt])
             prescanned[digest] = scanned
@@ -168,12 +167,6 @@ def converter_format(data: bytes) -> str:
     if otlp is not None:
         return f"otlp-{otlp}"
     raise BundleError(f"{NOT_A_RUN}: this is {describe(data)}")
-
-
-def convert_file(data: bytes) -> Iterable[ConvertedRun]:
-    """The runs an OTLP file or an Inspect log holds (an OTLP file's one at a time, as they are imported); a
-    BundleError naming what anything else looks like."""
-    return converted_runs(converter_format(data), data)
 
 
 @dataclass(frozen=True)
