@@ -655,68 +655,108 @@ def source_span_from_chunk(chunk: bytes, span_id: str) -> dict[str, Any] | None:
 
 
 def _flat_from_proto(request: ExportTraceServiceRequest) -> list[dict[str, Any]]:
+    """Every span of the request, flat, in the request's order."""
+    return _flat_proto_spans(
+        [
+            (r, s, i, span)
+            for r, rs in enumerate(request.resource_spans)
+            for s, ss in enumerate(rs.scope_spans)
+            for i, span in enumerate(ss.spans)
+        ],
+        request,
+    )
+
+
+# A span of a parsed request by where it sits: (resource index, scope index, span index, the span message).
+_ProtoSpan = tuple[int, int, int, Any]
+
+
+def _proto_traces(request: ExportTraceServiceRequest) -> dict[str, list[_ProtoSpan]]:
+    """The request's spans by trace id, in the order each trace first appears, not yet flattened: a file's traces
+    are flattened one at a time as their runs are converted (`_flat_proto_spans`), so that the first run is ready
+    after its own spans are read, not after the whole file's (and only one trace's flat spans are in memory)."""
+    traces: dict[str, list[_ProtoSpan]] = {}
+    for r, rs in enumerate(request.resource_spans):
+        for s, ss in enumerate(rs.scope_spans):
+            for i, span in enumerate(ss.spans):
+                raw = span.trace_id
+                trace_id = (
+                    raw.hex()
+                    if len(raw) == 16 and any(raw)
+                    else _proto_id(raw, 16, f"resourceSpans[{r}] span {i}: traceId", required=True)
+                )
+                traces.setdefault(trace_id, []).append((r, s, i, span))
+    return traces
+
+
+def _flat_proto_spans(spans: list[_ProtoSpan], request: ExportTraceServiceRequest) -> list[dict[str, Any]]:
     flat: list[dict[str, Any]] = []
     append = flat.append
-    for r, rs in enumerate(request.resource_spans):
-        resource = _proto_attrs(rs.resource.attributes)
-        for ss in rs.scope_spans:
-            scope = {
+    resources: dict[int, dict[str, Any]] = {}
+    scopes: dict[tuple[int, int], dict[str, Any]] = {}
+    for r, s, i, span in spans:
+        resource = resources.get(r)
+        if resource is None:
+            resource = resources[r] = _proto_attrs(request.resource_spans[r].resource.attributes)
+        scope = scopes.get((r, s))
+        if scope is None:
+            ss = request.resource_spans[r].scope_spans[s]
+            scope = scopes[(r, s)] = {
                 "name": _storable(ss.scope.name),
                 "version": _storable(ss.scope.version),
                 "attributes": _proto_attrs(ss.scope.attributes),
             }
-            for i, span in enumerate(ss.spans):
-                where = f"resourceSpans[{r}] span {i}"
-                trace_id = _proto_id(span.trace_id, 16, f"{where}: traceId", required=True)
-                span_id = _proto_id(span.span_id, 8, f"{where}: spanId", required=True)
-                parent = _proto_id(span.parent_span_id, 8, f"{where}: parentSpanId", required=False)
-                out: dict[str, Any] = {
-                    "trace_id": trace_id,
-                    "span_id": span_id,
-                    "parent_span_id": parent or None,
-                    "name": _storable(span.name),
-                    "kind": _SPAN_KINDS.get(span.kind, "unspecified"),
-                    "start_ns": span.start_time_unix_nano,
-                    "end_ns": span.end_time_unix_nano,
-                    "attributes": _proto_attrs(span.attributes) if len(span.attributes) else {},
-                    "events": [
-                        {
-                            "name": _storable(e.name),
-                            "time_ns": e.time_unix_nano,
-                            "attributes": _proto_attrs(e.attributes),
-                        }
-                        for e in span.events
-                    ]
-                    if len(span.events)
-                    else [],
-                    "links": [
-                        {
-                            "trace_id": _proto_id(link.trace_id, 16, f"{where}: link traceId", required=False),
-                            "span_id": _proto_id(link.span_id, 8, f"{where}: link spanId", required=False),
-                            "attributes": _proto_attrs(link.attributes),
-                        }
-                        for link in span.links
-                    ]
-                    if len(span.links)
-                    else [],
-                    "status": {
-                        "code": _STATUS_CODES.get(span.status.code, "unset"),
-                        "message": _storable(span.status.message),
-                    },
-                    "resource": resource,
-                    "scope": scope,
+        where = f"resourceSpans[{r}] span {i}"
+        trace_id = _proto_id(span.trace_id, 16, f"{where}: traceId", required=True)
+        span_id = _proto_id(span.span_id, 8, f"{where}: spanId", required=True)
+        parent = _proto_id(span.parent_span_id, 8, f"{where}: parentSpanId", required=False)
+        out: dict[str, Any] = {
+            "trace_id": trace_id,
+            "span_id": span_id,
+            "parent_span_id": parent or None,
+            "name": _storable(span.name),
+            "kind": _SPAN_KINDS.get(span.kind, "unspecified"),
+            "start_ns": span.start_time_unix_nano,
+            "end_ns": span.end_time_unix_nano,
+            "attributes": _proto_attrs(span.attributes) if len(span.attributes) else {},
+            "events": [
+                {
+                    "name": _storable(e.name),
+                    "time_ns": e.time_unix_nano,
+                    "attributes": _proto_attrs(e.attributes),
                 }
-                if span.dropped_attributes_count or span.dropped_events_count or span.dropped_links_count:
-                    out["dropped"] = {
-                        name: count
-                        for name, count in (
-                            ("attributes", span.dropped_attributes_count),
-                            ("events", span.dropped_events_count),
-                            ("links", span.dropped_links_count),
-                        )
-                        if count
-                    }
-                append(out)
+                for e in span.events
+            ]
+            if len(span.events)
+            else [],
+            "links": [
+                {
+                    "trace_id": _proto_id(link.trace_id, 16, f"{where}: link traceId", required=False),
+                    "span_id": _proto_id(link.span_id, 8, f"{where}: link spanId", required=False),
+                    "attributes": _proto_attrs(link.attributes),
+                }
+                for link in span.links
+            ]
+            if len(span.links)
+            else [],
+            "status": {
+                "code": _STATUS_CODES.get(span.status.code, "unset"),
+                "message": _storable(span.status.message),
+            },
+            "resource": resource,
+            "scope": scope,
+        }
+        if span.dropped_attributes_count or span.dropped_events_count or span.dropped_links_count:
+            out["dropped"] = {
+                name: count
+                for name, count in (
+                    ("attributes", span.dropped_attributes_count),
+                    ("events", span.dropped_events_count),
+                    ("links", span.dropped_links_count),
+                )
+                if count
+            }
+        append(out)
     return flat
 
 
@@ -1145,51 +1185,39 @@ def looks_like_otlp(data: bytes) -> str | None:
 
 def convert_otlp(body: bytes, *, content_type: str) -> list[ConvertedRun]:
     """A whole OTLP file or request: one run per trace id, in the order the traces first appear."""
-    media_name = content_type.split(";", 1)[0].strip().lower()
-    with _bulk():
-        if media_name in ("application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf"):
-            spans = _flat_from_proto(_parse_proto(body))
-        else:
-            spans = flatten_spans(decode_otlp(body, content_type=content_type))
-        return _convert_all(spans, body, content_type)
-
-
-def _convert_all(spans: list[dict[str, Any]], body: bytes, content_type: str) -> list[ConvertedRun]:
-    return list(_convert_each(spans, body, content_type))
+    return list(iter_convert_otlp(body, content_type=content_type))
 
 
 def iter_convert_otlp(body: bytes, *, content_type: str) -> Iterator[ConvertedRun]:
     """As `convert_otlp`, one run at a time: a trace's run is built only when the caller asks for it, and the
     trace's spans are let go once it is, so that a caller importing each run before asking for the next holds one
-    converted trace at a time, not the whole file's (a 100,000-span file: ~200,000 events)."""
+    converted trace at a time, not the whole file's (a 100,000-span file: ~200,000 events). A protobuf file's
+    spans are flattened trace by trace too (`_proto_traces`)."""
     media_name = content_type.split(";", 1)[0].strip().lower()
+    protobuf = media_name in ("application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf")
     with _bulk():
-        if media_name in ("application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf"):
-            spans = _flat_from_proto(_parse_proto(body))
+        if protobuf:
+            request = _parse_proto(body)
+            traces: list[list[Any]] = list(_proto_traces(request).values())
         else:
-            spans = flatten_spans(decode_otlp(body, content_type=content_type))
-    yield from _convert_each(spans, body, content_type)
-
-
-def _convert_each(spans: list[dict[str, Any]], body: bytes, content_type: str) -> Iterator[ConvertedRun]:
-    if not spans:
+            traces = list(iter_traces(flatten_spans(decode_otlp(body, content_type=content_type))))
+    if not traces:
         raise ConversionError("the OTLP export holds no spans")
-    media = PROTOBUF if content_type.split(";", 1)[0].strip().lower().endswith("protobuf") else JSON_TYPE
-    traces: dict[str, list[dict[str, Any]]] = {}
-    for span in spans:
-        traces.setdefault(span["trace_id"], []).append(span)
-    spans.clear()
     # The original is kept by every run of the file: walked and hashed once, not once per trace.
     kept = len(body) <= MAX_ORIGINAL_BLOB_BYTES
     with _bulk():
-        ranges = span_byte_ranges(body) if kept and media == PROTOBUF else None
+        ranges = span_byte_ranges(body) if kept and protobuf else None
     digest = digest_bytes(body) if kept else None
+    traces.reverse()
     while traces:
-        trace_id = next(iter(traces))
+        spans = traces.pop()  # let go of as its run is made
+        if protobuf:
+            with _bulk():
+                spans = _flat_proto_spans(spans, request)
         yield convert_trace(
-            traces.pop(trace_id),
+            spans,
             original=body,
-            original_media_type=media,
+            original_media_type=PROTOBUF if protobuf else JSON_TYPE,
             span_bytes=ranges,
             original_digest=digest,
         )
