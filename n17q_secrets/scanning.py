@@ -769,10 +769,9 @@ _UTF16LE_RUN = re.compile(r"(?:[\x20-\x7e]\x00){12,}")
 _BINARY_SEPARATOR = "\x00"
 
 
-def _values_in_texts(texts: list[str], where: str, findings: list[dict[str, str]]) -> dict[str, str]:
-    """{value: rule} of every secret in the texts, each value widened to the whole token it sits in within its own
-    text, and each base64 run that decodes to a secret, whole. The texts are scanned together, one per line."""
-    joined = "\n".join(texts)
+def _values_in_texts(joined: str, where: str, findings: list[dict[str, str]]) -> dict[str, str]:
+    """{value: rule} of every secret in the texts (`joined`: one per line), each value widened to the whole token it
+    sits in within its own text, and each base64 run that decodes to a secret, whole."""
     out: dict[str, str] = {}
     for rule, value in scan_text(joined):
         at = joined.find(value)
@@ -817,8 +816,9 @@ def mask_binary(
                     needles.setdefault(piece, rule)
         for start, end, rule in _encoded_runs_holding_secrets(joined, where, findings, 1):
             needles.setdefault(joined[start:end], rule)
-    if strings:
-        for value, rule in _values_in_texts(strings, where, findings).items():
+    texts = "\n".join(strings) if strings else ""
+    if texts:
+        for value, rule in _values_in_texts(texts, where, findings).items():
             needles.setdefault(value.encode("utf-8").decode("latin-1"), rule)
     masked = (
         _mask_values(
@@ -832,7 +832,15 @@ def mask_binary(
         if needles
         else text
     )
-    wide_runs = [m.group().encode("latin-1").decode("utf-16-le") for m in _UTF16LE_RUN.finditer(masked)]
+    # UTF-16 text, where it can be: anywhere in a body read as printable runs; only inside the texts of a body whose
+    # texts are all known (the rest is framing, ids and numbers, which hold no run of 12 characters), and not at
+    # all when they hold no NUL (a UTF-16 run has one after every character).
+    wide_source = masked if strings is None or printable_runs else texts
+    wide_runs = (
+        [m.group().encode("latin-1").decode("utf-16-le") for m in _UTF16LE_RUN.finditer(wide_source)]
+        if "\x00" in wide_source
+        else []
+    )
     if wide_runs:
         wide: dict[str, str] = {}
         for rule, value in scan_text(_BINARY_SEPARATOR.join(wide_runs)):

@@ -22,7 +22,7 @@ from n17q_engine.formats.otlp import span_byte_ranges
 from n17q_secrets import scanning
 from n17q_secrets.reference import reference_rules
 from runs.secret_scan import _mask_blob_bytes
-from tests.fixtures_review import gitleaks_corpus
+from tests.fixtures_review import corpus, gitleaks_corpus
 from tests.fixtures_review.test_gitleaks_corpus import _public_prefix
 
 
@@ -112,3 +112,24 @@ def _parses(data: bytes) -> bool:
     except Exception:
         return False
     return True
+
+
+def test_a_utf16_secret_in_a_string_or_bytes_value_is_masked_where_it_sits():
+    """Text written as UTF-16 (a NUL after every character) inside a span: in a string attribute (the SDK keeps what
+    decodes as UTF-8) and in a bytes value (built on the exporter's own message). Found in the texts and overwritten
+    where it sits in the raw bytes; the request still parses and every span stays where it was."""
+    in_string, in_bytes = "ghp_" + corpus.rnd(36), "ghp_" + corpus.rnd(36)
+    request = ExportTraceServiceRequest.FromString(
+        _original([f"note {in_string} end".encode("utf-16-le").decode("utf-8"), "plain"])
+    )
+    span = request.resource_spans[0].scope_spans[0].spans[-1]
+    held = span.attributes.add()
+    held.key = "app.blob"
+    held.value.bytes_value = f"note {in_bytes} end".encode("utf-16-le")
+    original = request.SerializeToString()
+    found: list[dict[str, str]] = []
+    masked = _mask_blob_bytes(original, "application/x-protobuf", found)
+    for token in (in_string, in_bytes):
+        assert token.encode("utf-16-le") in original and token.encode("utf-16-le") not in masked
+    assert {f["rule"] for f in found} and len(masked) == len(original)
+    assert _parses(masked) and span_byte_ranges(masked) == span_byte_ranges(original)
