@@ -10,7 +10,8 @@ Why a process: the conversion is pure Python, and so is the import; in one proce
 while the machine's other core idles. Run by the import door (runs.import_formats), the converter writes run i+1
 while the importer stores run i. It never runs more than one run ahead: before writing run i+2 it waits for the
 importer's line on stdin saying run i is stored and its folder gone, so at most two folders are on disk and one
-converted run in this process's memory.
+converted run in this process's memory. A run's original (an OTLP file keeps the file itself) is a hard link to
+SOURCE, not another copy of it.
 
 Why not a fork of the web process: that process has threads (the OTLP receiver's sweep) and may hold a
 PostgreSQL connection; a fresh interpreter inherits neither. It imports only the engine (no Django).
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> int:
                 stored += 1
             root = outdir / f"run-{i}"
             root.mkdir()
-            write_bundle(run, root)
+            write_bundle(run, root, on_disk=(data, source))
             _say(
                 {
                     "folder": str(root),

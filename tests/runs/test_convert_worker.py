@@ -181,3 +181,22 @@ def test_the_worker_gets_no_secret_of_the_web_process(tmp_path, workers, monkeyp
     [worker] = workers
     assert "DATABASE_URL" not in worker.args_env and "N17Q_SECRET_KEY" not in worker.args_env
     assert worker.args_env["PYTHONPATH"] == str(import_formats.ENGINE_ROOT)
+
+
+def test_every_run_keeps_the_file_itself_as_its_original_linked_not_written_again(tmp_path, workers, monkeypatch):
+    """The converting process links each run's original to the file it converts (one inode, however many traces),
+    and the import reads it there: masked copies are written elsewhere, never through the link."""
+    real = import_formats._import_root
+    seen: list[tuple[int, int]] = []
+
+    def look(root: Path, **kwargs):
+        source = root.parent.parent / "source"
+        [original] = [p for p in (root / "blobs" / "sha256").iterdir() if p.stat().st_size == source.stat().st_size]
+        seen.append((original.stat().st_ino, source.stat().st_ino))
+        return real(root, **kwargs)
+
+    monkeypatch.setattr(import_formats, "_import_root", look)
+    path = _traces(tmp_path, 4)
+    answer = import_run(path)
+    assert answer["conversion"]["runs"] == 4 and len(seen) == 4
+    assert all(blob == source for blob, source in seen), seen
