@@ -11,6 +11,8 @@ import string
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fixtures_review import intake
 from n17q_secrets import scanning
@@ -261,3 +263,27 @@ def test_when_the_prefilter_cannot_answer_every_rule_still_runs(monkeypatch):
     token = "ghp_" + corpus.rnd(36)
     monkeypatch.setattr(scanning.Prefilter, "present", lambda self, data: None)
     assert ("github-pat", token) in scanning.scan_text(f"deploy with {token}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["a", "Z", "0", "+", "/", "_", "-", "=", " ", "\n", "é", "日", "\U0001f600", "\x00", "QUJD"]),
+        max_size=200,
+    ),
+    st.integers(min_value=0, max_value=5000),
+)
+def test_the_base64_runs_of_a_long_text_are_those_of_a_short_one(pieces: list[str], pad: int) -> None:
+    """A long text's base64 runs are found by RE2, a short one's by `re`: the same runs, at the same character offsets
+    (non-ASCII before them included)."""
+    text = "é" * pad + "".join(pieces) * 3
+    found = [(m.start(), m.end(), m.group()) for m in scanning._b64_runs(text)]
+    assert found == [(m.start(), m.end(), m.group()) for m in scanning._B64_RUN.finditer(text)]
+
+
+def test_a_base64_secret_in_a_long_text_holding_a_lone_surrogate_is_still_masked():
+    token = "ghp_" + corpus.rnd(36)
+    encoded = base64.b64encode(f"token={token}".encode()).decode()
+    findings: list[dict] = []
+    masked = scanning.mask_text("\ud800 " + FILLER + encoded + " " + FILLER, "b", findings)
+    assert encoded not in masked and token not in masked and findings
