@@ -562,10 +562,11 @@ def otlp_strings(body: bytes) -> tuple[list[str], bool] | None:
     def attrs(kvs: Any, depth: int = 0) -> None:
         for kv in kvs:
             add(kv.key)
-            if kv.value.WhichOneof("value") == "string_value":
-                add(kv.value.string_value)  # the common case, without the call
+            value = kv.value  # each access makes a new wrapper: once
+            if value.WhichOneof("value") == "string_value":
+                add(value.string_value)  # the common case, without the call
             else:
-                value_texts(kv.value, depth)
+                value_texts(value, depth)
 
     for rs in request.resource_spans:
         attrs(rs.resource.attributes)
@@ -1066,6 +1067,8 @@ def _text(value: Any) -> str:
 
 def _storable(text: str) -> str:
     """Text the store can hold: NUL and lone UTF-16 surrogates (which JSON may carry) become U+FFFD."""
+    if text.isascii() and "\x00" not in text:  # most texts, without the search (ASCII holds no surrogate)
+        return text
     return _UNSTORABLE.sub("\ufffd", text) if _UNSTORABLE.search(text) else text
 
 
@@ -2486,7 +2489,10 @@ def _oi_message(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _has_prefix(attrs: dict[str, Any], prefix: str) -> bool:
-    return any(key.startswith(prefix) for key in attrs)
+    for key in attrs:  # noqa: SIM110 - a loop, not any() over a generator: called for every span, several times
+        if key.startswith(prefix):
+            return True
+    return False
 
 
 def _unflatten(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
