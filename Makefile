@@ -38,7 +38,7 @@ test-sqlite: $(STAMP)
 
 test-postgres: $(STAMP)
 	N17Q_DATA_DIR=$$(mktemp -d) DATABASE_URL=$(PG_URL) N17Q_TEST_POSTGRES=1 REDIS_TEST_URL=$(REDIS_TEST_URL) \
-	  N17Q_TEST_DATABASE_NAME=test_n17q_$$$$ $(BIN)/pytest -q -m "not browser"
+	  N17Q_TEST_DATABASE_NAME=test_n17q_$$$$ $(BIN)/pytest -q -m "not browser" --ignore=tests/engine
 
 # Performance budgets (DESIGN §9); see docs/benchmarks.md. Not part of make test: they measure, not assert.
 bench: $(STAMP)

@@ -55,11 +55,13 @@ def steps(reports: Path) -> list[Step]:
         Step("mypy", [str(BIN / "mypy")], django),
         Step("django check", [str(BIN / "python"), "manage.py", "check"], django),
         Step("migrations", [str(BIN / "python"), "manage.py", "makemigrations", "--check", "--dry-run"], django),
-        # The browser tests run once, in the SQLite pass: what they show does not depend on the database.
+        # The browser tests run once, in the SQLite pass: what they show does not depend on the database. So do the
+        # engine's (tests/engine): the engine has no database (an import contract), and its sandboxed agents' tests
+        # are the slowest of the suite (about five minutes a pass).
         _pytest("tests on SQLite", [], {"N17Q_DATA_DIR": _data_dir(), "REDIS_TEST_URL": REDIS_TEST_URL}, reports),
         _pytest(
             "tests on PostgreSQL",
-            ["-m", "not browser"],
+            ["-m", "not browser", "--ignore=tests/engine"],
             {
                 "N17Q_DATA_DIR": _data_dir(),
                 "DATABASE_URL": PG_URL,
