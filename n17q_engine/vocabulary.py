@@ -319,6 +319,11 @@ OPAQUE_FIELDS = frozenset(
         "uncovered",
         "synthetic",
         "at",
+        # A converted event's provenance (n17q_engine.formats): where in its original file (an OTLP trace, an
+        # Inspect log) the event came from. Ids in it are that file's (a span id, a log event's uuid), not this
+        # run's; and skipping it spares the reader a walk of a dict every converted event carries.
+        "otlp",
+        "inspect",
     }
 )
 

@@ -39,3 +39,19 @@ def test_it_does_not_count_the_attempt_an_attempt_started_introduces():
     assert v.references(event("attempt.started", number=1, reason="task", parent_attempt_id="a0")) == [
         ("parent_attempt_id", "a0")
     ]
+
+
+def test_it_does_not_read_identifiers_inside_a_converted_events_provenance():
+    # `otlp` and `inspect` say where in the original file an event came from: a span id there is the trace's,
+    # not an event or object of this run, so it is neither an edge nor a dangling reference (LIN011).
+    found = v.references(
+        event(
+            "tool.call",
+            tool="search",
+            request={},
+            proposal_id="p1",
+            otlp={"span": "a831cbd4b15dc60f", "parent_span_id": "9e2c90054f8166d5", "blob": "sha256:aa"},
+            inspect={"event": "tool", "uuid": "u-1", "sample_id": "s-1"},
+        )
+    )
+    assert found == [("attempt", "a1"), ("proposal_id", "p1")]
