@@ -348,14 +348,25 @@ def exchanges(source: RecordingFile) -> list[Exchange]:
     return list(items)
 
 
+def _exchange_list(items: Any, holder: str, noun: str, *, not_a_list: str) -> list[Any]:
+    """A file's list of exchanges (a HAR file's entries, a cassette's interactions): a list, not empty, bounded.
+    `not_a_list`: the whole message for a value that is no list."""
+    if not isinstance(items, list):
+        raise RecordingError(not_a_list)
+    if not items:
+        raise RecordingError(f"{holder} holds no {noun}: nothing to stage")
+    if len(items) > MAX_ENTRIES:
+        raise RecordingError(f"{holder} holds {len(items)} {noun}, more than {MAX_ENTRIES}")
+    return items
+
+
 def _har_entries(data: dict[str, Any]) -> Iterator[Exchange]:
-    entries = data["log"].get("entries")
-    if not isinstance(entries, list):
-        raise RecordingError("the HAR file has no entries list (log.entries)")
-    if not entries:
-        raise RecordingError("the HAR file holds no entries: nothing to stage")
-    if len(entries) > MAX_ENTRIES:
-        raise RecordingError(f"the HAR file holds {len(entries)} entries, more than {MAX_ENTRIES}")
+    entries = _exchange_list(
+        data["log"].get("entries"),
+        "the HAR file",
+        "entries",
+        not_a_list="the HAR file has no entries list (log.entries)",
+    )
     for i, entry in enumerate(entries, 1):
         where = f"HAR entry {i}"
         if not isinstance(entry, dict):
@@ -391,12 +402,17 @@ def _har_entries(data: dict[str, Any]) -> Iterator[Exchange]:
         )
 
 
+def _utf8(text: str, where: str) -> bytes:
+    """A recorded body's text as the bytes it stood for; a lone surrogate (JSON can carry one) is no text."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordingError(f"{where} holds a lone surrogate (not valid Unicode)") from None
+
+
 def _text_bytes(text: str, encoding: Any, where: str) -> bytes:
     if encoding in (None, ""):
-        try:
-            return text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise RecordingError(f"{where}.text holds a lone surrogate (not valid Unicode)") from None
+        return _utf8(text, f"{where}.text")
     if encoding != "base64":
         raise RecordingError(f"{where}.encoding: base64 or none, got {encoding!r}")
     try:
@@ -419,13 +435,12 @@ def _har_headers(headers: Any, where: str) -> dict[str, list[str]]:
 
 
 def _vcr_interactions(data: dict[str, Any]) -> Iterator[Exchange]:
-    interactions = data.get("interactions")
-    if not isinstance(interactions, list):
-        raise RecordingError("the cassette's interactions must be a list")
-    if not interactions:
-        raise RecordingError("the cassette holds no interactions: nothing to stage")
-    if len(interactions) > MAX_ENTRIES:
-        raise RecordingError(f"the cassette holds {len(interactions)} interactions, more than {MAX_ENTRIES}")
+    interactions = _exchange_list(
+        data.get("interactions"),
+        "the cassette",
+        "interactions",
+        not_a_list="the cassette's interactions must be a list",
+    )
     for i, item in enumerate(interactions, 1):
         where = f"cassette interaction {i}"
         if not isinstance(item, dict):
@@ -483,10 +498,7 @@ def _vcr_body(body: Any, where: str) -> bytes | None:
     if isinstance(body, bytes):
         return body
     if isinstance(body, str):
-        try:
-            return body.encode("utf-8")
-        except UnicodeEncodeError:
-            raise RecordingError(f"{where}: holds a lone surrogate (not valid Unicode)") from None
+        return _utf8(body, where)
     raise RecordingError(f"{where}: a string, bytes or null")
 
 

@@ -214,6 +214,17 @@ def test_one_bad_interaction_refuses_the_whole_file(service, tmp_path, seed_scen
         ("interactions: []\nversion: 1\n", "holds no interactions"),
         ('{"log": {"version": "1.2", "creator": {"name": "x"}, "entries": []}}', "HAR file holds no entries"),
         ('{"log": {"version": "1.2", "creator": {"name": "x"}}}', "has no entries list"),
+        ('{"interactions": {"request": {}}}', "interactions must be a list"),
+        (
+            '{"interactions": [{"request": {"method": "GET", "uri": "http://h/", "body": "\\ud800"},'
+            ' "response": {"status": {"code": 200}}}]}',
+            "request.body holds a lone surrogate",
+        ),
+        (
+            '{"log": {"version": "1.2", "creator": {"name": "x"}, "entries": [{"request": {"method": "GET",'
+            ' "url": "http://h/"}, "response": {"status": 200, "content": {"text": "\\udc00"}}}]}}',
+            "response.content.text holds a lone surrogate",
+        ),
         ('{"interactions": [{"request": {"method": "GET"}, "response": {}}]}', "request.method and request.uri"),
         ("interactions: !!python/object/apply:os.system ['true']\n", "not valid YAML"),
         (
