@@ -307,25 +307,20 @@ def _stage_for_review(
     f = m.fixture
     provenance = f["provenance"]
     response = f["response"]
-    capture = {
-        "format": intake.CAPTURE_FORMAT,
-        "scenario": base.name,
-        "tool": f["tool"],
-        "contract_revision": f["contract_revision"],
-        "connection": provenance.get("connection") or SOURCE,
-        "captured_at": provenance["recorded_at"],
-        "source_revision": provenance.get("source_revision"),
-        "effect_class": target.effect_class,
-        "request": {"method": "TOOL", "url": f"tool:{f['tool']}", "headers": {}, "body": None, "args": f["request"]},
+    capture = intake.tool_call_capture(
+        scenario=base.name,
+        tool=f["tool"],
+        contract_revision=f["contract_revision"],
+        connection=provenance.get("connection") or SOURCE,
+        captured_at=provenance["recorded_at"],
+        source_revision=provenance.get("source_revision"),
+        effect_class=target.effect_class,
+        args=f["request"],
         # A fixture holds no HTTP status; this one stands for its outcome, which the recording keeps as it is.
-        "response": {
-            "status": _OUTCOME_STATUS.get(response["outcome"], 500),
-            "headers": {},
-            "body": response.get("body"),
-        },
-        "proposed_transition": f.get("transition"),
-        "world_revision": 0,
-    }
+        status=_OUTCOME_STATUS.get(response["outcome"], 500),
+        body=response.get("body"),
+        proposed_transition=f.get("transition"),
+    )
     try:
         red = intake.intake(capture, digest_key=capture_digest_key())
     except intake.CaptureError as exc:

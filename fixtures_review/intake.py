@@ -227,6 +227,41 @@ def covers(outer: str, inner: str) -> bool:
 # --- the format ------------------------------------------------------------------------------------------------
 
 
+def tool_call_capture(
+    *,
+    scenario: str,
+    tool: str,
+    contract_revision: Any,
+    connection: str,
+    captured_at: str,
+    source_revision: Any,
+    effect_class: str,
+    args: Any,
+    status: int,
+    body: Any,
+    response_headers: dict[str, Any] | None = None,
+    proposed_transition: Any = None,
+    world_revision: Any = 0,
+) -> dict[str, Any]:
+    """A capture (`n17q.capture/1`) of one tool call that was never an HTTP exchange: what a run recorded, a copied
+    answer, a migrated fixture. Its request is `TOOL tool:<name>` with the call's arguments; its status stands for the
+    call's outcome. The console's other doors build theirs here, so they all reach intake in one shape."""
+    return {
+        "format": CAPTURE_FORMAT,
+        "scenario": scenario,
+        "tool": tool,
+        "contract_revision": contract_revision,
+        "connection": connection,
+        "captured_at": captured_at,
+        "source_revision": source_revision,
+        "effect_class": effect_class,
+        "request": {"method": "TOOL", "url": f"tool:{tool}", "headers": {}, "body": None, "args": args},
+        "response": {"status": status, "headers": response_headers or {}, "body": body},
+        "proposed_transition": proposed_transition,
+        "world_revision": world_revision,
+    }
+
+
 def parse_capture(raw: bytes | str | dict) -> dict[str, Any]:
     """The capture as a dict, checked against `n17q.capture/1`; CaptureError naming the field otherwise.
 

@@ -1086,26 +1086,20 @@ def recording_copy_similar(
                 f"the source run recorded an answer to this request ({recorded[1].get('outcome')}, "
                 f"{recorded[1]['id']}): copy the recorded answer instead of an empty one"
             )
-    capture = {
-        "format": intake.CAPTURE_FORMAT,
-        "scenario": scenario.name,
-        "tool": tool,
-        "contract_revision": revision,
-        "connection": (like or {}).get("provenance", {}).get("connection") or "copy-similar",
-        "captured_at": timezone.now().isoformat().replace("+00:00", "Z"),
-        "source_revision": None,
-        "effect_class": effect_class,
-        "request": {
-            "method": "TOOL",
-            "url": f"tool:{tool}",
-            "headers": {},
-            "body": None,
-            "args": call.body.get("request") or {},
-        },
-        "response": {"status": 200, "headers": {}, "body": response_body},
-        "proposed_transition": transition if effect_class == "mutation" else None,
-        "world_revision": body.get("world_revision") or 0,
-    }
+    capture = intake.tool_call_capture(
+        scenario=scenario.name,
+        tool=tool,
+        contract_revision=revision,
+        connection=(like or {}).get("provenance", {}).get("connection") or "copy-similar",
+        captured_at=timezone.now().isoformat().replace("+00:00", "Z"),
+        source_revision=None,
+        effect_class=effect_class,
+        args=call.body.get("request") or {},
+        status=200,
+        body=response_body,
+        proposed_transition=transition if effect_class == "mutation" else None,
+        world_revision=body.get("world_revision") or 0,
+    )
     try:
         red = intake.intake(capture, digest_key=capture_digest_key())
     except intake.CaptureError as exc:
@@ -1230,24 +1224,19 @@ def recording_copy_recorded(*, replay_run: Any, missing_event_id: str, user: Any
     effect_class = contracts.get(tool).effect_class if tool in contracts else "read"
     source = replay_run.parent
     wall = ((result.get("at") or {}).get("wall")) or timezone.now().isoformat().replace("+00:00", "Z")
-    capture: dict[str, Any] = {
-        "format": intake.CAPTURE_FORMAT,
-        "scenario": scenario.name,
-        "tool": tool,
-        "contract_revision": call.get("contract_revision"),
-        "connection": f"recorded:{source.run_id}",
-        "captured_at": wall,
-        "source_revision": None,
-        "effect_class": effect_class,
-        "request": {"method": "TOOL", "url": f"tool:{tool}", "headers": {}, "body": None, "args": call.get("request")},
-        "response": {
-            "status": _OUTCOME_STATUS[outcome],
-            "headers": {},
-            "body": _recorded_body(source, result.get("blob")),
-        },
-        "proposed_transition": None,
-        "world_revision": body.get("world_revision") or 0,
-    }
+    capture = intake.tool_call_capture(
+        scenario=scenario.name,
+        tool=tool,
+        contract_revision=call.get("contract_revision"),
+        connection=f"recorded:{source.run_id}",
+        captured_at=wall,
+        source_revision=None,
+        effect_class=effect_class,
+        args=call.get("request"),
+        status=_OUTCOME_STATUS[outcome],
+        body=_recorded_body(source, result.get("blob")),
+        world_revision=body.get("world_revision") or 0,
+    )
     try:
         red = intake.intake(capture, digest_key=capture_digest_key())
     except intake.CaptureError as exc:
@@ -1553,30 +1542,20 @@ def run_recordings_stage(
             )
         outcome = body["outcome"]
         headers = {"Content-Type": media[body["blob"]]} if body.get("blob") in media else {}
-        capture = {
-            "format": intake.CAPTURE_FORMAT,
-            "scenario": name,
-            "tool": called,
-            "contract_revision": call["contract_revision"],
-            "connection": connection,
-            "captured_at": _recorded_instant(body, run),
-            "source_revision": None,
-            "effect_class": effect,
-            "request": {
-                "method": "TOOL",
-                "url": f"tool:{called}",
-                "headers": {},
-                "body": None,
-                "args": call["request"],
-            },
-            "response": {
-                "status": _OUTCOME_STATUS[outcome],
-                "headers": headers,
-                "body": _recorded_body(run, body.get("blob")),
-            },
-            "proposed_transition": None,
-            "world_revision": _world_revision_before(run, seq),
-        }
+        capture = intake.tool_call_capture(
+            scenario=name,
+            tool=called,
+            contract_revision=call["contract_revision"],
+            connection=connection,
+            captured_at=_recorded_instant(body, run),
+            source_revision=None,
+            effect_class=effect,
+            args=call["request"],
+            status=_OUTCOME_STATUS[outcome],
+            body=_recorded_body(run, body.get("blob")),
+            response_headers=headers,
+            world_revision=_world_revision_before(run, seq),
+        )
         try:
             red = intake.intake(capture, digest_key=key)
             admitted = connections.capture_admit(red.capture, door="run-result", actor=user, token=token)
