@@ -7,7 +7,7 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 DEMO_PORT ?= 8017
 
-.PHONY: install check lint test test-sqlite test-postgres bench demo demo-reset demo-data stack clean
+.PHONY: install check lint test test-deep test-sqlite test-postgres bench demo demo-reset demo-data stack clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,12 +33,19 @@ check: lint
 test: $(STAMP)
 	PG_URL=$(PG_URL) REDIS_TEST_URL=$(REDIS_TEST_URL) VENV=$(VENV) $(BIN)/python scripts/run_checks.py
 
+# make test with every property test at the example count its author asked for, and at least 500
+# (tests/hypothesis_budget.py); make test runs them bounded.
+test-deep: $(STAMP)
+	HYPOTHESIS_PROFILE=deep PG_URL=$(PG_URL) REDIS_TEST_URL=$(REDIS_TEST_URL) VENV=$(VENV) $(BIN)/python scripts/run_checks.py
+
+TEST_WORKERS ?= 3
 test-sqlite: $(STAMP)
-	N17Q_DATA_DIR=$$(mktemp -d) REDIS_TEST_URL=$(REDIS_TEST_URL) $(BIN)/pytest -q
+	N17Q_DATA_DIR=$$(mktemp -d) REDIS_TEST_URL=$(REDIS_TEST_URL) $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 test-postgres: $(STAMP)
-	N17Q_DATA_DIR=$$(mktemp -d) DATABASE_URL=$(PG_URL) N17Q_TEST_POSTGRES=1 REDIS_TEST_URL=$(REDIS_TEST_URL) \
-	  N17Q_TEST_DATABASE_NAME=test_n17q_$$$$ $(BIN)/pytest -q -m "not browser" --ignore=tests/engine
+	N17Q_DATA_DIR=$$(mktemp -d) DATABASE_URL=$(PG_URL) N17Q_TEST_POSTGRES=1 N17Q_TEST_DATABASE_ONLY=1 \
+	  REDIS_TEST_URL=$(REDIS_TEST_URL) N17Q_TEST_DATABASE_NAME=test_n17q_$$$$ \
+	  $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not browser" --ignore=tests/engine
 
 # Performance budgets (DESIGN §9); see docs/benchmarks.md. Not part of make test: they measure, not assert.
 bench: $(STAMP)

@@ -23,6 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("VENV", ROOT / ".venv")) / "bin"
 PG_URL = os.environ.get("PG_URL", "postgres://postgres@127.0.0.1:5432/test")
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
+# Each pass runs on pytest-xdist workers (one test database, blob store and port range each; tests/conftest.py).
+# More workers than the machine's two cores: a good share of the suite waits on a Celery worker, a sandbox, a
+# browser or a subprocess rather than computing, and worksteal keeps the workers busy to the end.
+TEST_WORKERS = os.environ.get("N17Q_TEST_WORKERS", "3")
+PARALLEL = ["-n", TEST_WORKERS, "--dist", "worksteal"]
 
 
 @dataclass
@@ -42,7 +47,7 @@ def _data_dir() -> str:
 
 def _pytest(name: str, extra: list[str], env: dict[str, str], reports: Path) -> Step:
     junit = reports / f"{name}.xml"
-    argv = [str(BIN / "pytest"), "-q", "--durations=15", f"--junitxml={junit}", *extra]
+    argv = [str(BIN / "pytest"), "-q", "--durations=15", f"--junitxml={junit}", *PARALLEL, *extra]
     return Step(name, argv, env, junit)
 
 
@@ -57,7 +62,8 @@ def steps(reports: Path) -> list[Step]:
         Step("migrations", [str(BIN / "python"), "manage.py", "makemigrations", "--check", "--dry-run"], django),
         # The browser tests run once, in the SQLite pass: what they show does not depend on the database. So do the
         # engine's (tests/engine): the engine has no database (an import contract), and its sandboxed agents' tests
-        # are the slowest of the suite (about five minutes a pass).
+        # are the slowest of the suite. So does every other test that never opens a database connection
+        # (N17Q_TEST_DATABASE_ONLY, tests/conftest.py): the PostgreSQL pass runs the tests that touch the database.
         _pytest("tests on SQLite", [], {"N17Q_DATA_DIR": _data_dir(), "REDIS_TEST_URL": REDIS_TEST_URL}, reports),
         _pytest(
             "tests on PostgreSQL",
@@ -66,6 +72,7 @@ def steps(reports: Path) -> list[Step]:
                 "N17Q_DATA_DIR": _data_dir(),
                 "DATABASE_URL": PG_URL,
                 "N17Q_TEST_POSTGRES": "1",
+                "N17Q_TEST_DATABASE_ONLY": "1",
                 "REDIS_TEST_URL": REDIS_TEST_URL,
                 "N17Q_TEST_DATABASE_NAME": f"test_n17q_{os.getpid()}",
             },

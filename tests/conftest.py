@@ -9,8 +9,44 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 CI = os.environ.get("CI", "").lower() == "true"
+
+# Property tests: `make test` runs each with its own example count bounded (profile "bounded"), so CI's time does
+# not grow with every property written; `make test-deep` (HYPOTHESIS_PROFILE=deep) runs every one with the count its
+# author asked for, and at least 500. A test names its full count through `examples(n)` (tests/hypothesis_budget.py);
+# one that names none runs 50 bounded (Hypothesis's own default is 100).
+hypothesis_settings.register_profile("bounded", deadline=None, print_blob=True, max_examples=50)
+hypothesis_settings.register_profile("deep", deadline=None, print_blob=True, max_examples=500)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "bounded"))
+
+# The PostgreSQL pass runs only the tests that use the database (N17Q_TEST_DATABASE_ONLY=1, set by
+# scripts/run_checks.py and `make test-postgres`): a test that never opens a connection shows the same thing on
+# either database, and runs once, in the SQLite pass.
+DATABASE_FIXTURES = frozenset({"_django_db_helper", "db", "transactional_db", "live_server", "django_db_setup"})
+
+
+def uses_database(item: pytest.Item) -> bool:
+    if item.get_closest_marker("django_db") is not None or item.get_closest_marker("postgres") is not None:
+        return True
+    return not DATABASE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("N17Q_TEST_DATABASE_ONLY") != "1":
+        return
+    kept = [item for item in items if uses_database(item)]
+    dropped = [item for item in items if not uses_database(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def xdist_worker_index() -> int:
+    """0 for a run without xdist or its first worker (gw0), 1 for gw1, …: for ranges (ports) workers must split."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
 
 
 def need_service(name: str, available: bool, hint: str) -> None:

@@ -23,6 +23,8 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.conftest import xdist_worker_index
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
 LONG_RUNNING = ("postgres", "redis", "web", "worker", "beat")
@@ -151,11 +153,12 @@ def test_make_stack_starts_the_compose_file():
 
 
 def free_port() -> int:
-    for port in range(18710, 18730):  # helper D's range
+    first = 18710 + 100 * xdist_worker_index()  # helper D's range, one of its own for each xdist worker
+    for port in range(first, first + 20):
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) != 0:
                 return port
-    raise RuntimeError("no free port in 18710-18729")
+    raise RuntimeError(f"no free port in {first}-{first + 19}")
 
 
 def test_gunicorn_serves_the_console_with_the_image_configuration(tmp_path):

@@ -35,6 +35,7 @@ from n17q_engine.identifiers import (
 from n17q_engine.package import SCENARIO_FORMAT, Package, build_scenario, dump, load_scenario, write_archive
 from runs.models import Event, Run
 from tests import bundles
+from tests.hypothesis_budget import examples
 from tests.runs.test_api import token_for
 
 pytestmark = pytest.mark.django_db
@@ -94,7 +95,7 @@ def test_a_run_id_leaves_room_for_its_replays_ids():
 _id_chars = st.characters(codec="utf-8")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.text(_id_chars, max_size=30) | st.sampled_from(REAL_IDS + [v for _, v in HOSTILE]))
 def test_the_grammar_as_a_property(value):
     problem = id_problem(value)
@@ -316,7 +317,7 @@ def test_urls_of_ids_no_run_can_have_are_not_a_500(client, role_user, path):
     assert client.get(path).status_code in (200, 301, 302, 400, 404)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=st.text(_id_chars, min_size=1, max_size=20))
 def test_the_bundle_door_and_the_grammar_agree(tmp_path, value):
     """Whatever the run id, the reader takes it exactly when the grammar does (no database: the manifest only)."""

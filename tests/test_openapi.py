@@ -21,6 +21,7 @@ from accounts.models import HarnessToken
 from replays.heartbeat import heartbeat_beat
 from runs.importer import run_import_from_path
 from tests import bundles
+from tests.hypothesis_budget import examples
 
 
 def served_schema() -> dict:
@@ -112,7 +113,7 @@ def admin_token(db, settings, django_user_model, in_process_requests) -> str:
 
 
 @schema.parametrize()
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_the_api_answers_as_its_schema_says(case, admin_token):
     # positive_data_acceptance expects 2xx for any body the schema allows; an upload is only a bundle when its
     # bytes are one, which a schema cannot say, so a refused random "bundle" (400, documented) is correct.

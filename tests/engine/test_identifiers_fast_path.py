@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from n17q_engine import identifiers
 from n17q_engine.identifiers import ID_PUNCTUATION, MAX_ID_CHARS, id_problem
+from tests.hypothesis_budget import examples
 
 
 def _loop_bad_character(value: str) -> str | None:
@@ -51,13 +52,13 @@ _TEXT = st.one_of(
 )
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(_TEXT)
 def test_fast_path_finds_the_same_first_bad_character(value):
     assert identifiers._bad_character(value) == _loop_bad_character(value)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(_TEXT, st.integers(min_value=1, max_value=40))
 def test_fast_path_gives_the_same_answer_and_message(value, max_len):
     assert id_problem(value, what="an event id", max_len=max_len) == _loop_id_problem(

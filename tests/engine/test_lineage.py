@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from n17q_engine import vocabulary as v
 from n17q_engine.bundle import iter_event_lines, parse_manifest, validate_event
 from n17q_engine.lineage import CODES, Finding, LineageGraph, check_events
+from tests.hypothesis_budget import examples
 
 from ..bundles import EXAMPLE
 from .eventlib import EventLog, synthetic_events, tree
@@ -1014,7 +1015,7 @@ def runs(draw):
     return run, events
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs())
 def test_it_never_raises_on_random_mixtures_of_valid_events(case):
     run, events = case

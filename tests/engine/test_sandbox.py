@@ -654,17 +654,32 @@ def test_the_network_watch_sees_a_connect_that_bypasses_the_audit_hook_and_forwa
     assert canary.settled_count() == 1
 
 
+def _tun_open_to_others() -> bool:
+    """Whether an unprivileged user may open /dev/net/tun (0666 on Debian; some container hosts make it 0600).
+    CAP_NET_ADMIN in the sandbox's own user namespace does not pass the device node's permission bits."""
+    try:
+        return Path("/dev/net/tun").stat().st_mode & 0o006 == 0o006
+    except OSError:
+        return False
+
+
 @pytest.mark.skipif(_system_python_for_nobody() is None, reason="needs root and a system Python 3.11+ for nobody")
 def test_the_network_watch_is_made_without_root_in_the_sandbox_s_own_user_namespace(canaries, engine_copy):
     """Unprivileged, the sandbox makes a user namespace that owns its network namespace, so its set-up holds
-    CAP_NET_ADMIN there: the TUN, the addresses and the routes are made as they are by root."""
+    CAP_NET_ADMIN there: the TUN, the addresses and the routes are made as they are by root. On a host whose TUN
+    device nobody else may open, the watch cannot be made, and the launcher refuses to run instead of running
+    without it (fail closed): both are asserted, by what this host allows."""
     canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
     target = json.dumps({"host": "127.0.0.1", "port": canary.address[1]})
     script = (
-        "import json, sys; from n17q_engine.sandbox import run_sandboxed, Limits; "
-        "r = run_sandboxed('tests.engine.sandbox_probes:netwatch_connect', sys.argv[1].encode(), "
-        "allow_degraded=False, limits=Limits(), timeout_s=20, allow_test_entries=True, network_watch=True); "
-        "print(json.dumps({'isolation': r.isolation, 'output': r.output.decode(), 'rc': r.returncode}))"
+        "import json, sys; from n17q_engine.sandbox import run_sandboxed, Limits, IsolationUnavailable\n"
+        "try:\n"
+        "    r = run_sandboxed('tests.engine.sandbox_probes:netwatch_connect', sys.argv[1].encode(), "
+        "allow_degraded=False, limits=Limits(), timeout_s=20, allow_test_entries=True, network_watch=True)\n"
+        "except IsolationUnavailable as exc:\n"
+        "    print(json.dumps({'refused': str(exc)}))\n"
+        "else:\n"
+        "    print(json.dumps({'isolation': r.isolation, 'output': r.output.decode(), 'rc': r.returncode}))"
     )
     launched = subprocess.run(
         ["/usr/bin/python3", "-c", script, target],
@@ -678,6 +693,10 @@ def test_the_network_watch_is_made_without_root_in_the_sandbox_s_own_user_namesp
         extra_groups=[],
     )
     out = json.loads(launched.stdout)
+    if not _tun_open_to_others():
+        assert out == {"refused": "no network namespace could be made; refusing to run without one"}, launched.stderr
+        assert canary.settled_count() == 0
+        return
     assert out["isolation"] == "netns" and out["rc"] == 0, launched.stderr
     (seen,) = json.loads(out["output"])
     assert seen["target"] == f"tcp 127.0.0.1:{canary.address[1]}"

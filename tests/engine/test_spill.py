@@ -11,6 +11,7 @@ from n17q_demo import stories
 from n17q_engine import lineage, spill
 from n17q_engine.lineage import LineageGraph
 from n17q_engine.spill import MultiMap, SpilledIndex, SpilledMultiMap
+from tests.hypothesis_budget import examples
 
 _keys = st.sampled_from(["e-1", "e-2", "e-3", "é", "a b", "", "e-1 "])
 _index_ops = st.lists(
@@ -22,13 +23,13 @@ _index_ops = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(start=st.dictionaries(_keys, st.integers(0, 10**6), max_size=4), ops=_index_ops)
 def test_it_answers_like_a_dict_for_an_index(start, ops):
     _answers_like_a_dict(start, ops)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     start=st.dictionaries(_keys, st.integers(0, 10**6), max_size=4),
     ops=_index_ops,
@@ -75,7 +76,7 @@ _multi_ops = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(ops=_multi_ops)
 def test_it_answers_like_a_dict_of_lists_for_a_multimap(ops):
     expected = MultiMap()

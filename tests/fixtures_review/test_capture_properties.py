@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from accounts.models import HarnessToken
 from fixtures_review.models import StagedRecording
 from tests import bundles
+from tests.hypothesis_budget import examples
 from tests.runs.test_api import token_for
 
 pytestmark = pytest.mark.django_db
@@ -51,7 +52,7 @@ def _capture_text(where: str, leaf: str, captured_at: str) -> str:
 
 
 @given(where=place, leaf=hostile_leaf, captured_at=instant)
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_any_hostile_value_anywhere_answers_201_or_400_with_one_line(client, role_user, where, leaf, captured_at):
     # One harness per example: hypothesis runs the examples inside one test (one database transaction).
     key = token_for(role_user("operator", f"harness-{uuid.uuid4().hex[:12]}"), HarnessToken.Scope.CAPTURE)

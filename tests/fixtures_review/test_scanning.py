@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from fixtures_review import intake
 from n17q_secrets import scanning
 from tests import bundles
+from tests.hypothesis_budget import examples
 
 from . import corpus
 
@@ -265,7 +266,7 @@ def test_when_the_prefilter_cannot_answer_every_rule_still_runs(monkeypatch):
     assert ("github-pat", token) in scanning.scan_text(f"deploy with {token}")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(
         st.sampled_from(["a", "Z", "0", "+", "/", "_", "-", "=", " ", "\n", "é", "日", "\U0001f600", "\x00", "QUJD"]),

@@ -24,7 +24,7 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 
-from tests.conftest import need_service
+from tests.conftest import need_service, xdist_worker_index
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
@@ -205,7 +205,10 @@ def celery_to(broker: str, settings: Any, queue: str) -> None:
 
 
 def free_port(start: int) -> int:
-    for port in range(start, start + 50):
+    """A free loopback port of helper C's range; each xdist worker searches a range of its own (start + 100 x its
+    index), so two workers never pick the same port at the same moment."""
+    first = start + 100 * xdist_worker_index()
+    for port in range(first, first + 50):
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) != 0:
                 return port

@@ -38,6 +38,7 @@ from n17q_engine.bundle import BundleError
 from runs.importer import run_import_from_path, run_import_from_upload
 from runs.models import Blob, Edge, Event, Finding, Run, RunBlob, RunObject
 from tests import bundles
+from tests.hypothesis_budget import examples
 
 pytestmark = [
     pytest.mark.django_db,
@@ -51,7 +52,9 @@ BLOB_FILE = f"blobs/sha256/{BLOB_DIGEST.removeprefix('sha256:')}"
 
 
 def _settings(n: int):
-    return settings(max_examples=n, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    return settings(
+        max_examples=examples(n), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
