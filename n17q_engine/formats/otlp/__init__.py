@@ -42,7 +42,7 @@ from n17q_engine.bundle import BundleError, title_problem, validate_event
 from n17q_engine.canonical import canonical_json, digest_bytes, digest_json, request_digest
 from n17q_engine.identifiers import id_problem, run_id_problem
 
-from . import ConversionError, ConversionReport, ConvertedRun
+from .. import ConversionError, ConversionReport, ConvertedRun
 
 PROTOBUF = "application/x-protobuf"
 JSON_TYPE = "application/json"
