@@ -8,8 +8,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from n17q_demo import stories
-from n17q_engine import lineage, spill
+from n17q_engine import spill
 from n17q_engine.lineage import LineageGraph
+from n17q_engine.lineage import graph as lineage_graph
 from n17q_engine.spill import MultiMap, SpilledIndex, SpilledMultiMap
 from tests.hypothesis_budget import examples
 
@@ -102,7 +103,7 @@ def test_it_answers_like_a_dict_of_lists_for_a_multimap(ops):
 def _findings(story, *, spill_after: int | None, monkeypatch) -> tuple[list, LineageGraph]:
     if spill_after is not None:
         monkeypatch.setattr(spill, "SPILL_AFTER", spill_after)
-        monkeypatch.setattr(lineage, "_SPILL_CHECK_EVERY", 1)
+        monkeypatch.setattr(lineage_graph, "_SPILL_CHECK_EVERY", 1)
     graph = LineageGraph(story.manifest["run"])
     for event in story.events:
         graph.add(event)

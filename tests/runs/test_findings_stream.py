@@ -176,14 +176,15 @@ def test_an_import_whose_checker_state_moved_to_disk_stores_the_same_edges_and_f
     """The same bundle imported twice under two run ids, once with the checker's state in memory and once moved to
     disk after two events (as a large run's is): the same edges, resolved to the same events and objects, and the
     same findings tied to the same events, in the same order."""
-    from n17q_engine import lineage, spill
+    from n17q_engine import spill
+    from n17q_engine.lineage import graph as lineage_graph
 
     story = stories.demo_bundles()[story_index]
     answers = []
     for name, spill_after in (("memory", None), ("disk", 2)):
         if spill_after is not None:
             monkeypatch.setattr(spill, "SPILL_AFTER", spill_after)
-            monkeypatch.setattr(lineage, "_SPILL_CHECK_EVERY", 1)
+            monkeypatch.setattr(lineage_graph, "_SPILL_CHECK_EVERY", 1)
         manifest = json.loads(json.dumps(story.manifest))
         manifest["run"]["id"] = f"{manifest['run']['id']}-{name}"
         folder = bundles.write_folder(tmp_path / name, manifest, story.events, story.blobs)

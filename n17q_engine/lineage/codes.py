@@ -1,0 +1,162 @@
+"""The lineage codes (DESIGN §4, §10): their names, what each finding means, which are warnings, what each reads.
+
+Every rule module of the package names its codes from here; the glossary page, the verdict and the event detail read
+`CODES`, `EXPLANATIONS` and `WARNING_CODES` through `n17q_engine.lineage`. `unevaluated_checks` says which codes had
+nothing to judge in a run (a migration calls it with kinds counted from stored events, without a graph).
+
+Decision taken where DESIGN §4 is silent (the rest travel with the rules they concern; the package docstring lists
+where):
+
+- `unevaluated()` (DESIGN §10) names the codes whose inputs the run does not hold (REQUIRED_INPUTS): a run without
+  workspaces cannot have LIN009 findings, and that is not the same as passing LIN009. A claim a replay marked
+  `unevaluated` (it rests on a tool the scenario excludes) is neither supported nor contradicted: LIN008 skips it
+  (`claim_is_judged`) and `unevaluated()` names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+CODES: dict[str, str] = {
+    "LIN001": "evidence from another lineage",
+    "LIN002": "partial evidence used as completed",
+    "LIN003": "unresolved failure",
+    "LIN004": "approval does not bind the evidence",
+    "LIN005": "foreign approval",
+    "LIN006": "stale evidence",
+    "LIN007": "replay effect outside its namespace",
+    "LIN008": "unsupported claim",
+    "LIN009": "uncertain workspace reused",
+    "LIN010": "inherited edit absorbed",
+    "LIN011": "dangling reference",
+    "LIN012": "duplicate consequence",
+    "LIN013": "required evidence missing",
+    # Extension (seed 000): a replay whose fixture adapter fetched from the present on a miss.
+    "LIN014": "live observation in a non-live run",
+    # Extension (seed 003): a claim that leaves out the failed or unfinished receipt on its artifact's lineage.
+    "LIN015": "claim contradicted on the artifact lineage",
+}
+
+# What each finding means, for the glossary page and wherever a code is shown (a finding names its own ends).
+EXPLANATIONS: dict[str, str] = {
+    "LIN001": "An admission used by a decision or an intent was made in a workspace, or on a tree, other than the "
+    "artifact's, and no compatibility rule the run's policy declares holds for it: a test receipt from one workspace "
+    "is authorizing an artifact from another. A cited rule counts only when the recorded facts satisfy every part "
+    "it constrains (tree, environment, command, inputs, test isolation); the finding names the part that failed.",
+    "LIN002": "The admitted source is a receipt whose completion is not completed (partial, cancelled, "
+    "interrupted, unknown), used for a validation purpose as if the run had finished.",
+    "LIN003": "An intent was allowed while the latest receipt for a required purpose on the artifact's lineage "
+    "had failures, and no waiver covers them.",
+    "LIN004": "The approval's evidence-set digest differs from the intent's, or it approves another subject: what "
+    "was approved is not what is being done.",
+    "LIN005": "An approval from another run or environment (a historical approval in a replay) is used as "
+    "authority here.",
+    "LIN006": "An admission is used after its workspace was superseded or quarantined, or its tree changed.",
+    "LIN007": "An intent in a run that is not live has namespace live, or was executed on a live connection: "
+    "a replay reached the outside world.",
+    "LIN008": "A validation or completion claim whose supports are not completed receipts covering the required "
+    "scope, or that a failed receipt contradicts.",
+    "LIN009": "A workspace left uncertain (or with a termination of unknown outcome) is used later without a "
+    "cleanup receipt.",
+    "LIN010": "An artifact includes files of its workspace's initial overlay: an edit inherited from before the "
+    "attempt is presented as the attempt's work.",
+    "LIN011": "An event refers to an id the run does not hold (a warning: an export may have left it out).",
+    "LIN012": "More than one acknowledged execution for one intent, or two intents for one idempotency key: the "
+    "consequence happened twice.",
+    "LIN013": "A decision allowed an intent although a purpose in its required list has no admitted evidence "
+    "for the intent's artifact.",
+    "LIN014": "A tool result with origin live in a run that is not live: a replay fetched from the present "
+    "instead of stopping on a missing fixture.",
+    "LIN015": "A validation or completion claim about an artifact leaves out a failed or unfinished receipt for the "
+    "claimed scope on that artifact's lineage (neither cited, waived nor followed by a passing rerun): the account "
+    "reads green while the artifact's own history says otherwise.",
+}
+
+# A dangling reference is worth investigating but may be an export that left something out; every
+# other finding is a broken authority edge.
+WARNING_CODES = frozenset({"LIN011"})
+
+# What each code reads (DESIGN §10, "unevaluated"): per code, groups of event kinds; the run must hold at least one
+# event of every group for the check to have had anything to judge. LIN011 reads every reference: always evaluated.
+REQUIRED_INPUTS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "LIN001": (("evidence.admitted",), ("policy.decision", "effect.intent"), ("artifact.created",)),
+    "LIN002": (("evidence.admitted",), ("command.receipt",)),
+    "LIN003": (("effect.intent",), ("policy.decision",), ("command.receipt",)),
+    "LIN004": (("approval.recorded",), ("effect.intent",)),
+    "LIN005": (("approval.recorded",),),
+    "LIN006": (("evidence.admitted",), ("workspace.created",)),
+    "LIN007": (("effect.intent", "effect.execution"),),
+    "LIN008": (("account.claim",),),
+    "LIN009": (("workspace.created",),),
+    "LIN010": (("artifact.created",), ("workspace.created",)),
+    "LIN012": (("effect.intent", "effect.execution"),),
+    "LIN013": (("policy.decision",), ("effect.intent",)),
+    "LIN014": (("tool.result",),),
+    "LIN015": (("account.claim",), ("artifact.created",), ("command.receipt",)),
+}
+_INPUT_WORDS = {
+    "evidence.admitted": "evidence admissions",
+    "policy.decision": "policy decisions",
+    "effect.intent": "effect intents",
+    "effect.execution": "effect executions",
+    "artifact.created": "artifacts",
+    "command.receipt": "command receipts",
+    "approval.recorded": "approvals",
+    "workspace.created": "workspaces",
+    "account.claim": "validation or completion claims",
+    "tool.result": "tool results",
+}
+
+
+def claim_is_judged(event: dict) -> bool:
+    """Whether LIN008 judges this `account.claim`: a validation or completion claim no replay left unevaluated."""
+    return event.get("claim_kind") in ("validation", "completion") and not isinstance(event.get("unevaluated"), dict)
+
+
+def unevaluated_checks(
+    kinds: dict[str, int],
+    unevaluated_claims: dict[str, tuple[str, ...]],
+    claims_without_artifact: Iterable[str] = (),
+) -> list[dict[str, Any]]:
+    """The checks that had nothing to judge (DESIGN §10): `[{"code", "reason"}]` in code order, plus `events` where
+    only some inputs were left out (claims resting on excluded tools). A code listed here has no findings because it
+    could not have any, not because the run passed it.
+
+    `kinds`: events per kind, where `account.claim` counts only the claims LIN008 judges (`claim_is_judged`);
+    `unevaluated_claims`: claim id -> the excluded tools it rests on; `claims_without_artifact`: the judged claims that
+    name no artifact (no `artifact_id`, no admission among their supports), whose artifact's lineage LIN015 cannot
+    read. A caller that cannot tell (a migration counting kinds) leaves it empty."""
+    without = list(claims_without_artifact)
+    out: list[dict[str, Any]] = []
+    for code, groups in REQUIRED_INPUTS.items():
+        absent = [group for group in groups if not any(kinds.get(kind, 0) > 0 for kind in group)]
+        entry: dict[str, Any] | None = None
+        if absent:
+            words = [" or ".join(_INPUT_WORDS[k] for k in group) for group in absent]
+            listed = words[0] if len(words) == 1 else ", no ".join(words[:-1]) + " and no " + words[-1]
+            entry = {"code": code, "reason": f"the run holds no {listed}"}
+        claims: list[str] = []
+        reasons: list[str] = []
+        # LIN015 adds what it could not read only when it judged the rest (a run without artifacts is not evaluated).
+        if unevaluated_claims and (code == "LIN008" or (code == "LIN015" and entry is None)):
+            tools = sorted({t for ts in unevaluated_claims.values() for t in ts})
+            claims = list(unevaluated_claims)
+            said = f"{len(claims)} claim{'s' if len(claims) != 1 else ''} rest{'s' if len(claims) == 1 else ''}"
+            reasons.append(
+                f"{said} on {' and '.join(tools)}, excluded by the scenario: neither supported nor contradicted"
+            )
+        if code == "LIN015" and without and entry is None:
+            n = len(without)
+            reasons.append(
+                f"{n} claim{'s' if n != 1 else ''} name{'s' if n == 1 else ''} no artifact (no artifact_id, no "
+                "admission among the supports): no artifact lineage to read"
+            )
+            claims = list(dict.fromkeys([*claims, *without]))  # unique, in order
+        if reasons:
+            reason = "; ".join(reasons)
+            entry = {"code": code, "reason": reason if entry is None else f"{entry['reason']}; {reason}"}
+            entry["events"] = claims
+        if entry is not None:
+            out.append(entry)
+    return out
