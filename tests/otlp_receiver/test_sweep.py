@@ -56,14 +56,14 @@ def receive(recorder, *, at: datetime, end_root: bool = True, tool_calls: int = 
     return ReceivedTrace.objects.get(trace_id=format(root.context.trace_id, "032x"))
 
 
-def more_spans(recorder, trace: ReceivedTrace, *, at: datetime) -> None:
+def more_spans(recorder, trace: ReceivedTrace, *, at: datetime, name: str = "execute_tool notify") -> None:
     """A span of `trace` arriving `at` (a tool the agent ran late)."""
     from opentelemetry import trace as otel_trace
 
     parent = otel_trace.NonRecordingSpan(
         otel_trace.SpanContext(int(trace.trace_id, 16), 0x1234, is_remote=True, trace_flags=otel_trace.TraceFlags(1))
     )
-    with recorder.tracer.start_as_current_span("execute_tool notify", context=otel_trace.set_span_in_context(parent)):
+    with recorder.tracer.start_as_current_span(name, context=otel_trace.set_span_in_context(parent)):
         pass
     data = encode_spans(recorder.take()).SerializeToString()
     services.spans_receive(wire.split_by_trace(wire.parse_request(data, "protobuf")).batches, now=at)
