@@ -36,18 +36,20 @@ def finalize_trace(trace_pk: int) -> str:
 
 
 @shared_task(name=FINALIZE_BATCH_TASK, acks_late=True, reject_on_worker_lost=True)
-def finalize_traces(trace_pks: list[int]) -> dict[str, str]:
-    """Each trace of the batch, one after the other: a trace that fails (not a refusal, which trace_finalize
-    records) is logged and left to its lease, and the others go on."""
-    states: dict[str, str] = {}
+def finalize_traces(trace_pks: list[int]) -> dict[str, list[int]]:
+    """Each trace of the batch, one after the other; answers the traces by the state they are left in (the
+    worker's log line of the task). A trace that fails (not a refusal, which trace_finalize records) is logged and
+    left to its lease, and the others go on."""
+    states: dict[str, list[int]] = {}
     try:
         with audit_via("worker"):
             for pk in trace_pks:
                 try:
-                    states[str(pk)] = trace_finalize(trace_pk=pk).state
+                    state = str(trace_finalize(trace_pk=pk).state)
                 except Exception:
                     log.exception("trace %s could not be finalised; it is sent again when its claim lapses", pk)
-                    states[str(pk)] = "failed"
+                    state = "failed"
+                states.setdefault(state, []).append(pk)
         return states
     finally:
         close_old_connections()

@@ -169,7 +169,7 @@ def test_a_batch_task_finalizes_each_trace_once_and_a_bad_trace_refuses_only_its
     good, bad, other = (receive(recorder, at=at) for _ in range(3))
     TraceChunk.objects.filter(trace=bad).update(data=zlib.compress(b"\xff\xfe not an OTLP request"))
     states = finalize_traces([good.pk, bad.pk, other.pk])
-    assert states == {str(good.pk): "finalized", str(bad.pk): "refused", str(other.pk): "finalized"}
+    assert states == {"finalized": [good.pk, other.pk], "refused": [bad.pk]}
     # Delivered again (a redelivered message, or the same trace in two batches): nothing changes.
     assert finalize_traces([good.pk, bad.pk, other.pk]) == states
     assert finalize_trace(good.pk) == "finalized"  # the single-trace task of older messages still runs
@@ -190,7 +190,7 @@ def test_a_batch_task_goes_on_past_a_trace_that_fails(recorder, monkeypatch):
         return real(trace_pk=trace_pk, **kw)
 
     monkeypatch.setattr("otlp_receiver.tasks.trace_finalize", failing)
-    assert finalize_traces([first.pk, second.pk]) == {str(first.pk): "failed", str(second.pk): "finalized"}
+    assert finalize_traces([first.pk, second.pk]) == {"failed": [first.pk], "finalized": [second.pk]}
 
 
 @pytest.mark.parametrize(
