@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from celery import current_app
 from django.conf import settings
@@ -159,12 +159,12 @@ def _mark_sent(pks: list[int], now: datetime) -> list[int]:
     if not pks:
         return []
     marked = ReceivedTrace.objects.filter(_due_q(now), _unsent_q(now), pk__in=pks)
-    query = marked.query.chain(UpdateQuery)
+    query = cast(UpdateQuery, marked.query.chain(UpdateQuery))
     query.add_update_values({"enqueued_at": now})
     compiler = query.get_compiler(marked.db)
     compiler.pre_sql_setup()
     sql, params = compiler.as_sql()
-    pk_column = connections[marked.db].ops.quote_name(ReceivedTrace._meta.pk.column)
+    pk_column = connections[marked.db].ops.quote_name(str(ReceivedTrace._meta.pk.column))
     with connections[marked.db].cursor() as cursor:
         cursor.execute(f"{sql} RETURNING {pk_column}", params)
         return sorted(row[0] for row in cursor.fetchall())

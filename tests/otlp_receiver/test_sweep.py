@@ -184,10 +184,10 @@ def test_a_batch_task_goes_on_past_a_trace_that_fails(recorder, monkeypatch):
     first, second = receive(recorder, at=at), receive(recorder, at=at)
     real = services.trace_finalize
 
-    def failing(*, trace_pk: int, **kw: object) -> ReceivedTrace:
+    def failing(*, trace_pk: int) -> ReceivedTrace:
         if trace_pk == first.pk:
             raise OSError("the blob store is full")
-        return real(trace_pk=trace_pk, **kw)
+        return real(trace_pk=trace_pk)
 
     monkeypatch.setattr("otlp_receiver.tasks.trace_finalize", failing)
     assert finalize_traces([first.pk, second.pk]) == {"failed": [first.pk], "finalized": [second.pk]}
