@@ -27,6 +27,9 @@ class ReceivedTrace(models.Model):
     span_count = models.PositiveIntegerField(default=0)
     # Spans that arrived after the trace was claimed: a linked addendum, never merged into the run's history.
     late_span_count = models.PositiveIntegerField(default=0)
+    # When a sweep last sent this trace's finalisation task (issue 31): a trace is sent once per due period, not on
+    # every sweep; sent again only when spans arrived after the send, or the send is older than the lease (lost).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     finalized_at = models.DateTimeField(null=True, blank=True)
     run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

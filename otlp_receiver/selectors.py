@@ -1,4 +1,8 @@
-"""Reads for the pages of received traces: a fixed number of queries whatever the number of traces or spans."""
+"""Reads for the pages of received traces: a fixed number of queries whatever the number of traces or spans.
+
+Span names and status messages are shown through the secret scanner's text masking (n17q_secrets.scanning.mask_text,
+what the run import applies to a run's text), never as received: an exporter's span name can hold a token.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,17 @@ from datetime import UTC, datetime
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from n17q_engine.formats import ConversionError
+from n17q_engine.formats.otlp import decode_otlp, flatten_spans
+from n17q_secrets import scanning
+
+from . import wire
 from .models import ReceivedTrace, TraceChunk
 
 # The late spans a trace page lists; the count above the list is of all of them.
 LATE_SPANS_SHOWN = 100
+# The spans of a trace not yet a run that its page lists, in arrival order; the rest are counted.
+SPANS_SHOWN = 500
 
 
 def trace_list() -> QuerySet[ReceivedTrace]:
@@ -47,6 +58,7 @@ class LateSpan:
 def late_spans(trace: ReceivedTrace) -> list[LateSpan]:
     """The first LATE_SPANS_SHOWN spans of the trace's late addendum, in arrival order."""
     shown: list[LateSpan] = []
+    masks = _Masks()
     chunks = TraceChunk.objects.filter(trace=trace, late=True).order_by("id").values_list("received_at", "data")
     for received_at, data in chunks.iterator(chunk_size=20):
         request = ExportTraceServiceRequest.FromString(zlib.decompress(bytes(data)))
@@ -56,7 +68,7 @@ def late_spans(trace: ReceivedTrace) -> list[LateSpan]:
                     end = span.end_time_unix_nano
                     shown.append(
                         LateSpan(
-                            name=span.name,
+                            name=masks.text(span.name),
                             span_id=span.span_id.hex(),
                             parent_span_id=span.parent_span_id.hex(),
                             ended_at=datetime.fromtimestamp(end / 1e9, tz=UTC) if end else None,
@@ -66,3 +78,75 @@ def late_spans(trace: ReceivedTrace) -> list[LateSpan]:
                     if len(shown) >= LATE_SPANS_SHOWN:
                         return shown
     return shown
+
+
+class _Masks:
+    """mask_text once per distinct text: a trace's spans share a handful of names."""
+
+    def __init__(self) -> None:
+        self._done: dict[str, str] = {}
+
+    def text(self, text: str) -> str:
+        if not text:
+            return text
+        masked = self._done.get(text)
+        if masked is None:
+            masked = self._done[text] = scanning.mask_text(text, "span", [])
+        return masked
+
+
+@dataclass(frozen=True)
+class ReceivedSpan:
+    name: str
+    kind: str
+    span_id: str
+    parent_span_id: str
+    started_at: datetime | None
+    ended_at: datetime | None
+    duration_ms: float | None
+    status: str  # unset | ok | error
+    status_message: str
+
+
+@dataclass(frozen=True)
+class ReceivedSpans:
+    spans: list[ReceivedSpan]
+    not_shown: int  # received, not listed (past SPANS_SHOWN)
+    error: str = ""  # why the stored spans could not be read
+
+
+def _at(ns: int) -> datetime | None:
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC) if ns else None
+
+
+def received_spans(trace: ReceivedTrace) -> ReceivedSpans:
+    """The first SPANS_SHOWN spans of a trace that is not a run (yet), read from its chunks with the decoding its
+    finalisation uses (n17q_engine.formats.otlp), in arrival order. One query."""
+    shown: list[ReceivedSpan] = []
+    masks = _Masks()
+    chunks = TraceChunk.objects.filter(trace=trace, late=False).order_by("id").values_list("data", flat=True)
+    try:
+        for data in chunks.iterator(chunk_size=20):
+            payload = zlib.decompress(bytes(data))
+            for span in flatten_spans(decode_otlp(payload, content_type=wire.PROTOBUF)):
+                start, end = span["start_ns"], span["end_ns"]
+                shown.append(
+                    ReceivedSpan(
+                        name=masks.text(span["name"]),
+                        kind=span["kind"],
+                        span_id=span["span_id"],
+                        parent_span_id=span["parent_span_id"] or "",
+                        started_at=_at(start),
+                        ended_at=_at(end),
+                        duration_ms=(end - start) / 1e6 if start and end >= start else None,
+                        status=span["status"]["code"],
+                        status_message=masks.text(span["status"]["message"]),
+                    )
+                )
+                if len(shown) >= SPANS_SHOWN:
+                    return ReceivedSpans(shown, max(0, trace.span_count - len(shown)))
+    except (ConversionError, zlib.error) as exc:
+        message = " ".join(str(exc).splitlines())[:300]
+        error = f"the stored spans could not be read: {message}"
+        return ReceivedSpans(shown, max(0, trace.span_count - len(shown)), error)
+    return ReceivedSpans(shown, max(0, trace.span_count - len(shown)))

@@ -21,13 +21,14 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from celery import current_app
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import F, Q
+from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from n17q_engine.bundle import BundleError
@@ -41,7 +42,12 @@ from .models import ReceivedTrace, TraceChunk
 
 log = logging.getLogger(__name__)
 
-FINALIZE_TASK = "otlp_receiver.finalize_trace"
+FINALIZE_TASK = "otlp_receiver.finalize_trace"  # one trace: kept for messages sent before issue 31
+FINALIZE_BATCH_TASK = "otlp_receiver.finalize_traces"
+# How many traces one finalisation task carries.
+FINALIZE_BATCH = 50
+# The shortest wait between two sweeps of a worker (sweep_delay).
+SWEEP_MIN_DELAY_S = 0.2
 _SWEEP_KEY = "otlp:due-sweep"
 # How many due traces one sweep sends at most; the next sweep takes the rest.
 SWEEP_LIMIT = 200
@@ -103,41 +109,114 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
     return Received(len(ids), sum(b.span_count for b in batches.values()))
 
 
-def traces_due(*, now: datetime | None = None, limit: int = SWEEP_LIMIT) -> list[int]:
-    """Receiving traces whose root span has ended and which have been quiet for N17Q_OTLP_QUIET_SECONDS, and
-    traces whose finalisation claim has lapsed (its worker died)."""
-    now = now or timezone.now()
+def _due_q(now: datetime) -> Q:
+    """Due to be finalised: receiving, root ended and quiet; or claimed by a finalisation whose lease has lapsed."""
     quiet = now - timedelta(seconds=settings.N17Q_OTLP_QUIET_SECONDS)
     lapsed = now - timedelta(seconds=settings.N17Q_OTLP_FINALIZE_LEASE_S)
+    return Q(state=ReceivedTrace.State.RECEIVING, root_ended=True, last_received_at__lte=quiet) | Q(
+        state=ReceivedTrace.State.FINALIZING, claimed_at__lt=lapsed
+    )
+
+
+def _unsent_q(now: datetime) -> Q:
+    """Due and not waiting in the broker (issue 31): never sent; or sent before spans that came after it (that
+    task's claim failed, or will fail, the quiet check); or sent before the lapsed claim it must take over; or sent
+    longer ago than the lease (the message was lost). A trace sent and still pending is not sent again."""
+    lost = now - timedelta(seconds=settings.N17Q_OTLP_FINALIZE_LEASE_S)
+    return (
+        Q(enqueued_at__isnull=True)
+        | Q(enqueued_at__lt=lost)
+        | Q(state=ReceivedTrace.State.RECEIVING, enqueued_at__lt=F("last_received_at"))
+        | Q(state=ReceivedTrace.State.FINALIZING, enqueued_at__lt=F("claimed_at"))
+    )
+
+
+def traces_due(*, now: datetime | None = None, limit: int = SWEEP_LIMIT) -> list[int]:
+    """Receiving traces whose root span has ended and which have been quiet for N17Q_OTLP_QUIET_SECONDS, and
+    traces whose finalisation claim has lapsed (its worker died), whether or not a task was sent for them."""
+    now = now or timezone.now()
     return list(
-        ReceivedTrace.objects.filter(
-            Q(state=ReceivedTrace.State.RECEIVING, root_ended=True, last_received_at__lte=quiet)
-            | Q(state=ReceivedTrace.State.FINALIZING, claimed_at__lt=lapsed)
-        )
+        ReceivedTrace.objects.filter(_due_q(now)).order_by("last_received_at").values_list("pk", flat=True)[:limit]
+    )
+
+
+def traces_unsent(*, now: datetime | None = None, limit: int = SWEEP_LIMIT) -> list[int]:
+    """The due traces a sweep sends: `traces_due` less those whose task is still pending (`_unsent_q`)."""
+    now = now or timezone.now()
+    return list(
+        ReceivedTrace.objects.filter(_due_q(now), _unsent_q(now))
         .order_by("last_received_at")
         .values_list("pk", flat=True)[:limit]
     )
 
 
-def trace_enqueue(trace_pk: int) -> bool:
-    try:
-        # By name: the task module calls back into this one.
-        current_app.send_task(FINALIZE_TASK, args=(trace_pk,), queue=settings.N17Q_OTLP_QUEUE, retry=False)
-    except Exception as exc:  # a broker that is away: the next sweep sends it again
-        log.warning("trace %s: the broker could not be reached (%s); the next sweep sends it again", trace_pk, exc)
-        return False
-    return True
+def _mark_sent(pks: list[int], now: datetime) -> list[int]:
+    """Set `enqueued_at` on those of `pks` still due and unsent, and answer which: one conditional UPDATE ...
+    RETURNING. The condition is evaluated again on each row as it is written (PostgreSQL re-checks a row another
+    transaction changed meanwhile; SQLite has one writer at a time), so of two sweeps racing for one trace only the
+    first marks it, and only the sweep that marked a trace sends it. The SQL is the ORM's own UPDATE with RETURNING
+    added (both backends have it; Django's update() answers a count, not which rows)."""
+    if not pks:
+        return []
+    marked = ReceivedTrace.objects.filter(_due_q(now), _unsent_q(now), pk__in=pks)
+    query = cast(UpdateQuery, marked.query.chain(UpdateQuery))
+    query.add_update_values({"enqueued_at": now})
+    compiler = query.get_compiler(marked.db)
+    compiler.pre_sql_setup()
+    sql, params = compiler.as_sql()
+    pk_column = connections[marked.db].ops.quote_name(str(ReceivedTrace._meta.pk.column))
+    with connections[marked.db].cursor() as cursor:
+        cursor.execute(f"{sql} RETURNING {pk_column}", params)
+        return sorted(row[0] for row in cursor.fetchall())
 
 
-def traces_enqueue_due(*, throttled: bool = False) -> int:
-    """Send a finalisation task for every due trace. `throttled`: at most once per half quiet period for all the
-    web processes sharing the cache (the receiver calls this after each request)."""
+def traces_send(pks: list[int], *, now: datetime) -> int:
+    """Send the marked traces' finalisation in tasks of FINALIZE_BATCH traces; a batch the broker did not take is
+    unmarked, so the next sweep sends it. Answers how many traces were sent."""
+    sent = 0
+    for i in range(0, len(pks), FINALIZE_BATCH):
+        batch = pks[i : i + FINALIZE_BATCH]
+        try:
+            # By name: the task module calls back into this one.
+            current_app.send_task(FINALIZE_BATCH_TASK, args=(batch,), queue=settings.N17Q_OTLP_QUEUE, retry=False)
+        except Exception as exc:  # a broker that is away: the next sweep sends these again
+            ReceivedTrace.objects.filter(pk__in=batch, enqueued_at=now).update(enqueued_at=None)
+            log.warning("%s traces: the broker could not be reached (%s); the next sweep sends them", len(batch), exc)
+            continue
+        sent += len(batch)
+    return sent
+
+
+def traces_enqueue_due(*, throttled: bool = False, now: datetime | None = None) -> int:
+    """Send the finalisation of every due trace not already sent, once (issue 31). `throttled`: at most once per
+    half quiet period for all the web processes sharing the cache (the receiver calls this after each request).
+    Answers how many traces were sent."""
     if throttled and not cache.add(_SWEEP_KEY, 1, timeout=max(1, settings.N17Q_OTLP_QUIET_SECONDS // 2)):
         return 0
-    due = traces_due()
-    for pk in due:
-        trace_enqueue(pk)
-    return len(due)
+    now = now or timezone.now()
+    candidates = traces_unsent(now=now)
+    if not candidates:
+        return 0
+    return traces_send(_mark_sent(candidates, now), now=now)
+
+
+def sweep_delay(*, now: datetime | None = None) -> float:
+    """Seconds until the worker's sweep should look again (issue 31): when the next unsent trace whose root has
+    ended falls quiet, at most half the quiet period (a root ending, a lapsed claim or a lost task is noticed by
+    then) and at least SWEEP_MIN_DELAY_S (a busy receiver is swept often, not in a spin)."""
+    now = now or timezone.now()
+    longest = max(1.0, settings.N17Q_OTLP_QUIET_SECONDS / 2)
+    oldest = (
+        ReceivedTrace.objects.filter(state=ReceivedTrace.State.RECEIVING, root_ended=True)
+        .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=F("last_received_at")))
+        .order_by("last_received_at")
+        .values_list("last_received_at", flat=True)
+        .first()
+    )
+    if oldest is None:
+        return longest
+    due_in = (oldest + timedelta(seconds=settings.N17Q_OTLP_QUIET_SECONDS) - now).total_seconds()
+    return min(longest, max(SWEEP_MIN_DELAY_S, due_in))
 
 
 def _claim(trace_pk: int, now: datetime, *, force: bool) -> bool:
