@@ -31,18 +31,13 @@ from n17q_engine.identifiers import id_problem
 from n17q_engine.package import PackageError, load_scenario
 
 from . import intake
+from .approval import promotion_blockers
+from .fixture_checks import fixture_id_for
+from .minting import _lock_scenario, scenario_files_mint
 from .models import ContractRevision, ScenarioVersion, StagedRecording
+from .review_rules import _OUTCOME_STATUS
 from .scenarios import ScenarioRefused, scenario_package, scenario_resolve
-from .services import (
-    _OUTCOME_STATUS,
-    _audit,
-    _lock_scenario,
-    _stage,
-    capture_digest_key,
-    fixture_id_for,
-    promotion_blockers,
-    scenario_files_mint,
-)
+from .staging import _audit, _stage, capture_digest_key
 
 SOURCE = "migration"  # ScenarioVersion.source of a version a contract migration minted
 

@@ -802,7 +802,7 @@ def original_digest(raw: bytes | str | dict, key: bytes) -> str:
 
     Keyed, it tells the console whether two captures were the same without being an oracle for what was removed:
     a plain digest of a capture whose only secret is a 4-digit PIN gives the PIN back in 10,000 hashes to anyone
-    who sees the rest of the capture. The key is the server's (`fixtures_review.services.capture_digest_key`).
+    who sees the rest of the capture. The key is the server's (`fixtures_review.staging.capture_digest_key`).
     """
     if isinstance(raw, dict):
         data = canonical.canonical_json(raw)

@@ -1,7 +1,7 @@
 """HAR files and VCR.py cassettes as captures: recognising them, reading their exchanges, converting each one into an
 `n17q.capture/1` dict (docs/formats/recordings.md has the tables).
 
-Pure, no Django, like `intake`: the staging service (`fixtures_review.services.recordings_stage`) sends every dict
+Pure, no Django, like `intake`: the staging service (`fixtures_review.captures.recordings_stage`) sends every dict
 this module builds through the same intake as a native capture (parse, redact by place, scan and mask), then
 stores them all or none. Nothing here stores or logs anything.
 

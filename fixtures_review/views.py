@@ -22,7 +22,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from accounts.audit import audit_record
 from console.htmx import HtmxHttpRequest
 
-from . import selectors, services
+from . import selectors, services, staging
 from .intake import CaptureError
 from .models import ScenarioVersion, StagedRecording
 from .retention import blob_expiries
@@ -157,7 +157,7 @@ def body_download(request: HtmxHttpRequest, public_id: str, part: str) -> HttpRe
     if part not in ("request", "response") or not digest:
         raise Http404("this recording has no such body")
     store = storages["blobs"]
-    name = services._blob_name(digest)
+    name = staging._blob_name(digest)
     if not store.exists(name):
         expiry = blob_expiries([digest]).get(digest)
         if expiry is not None:  # gone on purpose: say when, under which class, and which record says so

@@ -1,4 +1,4 @@
-"""The three seed worlds as scenario packages, generated from the same facts as the demo runs (`stories.py`).
+"""The three seed worlds as scenario packages, generated from the same facts as the demo runs (`stories/`).
 
     python -m n17q_demo.seed_scenarios OUT_DIR     # writes OUT_DIR/<name>@<version>/ for each
 
@@ -32,7 +32,7 @@ from n17q_engine.canonical import digest_bytes, digest_json
 from n17q_engine.package import Package, build_scenario
 from n17q_engine.world import SNAPSHOT_FORMAT
 
-from . import stories
+from .stories import story_000, story_003
 
 
 def seed_packages() -> list[Package]:
@@ -91,8 +91,8 @@ def _world(name: str, resources: dict[str, tuple[int, Any]]) -> dict:
 def _coding_review_request() -> Package:
     env_rev = "sandbox-py3.12@4"
     base = digest_json({"repository": "fixture://acme/ledger-adapter", "commit": "9c41e07"})
-    overlay = digest_bytes(stories._NOTES_OVERLAY.encode("utf-8"))
-    patch_digest = digest_bytes(stories._PATCH.encode("utf-8"))
+    overlay = digest_bytes(story_003._NOTES_OVERLAY.encode("utf-8"))
+    patch_digest = digest_bytes(story_003._PATCH.encode("utf-8"))
     code_files = ["src/adapter.py", "tests/test_adapter.py"]
 
     def tree(ws: str, patched: bool) -> str:
@@ -232,7 +232,7 @@ def _coding_review_request() -> Package:
                     "completion": "completed",
                     "exit_code": 0,
                     "results": {"passed": 14, "failed": 0, "skipped": 0},
-                    "output": stories._FOCUSED_OUTPUT,
+                    "output": story_003._FOCUSED_OUTPUT,
                     "elapsed_s": 8,
                 },
             },
@@ -263,7 +263,7 @@ def _coding_review_request() -> Package:
                         "failing_suites": ["integration"],
                         "failing_tests": [failing],
                     },
-                    "output": stories._BROAD_OUTPUT,
+                    "output": story_003._BROAD_OUTPUT,
                     "elapsed_s": 900,
                 },
             },
@@ -761,7 +761,7 @@ def _docs_research() -> Package:
             "docs.search",
             1,
             {"query": "rotate signing keys", "corpus": "public-docs", "limit": 5},
-            {"outcome": "ok", "body": stories._DOCS_HITS},
+            {"outcome": "ok", "body": story_000._DOCS_HITS},
             recorded_at=at,
             connection="docs-api",
         ),

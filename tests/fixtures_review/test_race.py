@@ -12,7 +12,7 @@ import threading
 import pytest
 from django.db import connection, connections
 
-from fixtures_review import services
+from fixtures_review import approval
 from fixtures_review.models import FixtureVersion, ScenarioVersion, StagedRecording
 from fixtures_review.scenarios import scenario_package
 from fixtures_review.services import ReviewRefused, capture_stage, recording_approve
@@ -32,14 +32,14 @@ def _postgres_only():
 def approve_at_once(pairs, monkeypatch):
     """Run recording_approve(recording, user) for each pair in its own thread and connection, released together."""
     barrier = threading.Barrier(len(pairs))
-    real = services.approval_refusal
+    real = approval.approval_refusal
 
     def checked_then_wait(recording, user):
         refusal = real(recording, user)  # both read "staged, no findings" before either claims
         barrier.wait(timeout=60)
         return refusal
 
-    monkeypatch.setattr(services, "approval_refusal", checked_then_wait)
+    monkeypatch.setattr(approval, "approval_refusal", checked_then_wait)  # where recording_approve looks it up
     results: list[object] = [None] * len(pairs)
 
     def work(i, recording, user):

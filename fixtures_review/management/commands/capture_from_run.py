@@ -1,6 +1,6 @@
 """`manage.py capture_from_run RUN [--tool T] [--event ID ...] [--scenario S] [--effect-class C] --json`: the trace
 as the recording. Stages an imported run's tool results as recordings, each with its provenance (run, result event),
-through the same intake and four-eyes review as a capture (`fixtures_review.services.run_recordings_stage`).
+through the same intake and four-eyes review as a capture (`fixtures_review.run_results.run_recordings_stage`).
 
 Prints `{"run", "scenario", "recordings": [<capture answer> + "event", "call", "outcome"], "skipped": [{"event",
 "tool", "reason"}], "already": [{"event", "recording", "state"}]}`; a result staged before is listed in `already`

@@ -1,0 +1,254 @@
+"""Storing a capture as a staged recording: the one write every way into staging ends in (`_stage`, and
+`_stage_all` for a batch stored all or nothing), the fixture key a recording is filed under (`_key`), its bodies in
+the blob store (written, held, forgotten), its review events and audit entries, and the server's key for captures'
+original digests (`capture_digest_key`).
+
+Nothing reaches the database or the blob store before `intake` has redacted and masked it: `_stage` takes an
+`intake.Redacted` only. The ways in (captures, copies, a run's results) are in `captures`, `copying` and
+`run_results`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core.files.base import ContentFile
+from django.core.files.storage import storages
+from django.db import transaction
+from django.utils.crypto import salted_hmac
+
+from n17q_engine import canonical
+from n17q_engine.contracts import ContractError
+from n17q_engine.package import PackageError, load_scenario
+
+from . import intake
+from .models import ReviewEvent, ScenarioVersion, StagedRecording
+from .retention import capture_retention_class, recording_bodies_hold
+from .scenarios import ScenarioRefused, scenario_package
+
+# The review services log under the one name they had before the split (a log line's `logger` is unchanged).
+log = logging.getLogger("fixtures_review.services")
+
+
+@dataclass
+class StageResult:
+    recording: StagedRecording
+    blockers: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The `capture --json` shape of DESIGN §8 (more keys may follow; these stay)."""
+        rec = self.recording
+        return {
+            "staged": rec.public_id,
+            "redactions": [{"path": r["path"], "rule": r["rule"]} for r in rec.redactions],
+            "findings": [{"rule": f["rule"], "path": f["path"], "preview": f["preview"]} for f in rec.findings],
+            "promotable": not self.blockers,
+            "blockers": self.blockers,
+            "scenario": rec.scenario_name,
+            "tool": rec.tool,
+            "request_digest": rec.request_digest,
+        }
+
+
+def capture_digest_key() -> bytes:
+    """The server's key for captures' original digests: derived from SECRET_KEY for this one purpose (a new
+    SECRET_KEY gives new digests; a digest is provenance shown to reviewers, never a lookup across keys)."""
+    return salted_hmac("n17q.capture-original-digest", "key", algorithm="sha256").digest()
+
+
+def capture_original_digest(raw: bytes | str | dict) -> str:
+    """The keyed digest `capture_stage` keeps for a capture as it arrives."""
+    return intake.original_digest(raw, capture_digest_key())
+
+
+def _stage(
+    red: intake.Redacted,
+    *,
+    origin: str,
+    actor: Any,
+    token: Any,
+    outcome: str,
+    synthetic: bool = False,
+    fidelity_note: str = "",
+    copied_from: dict | None = None,
+    source: tuple[str, str] | None = None,
+    admitted: Any = None,
+) -> StagedRecording:
+    cap = red.capture
+    normalized, digest, key_note = _key(cap["scenario"], cap["tool"], cap["contract_revision"], cap["request"]["args"])
+    excluded = sorted({u.pk for u in (actor, getattr(token, "user", None)) if u is not None})
+    findings = [{"id": f"f{i + 1}", **f} for i, f in enumerate(red.findings)]
+    retention = capture_retention_class(cap)
+    written: list[str] = []
+    try:
+        with transaction.atomic():
+            recording = StagedRecording(
+                retention_class=retention,
+                origin=origin,
+                scenario_name=cap["scenario"],
+                tool=cap["tool"],
+                contract_revision=cap["contract_revision"],
+                connection=cap["connection"],
+                captured_at=datetime.fromisoformat(cap["captured_at"].replace("Z", "+00:00")),
+                source_revision=cap.get("source_revision") or "",
+                effect_class=cap["effect_class"],
+                world_revision=cap["world_revision"],
+                request=cap["request"],
+                response=cap["response"],
+                proposed_transition=cap.get("proposed_transition"),
+                outcome=outcome,
+                encodings=red.encodings,
+                request_digest=digest,
+                normalized_request=normalized,
+                key_note=key_note,
+                original_digest=red.original_digest,
+                redactions=red.redactions,
+                findings=findings,
+                synthetic=synthetic,
+                fidelity_note=fidelity_note,
+                copied_from=copied_from,
+                source_run=source[0] if source else "",
+                source_event=source[1] if source else "",
+                source_class=admitted.source_class if admitted is not None else "",
+                account_scope=admitted.account_scope if admitted is not None else "",
+                result_class=admitted.result_class if admitted is not None else "",
+                captured_by=actor,
+                token=token,
+                excluded_approvers=excluded,
+            )
+            recording.body_blobs = _write_bodies(recording, written)
+            recording.save()
+            recording_bodies_hold(recording, _body_sizes(recording))
+            _event(
+                recording,
+                ReviewEvent.Action.STAGED,
+                actor,
+                detail={
+                    "origin": origin,
+                    "redactions": len(red.redactions),
+                    "findings": len(findings),
+                    "original_digest": red.original_digest,
+                    "token": getattr(token, "prefix", None),
+                },
+            )
+    except Exception:
+        _remove_blobs(written)
+        raise
+    return recording
+
+
+def _stage_all(items: list[dict[str, Any]], *, actor: Any, token: Any) -> list[StagedRecording]:
+    """`_stage` each item in one transaction: all are stored or none (the blobs of a rolled-back batch are
+    removed again, unless something else holds them)."""
+    staged: list[StagedRecording] = []
+    try:
+        with transaction.atomic():
+            for item in items:
+                red = item.pop("red")
+                staged.append(_stage(red, actor=actor, token=token, **item))
+    except Exception:
+        for recording in staged:
+            for digest in recording.body_blobs.values():
+                _forget_blob(digest, recording)
+        raise
+    return staged
+
+
+def _key(scenario: str, tool: str, revision: int, args: Any) -> tuple[dict | None, str, str]:
+    """(normalized request, request digest, a note when it could not be normalized)."""
+    latest = ScenarioVersion.objects.filter(name=scenario).order_by("-version").first()
+    as_sent = canonical.request_digest(args)
+    if latest is None:
+        return None, as_sent, f"no version of scenario {scenario} is held yet: the digest is of the arguments as sent"
+    try:
+        contracts = load_scenario(scenario_package(latest)).contracts
+    except (ScenarioRefused, PackageError) as exc:
+        return None, as_sent, f"{latest.ref} cannot be loaded: {exc}"
+    if tool not in contracts:
+        return None, as_sent, f"{latest.ref} pins no contract for {tool}: the digest is of the arguments as sent"
+    contract = contracts.get(tool)
+    if contract.revision != revision:
+        return (
+            None,
+            as_sent,
+            f"contract mismatch: {latest.ref} pins {tool} revision {contract.revision}, the capture was made "
+            f"under revision {revision}",
+        )
+    try:
+        normalized, digest = contract.digest(args)
+    except ContractError as exc:
+        return None, as_sent, f"the arguments break {tool} revision {revision}: {exc}"
+    return normalized, digest, ""
+
+
+def _write_bodies(recording: StagedRecording, written: list[str]) -> dict[str, str]:
+    """Each body's bytes in the blob store (content-addressed), for the raw download."""
+    out = {}
+    store = storages["blobs"]
+    for where, part in (("request.body", recording.request), ("response.body", recording.response)):
+        data = intake.body_bytes(part.get("body"))
+        if not data:
+            continue
+        digest = canonical.digest_bytes(data)
+        name = _blob_name(digest)
+        if not store.exists(name):
+            saved = store.save(name, ContentFile(data, name=name))
+            if saved != name:
+                store.delete(saved)
+                raise RuntimeError(f"the blob store refused {name}")
+            written.append(name)
+        out[where] = digest
+    return out
+
+
+def _body_sizes(recording: StagedRecording) -> dict[str, int]:
+    return {
+        recording.body_blobs[where]: len(intake.body_bytes(part.get("body")))
+        for where, part in (("request.body", recording.request), ("response.body", recording.response))
+        if where in recording.body_blobs
+    }
+
+
+def _blob_name(digest: str) -> str:
+    from runs.models import blob_storage_name
+
+    return blob_storage_name(digest)
+
+
+def _remove_blobs(names: Iterable[str]) -> None:
+    store = storages["blobs"]
+    for name in names:
+        try:
+            store.delete(name)
+        except OSError:
+            log.warning("could not remove blob %s", name)
+
+
+def _forget_blob(digest: str, recording: StagedRecording) -> None:
+    """Remove a body blob a recording no longer holds, unless a run or another recording holds it too."""
+    from runs.models import Blob
+
+    if Blob.objects.filter(digest=digest).exists():
+        return
+    for other in StagedRecording.objects.exclude(pk=recording.pk).only("body_blobs"):
+        if digest in other.body_blobs.values():
+            return
+    _remove_blobs([_blob_name(digest)])
+
+
+def _event(recording: StagedRecording, action: str, actor: Any, **fields: Any) -> ReviewEvent:
+    event = ReviewEvent.objects.create(
+        recording=recording, action=action, actor=actor, revision=recording.revision, **fields
+    )
+    _audit(actor, f"recording.{action}", recording.public_id, fields.get("detail"))
+    return event
+
+
+def _audit(actor: Any, action: str, target: str, detail: Any) -> None:
+    from accounts.audit import audit_record
+
+    audit_record(actor=actor, action=action, target=target, detail=detail if isinstance(detail, dict) else None)
