@@ -221,6 +221,8 @@ def _converted_by_worker(
                     worker.wait(timeout=10)  # it is exiting: let it (it is killed below if it does not)
                 return
             if "error" in message:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    worker.wait(timeout=10)  # its last word said, it is exiting with its status: let it
                 error = str(message["error"])
                 raise ConversionError(error) if message.get("kind") == "conversion" else BundleError(error)
             yield _Prepared(Path(message["folder"]), str(message["run_id"]), message["report"], message.get("total"))
