@@ -108,11 +108,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import canonical
-from .bundle import MAX_TITLE_CHARS, title_problem
-from .concurrency import Race, identity_for
-from .contracts import Contract, ContractError
-from .deciders import (
+from .. import canonical
+from ..bundle import MAX_TITLE_CHARS, title_problem
+from ..concurrency import Race, identity_for
+from ..contracts import Contract, ContractError
+from ..deciders import (
     DECIDERS,
     DENIAL_LIMIT,
     HUMAN_CHOICES,
@@ -142,8 +142,8 @@ from .deciders import (
     Waive,
     recorded,
 )
-from .fixtures import Ambiguous, ContractMismatch, Fixture, Hit, Miss
-from .package import (
+from ..fixtures import Ambiguous, ContractMismatch, Fixture, Hit, Miss
+from ..package import (
     REPLAY_FORMAT,
     Fault,
     Package,
@@ -155,8 +155,8 @@ from .package import (
     load_replay,
     refused_by,
 )
-from .vocabulary import BUNDLE_FORMAT, references
-from .world import (
+from ..vocabulary import BUNDLE_FORMAT, references
+from ..world import (
     IdSource,
     LogicalClock,
     SimulatedWorld,
@@ -1849,7 +1849,7 @@ class _Engine:
         }
 
     def _gate(self, prospective: list[dict[str, Any]], intent_id: str) -> list[Any]:
-        from .lineage import LineageGraph  # only a gated activation needs it: not imported by every sandbox child
+        from ..lineage import LineageGraph  # only a gated activation needs it: not imported by every sandbox child
 
         graph = LineageGraph(self._manifest_run())
         for seq, event in enumerate([*self.log.events, *prospective], start=1):
