@@ -12,10 +12,10 @@ version may therefore declare a *race* on a mutation contract (`scenario.json` `
 
 The first execution of an intent routed to `tool` is then carried out as these deliveries of the same request
 instead of one: the first delivery is the one the decider asked for, the others are the harness delivering it
-again (a queue's at-least-once delivery, a retrying worker). The engine (`replay.py`) follows the schedule step
-by step and records each step it took as a `schedule.step` event; the simulated world (`world.py`) keeps the
-provider's ledger of accepted effects, keyed by effect identity, so the identity alone decides whether the second
-delivery joins the first effect (one resource) or becomes an effect of its own (two).
+again (a queue's at-least-once delivery, a retrying worker). The engine (`replay/effects.py`) follows the
+schedule step by step and records each step it took as a `schedule.step` event; the simulated world (`world.py`)
+keeps the provider's ledger of accepted effects, keyed by effect identity, so the identity alone decides whether
+the second delivery joins the first effect (one resource) or becomes an effect of its own (two).
 
 - `effect_identity: idempotency_key`: the provider keys an effect on the intent's idempotency key, which every
   delivery of the intent carries, so a second delivery is deduplicated at acceptance.

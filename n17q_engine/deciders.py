@@ -1,6 +1,6 @@
 """Deciders: what a replay asks at each step "what does the agent (or its orchestrator) do next?" (DESIGN §6).
 
-A decider is a generator of `Action`s. The engine (`replay.py`) performs each action against the fixture world
+A decider is a generator of `Action`s. The engine (`replay/`) performs each action against the fixture world
 before asking for the next one, so a decider can look at what happened (through the read-only `View` it is
 given) and decide accordingly. The plug-in interface is one function:
 

@@ -247,7 +247,8 @@ def human_choices(run: Run) -> list[tuple[str, str]]:
 
 def _human_inputs(run: Run) -> list[tuple[str, str, str, str]]:
     """(input id, recorded action, actor role, the approval it decides) for each human input followed by an
-    approval of an effect by the same role (the engine's rule, n17q_engine.replay `_human_choice`). Three queries."""
+    approval of an effect by the same role (the engine's rule, n17q_engine.replay.state `_human_choice`). Three
+    queries."""
     inputs = list(
         Event.objects.filter(run=run, kind="human.input").order_by("seq").values_list("event_id", "seq", "body")[:200]
     )

@@ -10,7 +10,7 @@ from collections.abc import Generator
 
 from n17q_engine import deciders
 from n17q_engine.deciders import DECIDERS, Action, CallTool, Decider, Propose, SourceRun, View, recorded
-from n17q_engine.replay import _HANDLERS
+from n17q_engine.replay.steps import _HANDLERS
 from tests.engine import replaylib as rl
 from tests.engine.test_replay import final, kinds, replay
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from n17q_engine.bundle import MAX_TITLE_CHARS, BundleError, parse_manifest, run_title, title_problem
-from n17q_engine.replay import _replay_title
+from n17q_engine.replay.output import _replay_title
 
 from ..bundles import EXAMPLE
 
