@@ -198,6 +198,12 @@ class AgentSession:
         self.bridge.closed = True
         proc = self.proc
         if proc is not None and proc.poll() is None:
+            # No tool is answered again: its input ends now. An MCP client reads its stdin until end of file (the
+            # `mcp` SDK's stdio transport does, in a thread no cancellation reaches), so an agent whose model call
+            # was just refused would otherwise sit out the whole grace period before it is killed.
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=GRACE_S)  # the error it was just given may end it by itself
             if proc.poll() is None:

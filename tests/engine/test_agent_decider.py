@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from n17q_demo import seed_scenarios, stories
+from n17q_engine.agent.decider import AgentSession
 from n17q_engine.agent.entry import run_agent_replay
 from n17q_engine.agent.model import MODEL_CONTRACT, MODEL_TOOL, completion, model_fixture
 from n17q_engine.agent.spec import AgentError, AgentSpec, folder_digest
@@ -161,6 +162,31 @@ def _recorded_request(run_id: str, call_id: str) -> dict:
 def real_agent(tmp_path_factory: pytest.TempPathFactory) -> AgentSpec:
     folder = agent_folder(tmp_path_factory.mktemp("real"), "mcp_openai_agent.py")
     return register(folder, ("python", "mcp_openai_agent.py"))
+
+
+def test_a_stopped_replay_ends_the_agents_input_so_an_mcp_client_ends_by_itself():
+    """An MCP client reads its stdin until end of file (the `mcp` SDK's stdio transport does, in a thread no
+    cancellation reaches). Once the run has stopped, the session closes the agent's input: an agent that reads to the
+    end and exits with its own status is not killed at the end of the grace period (it was, after ten seconds each
+    time a replay stopped)."""
+    from types import SimpleNamespace
+
+    session = AgentSession(SimpleNamespace(name="reader"), SimpleNamespace(workspaces=[], contracts=[]))  # type: ignore[arg-type]
+    session.proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.buffer.read(); sys.exit(7)"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        session.close()
+        assert session.proc.returncode == 7  # its own status, not -9 (killed)
+    finally:
+        if session.proc.poll() is None:
+            session.proc.kill()
+        for pipe in (session.proc.stdout, session.proc.stderr):
+            assert pipe is not None
+            pipe.close()
 
 
 def test_a_missing_model_response_stops_the_run_precisely(real_agent):
