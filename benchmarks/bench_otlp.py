@@ -119,6 +119,53 @@ def _manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
+def receiver_site(
+    data_dir: Path, work: Path, port: int, log: Path, **settings: str
+) -> tuple[dict[str, str], str, subprocess.Popen[bytes]]:
+    """A migrated console in `data_dir` with production settings (and `settings`), a harness token of scope
+    runs:import, and gunicorn serving it on 127.0.0.1:`port` (docker/gunicorn.conf.py, two workers), its output in
+    `log`: (its environment, the token, the gunicorn process). The caller waits for it and stops it."""
+    env = child_env(data_dir, None)
+    env.update(
+        N17Q_ALLOWED_HOSTS="127.0.0.1,localhost",
+        N17Q_SSL_REDIRECT="0",
+        N17Q_SECURE_COOKIES="0",
+        N17Q_STATIC_ROOT=str(work / "static"),
+        WEB_CONCURRENCY="2",
+    )
+    env.pop("REDIS_URL", None)
+    env.update(settings)
+    _manage(env, "migrate", "--noinput")
+    _manage(
+        env,
+        "shell",
+        "-c",
+        "from django.contrib.auth import get_user_model; from django.contrib.auth.models import Group; "
+        "u = get_user_model().objects.create_user('bench-harness', password='bench-password-1'); "
+        "u.groups.add(Group.objects.get(name='operator'))",
+    )
+    token = json.loads(
+        _manage(env, "issue_token", "bench-harness", "--name", "bench", "--scope", "runs:import", "--json")
+    )["token"]
+    with open(log, "wb") as out:
+        web = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("gunicorn")),
+                "--config",
+                "docker/gunicorn.conf.py",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "n17q_site.wsgi:application",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return env, token, web
+
+
 def _rss_mb(pids: list[int]) -> float:
     total = 0.0
     for pid in pids:
@@ -140,45 +187,9 @@ def _receiver(spans: list[Any], work: Path) -> dict[str, Any]:
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     data_dir = work / "receiver-data"
-    env = child_env(data_dir, None)
-    env.update(
-        N17Q_ALLOWED_HOSTS="127.0.0.1,localhost",
-        N17Q_SSL_REDIRECT="0",
-        N17Q_SECURE_COOKIES="0",
-        N17Q_STATIC_ROOT=str(work / "static"),
-        # Measure receiving, not finalising: no trace falls quiet during the run (finalising is the file import).
-        N17Q_OTLP_QUIET_SECONDS="3600",
-        WEB_CONCURRENCY="2",
-    )
-    _manage(env, "migrate", "--noinput")
-    _manage(
-        env,
-        "shell",
-        "-c",
-        "from django.contrib.auth import get_user_model; from django.contrib.auth.models import Group; "
-        "u = get_user_model().objects.create_user('bench-harness', password='bench-password-1'); "
-        "u.groups.add(Group.objects.get(name='operator'))",
-    )
-    token = json.loads(
-        _manage(env, "issue_token", "bench-harness", "--name", "bench", "--scope", "runs:import", "--json")
-    )["token"]
     log = work / "gunicorn.log"
-    with open(log, "wb") as out:
-        web = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("gunicorn")),
-                "--config",
-                "docker/gunicorn.conf.py",
-                "--bind",
-                f"127.0.0.1:{WEB_PORT}",
-                "n17q_site.wsgi:application",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    # Measure receiving, not finalising: no trace falls quiet during the run (finalising is the file import).
+    env, token, web = receiver_site(data_dir, work, WEB_PORT, log, N17Q_OTLP_QUIET_SECONDS="3600")
     try:
         deadline = time.monotonic() + 60
         while True:

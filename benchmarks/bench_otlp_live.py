@@ -37,8 +37,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .bench_otlp import BATCH, _manage, make_spans
-from .common import REPO, Config, child_env, row
+from .bench_otlp import BATCH, make_spans, receiver_site
+from .common import REPO, Config, row
 
 NAME = "otlp_live"
 SPANS = 100_000
@@ -162,49 +162,12 @@ def _live(spans: list[Any], lone: list[Any], work: Path, quiet: int, broker: str
     queue = f"n17q-bench-otlp-{uuid.uuid4().hex[:8]}"
     work = Path(tempfile.mkdtemp(prefix=f"live-{'file' if broker is None else 'redis'}-", dir=work))
     data_dir = work / "data"
-    env = child_env(data_dir, None)
-    env.update(
-        N17Q_ALLOWED_HOSTS="127.0.0.1,localhost",
-        N17Q_SSL_REDIRECT="0",
-        N17Q_SECURE_COOKIES="0",
-        N17Q_STATIC_ROOT=str(work / "static"),
-        N17Q_OTLP_QUIET_SECONDS=str(quiet),
-        N17Q_OTLP_QUEUE=queue,
-        WEB_CONCURRENCY="2",
-    )
-    env.pop("REDIS_URL", None)
-    if broker is not None:
-        env["REDIS_URL"] = broker
-    _manage(env, "migrate", "--noinput")
-    _manage(
-        env,
-        "shell",
-        "-c",
-        "from django.contrib.auth import get_user_model; from django.contrib.auth.models import Group; "
-        "u = get_user_model().objects.create_user('bench-harness', password='bench-password-1'); "
-        "u.groups.add(Group.objects.get(name='operator'))",
-    )
-    token = json.loads(
-        _manage(env, "issue_token", "bench-harness", "--name", "bench", "--scope", "runs:import", "--json")
-    )["token"]
     web_log, worker_log = work / "gunicorn.log", work / "worker.log"
     bin_dir = Path(sys.executable).parent
-    with open(web_log, "wb") as out:
-        web = subprocess.Popen(
-            [
-                str(bin_dir / "gunicorn"),
-                "--config",
-                "docker/gunicorn.conf.py",
-                "--bind",
-                f"127.0.0.1:{WEB_PORT}",
-                "n17q_site.wsgi:application",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    settings = {"N17Q_OTLP_QUIET_SECONDS": str(quiet), "N17Q_OTLP_QUEUE": queue}
+    if broker is not None:
+        settings["REDIS_URL"] = broker
+    env, token, web = receiver_site(data_dir, work, WEB_PORT, web_log, **settings)
     with open(worker_log, "wb") as out:
         worker = subprocess.Popen(
             [
