@@ -6,12 +6,14 @@ what the run import applies to a run's text), never as received: an exporter's s
 
 from __future__ import annotations
 
+import contextlib
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db.models import Case, IntegerField, QuerySet, Value, When
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from n17q_engine.formats import ConversionError
 from n17q_engine.formats.otlp import decode_otlp, flatten_spans
@@ -56,28 +58,35 @@ class LateSpan:
 
 
 def late_spans(trace: ReceivedTrace) -> list[LateSpan]:
-    """The first LATE_SPANS_SHOWN spans of the trace's late addendum, in arrival order."""
+    """The first LATE_SPANS_SHOWN spans of the trace's late addendum, in arrival order (a chunk that cannot be read
+    ends the list)."""
     shown: list[LateSpan] = []
     masks = _Masks()
-    chunks = TraceChunk.objects.filter(trace=trace, late=True).order_by("id").values_list("received_at", "data")
-    for received_at, data in chunks.iterator(chunk_size=20):
-        request = ExportTraceServiceRequest.FromString(zlib.decompress(bytes(data)))
-        for rs in request.resource_spans:
-            for ss in rs.scope_spans:
-                for span in ss.spans:
-                    end = span.end_time_unix_nano
-                    shown.append(
-                        LateSpan(
-                            name=masks.text(span.name),
-                            span_id=span.span_id.hex(),
-                            parent_span_id=span.parent_span_id.hex(),
-                            ended_at=datetime.fromtimestamp(end / 1e9, tz=UTC) if end else None,
-                            received_at=received_at,
-                        )
-                    )
-                    if len(shown) >= LATE_SPANS_SHOWN:
-                        return shown
+    with contextlib.suppress(ConversionError, zlib.error):
+        for received_at, span in _stored_spans(trace, late=True):
+            shown.append(
+                LateSpan(
+                    name=masks.text(span["name"]),
+                    span_id=span["span_id"],
+                    parent_span_id=span["parent_span_id"] or "",
+                    ended_at=_at(span["end_ns"]),
+                    received_at=received_at,
+                )
+            )
+            if len(shown) >= LATE_SPANS_SHOWN:
+                break
     return shown
+
+
+def _stored_spans(trace: ReceivedTrace, *, late: bool) -> Iterator[tuple[datetime, dict[str, Any]]]:
+    """(received_at, flat span) of the trace's stored chunks (its late addendum, or the spans before it was claimed),
+    in arrival order, read with the decoding its finalisation uses (n17q_engine.formats.otlp). One query; raises
+    ConversionError or zlib.error on a chunk that cannot be read."""
+    chunks = TraceChunk.objects.filter(trace=trace, late=late).order_by("id").values_list("received_at", "data")
+    for received_at, data in chunks.iterator(chunk_size=20):
+        payload = zlib.decompress(bytes(data))
+        for span in flatten_spans(decode_otlp(payload, content_type=wire.PROTOBUF)):
+            yield received_at, span
 
 
 class _Masks:
@@ -124,27 +133,24 @@ def received_spans(trace: ReceivedTrace) -> ReceivedSpans:
     finalisation uses (n17q_engine.formats.otlp), in arrival order. One query."""
     shown: list[ReceivedSpan] = []
     masks = _Masks()
-    chunks = TraceChunk.objects.filter(trace=trace, late=False).order_by("id").values_list("data", flat=True)
     try:
-        for data in chunks.iterator(chunk_size=20):
-            payload = zlib.decompress(bytes(data))
-            for span in flatten_spans(decode_otlp(payload, content_type=wire.PROTOBUF)):
-                start, end = span["start_ns"], span["end_ns"]
-                shown.append(
-                    ReceivedSpan(
-                        name=masks.text(span["name"]),
-                        kind=span["kind"],
-                        span_id=span["span_id"],
-                        parent_span_id=span["parent_span_id"] or "",
-                        started_at=_at(start),
-                        ended_at=_at(end),
-                        duration_ms=(end - start) / 1e6 if start and end >= start else None,
-                        status=span["status"]["code"],
-                        status_message=masks.text(span["status"]["message"]),
-                    )
+        for _received_at, span in _stored_spans(trace, late=False):
+            start, end = span["start_ns"], span["end_ns"]
+            shown.append(
+                ReceivedSpan(
+                    name=masks.text(span["name"]),
+                    kind=span["kind"],
+                    span_id=span["span_id"],
+                    parent_span_id=span["parent_span_id"] or "",
+                    started_at=_at(start),
+                    ended_at=_at(end),
+                    duration_ms=(end - start) / 1e6 if start and end >= start else None,
+                    status=span["status"]["code"],
+                    status_message=masks.text(span["status"]["message"]),
                 )
-                if len(shown) >= SPANS_SHOWN:
-                    return ReceivedSpans(shown, max(0, trace.span_count - len(shown)))
+            )
+            if len(shown) >= SPANS_SHOWN:
+                return ReceivedSpans(shown, max(0, trace.span_count - len(shown)))
     except (ConversionError, zlib.error) as exc:
         message = " ".join(str(exc).splitlines())[:300]
         error = f"the stored spans could not be read: {message}"
