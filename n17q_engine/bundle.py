@@ -11,12 +11,12 @@ import json
 import math
 import os
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 from . import compatibility
 from . import vocabulary as v
@@ -34,6 +34,7 @@ MAX_JSON_DEPTH = 100
 MAX_ID_CHARS = 200
 # A BIGINT column holds `seq`; every integer field of the vocabulary is kept to 64 bits too.
 _INT64 = (INT64_MIN, INT64_MAX)
+T = TypeVar("T")
 # Only the vocabulary's numeric fields are bounded: a field of type "any" holds any JSON value (kept as JSON, never
 # in an integer column), at the top level as deep inside.
 _BOUNDED_TYPES = frozenset({v.INT, v.NUMBER})
@@ -467,16 +468,18 @@ def iter_event_lines(stream: BinaryIO, *, file: str = "events.jsonl") -> Iterato
         yield record.line, record.event
 
 
-def iter_lines(stream: BinaryIO, *, chunk: int = 1 << 20) -> Iterator[bytes]:
+def iter_lines(stream: BinaryIO, *, chunk: int = 1 << 20, digest: Any = None) -> Iterator[bytes]:
     """The stream's lines (each with its newline, the last perhaps without), read a megabyte at a time.
 
     Reading in large blocks keeps the reader off the GIL's queue while the import's writer thread is
     busy; a line longer than MAX_LINE_BYTES is yielded cut at MAX_LINE_BYTES + 1 bytes and no newline,
-    so the caller can refuse it without holding more than that.
+    so the caller can refuse it without holding more than that. `digest` (a hashlib object) is fed every byte read.
     """
     pending = b""
     while True:
         block = stream.read(chunk)
+        if digest is not None:
+            digest.update(block)
         if not block:
             break
         data = pending + block if pending else block
@@ -492,6 +495,28 @@ def iter_lines(stream: BinaryIO, *, chunk: int = 1 << 20) -> Iterator[bytes]:
             return
     if pending:
         yield pending
+
+
+def iter_checked_records(
+    stream: BinaryIO, checked: Callable[[int], T], *, digest: Any = None
+) -> Iterator[tuple[EventRecord, T]]:
+    """The records of a stream whose every line another reader validates (`iter_event_records`, run ahead of this
+    one: `runs.secret_scan.EventsAhead`), each with what `checked(line)` answers for it. A line is parsed only once
+    `checked` has returned for it; `checked` raises for a line the other reader refused. The same decoding and clocks
+    as `iter_event_records`, without repeating its checks. `digest` (a hashlib object) is fed every byte read."""
+    line_no = 0
+    for raw in iter_lines(stream, digest=digest):
+        line_no += 1
+        verdict = checked(line_no)
+        text = raw.decode("utf-8").strip()
+        event = _DECODER.decode(text)
+        at = event["at"]
+        logical = parse_iso(at["logical"])
+        wall_text = at.get("wall")
+        wall = logical if type(wall_text) is str and wall_text == at["logical"] else parse_iso(wall_text)
+        yield EventRecord(line_no, event, text, logical, wall), verdict
+    if line_no == 0:
+        checked(1)  # an empty file: the other reader's refusal ("no events")
 
 
 class EventRecord(NamedTuple):

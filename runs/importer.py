@@ -51,7 +51,7 @@ from .models import (
     blob_storage_name,
 )
 from .retention import blobs_hold
-from .secret_scan import BundleMasks, EventScan
+from .secret_scan import BundleMasks, EventsAhead
 
 log = logging.getLogger(__name__)
 
@@ -242,10 +242,11 @@ def _import_root(
     masks = BundleMasks()
     try:
         # The secret scan (runs.secret_scan) comes before anything is stored: the manifest's run and every blob
-        # here, every event in a thread of its own that the event loop waits on when it catches up.
+        # here; every event is validated and scanned ahead of the event loop, which waits on it when it catches up
+        # (in a thread, or for a large file in a process of its own: EventsAhead).
         with (
             tempfile.TemporaryDirectory(prefix="n17q-masked-") as workdir,
-            EventScan(events_path) as scan,
+            EventsAhead(events_path) as scan,
             fewer_collections(),
         ):
             run_meta = secret_scan.mask_run(run_meta, masks)
@@ -367,9 +368,10 @@ def _int32(value: Any) -> int | None:
     return None
 
 
-def _events(events_path: Path) -> Iterator[bundle.EventRecord]:
+def _events(events_path: Path, checked: EventsAhead, digest: Any) -> Iterator[tuple[bundle.EventRecord, Any]]:
+    """Each record once the check ahead has passed its line, with the values the scan found in it."""
     with open(events_path, "rb") as fh:
-        yield from bundle.iter_event_records(fh)
+        yield from bundle.iter_checked_records(fh, checked.values_for, digest=digest)
 
 
 def _verify_edges(run_pk: int, written: int) -> None:
@@ -408,7 +410,7 @@ def _write_run(
     *,
     user: Any,
     lines: int,
-    scan: EventScan,
+    scan: EventsAhead,
     masks: BundleMasks,
     made_by_replay: int | None = None,
 ):
@@ -539,8 +541,8 @@ def _write_run(
         batch.clear()
 
     try:
-        for line_no, event, text, logical, wall in _events(events_path):
-            known = scan.values_for(line_no)
+        read = hashlib.sha256()
+        for (line_no, event, text, logical, wall), known in _events(events_path, scan, read):
             if known or masks.blob_remap:
                 event, masked_text = secret_scan.mask_event(event, known, masks, line_no=line_no)
                 text = masked_text or text
@@ -570,6 +572,8 @@ def _write_run(
             if len(batch) >= EVENT_BATCH:
                 flush()
         flush(final=True)
+        # Every line passed the check, and the bytes checked are the bytes read here.
+        scan.finish(lines=count, sha256=read.hexdigest())
     except BaseException:
         writer.abandon()
         raise

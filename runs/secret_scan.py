@@ -19,35 +19,41 @@ How references stay consistent (docs/decisions.md, "Secrets in run bundles"):
   reference) cannot be masked without breaking the graph: the import is refused, naming the line and the field.
 - The bundle's digest (`Run.bundle_digest`) is then keyed too (`hmac:`), for the same reason as a blob's.
 
-Events are scanned in a thread of their own, a megabyte of lines at a time, ahead of the importer, which waits only
-when it catches up: RE2 releases the GIL while it matches, so the scan costs little of the import's time.
+Events are validated and scanned ahead of the importer (`EventsAhead`, `n17q_secrets.events_check`), a megabyte of
+lines at a time: in a thread for a small file, in a child process (another core) for a large one. The importer parses
+a line only once the check has passed it, waits only when it catches up, and commits only when the whole file passed
+and the bytes it stored are the bytes that were checked.
 """
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import hmac
 import json
+import subprocess
+import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, NoReturn
 
-import ahocorasick
 from django.utils.crypto import salted_hmac
 
 from n17q_engine import bundle
 from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats.otlp import otlp_strings
-from n17q_secrets import scanning
+from n17q_secrets import events_check, scanning
 
 from .models import Blob
 
 MAX_SCANNED_BLOB_BYTES = 64 * 1024 * 1024  # a blob is scanned whole; a larger one is refused, never stored unscanned
-SCAN_CHUNK_BYTES = 1 << 20
+# events.jsonl files this large are checked (validated, scanned) in a child process, on another core: about 20,000
+# events. A smaller one is checked in a thread, where the child's start (about 0.2 s) would cost more than it saves.
+CHECK_IN_CHILD_BYTES = 8 * 1024 * 1024
+# Where the child process finds the project's packages (the folder holding n17q_secrets), whatever the caller's cwd.
+_PROJECT_ROOT = Path(events_check.__file__).resolve().parent.parent
 
 
 def digest_key() -> bytes:
@@ -211,104 +217,123 @@ def _mask_blob_bytes(raw: bytes, media_type: str, found: list[dict[str, str]]) -
 # --- events -------------------------------------------------------------------------------------------------------
 
 
-class EventScan:
-    """events.jsonl scanned in a thread of its own, a megabyte of lines at a time, ahead of the importer.
+class EventsAhead:
+    """events.jsonl checked ahead of the importer: every line validated and scanned (`n17q_secrets.events_check`), in
+    a thread of its own for a small file and in a process of its own (another core) for a large one (issue 31).
 
-    `values_for(line)` waits until that line has been scanned and gives the values found in it (`{value: rule}`), or
-    None. A line is numbered as the bundle reader numbers it. An error in the scan is raised in the importer."""
+    `values_for(line)` waits until that line has passed the check and gives the values the scan found in it
+    (`{value: rule}`), or None; for a line the check refused it raises the check's BundleError. `finish(...)` waits
+    for the end of the check and compares the digest of the bytes it checked with the digest of the bytes the importer
+    read: the file cannot change between the two reads unnoticed. The import commits only after both. A check that
+    stopped (a killed process, a bug) refuses the import: nothing unchecked is ever stored."""
 
     def __init__(self, events_path: Path) -> None:
         self._path = events_path
+        self._in_process = events_path.stat().st_size < CHECK_IN_CHILD_BYTES
         self._flagged: dict[int, dict[str, str]] = {}
-        self._scanned = 0
+        self._through = 0
         self._finished = False
         self._stopping = False
-        self._error: BaseException | None = None
+        self._error: BundleError | None = None
+        self._failure = ""
+        self._sha256 = ""
+        self._lines = 0
         self._ready = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="n17q-bundle-secret-scan", daemon=True)
+        self._child: subprocess.Popen[bytes] | None = None
+        self._thread = threading.Thread(target=self._run, name="n17q-events-check", daemon=True)
 
-    def __enter__(self) -> EventScan:
-        # The rules are compiled on first use, once per process (0.15 s): here, before the thread starts, or in a
-        # fresh process this thread and the importer (scanning the manifest meanwhile) would each compile them.
-        scanning.scan_lines("")
+    @property
+    def in_child_process(self) -> bool:
+        return not self._in_process
+
+    def __enter__(self) -> EventsAhead:
+        if self._in_process:
+            # The rules are compiled on first use, once per process (0.15 s): here, before the thread starts, or in a
+            # fresh process this thread and the importer (scanning the manifest meanwhile) would each compile them.
+            scanning.scan_lines("")
+        else:
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "n17q_secrets.events_check", str(self._path)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=_PROJECT_ROOT,
+            )
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         with self._ready:
             self._stopping = True
+        if self._child is not None and self._child.poll() is None:
+            self._child.kill()
         self._thread.join()
+        if self._child is not None:
+            self._child.wait()
+            for stream in (self._child.stdout, self._child.stderr):
+                if stream is not None:
+                    stream.close()
 
     def values_for(self, line_no: int) -> dict[str, str] | None:
-        if line_no > self._scanned:
+        if line_no > self._through:
             with self._ready:
-                while line_no > self._scanned and not self._finished:
+                while line_no > self._through and not self._finished:
                     self._ready.wait()
+            if line_no > self._through:
+                self._raise()
+        return self._flagged.pop(line_no, None)
+
+    def finish(self, *, lines: int, sha256: str) -> None:
+        """The whole file passed the check, and it is the file the importer read (`lines` lines, `sha256`)."""
+        with self._ready:
+            while not self._finished:
+                self._ready.wait()
+        if not self._sha256:
+            self._raise()
+        if self._lines != lines or self._sha256 != sha256:
+            raise BundleError("changed while it was being imported; import it again", file="events.jsonl")
+
+    def _raise(self) -> NoReturn:
         if self._error is not None:
             raise self._error
-        return self._flagged.pop(line_no, None)
+        raise BundleError(f"the check of events.jsonl stopped before its end ({self._failure or 'no answer'})")
+
+    def _receive(self, message: dict[str, Any]) -> None:
+        with self._ready:
+            if self._finished:
+                return
+            if "through" in message:
+                for line, values in message["flagged"].items():
+                    self._flagged[int(line)] = values
+                self._through = message["through"]
+            elif "done" in message:
+                self._through = self._lines = message["done"]
+                self._sha256 = message["sha256"]
+                self._finished = True
+            elif "error" in message:
+                e = message["error"]
+                self._error = BundleError(e["message"], file=e.get("file"), line=e.get("line"), field=e.get("field"))
+                self._finished = True
+            else:
+                self._failure = str(message.get("failure", "an unknown message"))[:500]
+                self._finished = True
+            self._ready.notify_all()
 
     def _run(self) -> None:
         try:
-            with open(self._path, "rb") as fh:
-                for first, text in _chunks(fh):
-                    if self._stopping:
-                        return
-                    flagged = _scan_lines(text)
-                    with self._ready:
-                        for offset, values in flagged.items():
-                            self._flagged[first + offset] = values
-                        self._scanned = first + text.count("\n")
-                        self._ready.notify_all()
-        except BaseException as exc:  # raised in the importer, which fails closed
-            self._error = exc
+            if self._child is None:
+                events_check.check_events(self._path, self._receive, lambda: self._stopping)
+            else:
+                assert self._child.stdout is not None and self._child.stderr is not None
+                for raw in self._child.stdout:
+                    self._receive(json.loads(raw))
+                status = self._child.wait()
+                last = self._child.stderr.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+                self._receive({"failure": f"exit status {status}" + (f": {last[-1]}" if last else "")})
+        except Exception as exc:  # the importer fails closed on it
+            self._receive({"failure": f"{type(exc).__name__}: {' '.join(str(exc).splitlines())[:300]}"})
         finally:
-            with self._ready:
-                self._finished = True
-                self._ready.notify_all()
-
-
-def _chunks(stream: BinaryIO) -> Iterator[tuple[int, str]]:
-    """(number of the first line, the lines as one text) about SCAN_CHUNK_BYTES at a time, whole lines, numbered as
-    the bundle reader numbers them (a line ends at each line feed)."""
-    first = 1
-    pending = b""
-    while True:
-        block = stream.read(SCAN_CHUNK_BYTES)
-        data = pending + block
-        if not block:
-            if data:
-                yield first, data.decode("utf-8", "replace").removesuffix("\n")
-            return
-        cut = data.rfind(b"\n")
-        if cut == -1:
-            pending = data
-            continue
-        pending = data[cut + 1 :]
-        text = data[:cut].decode("utf-8", "replace")
-        yield first, text
-        first += text.count("\n") + 1
-
-
-def _scan_lines(text: str) -> dict[int, dict[str, str]]:
-    """{offset of a line in `text`: {value: rule}} for the lines holding a value the scan finds."""
-    hits = scanning.scan_lines(text)
-    if not hits:
-        return {}
-    automaton = ahocorasick.Automaton()
-    for rule, value in hits:
-        automaton.add_word(value, (value, rule))
-    automaton.make_automaton()
-    starts = [0]
-    position = text.find("\n")
-    while position != -1:
-        starts.append(position + 1)
-        position = text.find("\n", position + 1)
-    flagged: dict[int, dict[str, str]] = {}
-    for end, (value, rule) in automaton.iter(text):
-        offset = bisect.bisect_right(starts, end) - 1
-        flagged.setdefault(offset, {})[value] = rule
-    return flagged
+            self._receive({"failure": "stopped"})
 
 
 def mask_event(

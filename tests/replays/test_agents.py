@@ -107,13 +107,14 @@ def test_register_agent_refuses_bad_input_in_one_line_and_stores_nothing(tmp_pat
     (tmp_path / "url.txt").write_text("mcp\nhttps://example.invalid/evil.whl\n")
     (tmp_path / "option.txt").write_text("--index-url http://127.0.0.1:9/simple\nmcp\n")
     fill = {"folder": str(folder), "req_url": str(tmp_path / "url.txt"), "req_option": str(tmp_path / "option.txt")}
+    # The data folder is the test worker's, shared with the tests before this one: nothing is added to it.
+    environments = Path(os.environ["N17Q_DATA_DIR"]) / "agents"
+    before = sorted(environments.rglob("*")) if environments.exists() else []
     with pytest.raises(CommandError, match=re.escape(message)) as raised:
         call_command("register_agent", *(a.format(**fill) for a in args), "--json")
     assert "\n" not in str(raised.value)
     assert not RegisteredAgent.objects.exists()
-    assert not (Path(os.environ["N17Q_DATA_DIR"]) / "agents").exists() or not any(
-        (Path(os.environ["N17Q_DATA_DIR"]) / "agents").iterdir()
-    )
+    assert (sorted(environments.rglob("*")) if environments.exists() else []) == before
 
 
 def test_a_name_is_registered_once(tmp_path, capsys):

@@ -199,9 +199,9 @@ def _many_events_with_a_secret_every(n: int, every: int) -> tuple[dict[str, Any]
 
 
 def test_secrets_across_many_scan_chunks_are_each_masked_in_their_own_event(tmp_path, monkeypatch):
-    from runs import secret_scan
+    from n17q_secrets import events_check
 
-    monkeypatch.setattr(secret_scan, "SCAN_CHUNK_BYTES", 2048)  # many chunks, so the scanner's lines are numbered
+    monkeypatch.setattr(events_check, "SCAN_CHUNK_BYTES", 2048)  # many chunks, so the scanner's lines are numbered
     manifest, events = _many_events_with_a_secret_every(600, 37)
     tokens = manifest.pop("tokens")
     folder = bundles.write_folder(tmp_path / "bundle", manifest, events, {})
