@@ -8,6 +8,17 @@ def main() -> None:
     from django.core.management import execute_from_command_line
     from django.db.utils import OperationalError, ProgrammingError
 
+    try:
+        from django.conf import settings
+
+        settings.INSTALLED_APPS  # noqa: B018 - loads the settings: a missing or bad variable is one line, not a traceback
+    except Exception as exc:
+        from n17q_site.env import ConfigurationError
+
+        if not isinstance(exc, ConfigurationError):
+            raise
+        sys.stderr.write(f"ConfigurationError: {' '.join(str(exc).split())}\n")
+        sys.exit(1)
     sqlite_file = _sqlite_file()
     existed = sqlite_file is not None and sqlite_file.exists()
     try:

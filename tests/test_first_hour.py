@@ -59,6 +59,25 @@ def test_a_command_without_a_database_says_so_in_one_line_and_creates_none(tmp_p
     assert not (tmp_path / "n17q.sqlite3").exists()  # no empty database left where the demo's was expected
 
 
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"N17Q_DEBUG": "0"}, "ConfigurationError: environment variable N17Q_SECRET_KEY is required"),
+        (
+            {"N17Q_DEBUG": "perhaps"},
+            "ConfigurationError: N17Q_DEBUG='perhaps' is not a boolean (use 1/0, true/false, yes/no, on/off)",
+        ),
+    ],
+)
+def test_a_command_with_a_missing_or_bad_setting_says_which_in_one_line(tmp_path, env, line):
+    """Production settings without their secret key (or a setting that does not parse): one line naming the variable,
+    for every command, Django's own included; never a traceback."""
+    for args in (("lineage", "run-1"), ("check",)):
+        done = _manage(*args, N17Q_DATA_DIR=str(tmp_path), **env)
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines() == [line]
+
+
 def test_a_command_on_a_database_with_no_tables_says_so_in_one_line(tmp_path):
     sqlite3.connect(tmp_path / "n17q.sqlite3").close()
     (tmp_path / "bundle").mkdir()
