@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError
-from n17q_engine.formats.otlp import convert_trace, decode_otlp, flatten_spans
+from n17q_engine.formats.otlp import convert_trace, flatten_protobuf
 from runs.import_formats import import_converted
 from runs.models import Run
 
@@ -272,8 +272,7 @@ def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> R
     claimed = ReceivedTrace.objects.filter(pk=trace_pk, state=ReceivedTrace.State.FINALIZING, claimed_at=now)
     try:
         payload, last = _joined_chunks(trace_pk, late=False)
-        spans = flatten_spans(decode_otlp(payload, content_type=wire.PROTOBUF))
-        converted = convert_trace(spans, original=payload, original_media_type=wire.PROTOBUF)
+        converted = convert_trace(flatten_protobuf(payload), original=payload, original_media_type=wire.PROTOBUF)
         run_id = converted.run["id"]
         existing = Run.objects.filter(run_id=run_id).first()
         if existing is not None and existing.bundle_digest and _made_from_this_trace(existing, trace):
