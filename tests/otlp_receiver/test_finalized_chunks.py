@@ -169,3 +169,56 @@ def test_every_span_posted_is_still_shown_by_its_run_once_the_chunks_are_gone(
     result = next(e for e in events if e.kind == "tool.result")
     detail = client.get(reverse("runs:run-detail", args=[run.run_id]), {"event": result.event_id}).content.decode()
     assert "Source span" in detail and "shipped" in detail and "execute_tool lookup_order" in detail
+
+
+MIGRATED_BEFORE = [("otlp_receiver", "0003_chunk_trace_index_once")]
+
+
+def _migrate(targets: list[tuple[str, str]] | None = None) -> None:
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets or executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_chunks_of_traces_finalized_before_are_removed_by_the_migration_and_no_others():
+    from django.db.migrations.executor import MigrationExecutor
+
+    _migrate(MIGRATED_BEFORE)
+    try:
+        apps = MigrationExecutor(connection).loader.project_state(MIGRATED_BEFORE).apps
+        trace_model = apps.get_model("otlp_receiver", "ReceivedTrace")
+        chunk_model = apps.get_model("otlp_receiver", "TraceChunk")
+        # The runs app is not migrated back: its tables are today's.
+        run = Run.objects.create(
+            run_id="otlp-then",
+            task_id="t",
+            task_revision="r1",
+            environment="live",
+            mode="recorded",
+            model_name="m",
+            model_version="1",
+            policy_revision="p",
+            created_at=timezone.now(),
+            bundle_digest="sha256:" + "0" * 64,
+            manifest_run={"id": "otlp-then"},
+        )
+        now = timezone.now()
+        states = {"finalized": run.pk, "refused": None, "receiving": None, "finalized-run-gone": None}
+        for n, (name, its_run) in enumerate(states.items()):
+            trace = trace_model.objects.create(
+                trace_id=f"{n:032x}",
+                state=name.split("-")[0],
+                first_received_at=now,
+                last_received_at=now,
+                run_id=its_run,
+            )
+            for late in (False, True):
+                chunk_model.objects.create(trace=trace, received_at=now, span_count=1, late=late, data=b"x")
+    finally:
+        _migrate()
+    left = set(TraceChunk.objects.values_list("trace__trace_id", "late"))
+    gone = (f"{0:032x}", False)  # the finalized trace's chunk the run was made from
+    assert len(left) == 7 and gone not in left
