@@ -120,8 +120,24 @@ def _traces_in_tasks(log: Path) -> tuple[int, Counter[int]]:
 
 
 def _disk_bytes(data_dir: Path) -> int:
-    """What the receiver left on disk for these spans: the database (and its WAL) and the blob store."""
+    """What the receiver left on disk for these spans: the database (and its WAL) and the blob store, as the file
+    system holds them (the figure set beside Phoenix's working directory, measured the same way)."""
     return sum(p.stat().st_size for p in data_dir.rglob("*") if p.is_file() and "broker" not in p.parts)
+
+
+def _disk(data_dir: Path) -> dict[str, Any]:
+    """`_disk_bytes` taken apart: the database file(s), the pages SQLite has in use and free (a removed chunk's pages
+    are free until later writes reuse them; the file does not shrink without a VACUUM: docs/benchmarks.md), the
+    largest tables, and the blob store."""
+    from .otlp_disk import blob_disk, sqlite_disk
+
+    try:
+        database: dict[str, Any] | None = sqlite_disk(data_dir / "n17q.sqlite3")
+    except sqlite3.Error as exc:  # left locked or half-written by a process that did not stop cleanly
+        database = {"error": str(exc)}
+    if database is not None and "tables" in database:
+        database["tables"] = dict(list(database["tables"].items())[:8])
+    return {"database": database, "blob_store": blob_disk(data_dir / "blobs")}
 
 
 def _export(exporter: Any, spans: list[Any]) -> int:
@@ -225,6 +241,7 @@ def _live(spans: list[Any], lone: list[Any], work: Path, quiet: int, broker: str
     return {
         "broker": "file" if broker is None else "redis",
         "disk_bytes": _disk_bytes(data_dir),
+        "disk": _disk(data_dir),
         "spans": len(spans),
         "traces": traces,
         "failed_batches": failures,
@@ -246,6 +263,14 @@ def _live(spans: list[Any], lone: list[Any], work: Path, quiet: int, broker: str
     }
 
 
+def _in_use(live: dict[str, Any]) -> str:
+    """The database's free pages, when it has any worth saying: the file holds them, its rows do not."""
+    database = (live.get("disk") or {}).get("database") or {}
+    if not database.get("free_pages"):
+        return ""
+    return f" ({database['free_pages'] * database['page_size']:,} B of it free database pages)"
+
+
 def _live_rows(live: dict[str, Any], n: int, quiet: int, config: Config) -> list[dict[str, Any]]:
     traces = live["traces"] + 1  # the lone one too
     once = live["traces_in_tasks"] == live["distinct_traces_sent"] == traces and live["failed_batches"] == 0
@@ -258,7 +283,7 @@ def _live_rows(live: dict[str, Any], n: int, quiet: int, config: Config) -> list
             f"({live['traces_sent_more_than_once']} sent twice); all runs {live['last_span_to_all_runs_s']:.1f} s "
             f"after the last span (quiet {quiet} s); last span to run {live['bulk_latency_s']['min']:.1f}-"
             f"{live['bulk_latency_s']['max']:.1f} s; {live['finalize_runs_per_s'] or 0:.1f} runs/s; "
-            f"{live['disk_bytes'] / max(1, live['spans'] + 100):,.0f} bytes on disk per span",
+            f"{live['disk_bytes'] / max(1, live['spans'] + 100):,.0f} bytes on disk per span{_in_use(live)}",
             once,
             config,
         ),

@@ -47,7 +47,10 @@ class ReceivedTrace(models.Model):
 
 
 class TraceChunk(models.Model):
-    trace = models.ForeignKey(ReceivedTrace, on_delete=models.CASCADE, related_name="chunks")
+    # No index of its own: otlp_chunk_trace (trace, late, id) leads with it and serves every read (a trace's chunks,
+    # or its late ones, in arrival order) and the removal of a finalized trace's chunks. A second index on the same
+    # column was one more entry written with every chunk, and kept.
+    trace = models.ForeignKey(ReceivedTrace, on_delete=models.CASCADE, related_name="chunks", db_index=False)
     received_at = models.DateTimeField()
     span_count = models.PositiveIntegerField()
     late = models.BooleanField(default=False)

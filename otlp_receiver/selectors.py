@@ -16,10 +16,9 @@ from typing import Any
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 
 from n17q_engine.formats import ConversionError
-from n17q_engine.formats.otlp import decode_otlp, flatten_spans
+from n17q_engine.formats.otlp import flatten_protobuf
 from n17q_secrets import scanning
 
-from . import wire
 from .models import ReceivedTrace, TraceChunk
 
 # The late spans a trace page lists; the count above the list is of all of them.
@@ -80,12 +79,11 @@ def late_spans(trace: ReceivedTrace) -> list[LateSpan]:
 
 def _stored_spans(trace: ReceivedTrace, *, late: bool) -> Iterator[tuple[datetime, dict[str, Any]]]:
     """(received_at, flat span) of the trace's stored chunks (its late addendum, or the spans before it was claimed),
-    in arrival order, read with the decoding its finalisation uses (n17q_engine.formats.otlp). One query; raises
-    ConversionError or zlib.error on a chunk that cannot be read."""
+    in arrival order, read with the decoding its finalisation uses (n17q_engine.formats.otlp.flatten_protobuf). One
+    query; raises ConversionError or zlib.error on a chunk that cannot be read."""
     chunks = TraceChunk.objects.filter(trace=trace, late=late).order_by("id").values_list("received_at", "data")
     for received_at, data in chunks.iterator(chunk_size=20):
-        payload = zlib.decompress(bytes(data))
-        for span in flatten_spans(decode_otlp(payload, content_type=wire.PROTOBUF)):
+        for span in flatten_protobuf(zlib.decompress(bytes(data))):
             yield received_at, span
 
 

@@ -9,7 +9,8 @@
 - `trace_finalize` claims the trace with a conditional UPDATE (only one caller wins; a claim older than
   N17Q_OTLP_FINALIZE_LEASE_S can be taken over, for a worker that died), joins its chunks, converts them with
   n17q_engine.formats.otlp and imports the run through the same all-or-nothing path as a file
-  (runs.import_formats.import_converted). Run twice, it does the work once.
+  (runs.import_formats.import_converted); in that transaction the chunks the run was made from are removed and the
+  trace is marked finalized. Run twice, it does the work once.
 - Spans arriving for a trace that is no longer receiving are kept as its late addendum (`TraceChunk.late`),
   counted on the trace, never merged into the run's history.
 """
@@ -27,13 +28,13 @@ from celery import current_app
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connections, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError
-from n17q_engine.formats.otlp import convert_trace, decode_otlp, flatten_spans
+from n17q_engine.formats.otlp import convert_trace, flatten_protobuf
 from runs.import_formats import import_converted
 from runs.models import Run
 
@@ -237,37 +238,78 @@ def _claim(trace_pk: int, now: datetime, *, force: bool) -> bool:
 
 def trace_payload(trace_pk: int, *, late: bool = False) -> bytes:
     """The trace's spans as one ExportTraceServiceRequest (its chunks joined in arrival order)."""
-    chunks = TraceChunk.objects.filter(trace_id=trace_pk, late=late).order_by("id").values_list("data", flat=True)
-    return b"".join(zlib.decompress(bytes(data)) for data in chunks.iterator(chunk_size=200))
+    return _joined_chunks(trace_pk, late=late)[0]
+
+
+def _joined_chunks(trace_pk: int, *, late: bool) -> tuple[bytes, int | None]:
+    """The chunks joined, and the pk of the last one read (None: there were none). One query."""
+    chunks = TraceChunk.objects.filter(trace_id=trace_pk, late=late).order_by("id").values_list("id", "data")
+    parts: list[bytes] = []
+    last: int | None = None
+    for pk, data in chunks.iterator(chunk_size=200):
+        parts.append(zlib.decompress(bytes(data)))
+        last = pk
+    return b"".join(parts), last
+
+
+class _ClaimLost(Exception):
+    """The trace's claim was taken over while this finalisation worked (its lease lapsed): it records nothing."""
 
 
 def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> ReceivedTrace:
     """Make the trace a run, once. `force` (an explicit flush): without waiting for its root span or the quiet
-    period. A trace that is not claimable (already finalized, refused, or being finalized) is returned as it is."""
+    period. A trace that is not claimable (already finalized, refused, or being finalized) is returned as it is.
+
+    The run, the removal of the chunks it was made from and the trace's `finalized` state commit in one transaction
+    (issue 31): a finalized trace's spans are its run's events and its kept original (the `source-otlp` blob, the
+    same bytes), not a second, unmasked copy in its chunks (issue 32). A refusal keeps them, so the refused spans
+    stay readable on the trace's page; spans that arrive after the claim are chunks of the late addendum, never
+    removed here."""
     now = timezone.now()
     if not _claim(trace_pk, now, force=force):
         return ReceivedTrace.objects.get(pk=trace_pk)
     trace = ReceivedTrace.objects.get(pk=trace_pk)
     claimed = ReceivedTrace.objects.filter(pk=trace_pk, state=ReceivedTrace.State.FINALIZING, claimed_at=now)
     try:
-        payload = trace_payload(trace_pk)
-        spans = flatten_spans(decode_otlp(payload, content_type=wire.PROTOBUF))
-        converted = convert_trace(spans, original=payload, original_media_type=wire.PROTOBUF)
+        payload, last = _joined_chunks(trace_pk, late=False)
+        converted = convert_trace(flatten_protobuf(payload), original=payload, original_media_type=wire.PROTOBUF)
         run_id = converted.run["id"]
         existing = Run.objects.filter(run_id=run_id).first()
         if existing is not None and existing.bundle_digest and _made_from_this_trace(existing, trace):
-            # A finalisation that imported the run and died before it could say so: the run is this trace's.
+            # A finalisation that imported the run and died before it could say so (before the two were one
+            # transaction): the run is this trace's.
+            with transaction.atomic():
+                _record_run(claimed, existing, trace_pk=trace_pk, made_from=last)
             run = existing
         else:
-            run = import_converted([converted], user=user, label=f"trace {trace.trace_id}").first.run
+            imported = import_converted(
+                [converted],
+                user=user,
+                label=f"trace {trace.trace_id}",
+                on_stored=lambda results: _record_run(claimed, results[0].run, trace_pk=trace_pk, made_from=last),
+            )
+            run = imported.first.run
     except (ConversionError, BundleError) as exc:
         message = " ".join(str(exc).splitlines())[:1000]
         claimed.update(state=ReceivedTrace.State.REFUSED, error=message, finalized_at=timezone.now())
         log.warning("trace %s was not imported: %s", trace.trace_id, message)
         return ReceivedTrace.objects.get(pk=trace_pk)
-    claimed.update(state=ReceivedTrace.State.FINALIZED, run=run, finalized_at=timezone.now(), error="")
+    except _ClaimLost:
+        log.warning("trace %s: its claim was taken over while it was imported; that finalisation records it", trace_pk)
+        return ReceivedTrace.objects.get(pk=trace_pk)
     log.info("trace %s imported as run %s", trace.trace_id, run.run_id)
     return ReceivedTrace.objects.get(pk=trace_pk)
+
+
+def _record_run(claimed: QuerySet[ReceivedTrace], run: Run, *, trace_pk: int, made_from: int | None) -> None:
+    """In the run's transaction: remove the chunks it was made from and mark the trace finalized as `run`, or raise
+    _ClaimLost (which undoes the run) when the claim is no longer this finalisation's. Every chunk that is not late
+    was stored before the claim (spans_receive locks the trace and writes a chunk as late once the trace is no longer
+    receiving), so the chunks up to `made_from`, the last one read, are all of them; a late one is never touched."""
+    if made_from is not None:
+        TraceChunk.objects.filter(trace_id=trace_pk, late=False, pk__lte=made_from).delete()
+    if not claimed.update(state=ReceivedTrace.State.FINALIZED, run=run, finalized_at=timezone.now(), error=""):
+        raise _ClaimLost
 
 
 def _made_from_this_trace(run: Run, trace: ReceivedTrace) -> bool:

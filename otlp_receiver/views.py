@@ -125,7 +125,8 @@ def trace_detail(request: HttpRequest, trace_id: str) -> HttpResponse:
         {
             "trace": trace,
             "late": selectors.late_spans(trace) if trace.late_span_count else None,
-            # Until it is a run, its spans as received (issue 31): readable while the trace is still coming in.
+            # Until it is a run, its spans as received (issue 31): readable while the trace is still coming in, and
+            # when it was refused. A finalized trace's chunks are gone: its run holds its spans (the page says so).
             "received": selectors.received_spans(trace) if trace.state != ReceivedTrace.State.FINALIZED else None,
             "quiet_seconds": settings.N17Q_OTLP_QUIET_SECONDS,
             "can_flush": trace.state == ReceivedTrace.State.RECEIVING and request.user.has_perm("runs.import_run"),

@@ -285,12 +285,22 @@ def _lines_within(stream: IO[bytes], seconds: float) -> Iterator[bytes]:
         selector.close()
 
 
-def import_converted(converted: Iterable[ConvertedRun], *, user: Any, label: str) -> FileImport:
+def import_converted(
+    converted: Iterable[ConvertedRun],
+    *,
+    user: Any,
+    label: str,
+    on_stored: Callable[[list[ImportResult]], None] | None = None,
+) -> FileImport:
     """Import every run of one converted file, all or none, each written as a bundle folder and imported before the
-    next is converted (the OTLP receiver's one trace; files go through the converting process instead)."""
+    next is converted (the OTLP receiver's one trace; files go through the converting process instead).
+
+    `on_stored`: called with the runs' results inside the import's transaction once every run is stored, so that
+    what it writes commits with them (the receiver removes the buffered spans a run was made from, and records the
+    run on its trace), and what it raises undoes the whole import, blob files included."""
     total = len(converted) if isinstance(converted, Sized) else None
     with tempfile.TemporaryDirectory(prefix="n17q-converted-") as tmp:
-        return _import_prepared(_written(converted, Path(tmp), total), user=user, label=label)
+        return _import_prepared(_written(converted, Path(tmp), total), user=user, label=label, on_stored=on_stored)
 
 
 def _written(converted: Iterable[ConvertedRun], tmp: Path, total: int | None) -> Iterator[_Prepared]:
@@ -309,6 +319,7 @@ def _import_prepared(
     user: Any,
     label: str,
     prescanned: Mapping[str, secret_scan.ScannedBlob] | None = None,
+    on_stored: Callable[[list[ImportResult]], None] | None = None,
 ) -> FileImport:
     written: list[str] = []
     results: list[ImportResult] = []
@@ -327,6 +338,8 @@ def _import_prepared(
                 shutil.rmtree(run.root, ignore_errors=True)
             if not results:
                 raise BundleError("the file holds no run (no trace, no sample)")
+            if on_stored is not None:
+                on_stored(results)
     except ConversionError as exc:
         _remove_blobs(written)
         raise _refused(user, label, " ".join(str(exc).splitlines())) from None

@@ -679,8 +679,12 @@ def test_flat_spans_carry_resource_scope_ids_times_and_plain_values(genai_spans:
     assert by_name["execute_tool fetch_url"]["status"] == {"code": "error", "message": "no answer in 30 s"}
     assert chat["kind"] == "internal"
     json.dumps(flat)  # what the receiver buffers is plain JSON
-    # The direct protobuf path convert_otlp takes gives the same flat spans.
+    # The direct protobuf path convert_otlp takes gives the same flat spans, and so does the receiver's reading of
+    # its buffered requests (flatten_protobuf), and the same refusal for bytes that are not a request.
     assert otlp._flat_from_proto(otlp._parse_proto(_protobuf(genai_spans))) == flat
+    assert otlp.flatten_protobuf(_protobuf(genai_spans)) == flat
+    with pytest.raises(ConversionError, match="not an OTLP ExportTraceServiceRequest in protobuf"):
+        otlp.flatten_protobuf(b"\xff\xfe not an OTLP request")
 
 
 def test_one_file_with_two_traces_makes_two_runs(tmp_path: Path) -> None:
