@@ -311,7 +311,13 @@ CELERY_BEAT_SCHEDULE = {
         # A sweep that waited longer than an interval is superseded by the next one: nothing is lost, it is
         # idempotent and takes no arguments.
         "options": {"expires": float(N17Q_RETENTION_SWEEP_S)},
-    }
+    },
+    # The rows of an import that crashed while writing in slices (runs/import_slices.py: SQLite), once it is stale.
+    "abandoned-imports-sweep": {
+        "task": "n17q.abandoned_imports_sweep",
+        "schedule": float(max(N17Q_IMPORT_STALE_S, 60)),
+        "options": {"expires": float(max(N17Q_IMPORT_STALE_S, 60))},
+    },
 }
 # Beat's own bookkeeping goes in the data folder (the image's root file system is read-only).
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from django.apps import apps
+from django.conf import settings as django_settings
 from django.db import connection, connections, transaction
 from django.test import Client
 from django.urls import reverse
@@ -702,3 +703,10 @@ def test_a_refused_import_keeps_the_blob_files_a_published_run_or_a_recording_ho
     import_slices.remove_blob_files_nobody_holds([blob_storage_name(held), blob_storage_name(alone)])
     assert store.exists(blob_storage_name(held)) and not store.exists(blob_storage_name(alone))
 
+
+def test_the_sweep_runs_from_beat_and_answers_what_it_removed():
+    from runs.tasks import ABANDONED_IMPORTS_TASK, abandoned_imports_sweep_task
+
+    entry = django_settings.CELERY_BEAT_SCHEDULE["abandoned-imports-sweep"]
+    assert entry["task"] == ABANDONED_IMPORTS_TASK == abandoned_imports_sweep_task.name
+    assert abandoned_imports_sweep_task.run() == {"removed": []}
