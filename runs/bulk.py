@@ -25,6 +25,7 @@ class Appender:
     def __init__(self, table: str, columns: Sequence[str], *, id_block: int = 1) -> None:
         self.table = table
         self.columns = tuple(columns)
+        self._next_id: int | None = None
         self.id_block = id_block
         self._pool: list[int] = []
 
@@ -56,7 +57,22 @@ class Appender:
                     [self.table, count],
                 )
                 return [row[0] for row in cursor.fetchall()]
-            return _sqlite_reserve(cursor, self.table, count)
+            if not connection.in_atomic_block:
+                # In slices (runs/import_slices.py), other writers insert between this import's batches.
+                return _sqlite_reserve(cursor, self.table, count)
+            if self._next_id is None:
+                # In one transaction, which holds the write lock from its start (transaction_mode IMMEDIATE), nobody
+                # else inserts until it commits: the next key is read once and counted on here, so the parser never
+                # touches the connection the writer thread is using. Past every key reserved in slices, too.
+                cursor.execute(
+                    f'SELECT MAX((SELECT COALESCE(MAX(id), 0) FROM "{self.table}"), '
+                    "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = %s), 0))",
+                    [self.table],
+                )
+                self._next_id = int(cursor.fetchone()[0]) + 1
+            start = self._next_id
+            self._next_id += count
+            return list(range(start, start + count))
 
     def insert(self, rows: Sequence[tuple[Any, ...]]) -> None:
         connection.ensure_connection()
@@ -95,30 +111,23 @@ class Appender:
                 raw.execute(sql, data)
 
 
-# UPDATE … RETURNING (SQLite 3.35): a reservation in one statement. Without it, only inside one transaction.
+# UPDATE … RETURNING (SQLite 3.35): a reservation in one statement. Slices need it (runs.import_slices.wanted).
 SQLITE_HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
 
 
 def _sqlite_reserve(cursor: Any, table: str, count: int) -> list[int]:
-    """`count` keys of `table` that no other insert will take.
+    """`count` keys of `table` that no other insert will take, whatever writes between this and their insert.
 
     The history tables are AUTOINCREMENT: SQLite gives a new row max(sqlite_sequence's seq, the largest key) + 1,
-    so raising `seq` past a block reserves it against every other writer, an ORM insert or another import. Since an
-    import on SQLite is no longer one transaction (runs/import_slices.py), reading MAX(id) once and counting on from
-    it, as before, could hand two writers the same keys.
+    so raising `seq` past a block, in one statement, reserves it against every other writer (an ORM insert, another
+    import).
     """
     bump = (
-        f'UPDATE sqlite_sequence SET seq = MAX(seq, (SELECT COALESCE(MAX(id), 0) FROM "{table}")) + %s WHERE name = %s'
+        f'UPDATE sqlite_sequence SET seq = MAX(seq, (SELECT COALESCE(MAX(id), 0) FROM "{table}")) + %s '
+        "WHERE name = %s RETURNING seq"
     )
-    if SQLITE_HAS_RETURNING:
-        read = None
-        bump += " RETURNING seq"
-    else:  # two statements: atomic only inside the import's one transaction (slices need RETURNING)
-        read = "SELECT seq FROM sqlite_sequence WHERE name = %s"
     for _attempt in range(2):
         cursor.execute(bump, [count, table])
-        if read is not None:
-            cursor.execute(read, [table])
         # fetchall, not fetchone: a write statement not read to its end keeps its transaction (and the lock) open.
         rows = cursor.fetchall()
         if rows:
