@@ -26,9 +26,10 @@ Here:
   rows, its masked secrets, the audit record and the record's removal, in one short transaction. A reader sees the
   run complete or not at all. The admin's lists of events and findings, the only reads across runs, show rows of
   published runs only (runs/admin.py). Nothing else lists those tables without a run.
-- **Cleaned up.** A refused import removes its rows in slices too, then its record. A crashed one leaves its record:
-  once its heartbeat is older than N17Q_IMPORT_STALE_S, or its process on this host is gone, the next import (or the
-  periodic sweep, runs.tasks) takes the record over and removes the rows.
+- **Cleaned up.** A refused import removes its rows in slices too, then the blob files it wrote that nothing else
+  holds, then its record. A crashed one leaves its record: once its heartbeat is older than N17Q_IMPORT_STALE_S, or
+  its process on this host is gone, the next import (or the periodic sweep, runs.tasks) takes the record over and
+  removes the same.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.files.storage import storages
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
 from n17q_engine.bundle import BundleError
@@ -318,6 +319,12 @@ def sweep_abandoned_imports() -> list[str]:
         if taken != 1:
             continue
         log.warning("removing the rows of an abandoned import of %s (by %s)", record.run_id, record.holder)
-        ImportSlices(run_id=record.run_id, run_pk=record.run_key, record_pk=record.pk, token=token).abandon()
+        try:
+            ImportSlices(run_id=record.run_id, run_pk=record.run_key, record_pk=record.pk, token=token).abandon()
+        except DatabaseError:
+            # Not the caller's failure (an import of another run, say): the record is this process's now, and is
+            # swept again once it is stale.
+            log.warning("could not remove the rows of the import of %s yet", record.run_id, exc_info=True)
+            continue
         swept.append(record.run_id)
     return swept
