@@ -122,13 +122,18 @@ def cmd_import(folder: str) -> dict[str, Any]:
     baseline = _maxrss_mb()
     baseline_now = _rss_now_mb()
     cpu0 = _cpu_s()
+    started_at = time.time()
     started = time.perf_counter()
     result = run_import_from_path(Path(folder))
     seconds = time.perf_counter() - started
+    ended_at = time.time()
     cpu = _cpu_s() - cpu0
     peak = _maxrss_mb()
     return {
         "seconds": seconds,
+        # When the import ran, in epoch seconds: what another process's writes overlapped (bench_import_writers).
+        "started_at": started_at,
+        "ended_at": ended_at,
         "cpu_seconds": cpu,
         "events": result.events,
         "findings": result.finding_count,

@@ -42,7 +42,9 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def child_env(data_dir: Path, database_url: str | None, *, debug: bool = False) -> dict[str, str]:
+def child_env(
+    data_dir: Path, database_url: str | None, *, debug: bool = False, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     """The environment of a measuring child: production settings (N17Q_DEBUG=0) unless `debug`.
 
     With DEBUG on, Django's debug cursor formats and keeps the SQL of every query (up to 9,000 of them, the
@@ -61,17 +63,24 @@ def child_env(data_dir: Path, database_url: str | None, *, debug: bool = False) 
     )
     if database_url:
         env["DATABASE_URL"] = database_url
+    env.update(extra or {})
     return env
 
 
 def run_child(
-    args: list[str], *, data_dir: Path, database_url: str | None, debug: bool = False, timeout: float = 900
+    args: list[str],
+    *,
+    data_dir: Path,
+    database_url: str | None,
+    debug: bool = False,
+    timeout: float = 900,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run `python -m benchmarks._child ARGS` in a fresh interpreter and return the result it printed."""
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks._child", *args],
         cwd=REPO,
-        env=child_env(data_dir, database_url, debug=debug),
+        env=child_env(data_dir, database_url, debug=debug, extra=extra_env),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -165,6 +165,12 @@ N17Q_SIGNIN_ADDRESS_LIMIT = env_int("N17Q_SIGNIN_ADDRESS_LIMIT", 30, minimum=1)
 N17Q_SIGNIN_ACCOUNT_LIMIT = env_int("N17Q_SIGNIN_ACCOUNT_LIMIT", 100, minimum=1)
 N17Q_MAX_BUNDLE_BYTES = env_int("N17Q_MAX_BUNDLE_BYTES", 2 * 1024**3, minimum=1024)
 N17Q_MAX_BUNDLE_MEMBERS = env_int("N17Q_MAX_BUNDLE_MEMBERS", 200_000, minimum=3)
+# On SQLite an import commits in slices and publishes its run last, so that other writes (a capture, a sign-in, a
+# review action) never wait behind it for long (runs/import_slices.py, issue 31). Off: one transaction, as on
+# PostgreSQL always (the benchmark compares the two). An import whose heartbeat is older than N17Q_IMPORT_STALE_S
+# (or whose process on this host is gone) is taken for crashed: the next import, or the sweep, removes its rows.
+N17Q_IMPORT_SLICES = env_bool("N17Q_IMPORT_SLICES", True)
+N17Q_IMPORT_STALE_S = env_int("N17Q_IMPORT_STALE_S", 300, minimum=1)
 # Replays (n17q_engine.sandbox): a sandbox without its own network namespace is refused unless this is set,
 # and then every replay it runs is labelled isolation "degraded".
 N17Q_ALLOW_DEGRADED_ISOLATION = env_bool("N17Q_ALLOW_DEGRADED_ISOLATION", False)
@@ -305,7 +311,13 @@ CELERY_BEAT_SCHEDULE = {
         # A sweep that waited longer than an interval is superseded by the next one: nothing is lost, it is
         # idempotent and takes no arguments.
         "options": {"expires": float(N17Q_RETENTION_SWEEP_S)},
-    }
+    },
+    # The rows of an import that crashed while writing in slices (runs/import_slices.py: SQLite), once it is stale.
+    "abandoned-imports-sweep": {
+        "task": "n17q.abandoned_imports_sweep",
+        "schedule": float(max(N17Q_IMPORT_STALE_S, 60)),
+        "options": {"expires": float(max(N17Q_IMPORT_STALE_S, 60))},
+    },
 }
 # Beat's own bookkeeping goes in the data folder (the image's root file system is read-only).
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.db.models import QuerySet
 
 from console.append_only import ReadOnlyAdmin
 
 from .models import Event, Finding, Run
+
+
+class PublishedRunsOnly(ReadOnlyAdmin):
+    """The only lists of a run's rows across runs: they show the rows of published runs, never those an import in
+    slices has written under a run it has not published yet (runs/import_slices.py). The join to the run's row is
+    what decides, as for every other read."""
+
+    def get_queryset(self, request: Any) -> QuerySet[Any]:
+        return super().get_queryset(request).filter(run__run_id__isnull=False)
 
 
 @admin.register(Run)
@@ -17,7 +29,7 @@ class RunAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(ReadOnlyAdmin):
+class EventAdmin(PublishedRunsOnly):
     list_display = ["event_id", "kind", "seq", "run"]
     list_filter = ["kind"]
     search_fields = ["event_id"]
@@ -26,7 +38,7 @@ class EventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Finding)
-class FindingAdmin(ReadOnlyAdmin):
+class FindingAdmin(PublishedRunsOnly):
     list_display = ["code", "severity", "from_ref", "to_ref", "run"]
     list_filter = ["code", "severity"]
     list_select_related = ["run"]

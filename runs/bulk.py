@@ -1,4 +1,4 @@
-"""Fast appends of many rows inside the import transaction.
+"""Fast appends of many rows for the importer: in its one transaction, or on SQLite in slices.
 
 `bulk_create` builds a model instance and prepares every field of every row: at 100,000 events that
 was two thirds of an import's time. The importer already holds validated values, so it writes rows as
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import connection
 
@@ -57,10 +57,18 @@ class Appender:
                     [self.table, count],
                 )
                 return [row[0] for row in cursor.fetchall()]
+            if not connection.in_atomic_block:
+                # In slices (runs/import_slices.py), other writers insert between this import's batches.
+                return _sqlite_reserve(cursor, self.table, count)
             if self._next_id is None:
-                # SQLite serializes writers and the import runs in an IMMEDIATE transaction, so nobody else
-                # can insert between this read and our inserts.
-                cursor.execute(f'SELECT COALESCE(MAX(id), 0) FROM "{self.table}"')
+                # In one transaction, which holds the write lock from its start (transaction_mode IMMEDIATE), nobody
+                # else inserts until it commits: the next key is read once and counted on here, so the parser never
+                # touches the connection the writer thread is using. Past every key reserved in slices, too.
+                cursor.execute(
+                    f'SELECT MAX((SELECT COALESCE(MAX(id), 0) FROM "{self.table}"), '
+                    "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = %s), 0))",
+                    [self.table],
+                )
                 self._next_id = int(cursor.fetchone()[0]) + 1
             start = self._next_id
             self._next_id += count
@@ -101,6 +109,37 @@ class Appender:
                     copy.write(data)
             else:
                 raw.execute(sql, data)
+
+
+# UPDATE … RETURNING (SQLite 3.35): a reservation in one statement. Slices need it (runs.import_slices.wanted).
+SQLITE_HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
+
+
+def _sqlite_reserve(cursor: Any, table: str, count: int) -> list[int]:
+    """`count` keys of `table` that no other insert will take, whatever writes between this and their insert.
+
+    The history tables are AUTOINCREMENT: SQLite gives a new row max(sqlite_sequence's seq, the largest key) + 1,
+    so raising `seq` past a block, in one statement, reserves it against every other writer (an ORM insert, another
+    import).
+    """
+    bump = (
+        f'UPDATE sqlite_sequence SET seq = MAX(seq, (SELECT COALESCE(MAX(id), 0) FROM "{table}")) + %s '
+        "WHERE name = %s RETURNING seq"
+    )
+    for _attempt in range(2):
+        cursor.execute(bump, [count, table])
+        # fetchall, not fetchone: a write statement not read to its end keeps its transaction (and the lock) open.
+        rows = cursor.fetchall()
+        if rows:
+            end = int(rows[0][0])
+            return list(range(end - count + 1, end + 1))
+        # The table never had a row, so SQLite keeps no sequence for it yet.
+        cursor.execute(
+            "INSERT INTO sqlite_sequence (name, seq) SELECT %s, 0 "
+            "WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = %s)",
+            [table, table],
+        )
+    raise RuntimeError(f"no sequence for {table}")
 
 
 def _copy_str(value: str) -> str:
@@ -204,19 +243,37 @@ def fewer_collections() -> Iterator[None]:
                 gc.set_threshold(*_gc_saved)
 
 
+class Slices(Protocol):
+    """How a writer thread commits in slices (runs.import_slices.ImportSlices): on a connection of its own, each
+    batch of statements in a transaction of its own."""
+
+    def connect(self) -> Any:
+        """Open the writer's own connection (in the writer's thread) and return its DB-API connection."""
+
+    def write(self, raw: Any, statements: list[tuple[str, Any]]) -> None:
+        """Execute `statements` on `raw` in one transaction, committed before this returns."""
+
+    def disconnect(self) -> None:
+        """Close the writer's connection (in the writer's thread)."""
+
+
 class BackgroundInserts:
     """Runs the inserts of one import on a second thread while the first goes on parsing.
 
     The database driver releases the GIL while the database works (sqlite3_step, the COPY stream), so on
-    two cores parsing and writing overlap. Both threads use the one connection of the import's
-    transaction: the worker through the raw DB-API connection, the caller only between batches (the
-    driver serializes them). Any error in the worker is raised again from `submit` or `close`.
+    two cores parsing and writing overlap. Without `slices`, both threads use the one connection of the import's
+    transaction: the worker through the raw DB-API connection, the caller only between batches (the driver
+    serializes them). With `slices` (SQLite, runs.import_slices), the worker writes on a connection of its own and
+    commits each batch in a transaction of its own. Any error in the worker is raised again from `submit` or
+    `close`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, slices: Slices | None = None) -> None:
         connection.ensure_connection()
+        # The caller's connection prepares the statements (it knows the driver's limits) in either case.
         self._raw = connection.connection
         self._vendor = connection.vendor
+        self._slices = slices
         if self._vendor == "postgresql":
             # Django's foreign keys are deferred to COMMIT. Checked at the end of each COPY instead, the
             # checks run on the writer thread while the parser goes on, not all at once in the commit.
@@ -229,16 +286,30 @@ class BackgroundInserts:
         self._thread.start()
 
     def _work(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            if self._error is not None:
-                continue  # drain: the caller will see the first error
+        slices = self._slices
+        raw = self._raw
+        if slices is not None:
             try:
-                Appender.execute(self._raw, job)
+                raw = slices.connect()
             except BaseException as exc:
                 self._error = exc
+        try:
+            while True:
+                job = self._queue.get()
+                if job is None:
+                    return
+                if self._error is not None:
+                    continue  # drain: the caller will see the first error
+                try:
+                    if slices is None:
+                        Appender.execute(raw, job)
+                    else:
+                        slices.write(raw, job)
+                except BaseException as exc:
+                    self._error = exc
+        finally:
+            if slices is not None:
+                slices.disconnect()
 
     def submit(self, appender: Appender, rows: Sequence[tuple[Any, ...]]) -> None:
         self._raise()
@@ -253,7 +324,8 @@ class BackgroundInserts:
         self._raise()
 
     def abandon(self) -> None:
-        """Stop after a refusal: the transaction is rolled back, so pending rows no longer matter."""
+        """Stop after a refusal: the transaction is rolled back (or, in slices, the rows removed), so pending rows
+        no longer matter."""
         self._error = self._error or RuntimeError("import abandoned")
         self._queue.put(None)
         self._thread.join()

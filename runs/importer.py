@@ -1,12 +1,17 @@
-"""Importing a run bundle: streamed, verified, one transaction, all or nothing (DESIGN §3).
+"""Importing a run bundle: streamed, verified, all or nothing (DESIGN §3).
 
 The order matters for "nothing is stored" on refusal:
 1. the archive is unpacked (safely) into a private temporary folder;
 2. the manifest is parsed and every blob is hashed against its digest before anything is written;
-3. inside one transaction the run, its events (in batches, never the whole file in memory), objects,
-   edges and lineage findings are written (findings too in batches, as the checker yields them: the answer
-   carries the first FINDINGS_IN_ANSWER and counts them all); blobs new to the store are written just before and
-   removed again if the transaction does not commit.
+3. the run's events (in batches, never the whole file in memory), objects, edges and lineage findings are written
+   (findings too in batches, as the checker yields them: the answer carries the first FINDINGS_IN_ANSWER and counts
+   them all); blob files new to the store are written just before and removed again on refusal;
+4. the run is published: its row (or, when it was written first, its summary), its blobs' rows, its masked secrets
+   and the audit record.
+
+On PostgreSQL, 3 and 4 are one transaction. On SQLite (runs.import_slices) each batch of 3 is a short transaction
+of its own and the run's row is written last, in 4's one short transaction: nothing reads the rows before it
+exists, other writers never wait long behind the import, and a refusal removes the rows it wrote.
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ import logging
 import tempfile
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +40,7 @@ from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError, parse_iso
 from n17q_engine.lineage import LineageGraph
 
-from . import secret_scan
+from . import import_slices, secret_scan
 from .bulk import Appender, BackgroundInserts, datetime_adapter, fewer_collections
 from .models import (
     SEARCH_VALUE_CHARS,
@@ -240,6 +245,7 @@ def _import_root(
     digest, lines = _bundle_digest(manifest_raw, events_path)
     written: list[str] = []
     masks = BundleMasks()
+    slices: import_slices.ImportSlices | None = None
     try:
         # The secret scan (runs.secret_scan) comes before anything is stored: the manifest's run and every blob
         # here; every event is validated and scanned ahead of the event loop, which waits on it when it catches up
@@ -253,8 +259,12 @@ def _import_root(
             blob_paths, manifest = secret_scan.mask_blobs(
                 blob_paths, manifest, Path(workdir), masks, prescanned=prescanned
             )
-            with transaction.atomic(), _page_cache_for(lines):
-                written = _store_blobs(blob_paths)
+            if import_slices.wanted():
+                # SQLite: the run is written in slices and published last, so that other writes never wait long
+                # behind the import (runs.import_slices). A second import of this run waits here for this one.
+                slices = import_slices.claim(run_meta["id"], cache_kib=_writer_cache_kib(lines))
+            with _one_transaction(slices), _page_cache_for(lines):
+                written.extend(_store_blob_files(blob_paths, announce=slices.will_write_blob_files if slices else None))
                 if blobs_written is not None:
                     blobs_written.extend(written)
                 result = _write_run(
@@ -267,29 +277,42 @@ def _import_root(
                     scan=scan,
                     masks=masks,
                     made_by_replay=made_by_replay,
-                )
-                audit_record(
-                    actor=user,
-                    action="run.import",
-                    target=result.run.run_id,
-                    detail={
-                        "events": result.events,
-                        "findings": result.finding_count,
-                        "masked_secrets": len(result.masked_secrets),
-                        "bundle_digest": result.run.bundle_digest,
-                    },
+                    blob_paths=blob_paths,
+                    written=written,
+                    slices=slices,
                 )
     except IntegrityError as exc:
-        _remove_blobs(written)
+        _clean_up_refused(slices, written)
         # Two imports of the same run racing: the loser is told plainly.
         if Run.objects.filter(run_id=run_meta["id"]).exists():
             raise BundleError(f"run {run_meta['id']!r} is already imported; history is never replaced") from None
         raise BundleError(f"the bundle could not be stored ({exc.__class__.__name__})") from None
+    except import_slices.ImportTakenOver as exc:
+        _clean_up_refused(slices, written)
+        raise BundleError(f"{exc}; nothing was stored, import it again") from None
     except BaseException:
-        _remove_blobs(written)
+        _clean_up_refused(slices, written)
         raise
     log.info("imported run %s: %s events, %s findings", result.run.run_id, result.events, result.finding_count)
     return result
+
+
+def _one_transaction(slices: import_slices.ImportSlices | None) -> Any:
+    """The import's one transaction, unless it writes in slices (runs.import_slices publishes the run itself)."""
+    return transaction.atomic() if slices is None else nullcontext()
+
+
+def _clean_up_refused(slices: import_slices.ImportSlices | None, written: list[str]) -> None:
+    """After a refusal: the rows written in slices removed (a rolled-back transaction took the others with it), and
+    the blob files this import wrote."""
+    if slices is None:
+        _remove_blobs(written)
+        return
+    try:
+        slices.abandon()
+        import_slices.remove_blob_files_nobody_holds(written)
+    except Exception:  # the original error is what the caller must see; the record stays for the sweep
+        log.exception("could not remove the rows of the refused import of %s; the sweep will", slices.run_id)
 
 
 # SQLite's page cache (n17q_site.settings: 64 MiB per connection) pays off for a run whose pages fit in it; a run of
@@ -301,6 +324,7 @@ LARGE_IMPORT_CACHE_KIB = 16 * 1024
 
 @contextmanager
 def _page_cache_for(lines: int) -> Iterator[None]:
+    # In slices, the writer's own connection gets the smaller cache (_writer_cache_kib); this one writes little.
     if connection.vendor != "sqlite" or lines <= LARGE_IMPORT_LINES:
         yield
         return
@@ -315,34 +339,43 @@ def _page_cache_for(lines: int) -> Iterator[None]:
             cursor.execute(f"PRAGMA cache_size = {before}")
 
 
+def _writer_cache_kib(lines: int) -> int | None:
+    return LARGE_IMPORT_CACHE_KIB if lines > LARGE_IMPORT_LINES else None
+
+
 def _held_blobs(manifest: bundle.Manifest) -> set[str]:
     """The manifest's digests whose bytes the store holds already: this import neither scans nor stores them again
-    (secret_scan.mask_blobs, _store_blobs), so the bundle's copies are not hashed either."""
+    (secret_scan.mask_blobs, _store_blob_files), so the bundle's copies are not hashed either."""
     store = storages["blobs"]
     rows = Blob.objects.filter(digest__in=list(manifest.blobs), bytes_removed_at__isnull=True)
     return {d for d in rows.values_list("digest", flat=True) if store.exists(blob_storage_name(d))}
 
 
-def _store_blobs(blob_paths: dict[str, Path]) -> list[str]:
-    """Write blobs new to the store; return the names written so a rollback can remove them."""
+def _store_blob_files(blob_paths: dict[str, Path], *, announce: Callable[[list[str]], None] | None = None) -> list[str]:
+    """Write the blob files new to the store; return the names written so a refusal can remove them. Their rows
+    come when the run is published (_store_blob_rows). `announce` is told the names before any is written."""
     store = storages["blobs"]
     written: list[str] = []
-    existing = set(Blob.objects.filter(digest__in=list(blob_paths)).values_list("digest", flat=True))
-    new_rows = []
-    for digest, path in sorted(blob_paths.items()):
+    new = {digest: path for digest, path in sorted(blob_paths.items()) if not store.exists(blob_storage_name(digest))}
+    if announce is not None:
+        announce([blob_storage_name(digest) for digest in new])
+    for digest, path in new.items():
         name = blob_storage_name(digest)
-        if digest not in existing:
-            new_rows.append(Blob(digest=digest, size=path.stat().st_size))
-        if store.exists(name):
-            continue
         with open(path, "rb") as fh:
             saved = store.save(name, File(fh, name=name))
         if saved != name:
             store.delete(saved)
             raise BundleError(f"blob store refused {name}")
         written.append(name)
-    Blob.objects.bulk_create(new_rows, ignore_conflicts=True)
     return written
+
+
+def _store_blob_rows(blob_paths: dict[str, Path]) -> None:
+    existing = set(Blob.objects.filter(digest__in=list(blob_paths)).values_list("digest", flat=True))
+    Blob.objects.bulk_create(
+        [Blob(digest=d, size=p.stat().st_size) for d, p in sorted(blob_paths.items()) if d not in existing],
+        ignore_conflicts=True,
+    )
 
 
 def _remove_blobs(names: list[str]) -> None:
@@ -402,6 +435,13 @@ def _verify_edges(run_pk: int, written: int) -> None:
         )
 
 
+def _verify_events(run_pk: int, written: int) -> None:
+    """In slices, before the run is published: every event this import counted is stored under its key."""
+    stored = Event.objects.filter(run_id=run_pk).count()
+    if stored != written:
+        raise IntegrityError(f"event check failed for run {run_pk}: {written} written, {stored} stored")
+
+
 def _write_run(
     run_meta: dict[str, Any],
     manifest: bundle.Manifest,
@@ -413,10 +453,13 @@ def _write_run(
     scan: EventsAhead,
     masks: BundleMasks,
     made_by_replay: int | None = None,
-):
+    blob_paths: dict[str, Path],
+    written: list[str],
+    slices: import_slices.ImportSlices | None = None,
+) -> ImportResult:
     scenario = run_meta.get("scenario") or {}
     parent_ref = run_meta.get("parent_run") or ""
-    run = Run.objects.create(
+    run = Run(
         run_id=run_meta["id"],
         # Cut to its column: the secret scan may have masked part of it (a validated title fits).
         title=bundle.run_title(run_meta)[: Run._meta.get_field("title").max_length],
@@ -438,15 +481,12 @@ def _write_run(
         imported_by=user if getattr(user, "is_authenticated", False) else None,
         made_by_replay=made_by_replay,
     )
-    blob_ids = dict(Blob.objects.filter(digest__in=list(manifest.blobs)).values_list("digest", "id"))
-    RunBlob.objects.bulk_create(
-        [
-            RunBlob(run=run, blob_id=blob_ids[d], media_type=e.media_type, role=e.role, retention=e.retention)
-            for d, e in manifest.blobs.items()
-        ]
-    )
-    # Each blob's retention class as the bundle names it, counted from when the run was recorded (runs/retention.py).
-    blobs_hold({d: e.retention for d, e in manifest.blobs.items()}, recorded_at=run.created_at)
+    if slices is None:
+        # First, as its rows name it (PostgreSQL's COPY checks their keys at once: BackgroundInserts).
+        run.save(force_insert=True)
+    else:
+        # Last (_publish): until then the rows name the key reserved for it, and nothing reads them.
+        run.pk = slices.run_pk
 
     graph = LineageGraph(run_meta)
     events_out = Appender(
@@ -474,7 +514,7 @@ def _write_run(
     tools: set[str] = set()
     destinations: set[str] = set()
     first_at = last_at = None
-    writer = BackgroundInserts()
+    writer = BackgroundInserts(slices)
     edges_written = [0]
 
     def edge(source_pk: int, path: str, target: str) -> tuple[Any, ...] | None:
@@ -574,28 +614,92 @@ def _write_run(
         flush(final=True)
         # Every line passed the check, and the bytes checked are the bytes read here.
         scan.finish(lines=count, sha256=read.hexdigest())
+
+        # What was named before it appeared: resolved now, or kept as a dangling edge (LIN011). The graph held these
+        # references (on disk for a large run), in the order the events came; the attempt is a column, not an edge.
+        edge_rows: list[tuple[Any, ...]] = []
+        for source, path, target in graph.unresolved_references():
+            if path == "attempt":
+                continue
+            source_pk = event_pk[source]
+            edge_rows.append(edge(source_pk, path, target) or (run.pk, source_pk, path[:300], _ref(target), None, None))
+            if len(edge_rows) >= EDGE_BATCH:
+                writer.submit(edges_out, edge_rows)
+                edges_written[0] += len(edge_rows)
+                edge_rows.clear()
+        writer.submit(edges_out, edge_rows)
+        edges_written[0] += len(edge_rows)
+        # The findings go through the writer too: in slices, a batch each (runs.import_slices).
+        finding_count, error_count, first_findings = _write_findings(run, graph, event_pk, writer)
     except BaseException:
         writer.abandon()
         raise
     writer.close()
-
-    # What was named before it appeared: resolved now, or kept as a dangling edge (LIN011). The graph held these
-    # references (on disk for a large run), in the order the events came; the attempt is a column, not an edge.
-    edge_rows: list[tuple[Any, ...]] = []
-    for source, path, target in graph.unresolved_references():
-        if path == "attempt":
-            continue
-        source_pk = event_pk[source]
-        edge_rows.append(edge(source_pk, path, target) or (run.pk, source_pk, path[:300], _ref(target), None, None))
-        if len(edge_rows) >= EDGE_BATCH:
-            edges_out.insert(edge_rows)
-            edges_written[0] += len(edge_rows)
-            edge_rows.clear()
-    edges_out.insert(edge_rows)
-    edges_written[0] += len(edge_rows)
     _verify_edges(run.pk, edges_written[0])
+    if slices is not None:
+        _verify_events(run.pk, count)
 
-    finding_count, error_count, first_findings = _write_findings(run, graph, event_pk)
+    if masks.masked:
+        # The digest of bundle bytes that held a secret would be an oracle for it: kept keyed (runs.secret_scan).
+        run.bundle_digest = secret_scan.keyed(digest.encode("ascii"), secret_scan.digest_key())
+    run.masked_secret_count = len(masks.found)
+    run.event_count = count
+    run.finding_count = finding_count
+    run.unevaluated = graph.unevaluated()
+    run.error_count = error_count
+    run.final_state = last_state
+    run.kind_counts = kind_counts
+    run.first_logical_at = first_at
+    run.last_logical_at = last_at
+    run.tools = "\n".join(sorted(tools))
+    run.destinations = "\n".join(sorted(destinations))
+    masked: list[dict[str, str]] = [
+        {k: m[k] for k in ("place", "event", "path", "rule", "preview") if k in m} for m in masks.found
+    ]
+    result = ImportResult(
+        run=run, events=count, findings=first_findings, masked_secrets=masked, finding_count=finding_count
+    )
+    if slices is None:
+        _publish(result, manifest, masks, event_pk, blob_paths=blob_paths, written=written, user=user, insert=False)
+    else:
+        with slices.publishing():
+            _publish(result, manifest, masks, event_pk, blob_paths=blob_paths, written=written, user=user, insert=True)
+    return result
+
+
+def _publish(
+    result: ImportResult,
+    manifest: bundle.Manifest,
+    masks: BundleMasks,
+    event_pk: _EventKeys,
+    *,
+    blob_paths: dict[str, Path],
+    written: list[str],
+    user: Any,
+    insert: bool,
+) -> None:
+    """The run's row (written, or given its summary), its blobs' rows and what holds them, its masked secrets and
+    the audit record: inside the import's one transaction, or, in slices, the one short transaction that makes the
+    run visible with everything it holds."""
+    run = result.run
+    if insert:
+        # Another import's refusal may have removed a blob file this one found in the store and did not write: it
+        # only removes files no Blob row names, holding the write lock, as this transaction does.
+        written.extend(_store_blob_files(blob_paths))
+    _store_blob_rows(blob_paths)
+    if insert:
+        run.save(force_insert=True)
+    else:
+        run.save(update_fields=RUN_SUMMARY_FIELDS)
+    blob_ids = dict(Blob.objects.filter(digest__in=list(manifest.blobs)).values_list("digest", "id"))
+    RunBlob.objects.bulk_create(
+        [
+            RunBlob(run=run, blob_id=blob_ids[d], media_type=e.media_type, role=e.role, retention=e.retention)
+            for d, e in manifest.blobs.items()
+        ]
+    )
+    # Each blob's retention class as the bundle names it, counted from when the run was recorded (runs/retention.py).
+    blobs_hold({d: e.retention for d, e in manifest.blobs.items()}, recorded_at=run.created_at)
     MaskedSecret.objects.bulk_create(
         [
             MaskedSecret(
@@ -613,42 +717,34 @@ def _write_run(
         ],
         batch_size=1000,
     )
-    if masks.masked:
-        # The digest of bundle bytes that held a secret would be an oracle for it: kept keyed (runs.secret_scan).
-        run.bundle_digest = secret_scan.keyed(digest.encode("ascii"), secret_scan.digest_key())
-    run.masked_secret_count = len(masks.found)
-    run.event_count = count
-    run.finding_count = finding_count
-    run.unevaluated = graph.unevaluated()
-    run.error_count = error_count
-    run.final_state = last_state
-    run.kind_counts = kind_counts
-    run.first_logical_at = first_at
-    run.last_logical_at = last_at
-    run.tools = "\n".join(sorted(tools))
-    run.destinations = "\n".join(sorted(destinations))
-    run.save(
-        update_fields=[
-            "event_count",
-            "kind_counts",
-            "finding_count",
-            "unevaluated",
-            "error_count",
-            "final_state",
-            "first_logical_at",
-            "last_logical_at",
-            "masked_secret_count",
-            "bundle_digest",
-            "tools",
-            "destinations",
-        ]
+    audit_record(
+        actor=user,
+        action="run.import",
+        target=run.run_id,
+        detail={
+            "events": result.events,
+            "findings": result.finding_count,
+            "masked_secrets": len(result.masked_secrets),
+            "bundle_digest": run.bundle_digest,
+        },
     )
-    masked: list[dict[str, str]] = [
-        {k: m[k] for k in ("place", "event", "path", "rule", "preview") if k in m} for m in masks.found
-    ]
-    return ImportResult(
-        run=run, events=count, findings=first_findings, masked_secrets=masked, finding_count=finding_count
-    )
+
+
+# What the import learns of a run as it goes, written when the run's row was written first (one transaction).
+RUN_SUMMARY_FIELDS = [
+    "event_count",
+    "kind_counts",
+    "finding_count",
+    "unevaluated",
+    "error_count",
+    "final_state",
+    "first_logical_at",
+    "last_logical_at",
+    "masked_secret_count",
+    "bundle_digest",
+    "tools",
+    "destinations",
+]
 
 
 class _EventKeys:
@@ -679,7 +775,9 @@ class _EventKeys:
         return pk
 
 
-def _write_findings(run: Run, graph: LineageGraph, event_pk: _EventKeys) -> tuple[int, int, list[dict[str, Any]]]:
+def _write_findings(
+    run: Run, graph: LineageGraph, event_pk: _EventKeys, writer: BackgroundInserts
+) -> tuple[int, int, list[dict[str, Any]]]:
     """Write the run's findings as the checker yields them, FINDING_BATCH rows at a time, never all of them in
     memory at once (a bundle whose every event names something missing has a finding per event). Returns how many
     there are, how many are errors, and the first FINDINGS_IN_ANSWER as the answer shows them."""
@@ -708,7 +806,7 @@ def _write_findings(run: Run, graph: LineageGraph, event_pk: _EventKeys) -> tupl
             )
         )
         if len(rows) >= FINDING_BATCH:
-            out.insert(rows)
+            writer.submit(out, rows)
             rows.clear()
-    out.insert(rows)
+    writer.submit(out, rows)
     return count, errors, first

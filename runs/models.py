@@ -96,6 +96,31 @@ class Run(models.Model):
         raise HistoryIsAppendOnly(f"run {self.run_id} is history and cannot be deleted")
 
 
+class RunImport(models.Model):
+    """An import writing its run in slices, not yet published (runs/import_slices.py; SQLite only).
+
+    The rows it has written so far name `run_key`, the primary key reserved for its run, whose Run row is written
+    last: until then no page, answer or count shows any of them. The record is how a second import of the same run
+    id knows to wait for this one, and how a crashed import's rows are found and removed (its heartbeat goes stale,
+    or its process is gone). Not history: the record is deleted when the run is published or its rows removed.
+    """
+
+    run_id = models.CharField(max_length=200, unique=True)
+    run_key = models.BigIntegerField(unique=True)
+    # "hostname:pid" of the importing process, and a token only that import knows: each of its write transactions
+    # checks the token first, so an import whose record was taken over (presumed crashed) writes nothing more.
+    holder = models.CharField(max_length=300)
+    token = models.CharField(max_length=64)
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    # The blob files the import writes to the store (their storage names), recorded before it writes them: removed
+    # with its rows, unless a Blob row names them by then (another run or a recording holds the same bytes).
+    blob_files = models.JSONField(default=list)
+
+    def __str__(self) -> str:
+        return f"import of {self.run_id} by {self.holder}"
+
+
 # Distinct values kept per searched field of a run (Run.tools, Run.destinations), each cut to SEARCH_VALUE_CHARS: a run
 # with more than that is found by its first ones, and the import's memory and the row stay bounded.
 SEARCH_VALUES_MAX = 200

@@ -1,7 +1,9 @@
 """Issue 20, point 2: on SQLite, a long import never turns the console's other writes into 500s.
 
-A real import runs on a thread of its own against the test database file and is held inside its transaction (the
-write lock taken) while, each on a thread and connection of its own, a reviewer approves a staged recording, a
+A real import in one transaction (as a file of several runs is still imported: runs.import_formats; a bundle on
+SQLite is written in slices since issue 31, which tests/runs/test_import_slices.py shows the writers getting through)
+runs on a thread of its own against the test database file and is held inside its transaction (the write lock
+taken) while, each on a thread and connection of its own, a reviewer approves a staged recording, a
 harness posts a capture and a person signs in. Their busy timeout is cut to a fraction of a second so the test does
 not wait out the production 20 s. Each answer is a success or a refusal it would give anyway, or a 503 with
 Retry-After: never a 500. After the import commits, the same writes go through.
@@ -54,7 +56,7 @@ def _in_thread(fn, out: dict, name: str) -> threading.Thread:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="the embedded database's write lock")
 def test_writes_behind_a_long_import_answer_503_with_retry_after_never_500(
-    role_user, monkeypatch, tmp_path, reviewed_connections
+    role_user, monkeypatch, tmp_path, reviewed_connections, settings
 ):
     from fixtures_review.scenarios import scenario_import
     from n17q_demo import seed_scenarios as seeds
@@ -82,6 +84,7 @@ def test_writes_behind_a_long_import_answer_503_with_retry_after_never_500(
         return real_write_findings(*args, **kwargs)
 
     monkeypatch.setattr(importer, "_write_findings", held)
+    settings.N17Q_IMPORT_SLICES = False  # the import's one transaction holds the lock throughout
     results: dict = {}
     folder = bundles.write_folder(tmp_path / "b", *bundles.example_parts())
     importing = _in_thread(lambda: importer.run_import_from_path(folder), results, "import")
