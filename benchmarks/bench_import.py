@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -74,8 +76,10 @@ class Postgres:
         self._execute(f'DROP DATABASE IF EXISTS "{SCRATCH_DB}" WITH (FORCE)')
 
 
-def measure(folder: Path, *, backend: str, pg: Postgres | None, work: Path, debug: bool = False) -> dict[str, Any]:
-    """One import into an empty, migrated database, in a fresh process (production settings unless `debug`)."""
+@contextmanager
+def fresh_database(backend: str, pg: Postgres | None, work: Path) -> Iterator[tuple[Path, str | None]]:
+    """An empty, migrated database (SQLite in a new data folder, or the scratch PostgreSQL database made afresh):
+    its data folder and its URL (None: SQLite), the folder removed afterwards."""
     data_dir = Path(tempfile.mkdtemp(prefix=f"data-{backend}-", dir=work))
     try:
         url = None
@@ -84,14 +88,20 @@ def measure(folder: Path, *, backend: str, pg: Postgres | None, work: Path, debu
             pg.fresh()
             url = pg.url
         run_child(["migrate"], data_dir=data_dir, database_url=url)
+        yield data_dir, url
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def measure(folder: Path, *, backend: str, pg: Postgres | None, work: Path, debug: bool = False) -> dict[str, Any]:
+    """One import into an empty, migrated database, in a fresh process (production settings unless `debug`)."""
+    with fresh_database(backend, pg, work) as (data_dir, url):
         result = run_child(["import", str(folder)], data_dir=data_dir, database_url=url, debug=debug)
         result["debug"] = debug
         sqlite_file = data_dir / "n17q.sqlite3"
         if sqlite_file.exists():
             result["database_file_mb"] = sum(p.stat().st_size for p in data_dir.glob("n17q.sqlite3*")) / (1024 * 1024)
         return result
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _summary(runs: list[dict[str, Any]], n: int) -> dict[str, Any]:

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import compileall
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from . import synth
-from .bench_import import Postgres, postgres_admin_url
-from .common import REPO, Config, child_env, median, row, run_child
+from .bench_import import Postgres, fresh_database, postgres_admin_url
+from .common import REPO, Config, child_env, median, row
 
 NAME = "import_ratio"
 IMPORT_RATIO_BUDGET = 8.0
@@ -86,14 +84,7 @@ def _command_s(args: list[str], *, data_dir: Path, database_url: str | None) -> 
 
 def measure(folder: Path, *, backend: str, pg: Postgres | None, work: Path, lineage_repeat: int) -> dict[str, Any]:
     """One import through the command into an empty database, then the lineage command on it `lineage_repeat` times."""
-    data_dir = Path(tempfile.mkdtemp(prefix=f"ratio-{backend}-", dir=work))
-    try:
-        url = None
-        if backend == "postgresql":
-            assert pg is not None
-            pg.fresh()
-            url = pg.url
-        run_child(["migrate"], data_dir=data_dir, database_url=url)
+    with fresh_database(backend, pg, work) as (data_dir, url):
         import_s, answer = _command_s(["import_run", str(folder)], data_dir=data_dir, database_url=url)
         lineage = [
             _command_s(["lineage", answer["run"]], data_dir=data_dir, database_url=url) for _ in range(lineage_repeat)
@@ -101,8 +92,6 @@ def measure(folder: Path, *, backend: str, pg: Postgres | None, work: Path, line
         if any(result["findings"] != answer["findings"] for _, result in lineage):
             raise AssertionError("the lineage command and the import disagree on the run's findings")
         return {"import_s": import_s, "events": answer["events"], "lineage_s": [s for s, _ in lineage]}
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def run(config: Config) -> dict[str, Any]:

@@ -604,45 +604,9 @@ def test_an_import_whose_heartbeat_went_stale_is_taken_over_and_refused_when_it_
 # ---------------------------------------------------------------- two imports of one run id
 
 
-def test_two_imports_of_one_run_at_once_exactly_one_wins_and_the_other_is_told_already_imported(
-    tmp_path, monkeypatch, small_slices
-):
-    """The second waits while the first writes (it would wait on PostgreSQL's unique index the same way), then is
-    told plainly. The first is held until the second is seen waiting for it."""
-    folder = _synth(tmp_path, 2000)
-    second_waits, go_on = threading.Event(), threading.Event()
-
-    def sleep(seconds: float) -> None:
-        if seconds == import_slices.WAIT_POLL_S:
-            second_waits.set()
-        time.sleep(seconds)
-
-    monkeypatch.setattr(import_slices, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
-    real_publishing = import_slices.ImportSlices.publishing
-
-    def publishing(self):
-        go_on.wait(DEADLINE_S)
-        return real_publishing(self)
-
-    monkeypatch.setattr(import_slices.ImportSlices, "publishing", publishing)
-    results: dict[str, Any] = {}
-    first = _in_thread(lambda: run_import_from_path(folder), results, "first")
-    _wait(lambda: RunImport.objects.exists(), "the first import's record")
-    second = _in_thread(lambda: run_import_from_path(folder), results, "second")
-    try:
-        assert second_waits.wait(DEADLINE_S)
-    finally:
-        go_on.set()
-        first.join(DEADLINE_S)
-        second.join(DEADLINE_S)
-    assert isinstance(results["first"], importer.ImportResult), results["first"]
-    assert isinstance(results["second"], BundleError), results["second"]
-    assert "already imported" in str(results["second"])
-    assert Run.objects.filter(run_id="bench-run-2000").count() == 1
-    assert Event.objects.count() == 2000 and RunImport.objects.count() == 0
-
-
-def test_an_import_waiting_for_a_refused_one_imports_the_run(tmp_path, monkeypatch, small_slices):
+def _two_imports_of_one_run(tmp_path: Path, monkeypatch, *, first_fails: bool) -> dict[str, Any]:
+    """Two imports of one bundle at once: the first is held before it publishes until the second is seen waiting for
+    its record, then publishes (or fails, `first_fails`). Their results, by "first" and "second"."""
     folder = _synth(tmp_path, 2000)
     second_waits, go_on = threading.Event(), threading.Event()
 
@@ -659,7 +623,8 @@ def test_an_import_waiting_for_a_refused_one_imports_the_run(tmp_path, monkeypat
         calls[0] += 1
         if calls[0] == 1:
             go_on.wait(DEADLINE_S)
-            raise RuntimeError("injected: the first import fails")
+            if first_fails:
+                raise RuntimeError("injected: the first import fails")
         return real_publishing(self)
 
     monkeypatch.setattr(import_slices.ImportSlices, "publishing", publishing)
@@ -673,12 +638,27 @@ def test_an_import_waiting_for_a_refused_one_imports_the_run(tmp_path, monkeypat
         go_on.set()
         first.join(DEADLINE_S)
         second.join(DEADLINE_S)
+    return results
+
+
+def test_two_imports_of_one_run_at_once_exactly_one_wins_and_the_other_is_told_already_imported(
+    tmp_path, monkeypatch, small_slices
+):
+    """The second waits while the first writes (it would wait on PostgreSQL's unique index the same way), then is
+    told plainly. The first is held until the second is seen waiting for it."""
+    results = _two_imports_of_one_run(tmp_path, monkeypatch, first_fails=False)
+    assert isinstance(results["first"], importer.ImportResult), results["first"]
+    assert isinstance(results["second"], BundleError), results["second"]
+    assert "already imported" in str(results["second"])
+    assert Run.objects.filter(run_id="bench-run-2000").count() == 1
+    assert Event.objects.count() == 2000 and RunImport.objects.count() == 0
+
+
+def test_an_import_waiting_for_a_refused_one_imports_the_run(tmp_path, monkeypatch, small_slices):
+    results = _two_imports_of_one_run(tmp_path, monkeypatch, first_fails=True)
     assert isinstance(results["first"], RuntimeError), results["first"]
     assert isinstance(results["second"], importer.ImportResult), results["second"]
     assert Event.objects.count() == 2000 == Run.objects.get(run_id="bench-run-2000").event_count
-
-
-# ---------------------------------------------------------------- the parts
 
 
 def test_reserved_keys_are_never_given_to_another_insert(settings, tmp_path):
