@@ -527,17 +527,18 @@ class EventRecord(NamedTuple):
     wall: datetime
 
 
-def iter_event_records(stream: BinaryIO, *, file: str = "events.jsonl") -> Iterator[EventRecord]:
+def iter_event_records(stream: BinaryIO, *, file: str = "events.jsonl", digest: Any = None) -> Iterator[EventRecord]:
     """Yield each validated event of a byte stream with its text and parsed times.
 
     Keeping the text saves serializing every event a second time, and the times are parsed once.
-    Memory stays bounded by one line plus a set of ids, whatever the file's size.
+    Memory stays bounded by one line plus a set of ids, whatever the file's size. `digest` (a hashlib object) is fed
+    every byte read.
     """
     last_seq: int | None = None
     seen: set[str] = set()
     objects: dict[str, str] = {}
     line_no = 0
-    for raw in iter_lines(stream):
+    for raw in iter_lines(stream, digest=digest):
         line_no += 1
         if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
             raise BundleError(f"line longer than {MAX_LINE_BYTES} bytes", file=file, line=line_no)

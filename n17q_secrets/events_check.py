@@ -84,19 +84,31 @@ def scan_text_lines(text: str) -> dict[int, dict[str, str]]:
     return flagged
 
 
-def check_events(path: Path, emit: Callable[[Message], None], stopping: Callable[[], bool] = lambda: False) -> None:
+def check_events(
+    path: Path,
+    emit: Callable[[Message], None],
+    stopping: Callable[[], bool] = lambda: False,
+    *,
+    validate: bool = True,
+) -> None:
     """Validate and scan `path`, emitting the messages above. Two reads of the file, in step: the scan's chunks and
-    the bundle reader, which is advanced to the last line of each chunk before the chunk is reported."""
+    the bundle reader, which is advanced to the last line of each chunk before the chunk is reported.
+
+    `validate=False`: the scan alone, for an importer that validates each line itself as it reads it (in the same
+    process, where validating here would only make it wait: one interpreter runs one of them at a time, while RE2
+    matches with the interpreter's lock let go)."""
     digest = hashlib.sha256()
     through = 0
     try:
         with open(path, "rb") as scan_stream, open(path, "rb") as read_stream:
-            records = bundle.iter_event_records(read_stream)
+            records = bundle.iter_event_records(read_stream) if validate else iter(())
             for first, text in text_chunks(scan_stream, digest=digest):
                 if stopping():
                     return
                 flagged = scan_text_lines(text)
                 last = first + text.count("\n")
+                if not validate:
+                    through = last
                 while through < last:
                     record = next(records, None)
                     if record is None:

@@ -259,7 +259,7 @@ def _import_root(
             blob_paths, manifest = secret_scan.mask_blobs(
                 blob_paths, manifest, Path(workdir), masks, prescanned=prescanned
             )
-            if import_slices.wanted():
+            if import_slices.wanted(lines):
                 # SQLite: the run is written in slices and published last, so that other writes never wait long
                 # behind the import (runs.import_slices). A second import of this run waits here for this one.
                 slices = import_slices.claim(run_meta["id"], cache_kib=_writer_cache_kib(lines))
@@ -402,9 +402,14 @@ def _int32(value: Any) -> int | None:
 
 
 def _events(events_path: Path, checked: EventsAhead, digest: Any) -> Iterator[tuple[bundle.EventRecord, Any]]:
-    """Each record once the check ahead has passed its line, with the values the scan found in it."""
+    """Each record once the check ahead has passed its line, with the values the scan found in it; validated here when
+    the check only scans (a small file's, in a thread)."""
     with open(events_path, "rb") as fh:
-        yield from bundle.iter_checked_records(fh, checked.values_for, digest=digest)
+        if checked.validates:
+            yield from bundle.iter_checked_records(fh, checked.values_for, digest=digest)
+            return
+        for record in bundle.iter_event_records(fh, digest=digest):
+            yield record, checked.values_for(record.line)
 
 
 def _verify_edges(run_pk: int, written: int) -> None:

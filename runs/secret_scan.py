@@ -218,8 +218,10 @@ def _mask_blob_bytes(raw: bytes, media_type: str, found: list[dict[str, str]]) -
 
 
 class EventsAhead:
-    """events.jsonl checked ahead of the importer: every line validated and scanned (`n17q_secrets.events_check`), in
-    a thread of its own for a small file and in a process of its own (another core) for a large one (issue 31).
+    """events.jsonl checked ahead of the importer (`n17q_secrets.events_check`, issue 31): for a large file every line
+    validated and scanned in a process of its own (another core), the importer reading lines it need not validate
+    again (`validates`); for a small file scanned in a thread (RE2 lets the interpreter's lock go while it matches),
+    the importer validating each line as it reads it, as before.
 
     `values_for(line)` waits until that line has passed the check and gives the values the scan found in it
     (`{value: rule}`), or None; for a line the check refused it raises the check's BundleError. `finish(...)` waits
@@ -244,6 +246,11 @@ class EventsAhead:
 
     @property
     def in_child_process(self) -> bool:
+        return not self._in_process
+
+    @property
+    def validates(self) -> bool:
+        """Whether this check validates every line (the importer then reads them unchecked), or only scans them."""
         return not self._in_process
 
     def __enter__(self) -> EventsAhead:
@@ -322,7 +329,7 @@ class EventsAhead:
     def _run(self) -> None:
         try:
             if self._child is None:
-                events_check.check_events(self._path, self._receive, lambda: self._stopping)
+                events_check.check_events(self._path, self._receive, lambda: self._stopping, validate=False)
             else:
                 assert self._child.stdout is not None and self._child.stderr is not None
                 for raw in self._child.stdout:

@@ -50,6 +50,23 @@ DEADLINE_S = 120
 PASSWORD = "a-long-test-password"
 
 
+@pytest.fixture(autouse=True)
+def slices_from_any_size(monkeypatch):
+    """The bundles here are small, to keep the tests cheap: sliced whatever their size, as a large one is."""
+    monkeypatch.setattr(import_slices, "SLICES_FROM_LINES", 0)
+
+
+def test_a_small_bundle_is_imported_in_one_transaction(tmp_path, monkeypatch):
+    monkeypatch.setattr(import_slices, "SLICES_FROM_LINES", 5_000)
+    claimed = []
+    real_claim = import_slices.claim
+    monkeypatch.setattr(import_slices, "claim", lambda *a, **k: claimed.append(a) or real_claim(*a, **k))
+    run_import_from_path(_synth(tmp_path, 4_999))
+    assert claimed == [] and Run.objects.get(run_id="bench-run-4999").event_count == 4_999
+    run_import_from_path(_synth(tmp_path, 5_000))
+    assert [a[0] for a in claimed] == ["bench-run-5000"]
+
+
 @pytest.fixture
 def small_slices(monkeypatch):
     """Many slices from a bundle of a few thousand events: what a large run does, at a test's cost."""
@@ -493,8 +510,9 @@ import sys, time
 import django
 django.setup()
 from n17q_engine.lineage import LineageGraph
-from runs import importer
+from runs import import_slices, importer
 importer.EVENT_BATCH = 100
+import_slices.SLICES_FROM_LINES = 0
 real = LineageGraph.add
 seen = [0]
 def add(self, event, **kwargs):
