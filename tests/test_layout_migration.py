@@ -12,6 +12,8 @@ from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.utils import DatabaseError
 
+from tests.migrations_at import migrate_to
+
 # The latest migration of each app before the move (contenttypes and auth are named so that the historical
 # models are their latest; nothing of theirs follows, so they are not rolled back).
 APPLIED_BEFORE_THE_MOVE: list[tuple[str, str]] = [
@@ -22,12 +24,6 @@ APPLIED_BEFORE_THE_MOVE: list[tuple[str, str]] = [
 ]
 BEFORE_THE_MOVE: list[tuple[str, str | None]] = [*APPLIED_BEFORE_THE_MOVE, ("accounts", None), ("replays", None)]
 T0 = datetime(2026, 6, 10, 14, 0, tzinfo=UTC)
-
-
-def _migrate(targets: list[tuple[str, str | None]] | None = None) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets or executor.loader.graph.leaf_nodes())
 
 
 def _write_before_the_move() -> dict[str, int]:
@@ -62,11 +58,11 @@ def _write_before_the_move() -> dict[str, int]:
 
 @pytest.mark.django_db(transaction=True)
 def test_rows_written_before_the_move_read_the_same_after_it() -> None:
-    _migrate(BEFORE_THE_MOVE)
+    migrate_to(BEFORE_THE_MOVE)
     try:
         ids = _write_before_the_move()
     finally:
-        _migrate()
+        migrate_to()
 
     from django.contrib.auth.models import Permission
 

@@ -23,6 +23,7 @@ from otlp_receiver import services, wire
 from otlp_receiver.models import ReceivedTrace, TraceChunk
 from runs.models import Event, Run, RunBlob
 from runs.source_span import source_span_of
+from tests.migrations_at import migrate_to
 
 from .conftest import agent_turn, export
 from .test_sweep import more_spans, receive
@@ -174,19 +175,11 @@ def test_every_span_posted_is_still_shown_by_its_run_once_the_chunks_are_gone(
 MIGRATED_BEFORE = [("otlp_receiver", "0003_chunk_trace_index_once")]
 
 
-def _migrate(targets: list[tuple[str, str]] | None = None) -> None:
-    from django.db.migrations.executor import MigrationExecutor
-
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets or executor.loader.graph.leaf_nodes())
-
-
 @pytest.mark.django_db(transaction=True)
 def test_the_chunks_of_traces_finalized_before_are_removed_by_the_migration_and_no_others():
     from django.db.migrations.executor import MigrationExecutor
 
-    _migrate(MIGRATED_BEFORE)
+    migrate_to(MIGRATED_BEFORE)
     try:
         apps = MigrationExecutor(connection).loader.project_state(MIGRATED_BEFORE).apps
         trace_model = apps.get_model("otlp_receiver", "ReceivedTrace")
@@ -218,7 +211,7 @@ def test_the_chunks_of_traces_finalized_before_are_removed_by_the_migration_and_
             for late in (False, True):
                 chunk_model.objects.create(trace=trace, received_at=now, span_count=1, late=late, data=b"x")
     finally:
-        _migrate()
+        migrate_to()
     left = set(TraceChunk.objects.values_list("trace__trace_id", "late"))
     gone = (f"{0:032x}", False)  # the finalized trace's chunk the run was made from
     assert len(left) == 7 and gone not in left

@@ -10,19 +10,14 @@ from django.db.migrations.executor import MigrationExecutor
 
 from runs.models import Run
 from tests import bundles
+from tests.migrations_at import migrate_to
 
 BEFORE = [("runs", "0015_blob_retention")]
 
 
-def _migrate(targets: list[tuple[str, str]] | None = None) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets or executor.loader.graph.leaf_nodes())
-
-
 @pytest.mark.django_db(transaction=True)
 def test_it_lists_lin015_as_not_evaluated_for_runs_imported_before_it(tmp_path):
-    _migrate(BEFORE)
+    migrate_to(BEFORE)
     try:
         apps = MigrationExecutor(connection).loader.project_state(BEFORE).apps
         run_model = apps.get_model("runs", "Run")
@@ -50,7 +45,7 @@ def test_it_lists_lin015_as_not_evaluated_for_runs_imported_before_it(tmp_path):
             **common,
         )
     finally:
-        _migrate()
+        migrate_to()
     then = Run.objects.get(run_id="run-then").unevaluated
     assert [e["code"] for e in then] == ["LIN002", "LIN015"]
     assert "imported before this check existed" in then[1]["reason"] and "lineage" in then[1]["reason"]

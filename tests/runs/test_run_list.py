@@ -22,6 +22,7 @@ from replays import services as replays
 from runs.importer import run_import_from_path
 from runs.models import Run
 from tests import bundles
+from tests.migrations_at import migrate_to
 
 pytestmark = pytest.mark.django_db
 
@@ -320,15 +321,9 @@ def test_it_keeps_the_run_list_query_count_flat(viewer_client, tmp_path):
 BEFORE = [("runs", "0012_run_made_by_replay")]
 
 
-def _migrate(targets: list[tuple[str, str]] | None = None) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets or executor.loader.graph.leaf_nodes())
-
-
 @pytest.mark.django_db(transaction=True)
 def test_it_fills_the_title_tools_and_destinations_of_runs_imported_before_them():
-    _migrate(BEFORE)
+    migrate_to(BEFORE)
     try:
         apps = MigrationExecutor(connection).loader.project_state(BEFORE).apps
         run_model, event_model = apps.get_model("runs", "Run"), apps.get_model("runs", "Event")
@@ -359,7 +354,7 @@ def test_it_fills_the_title_tools_and_destinations_of_runs_imported_before_them(
                     run=run, seq=seq, event_id=f"e{seq}", kind=kind, logical_at=at, wall_at=at, body=body
                 )
     finally:
-        _migrate()
+        migrate_to()
     then = Run.objects.get(run_id="run-then")
     assert (then.title, then.tools, then.destinations) == (
         "Imported before titles",
