@@ -248,8 +248,8 @@ def _import_root(
     slices: import_slices.ImportSlices | None = None
     try:
         # The secret scan (runs.secret_scan) comes before anything is stored: the manifest's run and every blob
-        # here; every event is validated and scanned ahead of the event loop, which waits on it when it catches up
-        # (in a thread, or for a large file in a process of its own: EventsAhead).
+        # here; every event is scanned ahead of the event loop, which waits on it when it catches up (in a thread; for a
+        # large file in a process of its own, which validates every line too: EventsAhead).
         with (
             tempfile.TemporaryDirectory(prefix="n17q-masked-") as workdir,
             EventsAhead(events_path) as scan,
