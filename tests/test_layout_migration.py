@@ -9,10 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 from django.db import connection, transaction
-from django.db.migrations.executor import MigrationExecutor
 from django.db.utils import DatabaseError
 
-from tests.migrations_at import migrate_to
+from tests.migrations_at import apps_at, migrate_to
 
 # The latest migration of each app before the move (contenttypes and auth are named so that the historical
 # models are their latest; nothing of theirs follows, so they are not rolled back).
@@ -27,7 +26,7 @@ T0 = datetime(2026, 6, 10, 14, 0, tzinfo=UTC)
 
 
 def _write_before_the_move() -> dict[str, int]:
-    apps = MigrationExecutor(connection).loader.project_state(APPLIED_BEFORE_THE_MOVE).apps
+    apps = apps_at(APPLIED_BEFORE_THE_MOVE)
     user = apps.get_model("auth", "User").objects.create(username="moved-owner")
     token = apps.get_model("runs", "HarnessToken").objects.create(
         name="ci harness", user=user, key_digest="d" * 64, prefix="n17q_abc", scopes=["runs:import"]

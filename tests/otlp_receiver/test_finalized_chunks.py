@@ -23,7 +23,7 @@ from otlp_receiver import services, wire
 from otlp_receiver.models import ReceivedTrace, TraceChunk
 from runs.models import Event, Run, RunBlob
 from runs.source_span import source_span_of
-from tests.migrations_at import migrate_to
+from tests.migrations_at import apps_at, migrate_to
 
 from .conftest import agent_turn, export
 from .test_sweep import more_spans, receive
@@ -177,11 +177,9 @@ MIGRATED_BEFORE = [("otlp_receiver", "0003_chunk_trace_index_once")]
 
 @pytest.mark.django_db(transaction=True)
 def test_the_chunks_of_traces_finalized_before_are_removed_by_the_migration_and_no_others():
-    from django.db.migrations.executor import MigrationExecutor
-
     migrate_to(MIGRATED_BEFORE)
     try:
-        apps = MigrationExecutor(connection).loader.project_state(MIGRATED_BEFORE).apps
+        apps = apps_at(MIGRATED_BEFORE)
         trace_model = apps.get_model("otlp_receiver", "ReceivedTrace")
         chunk_model = apps.get_model("otlp_receiver", "TraceChunk")
         # The runs app is not migrated back: its tables are today's.

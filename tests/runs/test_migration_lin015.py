@@ -5,12 +5,10 @@ at import and carries no such entry."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from runs.models import Run
 from tests import bundles
-from tests.migrations_at import migrate_to
+from tests.migrations_at import apps_at, migrate_to
 
 BEFORE = [("runs", "0015_blob_retention")]
 
@@ -19,7 +17,7 @@ BEFORE = [("runs", "0015_blob_retention")]
 def test_it_lists_lin015_as_not_evaluated_for_runs_imported_before_it(tmp_path):
     migrate_to(BEFORE)
     try:
-        apps = MigrationExecutor(connection).loader.project_state(BEFORE).apps
+        apps = apps_at(BEFORE)
         run_model = apps.get_model("runs", "Run")
         common = {
             "task_id": "t",

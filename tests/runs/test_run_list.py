@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 from django.utils.html import escape
 
@@ -22,7 +21,7 @@ from replays import services as replays
 from runs.importer import run_import_from_path
 from runs.models import Run
 from tests import bundles
-from tests.migrations_at import migrate_to
+from tests.migrations_at import apps_at, migrate_to
 
 pytestmark = pytest.mark.django_db
 
@@ -325,7 +324,7 @@ BEFORE = [("runs", "0012_run_made_by_replay")]
 def test_it_fills_the_title_tools_and_destinations_of_runs_imported_before_them():
     migrate_to(BEFORE)
     try:
-        apps = MigrationExecutor(connection).loader.project_state(BEFORE).apps
+        apps = apps_at(BEFORE)
         run_model, event_model = apps.get_model("runs", "Run"), apps.get_model("runs", "Event")
         at = "2026-07-01T09:00:00+00:00"
         for run_id, title in (("run-then", "  Imported before titles  "), ("run-then-bad", "two\nlines")):
