@@ -29,6 +29,7 @@ import ahocorasick
 import re2
 
 from .reference import compile_rule, decode, iter_spans, reference_rules, shannon_entropy, utf8
+from .reference.nosey_parker import nosey_parker_rules
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
@@ -58,8 +59,9 @@ class Rule:
 
     name: str
     find_bytes: Callable[[bytes], Iterator[str]]
-    source: str  # "detect-secrets" | "n17q"
+    source: str  # "noseyparker" | "detect-secrets" | "n17q"
     hints: tuple[str, ...] = ()
+    gate: str = ""  # an RE2 pattern every text the rule finds something in matches (`Prefilter`)
 
     def find(self, text: str) -> Iterator[str]:
         return self.find_bytes(utf8(text))
@@ -311,14 +313,28 @@ def detect_secrets_alone() -> tuple[Rule, ...]:
     )
 
 
+def nosey_parker() -> tuple[Rule, ...]:
+    """The second reference rule set, Nosey Parker's (`reference.nosey_parker`): each rule gated by its own pattern
+    in the prefilter's pass, and, where the prefilter cannot answer, by the literals its pattern requires (none: it
+    runs on every text)."""
+    np_rules = nosey_parker_rules()
+    if np_rules.not_compiled:  # pragma: no cover - a refreshed rule RE2 cannot run must be noticed, not skipped
+        raise RuntimeError(f"Nosey Parker rules not compiled: {np_rules.not_compiled}")
+    return tuple(Rule(r.slug, r.find_bytes, "noseyparker", r.literals, r.re2_pattern) for r in np_rules.rules)
+
+
 def rules() -> tuple[Rule, ...]:
-    """The rules intake runs besides the reference's: detect-secrets' (on RE2), the keyword rule, the project's."""
+    """The rules intake runs besides gitleaks': Nosey Parker's (the second reference, first so that a value both
+    name is named by a reference rule), detect-secrets' (on RE2), the keyword rule, the project's."""
     global _RULES
     if _RULES is None:
         keyword = Rule("keyword", _re2_finder(KEYWORD_PATTERNS, _first_group), "detect-secrets")
         own = tuple(Rule(name, find, "n17q") for name, find in N17Q_RULES)
         found = (*_detect_secrets_rules(), keyword, *own)
-        _RULES = tuple(Rule(r.name, r.find_bytes, r.source, HINTS.get(r.name, ())) for r in found)
+        _RULES = (
+            *nosey_parker(),
+            *(Rule(r.name, r.find_bytes, r.source, HINTS.get(r.name, ())) for r in found),
+        )
     return _RULES
 
 
@@ -376,7 +392,7 @@ def scan_text(text: str) -> list[tuple[str, str]]:
     """
     data = utf8(text)
     found: dict[str, str] = {}
-    _scan_into(found, text, data, _prefilter().present(data))
+    _scan_into(found, text, data, _prefilter().matches(data))
     return [(rule, value) for value, rule in found.items()]
 
 
@@ -393,7 +409,7 @@ def scan_lines(text: str, *, piece_chars: int = 1024) -> list[tuple[str, str]]:
         stop = text.find("\n", start + piece_chars)
         stop = end if stop == -1 else stop
         piece = text[start:stop]
-        groups.setdefault(prefilter.present(utf8(piece)), []).append(piece)
+        groups.setdefault(prefilter.matches(utf8(piece)), []).append(piece)
         start = stop + 1
     found: dict[str, str] = {}
     for present, pieces in groups.items():
@@ -411,7 +427,10 @@ def _scan_into(found: dict[str, str], text: str, data: bytes, present: frozenset
         if len(value) >= _MIN_SECRET and value not in found and not _is_placeholder(value, by_entropy=False):
             found[value] = hit.rule
     for rule in rules():
-        if rule.hints:
+        if rule.gate and present is not None:
+            if Prefilter.GATE + rule.name not in present:
+                continue
+        elif rule.hints:
             held = (h in present for h in rule.hints) if present is not None else (h in lowered for h in rule.hints)
             if not any(held):
                 continue
@@ -423,29 +442,43 @@ def _scan_into(found: dict[str, str], text: str, data: bytes, present: frozenset
 class Prefilter:
     """Which of the reference's keywords and our rules' hints a text holds, in one pass of RE2's set matcher (a DFA
     over every literal at once, case-insensitive), an order of magnitude faster than a pass of the Aho-Corasick
-    automaton over the lower-cased text.
+    automaton over the lower-cased text. In the same pass, which rules' `gate` patterns (Nosey Parker's whole
+    patterns) match anywhere in it: a rule whose gate does not match cannot find anything, and most texts match
+    none, so one pass of the set replaces a pass of each of those rules (tens of them on a body holding `token`).
 
     RE2's set matcher reports nothing when its DFA runs out of memory, which would read as "no keyword here": a
     sentinel appended to every text must be found, or `present` answers None and the caller falls back to the
-    automaton. Fail closed, never a silent miss."""
+    automaton and the hints. Fail closed, never a silent miss."""
 
     _SENTINEL = b"\x00n17q-prefilter-sentinel\x00"
+    GATE = "\x00gate:"  # what a gate's name is prefixed with in `present`'s answer: never a literal's text
 
-    def __init__(self, literals: list[str]) -> None:
+    def __init__(self, literals: list[str], gates: dict[str, str] | None = None) -> None:
         options = re2.Options()
-        options.max_mem = 64 << 20
+        options.max_mem = 256 << 20  # the gates' DFA is larger than the literals'; past this, the fallback
         self._set = re2.Set.SearchSet(options)
         self._literals = sorted(set(literals))
+        self._names = list(self._literals)
         for literal in self._literals:
             self._set.Add(b"(?i)" + re.escape(literal).encode("utf-8"))
+        for name, pattern in (gates or {}).items():
+            self._set.Add(pattern.encode("utf-8"))
+            self._names.append(self.GATE + name)
         self._sentinel = self._set.Add(re.escape(self._SENTINEL.decode("ascii")).encode("ascii"))
         self._set.Compile()
 
-    def present(self, data: bytes) -> frozenset[str] | None:
+    def matches(self, data: bytes) -> frozenset[str] | None:
+        """The literals `data` holds and `GATE + name` for each gate that matches in it; None when RE2 could not
+        tell."""
         matched = self._set.Match(data + self._SENTINEL)
         if self._sentinel not in matched:
             return None
-        return frozenset(self._literals[i] for i in matched if i != self._sentinel)
+        return frozenset(self._names[i] for i in matched if i != self._sentinel)
+
+    def present(self, data: bytes) -> frozenset[str] | None:
+        """The literals `data` holds (None when RE2 could not tell)."""
+        found = self.matches(data)
+        return None if found is None else frozenset(f for f in found if not f.startswith(self.GATE))
 
 
 _PREFILTER: Prefilter | None = None
@@ -455,7 +488,7 @@ def _prefilter() -> Prefilter:
     global _PREFILTER
     if _PREFILTER is None:
         literals = list(reference_rules().keywords) + [h for rule in rules() for h in rule.hints]
-        _PREFILTER = Prefilter(literals)
+        _PREFILTER = Prefilter(literals, {rule.name: rule.gate for rule in rules() if rule.gate})
     return _PREFILTER
 
 
@@ -463,7 +496,8 @@ _PLACEHOLDER = re.compile(r"^(?:\[redacted\]|\[masked:[a-z0-9-]+\]|\*+|x+|X+|<[^
 
 
 def _is_placeholder(value: str, *, by_entropy: bool = True) -> bool:
-    # For our own and detect-secrets' rules, also a value that is one character repeated after a short prefix
+    # For our own, Nosey Parker's (which has no entropy floor or allowlist of its own: `ghp_xxxx…` is a match) and
+    # detect-secrets' rules, also a value that is one character repeated after a short prefix
     # (`AIzaaaaa…`, `rdme_XXXX…`, `glc_1111…`): a documentation placeholder, far below the entropy of any
     # credential (a random 16 letters: about 3.8 bits). The reference's rules carry entropy floors of their own.
     return bool(_PLACEHOLDER.match(value)) or (by_entropy and len(value) >= 8 and shannon_entropy(value) < 1.5)
