@@ -279,6 +279,16 @@ def _literals(items: list[Any]) -> Literals:
     return None, best, prefix
 
 
+def _union_of_all(sets: list[set[str] | None]) -> set[str] | None:
+    """The union when every branch has its set, else None (a branch with none: no string every match holds)."""
+    out: set[str] = set()
+    for one in sets:
+        if not one:
+            return None
+        out |= one
+    return out
+
+
 def _item(op: str, av: Any) -> Literals:
     if op == "LITERAL":
         return {chr(av).lower()}, {chr(av).lower()}, {chr(av).lower()}
@@ -301,10 +311,7 @@ def _item(op: str, av: Any) -> Literals:
         exacts = [b[0] for b in branches]
         requireds = [b[0] if b[0] is not None and "" not in b[0] else b[1] for b in branches]
         prefixes = [b[0] if b[0] is not None and "" not in b[0] else b[2] for b in branches]
-        exact_all = set().union(*exacts) if all(e is not None for e in exacts) else None  # type: ignore[misc]
-        required_all = set().union(*requireds) if all(requireds) else None  # type: ignore[misc]
-        prefix_all = set().union(*prefixes) if all(prefixes) else None  # type: ignore[misc]
-        return exact_all, required_all, prefix_all
+        return _union_of_all(exacts), _union_of_all(requireds), _union_of_all(prefixes)
     if op in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
         lo, hi, sub = av
         exact, required, starts = _literals(list(sub))
@@ -355,7 +362,7 @@ class NoseyParkerRule:
         for spans in iter_spans(self.regex, data):
             groups = [(a, b) for a, b in spans[1:] if b > a >= 0] or spans[:1]
             for a, b in groups:
-                if len(groups) == 1 or not _PLACE.match(data, a, b) or _PLACE.match(data, a, b).end() != b:
+                if len(groups) == 1 or not _PLACE.fullmatch(data, a, b):
                     yield decode(data[a:b])
 
     def find(self, text: str) -> Iterator[str]:
