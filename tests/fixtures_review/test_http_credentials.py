@@ -14,6 +14,7 @@ Every secret is built at run time; none is a literal in this file.
 
 from __future__ import annotations
 
+import io
 import json
 import secrets
 import string
@@ -304,3 +305,45 @@ def test_a_vcrpy_cassette_link_header_loses_its_tokens(tmp_path, capsys, seed_sc
     link = StagedRecording.objects.get(public_id=answer["staged"]).response["headers"]["Link"]
     assert 'rel="next"' in link and 'rel="last"' in link  # the links' meaning is kept
     assert_absent(token)
+
+
+# --- OTLP span attributes ------------------------------------------------------------------------------------------
+
+
+def test_an_otlp_http_span_redirect_fragment_and_oauth_code_are_not_stored(tmp_path):
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tests.otlp_receiver.conftest import agent_turn
+
+    access, code = opaque(), opaque()
+    provider = TracerProvider(resource=Resource.create({"service.name": "support-agent"}))
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("n17q-tests")
+    root = agent_turn(tracer, end_root=False)
+    from opentelemetry import trace as otel_trace
+
+    with tracer.start_as_current_span(
+        "GET",
+        context=otel_trace.set_span_in_context(root),
+        kind=otel_trace.SpanKind.CLIENT,
+        attributes={
+            "http.request.method": "GET",
+            "url.full": f"https://api.example/oauth/callback?code={code}&state=s1",
+            "http.response.status_code": 302,
+            "http.response.header.location": [f"https://app.example/cb#access_token={access}&token_type=bearer"],
+        },
+    ):
+        pass
+    root.end()
+    provider.shutdown()
+    path = tmp_path / "trace.bin"
+    path.write_bytes(encode_spans(memory.get_finished_spans()).SerializeToString())
+    out = io.StringIO()
+    call_command("import_run", str(path), "--json", stdout=out)
+    assert json.loads(out.getvalue())["runs"]
+    assert_absent(access, code)
