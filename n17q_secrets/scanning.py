@@ -102,8 +102,9 @@ def _regex(pattern: str, group: int = 0) -> Callable[[bytes], Iterator[str]]:
 # `<…?access_token=…>`. The pattern takes only names that end like a credential's, so a long form of other fields
 # costs no call; the names' own rules then decide (an OAuth `code` needs its neighbours, read from the same URL).
 _URL_PARAM_NAME_ENDS = (
-    "token|secret|passwd|password|pwd|pass|key|sig|signature|session|sessid|sessionid|sid|csrf|xsrf|code|verifier|"
-    "assertion|credential|credentials|auth|samlresponse|samlrequest|jwt|otp|pin|dsn|googleaccessid|policy|key-pair-id"
+    "token|secret|passwd|password|pwd|pass|key|sig|signature|session|sess[_-]?id|session[_-]?id|sid|csrf|xsrf|code|"
+    "verifier|assertion|credential|credentials|auth|samlresponse|samlrequest|jwt|otp|pin|dsn|googleaccessid|policy|"
+    "key-pair-id"
 )
 _URL_PARAM = rf"(?i)([?#&])([A-Za-z0-9_.-]{{0,48}}?(?:{_URL_PARAM_NAME_ENDS}))=([^&#\s\"'<>\\]{{6,}})"
 _URL_PARAM_RE = compile_rule(_URL_PARAM)
