@@ -740,10 +740,32 @@ def scan_capture(red: Redacted) -> Redacted:
             else:
                 if key == "url" and isinstance(part[key], str):
                     part[key] = mask_url(part[key], path, findings)
+                elif key == "headers" and isinstance(part[key], dict):
+                    part[key] = _mask_header_urls(part[key], path, findings)
                 elif key == "body" and isinstance(part[key], str) and _FORM_RE.match(part[key].strip()):
                     part[key] = _mask_pairs(part[key], f"{path}?", findings)  # a form's values, decoded
                 part[key] = mask_json(part[key], path, findings)
     return red
+
+
+def _mask_header_urls(headers: dict[str, Any], where: str, findings: list[dict[str, str]]) -> dict[str, Any]:
+    """The URLs of redirect and link headers scanned as a request URL is (`mask_url`: each decoded value on its own),
+    before the headers are scanned whole."""
+    out = dict(headers)
+    for name, value in headers.items():
+        if name.strip().lower() not in URL_HEADERS:
+            continue
+        path = join(where, name)
+
+        def mask(url: str, place: str) -> str:
+            return mask_url(url, place, findings)
+
+        out[name] = (
+            [map_header_urls(name, v, join(path, i), mask) for i, v in enumerate(value)]
+            if isinstance(value, list)
+            else map_header_urls(name, value, path, mask)
+        )
+    return out
 
 
 def mask_url(url: str, where: str, findings: list[dict[str, str]]) -> str:

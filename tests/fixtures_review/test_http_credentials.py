@@ -347,3 +347,15 @@ def test_an_otlp_http_span_redirect_fragment_and_oauth_code_are_not_stored(tmp_p
     call_command("import_run", str(path), "--json", stdout=out)
     assert json.loads(out.getvalue())["runs"]
     assert_absent(access, code)
+
+
+def test_a_percent_encoded_token_in_a_redirect_fragment_is_found_by_the_scan():
+    # Not a credential by its name (`next`), a GitHub token by its look, percent-encoded: the scan reads the decoded
+    # value, as it does a request URL's.
+    token = "ghp_" + opaque(36)
+    encoded = "".join(f"%{b:02X}" for b in token.encode())
+    cap = status_capture()
+    cap["response"]["headers"] = {"Location": f"https://app.example/cb#next={encoded}"}
+    red = intake.intake(cap)
+    assert encoded not in json.dumps(red.capture) and token not in json.dumps(red.capture)
+    assert any(f["path"] == "response.headers.Location#next" for f in red.findings), red.findings
