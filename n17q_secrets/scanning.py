@@ -109,20 +109,34 @@ _URL_PARAM_NAME_ENDS = (
 _URL_PARAM = rf"(?i)([?#&])([A-Za-z0-9_.-]{{0,48}}?(?:{_URL_PARAM_NAME_ENDS}))=([^&#\s\"'<>\\]{{6,}})"
 _URL_PARAM_RE = compile_rule(_URL_PARAM)
 _URL_NAME = re.compile(rb"[?#&]([A-Za-z0-9_.-]{1,64})=")
+_URL_WINDOW = 1024
+_URL_CONTEXT_CHECKS = 2000
+_NON_WORD = re.compile(r"[^a-z0-9]")
 _URL_RUN_END = re.compile(rb"[\s\"'<>\\]")
 
 
 def _url_credential_params(data: bytes) -> Iterator[str]:
+    checked = 0
     for spans in iter_spans(_URL_PARAM_RE, data):
         (start, _), (n0, n1), (v0, v1) = spans[1], spans[2], spans[3]
         name = decode(data[n0:n1])
         if is_signed_url_param(name) or is_secret_value_name(name):
             yield decode(data[v0:v1])
             continue
-        # The URL the parameter belongs to: from the last space or quote before it to the next one after it.
-        run_start = max(data.rfind(c, 0, start) for c in (b" ", b'"', b"'", b"<", b"\n", b"\t")) + 1
-        found = _URL_RUN_END.search(data, v1)
-        run = data[run_start : found.start() if found else len(data)]
+        checked += 1
+        if checked > _URL_CONTEXT_CHECKS:
+            # A text of thousands of `code=` parameters is no URL anyone follows: fail closed, each one masked.
+            if _NON_WORD.sub("", name.lower()) == "code":
+                yield decode(data[v0:v1])
+            continue
+        # The URL the parameter belongs to: from the last space or quote before it to the next one after it, within
+        # _URL_WINDOW bytes either side (a callback's URL is shorter; a long text must not cost a long read per match).
+        floor = max(0, start - _URL_WINDOW)
+        before = data[floor:start]
+        run_start = floor + max(before.rfind(c) for c in (b" ", b'"', b"'", b"<", b"\n", b"\t")) + 1
+        ceiling = min(len(data), v1 + _URL_WINDOW)
+        found = _URL_RUN_END.search(data, v1, ceiling)
+        run = data[run_start : found.start() if found else ceiling]
         in_fragment = b"#" in data[run_start : start + 1]
         names = [decode(m) for m in _URL_NAME.findall(run)]
         if is_oauth_code(name, names, in_fragment=in_fragment):

@@ -359,3 +359,14 @@ def test_a_percent_encoded_token_in_a_redirect_fragment_is_found_by_the_scan():
     red = intake.intake(cap)
     assert encoded not in json.dumps(red.capture) and token not in json.dumps(red.capture)
     assert any(f["path"] == "response.headers.Location#next" for f in red.findings), red.findings
+
+
+def test_a_text_of_thousands_of_code_parameters_is_read_once_and_fails_closed():
+    # Each `code=` needs its URL's other names to be read as OAuth's or not: past a bound the scan stops reading
+    # them (a text that long costs no read per match) and masks every further one.
+    from n17q_secrets import scanning
+
+    last = opaque(24)
+    text = "https://api.example/x?" + "&".join(f"code={opaque(8)}" for _ in range(2500)) + f"&code={last}"
+    assert last in [value for rule, value in scanning.scan_text(text) if rule == "url-credential-param"]
+    assert scanning.scan_text("https://api.example/countries?code=FRANCE-METROPOLITAN") == []
