@@ -22,6 +22,7 @@ import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.apps import apps
@@ -51,7 +52,7 @@ def stored_bytes() -> bytes:
         for model in apps.get_models()
         for row in model._default_manager.all().values()
     ]
-    store = Path(settings.STORAGES["blobs"]["OPTIONS"]["location"])
+    store = Path(settings.STORAGES["blobs"]["OPTIONS"]["location"])  # type: ignore[index]
     files = [p.read_bytes() for p in store.rglob("*") if p.is_file()] if store.exists() else []
     return "\n".join(rows).encode() + b"\n" + b"\n".join(files)
 
@@ -190,7 +191,7 @@ def test_a_multipart_form_is_parsed_and_its_fields_masked_by_name():
 
 
 def _har_entry(method: str, url: str, *, request_headers=(), post=None, status=200, response_headers=(), text=None):
-    entry = {
+    entry: dict[str, Any] = {
         "startedDateTime": "2026-07-01T09:00:05Z",
         "request": {"method": method, "url": url, "headers": [{"name": n, "value": v} for n, v in request_headers]},
         "response": {
