@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
+import email.message
+import email.parser
+import email.utils
 import gzip
 import hashlib
 import hmac
@@ -43,6 +45,11 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 from n17q_engine import canonical
 from n17q_engine.identifiers import INT32_MAX, MAX_ID_CHARS, id_problem, scenario_name_problem
 from n17q_engine.vocabulary import CAPTURE_FORMAT
+from n17q_secrets.names import SECRET_HEADERS as SECRET_HEADERS
+from n17q_secrets.names import SIGNED_URL_PARAM_PREFIXES as SIGNED_URL_PARAM_PREFIXES
+from n17q_secrets.names import SIGNED_URL_PARAMS as SIGNED_URL_PARAMS
+from n17q_secrets.names import is_oauth_code, is_secret_header, is_secret_name, is_secret_value_name
+from n17q_secrets.names import is_signed_url_param as is_signed_url_param
 from n17q_secrets.scanning import (
     join,
     mask_binary,
@@ -59,136 +66,10 @@ MAX_BODY_BYTES = 32 * 1024 * 1024  # a decoded body larger than this is refused 
 
 # --- redaction rules -------------------------------------------------------------------------------------------
 
-# Headers that carry credentials, a rule set of its own (compared lower-case, `_` read as `-`): the names the
-# field uses for credentials (HTTP auth, cookies, API gateways, cloud and SaaS APIs, CSRF and session ids), any
-# name ending in a credential word (`-key`, `-token`, `-secret`, `-session`, `-session-id`, `-password`,
-# `-signature`, `-auth`), and any name holding `api-key`, `apikey`, `authorization`, `cookie` or `credential`.
-# Known non-secrets are kept: CORS headers (their values name headers or say whether credentials are allowed,
-# which changes what a fixture means), a WebSocket handshake nonce, an idempotency key the client chose.
-SECRET_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "authentication",
-        "cookie",
-        "set-cookie",
-        "x-api-key",
-        "api-key",
-        "apikey",
-        "x-auth-token",
-        "x-auth-key",
-        "x-auth-email-key",
-        "x-access-token",
-        "x-amz-security-token",
-        "x-goog-api-key",
-        "x-goog-iam-authorization-token",
-        "ocp-apim-subscription-key",
-        "x-functions-key",
-        "x-csrf-token",
-        "x-xsrf-token",
-        "csrf-token",
-        "private-token",
-        "job-token",
-        "x-gitlab-token",
-        "x-hub-signature",
-        "x-hub-signature-256",
-        "dd-api-key",
-        "dd-application-key",
-        "x-shopify-access-token",
-        "x-vault-token",
-        "x-consul-token",
-        "x-nomad-token",
-        "x-honeycomb-team",
-        "circle-token",
-        "x-figma-token",
-        "x-session-id",
-        "session-id",
-        "x-session-token",
-        "sessionid",
-        "x-upload-token",
-        "x-algolia-api-key",
-        "x-rapidapi-key",
-        "x-postmark-server-token",
-        "x-twilio-signature",
-        "x-slack-signature",
-        "stripe-signature",
-    }
-)
-_SECRET_HEADER_SUFFIXES = (
-    "-key",
-    "-token",
-    "-secret",
-    "-session",
-    "-session-id",
-    "-sessionid",
-    "-password",
-    "-signature",
-    "-auth",
-)
-_SECRET_HEADER_PARTS = ("api-key", "apikey", "authorization", "cookie", "credential", "secret", "password")
-_NOT_SECRET_HEADER_PREFIXES = ("access-control-", "accept", "content-", "sec-websocket-")
-_NOT_SECRET_HEADERS = frozenset({"idempotency-key", "x-idempotency-key", "public-key-pins", "www-authenticate"})
-# Query parameters of signed URLs: AWS SigV4 (`X-Amz-*`), GCS V4 and V2 (`X-Goog-*`, `GoogleAccessId`,
-# `Signature`), Azure SAS (`sig`), CloudFront (`Signature`, `Key-Pair-Id`, `Policy`). Compared lower-case;
-# a prefix ends with `-`.
-SIGNED_URL_PARAM_PREFIXES = ("x-amz-", "x-goog-")
-SIGNED_URL_PARAMS = frozenset({"googleaccessid", "signature", "sig", "key-pair-id", "policy"})
-
-# A field is secret-named when its name, lower-cased with every non-alphanumeric removed, contains one of
-# these, or ends with `token` (access_token, refresh_token, id_token, x-auth-token), or is one of the short
-# names. `token_type`, `max_tokens`, `tokens_used` are not: they say what a token is or count them.
-_SECRET_NAME_PARTS = (
-    "password",
-    "passwd",
-    "passphrase",
-    "secret",
-    "apikey",
-    "privatekey",
-    "accesskey",
-    "credential",
-    "connectionstring",
-    "connstr",
-    "authorization",
-    "cookie",
-    "sessionid",
-    "signature",
-    "clientassertion",
-    "backupcode",  # second-factor backup and recovery codes
-    "recoverycode",
-    "seedphrase",
-)
-_SECRET_NAME_EXACT = frozenset({"pwd", "pass", "sig", "dsn", "auth", "key", "jwt", "otp", "pin"})
-_NOT_SECRET_NAMES = frozenset({"tokentype", "secretname", "passwordpolicy", "keyid", "signaturealgorithm"})
+# Credentials by name (headers, fields, query and fragment parameters, form and multipart fields) are one set of rules
+# for every door, in n17q_secrets.names, so the run importer's scan (an OTLP span's `url.full`) knows them too; intake
+# re-exports them under the names it always had.
 _NON_ALNUM = re.compile(r"[^a-z0-9]")
-
-
-@functools.lru_cache(maxsize=8192)
-def is_secret_name(name: str) -> bool:
-    norm = _NON_ALNUM.sub("", name.lower())
-    if not norm or norm in _NOT_SECRET_NAMES:
-        return False
-    if norm in _SECRET_NAME_EXACT or norm.endswith("token"):
-        return True
-    return any(part in norm for part in _SECRET_NAME_PARTS)
-
-
-@functools.lru_cache(maxsize=4096)
-def is_secret_header(name: str) -> bool:
-    low = name.strip().lower().replace("_", "-")
-    if low in SECRET_HEADERS:
-        return True
-    if low in _NOT_SECRET_HEADERS or low.startswith(_NOT_SECRET_HEADER_PREFIXES):
-        return False
-    return (
-        low.endswith(_SECRET_HEADER_SUFFIXES)
-        or any(part in low for part in _SECRET_HEADER_PARTS)
-        or (is_secret_name(name))
-    )
-
-
-def is_signed_url_param(name: str) -> bool:
-    low = name.lower()
-    return low in SIGNED_URL_PARAMS or low.startswith(SIGNED_URL_PARAM_PREFIXES)
 
 
 class CaptureError(ValueError):
@@ -557,6 +438,32 @@ def redact_capture(data: dict[str, Any], *, original_digest: str = "") -> Redact
 Record = Callable[[dict[str, str]], None]
 
 
+# Headers whose value is a URL or holds URLs: a redirect (`Location`, `Content-Location`, `Refresh: 0; url=…`) or
+# links (`Link: <…>; rel="next", <…>; rel="last"`, RFC 8288). A redirect is where the implicit flow hands a token
+# over (`#access_token=…`) and a presigned download its signature.
+URL_HEADERS = frozenset({"location", "content-location", "refresh", "link"})
+_REFRESH_URL = re.compile(r"(?is)^(\s*[\d.]*\s*[;,]?\s*(?:url\s*=\s*)?)(['\"]?)(.*?)\2(\s*)$")
+_LINK_TARGET = re.compile(r"<([^>]*)>")
+
+
+def map_header_urls(name: str, value: str, where: str, change: Callable[[str, str], str]) -> str:
+    """`value` of header `name` with every URL it holds replaced by `change(url, place)`: the whole value of a
+    redirect, `Refresh`'s `url=` part, each `<…>` target of `Link` (its place `Link[i]`, in the order written)."""
+    low = name.strip().lower()
+    if low in ("location", "content-location"):
+        return change(value, where)
+    if low == "refresh":
+        m = _REFRESH_URL.match(value)
+        if not m or not m.group(3):
+            return value
+        url = change(m.group(3), where)
+        return value if url == m.group(3) else f"{m.group(1)}{m.group(2)}{url}{m.group(2)}{m.group(4)}"
+    if low == "link":
+        seen = iter(range(1 << 30))
+        return _LINK_TARGET.sub(lambda m: f"<{change(m.group(1), join(where, next(seen)))}>", value)
+    return value
+
+
 def _redact_headers(headers: dict[str, Any], where: str, record: Record) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in headers.items():
@@ -564,12 +471,15 @@ def _redact_headers(headers: dict[str, Any], where: str, record: Record) -> dict
         if is_secret_header(name):
             out[name] = [REDACTED for _ in value] if isinstance(value, list) else REDACTED
             record({"path": path, "rule": "secret-header"})
-        elif name.lower() in ("location", "content-location", "link", "refresh"):
-            # A redirect can carry a signed URL or credentials in its user info.
+        elif name.strip().lower() in URL_HEADERS:
+
+            def redact(url: str, place: str) -> str:
+                return redact_url(url, place, record)
+
             out[name] = (
-                [redact_url(v, join(path, i), record) for i, v in enumerate(value)]
+                [map_header_urls(name, v, join(path, i), redact) for i, v in enumerate(value)]
                 if isinstance(value, list)
-                else redact_url(value, path, record)
+                else map_header_urls(name, value, path, redact)
             )
         else:
             out[name] = value
@@ -577,7 +487,8 @@ def _redact_headers(headers: dict[str, Any], where: str, record: Record) -> dict
 
 
 def redact_url(url: str, where: str, record: Record) -> str:
-    """User info and signed-URL / secret-named query parameters replaced; anything unparsable left to the scan."""
+    """User info, and signed-URL / secret-named parameters of the query and the fragment (`#access_token=…`, where
+    OAuth's implicit and hybrid flows put tokens) replaced; anything unparsable left to the scan."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -586,24 +497,40 @@ def redact_url(url: str, where: str, record: Record) -> str:
     if "@" in netloc:
         netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
         record({"path": f"{where}@userinfo", "rule": "url-userinfo"})
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        changed = False
-        kept = []
-        for name, value in pairs:
-            rule = "signed-url-param" if is_signed_url_param(name) else "secret-name" if is_secret_name(name) else None
-            if rule and value:
-                kept.append((name, REDACTED))
-                record({"path": f"{where}?{name}", "rule": rule})
-                changed = True
-            else:
-                kept.append((name, value))
-        if changed:
-            query = urlencode(kept, safe="[]", quote_via=quote)
-    if netloc == parts.netloc and query == parts.query:
+    query = _redact_pairs(parts.query, f"{where}?", record) if parts.query else parts.query
+    fragment = parts.fragment
+    if fragment and "=" in fragment:
+        # A single-page app's route may come first (`#/callback?code=…`): the pairs are what follows its `?`.
+        route, sep, pairs = fragment.rpartition("?") if "?" in fragment else ("", "", fragment)
+        redacted = _redact_pairs(pairs, f"{where}#", record, in_fragment=True)
+        fragment = f"{route}{sep}{redacted}" if redacted != pairs else fragment
+    if netloc == parts.netloc and query == parts.query and fragment == parts.fragment:
         return url
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+
+def _redact_pairs(text: str, where: str, record: Record, *, in_fragment: bool = False, form: bool = False) -> str:
+    """`name=value&…` (a query, a fragment, a form body) with the values of credential names replaced, each recorded
+    at `{where}{name}`; the text itself when nothing is. A form's fields are all `secret-name` (as they always were),
+    a URL's signature parameters `signed-url-param`."""
+    pairs = parse_qsl(text, keep_blank_values=True)
+    names = [name for name, _ in pairs]
+    changed = False
+    kept = []
+    for name, value in pairs:
+        if is_signed_url_param(name):
+            rule: str | None = "secret-name" if form else "signed-url-param"
+        elif is_secret_value_name(name) or is_oauth_code(name, names, in_fragment=in_fragment):
+            rule = "secret-name"
+        else:
+            rule = None
+        if rule and value and value != REDACTED:
+            kept.append((name, REDACTED))
+            record({"path": f"{where}{name}", "rule": rule})
+            changed = True
+        else:
+            kept.append((name, value))
+    return urlencode(kept, safe="[]:" if form else "[]", quote_via=quote) if changed else text
 
 
 def redact_json(value: Any, where: str, record: Record, *, inherited: str | None = None) -> Any:
@@ -611,13 +538,23 @@ def redact_json(value: Any, where: str, record: Record, *, inherited: str | None
 
     A number under a secret name is replaced too (`"pin": 4821`, `"otp": 123456`), unless the name says it
     counts or measures something (`password_min_length`, `token_ttl`, `secret_version`); booleans and nulls are
-    kept (`password_set: true` says nothing secret). Links anywhere lose their user info and signed or
-    secret-named parameters (a presigned download, a redirect target).
+    kept (`password_set: true` says nothing secret). A session or CSRF name (`session`, `sid`, `csrf`) replaces a
+    value, not an object; OAuth's `code` is replaced in an OAuth exchange (`is_oauth_code`). Links anywhere lose
+    their user info and signed or secret-named parameters (a presigned download, a redirect target).
     """
     if isinstance(value, dict):
         out = {}
+        oauth = "code" in value or "Code" in value
         for key, child in value.items():
-            rule = inherited or ("secret-name" if is_secret_name(key) else None)
+            rule = inherited
+            if rule is None and (
+                is_secret_name(key)
+                or (
+                    (isinstance(child, str) or _is_number(child))
+                    and (is_secret_value_name(key) or (oauth and is_oauth_code(key, value, value=child, in_json=True)))
+                )
+            ):
+                rule = "secret-name"
             if rule is not None and _is_number(child) and _measures(key):
                 out[key] = child  # a length, a count, a lifetime: not the secret itself
                 continue
@@ -683,7 +620,9 @@ def _measures(name: str) -> bool:
 def _link_to_check(value: str) -> bool:
     """A link that could hold user info or a query parameter to redact."""
     return (
-        value[:8].lower().startswith(("http://", "https://")) and len(value) < 16384 and ("@" in value or "?" in value)
+        value[:8].lower().startswith(("http://", "https://"))
+        and len(value) < 16384
+        and ("@" in value or "?" in value or "#" in value)
     )
 
 
@@ -707,6 +646,9 @@ def _redact_body(body: Any, where: str, headers: dict[str, Any], out: Redacted) 
             if "\x00" in text:  # UTF-16 text, or binary that happens to be valid UTF-8: not storable as text
                 raise UnicodeDecodeError("utf-8", raw, 0, 1, "holds NUL")
         except UnicodeDecodeError:
+            boundary = _multipart_boundary(headers)
+            if boundary:  # a form with a binary file: its text fields are still fields
+                raw = redact_multipart(raw, boundary, where, record)
             out.binary[where] = raw
             return {"encoding": "base64", "data": base64.b64encode(raw).decode("ascii")}
         body = text
@@ -717,24 +659,66 @@ def _redact_body(body: Any, where: str, headers: dict[str, Any], out: Redacted) 
                 body = text
     if isinstance(body, str):
         ctype = _content_type(headers)
+        boundary = _multipart_boundary(headers)
+        if boundary:
+            return redact_multipart(body.encode("utf-8"), boundary, where, record).decode("utf-8")
         if "x-www-form-urlencoded" in ctype or (not ctype and _FORM_RE.match(body.strip())):
             return redact_form(body, where, record)
         return body
     return redact_json(body, where, record)
 
 
-def redact_form(text: str, where: str, record: Record) -> str:
-    pairs = parse_qsl(text, keep_blank_values=True)
+def _multipart_boundary(headers: dict[str, Any]) -> str:
+    """The boundary of a `multipart/*` body (RFC 2046), "" when the body is not one."""
+    ctype = ""
+    for name, value in headers.items():
+        if name.lower() == "content-type":
+            ctype = value[0] if isinstance(value, list) and value else str(value)
+    if not ctype.strip().lower().startswith("multipart/"):
+        return ""
+    message = email.message.Message()
+    message["Content-Type"] = ctype
+    boundary = message.get_param("boundary")
+    return boundary if isinstance(boundary, str) and 0 < len(boundary) <= 200 else ""
+
+
+def redact_multipart(data: bytes, boundary: str, where: str, record: Record) -> bytes:
+    """A multipart body (a browser's `multipart/form-data` form) with the content of every part whose name is a
+    credential's replaced, each recorded at `{where}&{name}` like a form-encoded field: a `password` field, an OAuth
+    `code` beside its `state`, a `private_key` file. Everything else is kept byte for byte (the scan then reads the
+    whole body, file parts too). A part that does not parse as one is left to the scan."""
+    delimiter = b"--" + boundary.encode("latin-1")
+    pieces = data.split(delimiter)
+    parts: list[tuple[int, int, str]] = []  # (piece, where its content starts, its field name)
+    for i, piece in enumerate(pieces[1:], 1):
+        if piece.startswith(b"--"):
+            break  # the close delimiter: what follows is the epilogue
+        end, gap = piece.find(b"\r\n\r\n"), 4
+        if end == -1:
+            end, gap = piece.find(b"\n\n"), 2
+        if end == -1:
+            continue
+        head = email.parser.BytesHeaderParser().parsebytes(piece[:end].lstrip(b"\r\n") + b"\r\n\r\n")
+        name = head.get_param("name", header="content-disposition")
+        if name is not None:
+            parts.append((i, end + gap, email.utils.collapse_rfc2231_value(name)))
+    names = [name for _, _, name in parts]
     changed = False
-    kept = []
-    for name, value in pairs:
-        if value and (is_secret_name(name) or is_signed_url_param(name)):
-            kept.append((name, REDACTED))
+    for i, start, name in parts:
+        piece = pieces[i]
+        trail = b"\r\n" if piece.endswith(b"\r\n") else b"\n" if piece.endswith(b"\n") else b""
+        content = piece[start : len(piece) - len(trail)]
+        if not content or content == REDACTED.encode():
+            continue
+        if is_secret_value_name(name) or is_signed_url_param(name) or is_oauth_code(name, names):
+            pieces[i] = piece[:start] + REDACTED.encode() + trail
             record({"path": f"{where}&{name}", "rule": "secret-name"})
             changed = True
-        else:
-            kept.append((name, value))
-    return urlencode(kept, safe="[]:", quote_via=quote) if changed else text
+    return delimiter.join(pieces) if changed else data
+
+
+def redact_form(text: str, where: str, record: Record) -> str:
+    return _redact_pairs(text, f"{where}&", record, form=True)
 
 
 def scan_capture(red: Redacted) -> Redacted:
@@ -756,10 +740,32 @@ def scan_capture(red: Redacted) -> Redacted:
             else:
                 if key == "url" and isinstance(part[key], str):
                     part[key] = mask_url(part[key], path, findings)
+                elif key == "headers" and isinstance(part[key], dict):
+                    part[key] = _mask_header_urls(part[key], path, findings)
                 elif key == "body" and isinstance(part[key], str) and _FORM_RE.match(part[key].strip()):
                     part[key] = _mask_pairs(part[key], f"{path}?", findings)  # a form's values, decoded
                 part[key] = mask_json(part[key], path, findings)
     return red
+
+
+def _mask_header_urls(headers: dict[str, Any], where: str, findings: list[dict[str, str]]) -> dict[str, Any]:
+    """The URLs of redirect and link headers scanned as a request URL is (`mask_url`: each decoded value on its own),
+    before the headers are scanned whole."""
+    out = dict(headers)
+    for name, value in headers.items():
+        if name.strip().lower() not in URL_HEADERS:
+            continue
+        path = join(where, name)
+
+        def mask(url: str, place: str) -> str:
+            return mask_url(url, place, findings)
+
+        out[name] = (
+            [map_header_urls(name, v, join(path, i), mask) for i, v in enumerate(value)]
+            if isinstance(value, list)
+            else map_header_urls(name, value, path, mask)
+        )
+    return out
 
 
 def mask_url(url: str, where: str, findings: list[dict[str, str]]) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 import ahocorasick
 import re2
 
+from .names import is_oauth_code, is_secret_value_name, is_signed_url_param
 from .reference import compile_rule, decode, iter_spans, reference_rules, shannon_entropy, utf8
 from .reference.nosey_parker import nosey_parker_rules
 
@@ -98,6 +99,52 @@ def _regex(pattern: str, group: int = 0) -> Callable[[bytes], Iterator[str]]:
     return _re2_finder((pattern,), _group(group))
 
 
+# A URL's query or fragment parameter whose name is a credential's (`n17q_secrets.names`, the names capture intake
+# redacts by): `…/cb#access_token=…&id_token=…` in a redirect recorded by a trace, `?code=…&state=…`, a `Link` header's
+# `<…?access_token=…>`. The pattern takes only names that end like a credential's, so a long form of other fields
+# costs no call; the names' own rules then decide (an OAuth `code` needs its neighbours, read from the same URL).
+_URL_PARAM_NAME_ENDS = (
+    "token|secret|passwd|password|pwd|pass|key|sig|signature|session|sess[_-]?id|session[_-]?id|sid|csrf|xsrf|code|"
+    "verifier|assertion|credential|credentials|auth|samlresponse|samlrequest|jwt|otp|pin|dsn|googleaccessid|policy|"
+    "key-pair-id"
+)
+_URL_PARAM = rf"(?i)([?#&])([A-Za-z0-9_.-]{{0,48}}?(?:{_URL_PARAM_NAME_ENDS}))=([^&#\s\"'<>\\]{{6,}})"
+_URL_PARAM_RE = compile_rule(_URL_PARAM)
+_URL_NAME = re.compile(rb"[?#&]([A-Za-z0-9_.-]{1,64})=")
+_URL_WINDOW = 1024
+_URL_CONTEXT_CHECKS = 2000
+_NON_WORD = re.compile(r"[^a-z0-9]")
+_URL_RUN_END = re.compile(rb"[\s\"'<>\\]")
+
+
+def _url_credential_params(data: bytes) -> Iterator[str]:
+    checked = 0
+    for spans in iter_spans(_URL_PARAM_RE, data):
+        (start, _), (n0, n1), (v0, v1) = spans[1], spans[2], spans[3]
+        name = decode(data[n0:n1])
+        if is_signed_url_param(name) or is_secret_value_name(name):
+            yield decode(data[v0:v1])
+            continue
+        checked += 1
+        if checked > _URL_CONTEXT_CHECKS:
+            # A text of thousands of `code=` parameters is no URL anyone follows: fail closed, each one masked.
+            if _NON_WORD.sub("", name.lower()) == "code":
+                yield decode(data[v0:v1])
+            continue
+        # The URL the parameter belongs to: from the last space or quote before it to the next one after it, within
+        # _URL_WINDOW bytes either side (a callback's URL is shorter; a long text must not cost a long read per match).
+        floor = max(0, start - _URL_WINDOW)
+        before = data[floor:start]
+        run_start = floor + max(before.rfind(c) for c in (b" ", b'"', b"'", b"<", b"\n", b"\t")) + 1
+        ceiling = min(len(data), v1 + _URL_WINDOW)
+        found = _URL_RUN_END.search(data, v1, ceiling)
+        run = data[run_start : found.start() if found else ceiling]
+        in_fragment = b"#" in data[run_start : start + 1]
+        names = [decode(m) for m in _URL_NAME.findall(run)]
+        if is_oauth_code(name, names, in_fragment=in_fragment):
+            yield decode(data[v0:v1])
+
+
 # The project's own rules, only for what the reference rule set (gitleaks', n17q_secrets/reference/) lacks:
 # the console's own token, credentials by place (a bearer header value, URL user info, a signed URL's signature, a
 # connection string's password), Google OAuth access tokens and AWS secret access keys. Each has a labelled
@@ -124,6 +171,7 @@ N17Q_RULES: tuple[tuple[str, Callable[[bytes], Iterator[str]]], ...] = (
         _regex(r"(?i)aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?['\"]([0-9a-zA-Z/+]{40})['\"]", 1),
     ),
     ("connection-string-password", _regex(r"(?i)(?:^|;)\s*(?:password|pwd)\s*=\s*([^;\s\"']{4,})", 1)),
+    ("url-credential-param", _url_credential_params),
 )
 
 # A value assigned to a password-like name in quotes (`db_password = "…"`, `secret: '…'`, `"…" == password`,
@@ -203,6 +251,7 @@ HINTS: dict[str, tuple[str, ...]] = {
     "google-oauth-token": ("ya29.",),
     "aws-secret-access-key": ("aws",),
     "connection-string-password": ("password", "pwd"),
+    "url-credential-param": ("=",),
 }
 
 

@@ -114,6 +114,12 @@ def positives() -> dict[str, list[tuple[str, str]]]:
         "huggingface-token": [one(lambda s: f"HF {s}", "hf_" + rnd(34, string.ascii_letters))],
         "github-fine-grained-token": [one(lambda s: f"pat {s}", "github_pat_" + rnd(22) + "_" + rnd(59))],
         "connection-string-password": [one(lambda s: f"Server=db;Database=app;User Id=app;Password={s};", rnd(16))],
+        # Opaque values (no provider prefix): found by the parameter's name alone, in a redirect or a callback.
+        "url-credential-param": [
+            one(lambda s: f"Location: https://app.example/cb#access_token={s}&token_type=bearer", rnd(40)),
+            one(lambda s: f"https://app.example/oauth/callback?code={s}&state=af0ifjsldkj", rnd(32)),
+            one(lambda s: f'<https://api.example/items?page=2&session_id={s}>; rel="next"', rnd(24)),
+        ],
     }
     return out
 
@@ -157,6 +163,12 @@ NEAR_MISSES: dict[str, list[str]] = {
     "huggingface-token": ["hf_hub_download", "hf_short"],
     "github-fine-grained-token": ["github_pat_short"],
     "connection-string-password": ["Server=db;Password=;", "Password=${DB_PASSWORD};"],
+    "url-credential-param": [
+        "https://api.example/countries?code=FRANCE-METROPOLITAN",  # a code with no OAuth exchange around it
+        "https://app.example/cb?token_type=bearer&expires_in=3600",
+        "https://app.example/cb#access_token=[redacted]&state=s1",
+        "https://api.example/v1/items?max_tokens=1024&monkey=banana12",
+    ],
 }
 
 
