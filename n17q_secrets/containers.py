@@ -340,7 +340,10 @@ def _mask_zip(data: bytes, where: str, findings: list[dict[str, str]], budget: _
                 "here (stored, deflate and zstd are)"
             )
         if info.file_size > MAX_MEMBER_BYTES:
-            raise Unmaskable(f"the zip member {info.filename!r} declares {info.file_size} bytes, more than the cap")
+            raise Unmaskable(
+                f"the zip member {info.filename!r} declares {info.file_size} bytes unpacked, more than the "
+                f"{MAX_MEMBER_BYTES} a member may be"
+            )
         declared += info.file_size
     budget.take(declared, f"the zip {where!r}" if where else "the zip")  # before anything is unpacked
     members: list[_Member] = []
