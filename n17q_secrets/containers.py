@@ -124,18 +124,31 @@ def _mask(data: bytes, where: str, findings: list[dict[str, str]], budget: _Budg
         masked = _mask(inner, where, findings, budget, depth + 1)
         return data if masked is inner else _zstd_compress(masked)
     if kind == "zlib":
+        # Two bytes are all a zlib stream's header is, and one binary in a few hundred starts with a pair that passes:
+        # a stream that does not read to its end is taken for the bytes it is, unless what it unpacked to so far is
+        # found secret. (gzip's magic and header are unambiguous: a gzip stream cut short is refused.)
         stream = zlib.decompressobj()
+        unpacked: bytes | None
         try:
-            inner = stream.decompress(data, budget.cap() + 1)
+            unpacked = stream.decompress(data, budget.cap() + 1)
         except zlib.error:
-            inner = None  # two bytes that only looked like a zlib header: the data itself
-        if inner is not None:
-            if len(inner) > budget.cap() or not stream.eof:
-                raise Unmaskable(f"the zlib stream {where!r} is cut short or unpacks past the cap")
-            budget.take(len(inner), where or "the zlib stream")
-            masked = _mask(inner, where, findings, budget, depth + 1)
-            return data if masked is inner else zlib.compress(masked) + stream.unused_data
+            unpacked = None  # two bytes that only looked like a zlib header: the data itself
+        if unpacked is not None and len(unpacked) > budget.cap():
+            raise Unmaskable(f"the zlib stream {where!r} unpacks past {budget.cap()} bytes")
+        if unpacked is not None and stream.eof:
+            budget.take(len(unpacked), where or "the zlib stream")
+            masked = _mask(unpacked, where, findings, budget, depth + 1)
+            return data if masked is unpacked else zlib.compress(masked) + stream.unused_data
+        if unpacked and _holds_secret(unpacked):
+            raise Unmaskable(f"the zlib stream {where!r} is cut short and what it holds is secret")
     return _mask_leaf(data, where, findings, budget, depth)
+
+
+def _holds_secret(data: bytes) -> bool:
+    """Whether the scan finds anything in `data` (what a stream cut short unpacked to before it stopped)."""
+    found: list[dict[str, str]] = []
+    _mask_leaf(data, "", found, _Budget(0), MAX_NESTING)
+    return bool(found)
 
 
 # --- leaves -------------------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def github_token() -> str:
 
 def zstd_zip(members: dict[str, bytes]) -> bytes:
     """A zip written the way Inspect writes its .eval logs: stdlib zipfile patched by zipfile_zstd (method 93)."""
-    import zipfile_zstd  # noqa: F401  (inspect_ai's own dependency: patches zipfile to write zstd)
+    import zipfile_zstd  # type: ignore[import-untyped]  # noqa: F401  (inspect_ai's own: zipfile writes zstd)
 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=ZIP_ZSTANDARD, compresslevel=None) as zf:
@@ -183,3 +183,16 @@ def test_a_member_that_lies_about_its_size_is_refused():
     data[at + 24 : at + 28] = (100).to_bytes(4, "little")
     with pytest.raises(containers.Unmaskable, match="100"):
         containers.mask_container_or_raise(bytes(data), where="blob", findings=[])
+
+
+def test_a_binary_that_only_starts_like_zlib_is_scanned_as_the_bytes_it_is():
+    token = github_token()
+    lookalike = b"\x78\x9c" + bytes(range(256)) * 4
+    assert containers.container_kind(lookalike) == "zlib"
+    assert mask_container(lookalike, where="blob", findings=[]) is lookalike
+    findings: list[dict[str, str]] = []
+    masked = mask_container(lookalike + f" token {token} ".encode(), where="blob", findings=findings)
+    assert masked is not None and token.encode() not in masked and findings
+    cut = zlib.compress(f"token {token} ".encode() * 50)[:-20]  # a real stream cut short, holding the token
+    with pytest.raises(containers.Unmaskable, match="cut short"):
+        containers.mask_container_or_raise(cut, where="blob", findings=[])
