@@ -28,9 +28,10 @@ def _environment(out: Path, home: Path) -> dict[str, str]:
     return env
 
 
-def produce_with_secret(out: Path, home: Path, secret: str) -> Path:
-    """The .eval log of tests/engine/inspect_token_producer.py: one sample whose input and answer hold `secret`."""
-    env = {**_environment(out, home), "N17Q_TEST_SECRET": secret}
+def produce_with_secret(out: Path, home: Path, secret: str, fmt: str = "eval") -> Path:
+    """The log (`fmt`: eval or json) of tests/engine/inspect_token_producer.py: one sample whose input and answer hold
+    `secret`."""
+    env = {**_environment(out, home), "N17Q_TEST_SECRET": secret, "N17Q_TEST_LOG_FORMAT": fmt}
     done = subprocess.run(
         [sys.executable, str(TOKEN_PRODUCER), str(out)],
         env=env,
@@ -41,7 +42,7 @@ def produce_with_secret(out: Path, home: Path, secret: str) -> Path:
     )
     if done.returncode != 0:
         raise AssertionError(done.stderr[-3000:])
-    paths = sorted(out.glob("*.eval"))
+    paths = sorted(out.glob(f"*.{fmt}"))
     if len(paths) != 1:
         raise AssertionError(f"expected one log, found {paths}: {done.stderr[-2000:]}")
     return paths[0]

@@ -1,8 +1,9 @@
 """A real Inspect AI eval whose sample carries a secret, for the secret tests of kept originals (issue 32).
 
 Usage: python inspect_token_producer.py LOG_DIR, with the secret in the environment (N17Q_TEST_SECRET, built at run
-time by the test). One sample, one epoch, `.eval` format (zstd members, as Inspect writes them): the user's input
-and the mock model's answer both hold the secret, so it sits in the sample member, its summary and the journal.
+time by the test). One sample, one epoch, `.eval` format (zstd members, as Inspect writes them), or `.json` with
+N17Q_TEST_LOG_FORMAT=json: the user's input and the mock model's answer both hold the secret, so it sits in the sample
+member, its summary and the journal.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def main(log_dir: str) -> None:
         ),
         model=get_model(MODEL, custom_outputs=iter([output])),
         log_dir=log_dir,
-        log_format="eval",
+        log_format=os.environ.get("N17Q_TEST_LOG_FORMAT", "eval"),
         display="none",
     )
 

@@ -56,6 +56,21 @@ def with_member(log: Path, out: Path, name: str, data: bytes, *, encrypted: bool
     return out
 
 
+@pytest.fixture(scope="module")
+def json_log(tmp_path_factory) -> Path:
+    return produce_with_secret(tmp_path_factory.mktemp("json-log"), tmp_path_factory.mktemp("home"), TOKEN, "json")
+
+
+def test_a_json_log_is_kept_masked_as_json(json_log, _blob_store):
+    assert TOKEN in json_log.read_text()
+    answer = import_run(json_log)
+    run = Run.objects.get(run_id=answer["run"])
+    assert places_holding(TOKEN, _blob_store) == []
+    original = RunBlob.objects.get(run=run, role="source-log")
+    kept = next(p for p in _blob_store.rglob("*") if p.is_file() and p.name in original.blob.digest)
+    assert json.loads(kept.read_bytes())["eval"]["task"] == "deploy"  # still the log, as JSON
+
+
 def test_the_real_log_holds_the_token_in_zstd_members(eval_log):
     with zipfile.ZipFile(eval_log) as zf:
         methods = {i.compress_type for i in zf.infolist() if not i.is_dir()}
