@@ -53,8 +53,9 @@ _END = struct.Struct("<4s4H2LH")  # end of central directory, 22 bytes
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _CHUNK = 1 << 20
 # Base64 runs long enough to hold a container (a zip's smallest is 22 bytes; a gzip's 20).
-_B64_CONTAINER = re.compile(r"[A-Za-z0-9+/_-]{28,}={0,2}")
-_B64_HEADS = ("UEsD", "H4sI", "KLUv", "eJ", "eN", "eF", "eA")  # zip, gzip, zstd, zlib (the usual levels)
+# A whole base64 run (nothing of the alphabet before it) that starts as the base64 of a zip, a gzip, a zstd or a zlib
+# stream (its usual levels) starts.
+_B64_CONTAINER = re.compile(r"(?<![A-Za-z0-9+/_-])(?:UEsD|H4sI|KLUv|eJ|eN|eF|eA)[A-Za-z0-9+/_-]{26,}={0,2}")
 
 
 class Unmaskable(Exception):
@@ -188,14 +189,10 @@ def _mask_text(text: str, where: str, findings: list[dict[str, str]], budget: _B
 def _mask_encoded_containers(text: str, where: str, findings: list[dict[str, str]], budget: _Budget, depth: int) -> str:
     """Base64 runs that decode to a container (a zip, gzip, zstd or zlib stream), opened, masked and encoded again.
     Text inside base64 is `scanning.mask_text`'s: it decodes runs that are text, not binary containers."""
-    if not any(head in text for head in _B64_HEADS):
-        return text
     parts: list[str] = []
     last = 0
     for m in _B64_CONTAINER.finditer(text):
         run = m.group()
-        if not run.startswith(_B64_HEADS):
-            continue
         urlsafe = "-" in run or "_" in run
         try:
             raw = base64.b64decode(run + "=" * (-len(run) % 4), altchars=b"-_" if urlsafe else None, validate=True)
@@ -225,7 +222,7 @@ def mask_nested_json(
     nothing was found. In the outer JSON such a value is escaped (`\\"password\\": \\"…\\"`), which the rules that
     read a key and its quoted value do not match; read as the JSON it is, they do."""
     budget = budget or _Budget(MAX_UNPACKED_BYTES)
-    if depth >= MAX_NESTING:
+    if depth >= MAX_NESTING or (depth == 0 and not _worth_walking(value)):
         return value
     if isinstance(value, str):
         return _mask_string(value, where, findings, budget, depth)
@@ -246,15 +243,33 @@ def mask_nested_json(
     return value
 
 
+def _worth_walking(value: Any) -> bool:
+    """Whether a string of `value` may hold what only a walk finds: a base64 container, or JSON inside a string that
+    is itself JSON (escaped quotes in the string). A JSON string holding JSON with plain quotes needs no walk: the
+    rules read it as the text it is (`scanning.mask_json`). One pass over all the strings at once, in C."""
+    texts: list[str] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            texts.append(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    joined = "\n".join(texts)
+    return '\\"' in joined or _B64_CONTAINER.search(joined) is not None
+
+
 def _mask_string(text: str, where: str, findings: list[dict[str, str]], budget: _Budget, depth: int) -> str:
-    if len(text) >= 28 and any(head in text for head in _B64_HEADS):
+    if _B64_CONTAINER.search(text):
         found: list[dict[str, str]] = []
         decoded = _mask_encoded_containers(text, where, found, budget, depth)
         if found:
             findings.extend(found)
             text = decoded
     body = text.strip()
-    if len(body) < _MIN_NESTED_JSON or (body[0], body[-1]) not in (("{", "}"), ("[", "]")):
+    if len(body) < _MIN_NESTED_JSON or (body[0], body[-1]) not in (("{", "}"), ("[", "]")) or '\\"' not in body:
         return text
     try:
         inner = json.loads(body)
