@@ -86,6 +86,13 @@ def test_a_token_in_a_zstd_member_of_an_eval_log_is_stored_nowhere(eval_log, _bl
     path = next(p for p in _blob_store.rglob("*") if p.is_file() and p.read_bytes()[:2] == b"PK")
     with zipfile.ZipFile(path) as zf:
         assert {i.compress_type for i in zf.infolist() if not i.is_dir()} == {containers.ZIP_ZSTANDARD}
+    # Inspect itself still reads it: the rebuilt log is a log, its sample's input masked.
+    from inspect_ai.log import read_eval_log
+
+    copy = Path(path.parent.parent.parent / "kept.eval")
+    copy.write_bytes(path.read_bytes())
+    log = read_eval_log(str(copy))
+    assert log.samples and "[masked:" in str(log.samples[0].input) and TOKEN not in str(log.samples[0].input)
     masked_in_original = MaskedSecret.objects.filter(run=run, blob_digest=original.blob.digest)
     assert any("!samples/" in m.path for m in masked_in_original)
     # The run page says what was masked, and where: in the kept original's members.
