@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -35,6 +35,8 @@ from django.utils import timezone
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError
 from n17q_engine.formats.otlp import convert_trace, flatten_protobuf
+from n17q_secrets import scanning
+from runs import secret_scan
 from runs.import_formats import import_converted
 from runs.models import Run
 
@@ -60,10 +62,25 @@ class Received:
     accepted: int
 
 
+def batch_mask(batch: wire.TraceBatch) -> wire.TraceBatch:
+    """The batch as it may be stored: every secret in its spans masked on arrival (issue 32), so a buffered request
+    never holds one, whether its trace becomes a run, is refused, or is a late addendum. The request is masked byte
+    for byte (`*`), so it still parses and its spans keep their byte ranges; the root span's and the service's names,
+    stored and shown on their own, are masked as text."""
+    found: list[dict[str, str]] = []
+    payload = secret_scan.mask_otlp_protobuf(batch.payload, "spans", found)
+    root_name = scanning.mask_text(batch.root_name, "root span name", found) if batch.root_name else ""
+    service_name = scanning.mask_text(batch.service_name, "service.name", found) if batch.service_name else ""
+    if not found:
+        return batch
+    return replace(batch, payload=payload, root_name=root_name[:200], service_name=service_name[:200])
+
+
 def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None = None) -> Received:
-    """Store one request's spans, trace by trace, in one transaction."""
+    """Store one request's spans, trace by trace, in one transaction, masked (`batch_mask`) before any is stored."""
     if not batches:
         return Received(0, 0)
+    batches = {t: batch_mask(b) for t, b in batches.items()}
     now = now or timezone.now()
     ids = sorted(batches)
     with transaction.atomic():

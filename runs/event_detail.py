@@ -26,6 +26,8 @@ from .trace import Family, call_tools, family_of, row_summary
 REFS_SHOWN = 30
 FINDINGS_SHOWN = 20
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# Where an original the secret scan could not read whole was named, the run names its keyed digest (runs.secret_scan).
+_KEYED_DIGEST = re.compile(r"^hmac:[0-9a-f]{64}$")
 ABSENCE_WORDS = {
     "absent": "absent",
     "redacted": "redacted",
@@ -58,6 +60,7 @@ class EventDetail:
     findings: list[dict[str, Any]]
     masked: list[MaskedSecret] = field(default_factory=list)
     named_expired: list[tuple[str, Expiry]] = field(default_factory=list)
+    named_not_kept: list[tuple[str, str]] = field(default_factory=list)  # (field, keyed digest) of originals not kept
     source_span: SourceSpan | None = None  # a converted trace's event: the span it came from (runs/source_span.py)
 
     @property
@@ -65,18 +68,20 @@ class EventDetail:
         return json.dumps(self.event.body, indent=2, ensure_ascii=False, sort_keys=True)
 
 
-def _digests_in(body: Any, path: str = "", depth: int = 0) -> list[tuple[str, str]]:
+def _digests_in(
+    body: Any, path: str = "", depth: int = 0, *, pattern: re.Pattern[str] = _DIGEST
+) -> list[tuple[str, str]]:
     """Every (field path, digest) in the event that could name a blob; bounded in depth."""
     out: list[tuple[str, str]] = []
     if depth > 6:
         return out
     if isinstance(body, dict):
         for key, value in body.items():
-            out.extend(_digests_in(value, f"{path}.{key}" if path else str(key), depth + 1))
+            out.extend(_digests_in(value, f"{path}.{key}" if path else str(key), depth + 1, pattern=pattern))
     elif isinstance(body, list):
         for index, value in enumerate(body[:50]):
-            out.extend(_digests_in(value, f"{path}[{index}]", depth + 1))
-    elif isinstance(body, str) and _DIGEST.match(body):
+            out.extend(_digests_in(value, f"{path}[{index}]", depth + 1, pattern=pattern))
+    elif isinstance(body, str) and pattern.match(body):
         out.append((path, body))
     return out
 
@@ -169,6 +174,7 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
         blobs=blobs,
         named_blobs=named_missing,
         named_expired=named_expired,
+        named_not_kept=_digests_in(body, pattern=_KEYED_DIGEST) if run.masked_secret_count else [],
         findings=findings,
         masked=masked,
         source_span=source_span,

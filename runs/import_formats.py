@@ -152,7 +152,8 @@ def _convert_and_import(fh: IO[bytes], size: int | None, *, user: Any, label: st
         # worker converts the first run, not on the import's path after it.
         if fmt in ORIGINAL_MEDIA_TYPES and len(data) <= MAX_ORIGINAL_BLOB_BYTES:
             digest, scanned = secret_scan.scan_blob_ahead(data, ORIGINAL_MEDIA_TYPES[fmt])
-            prescanned[digest] = scanned
+            if scanned is not None:
+                prescanned[digest] = scanned
 
     with tempfile.TemporaryDirectory(prefix="n17q-converting-") as tmp:
         runs = _converted_by_worker(fmt, data, Path(tmp), while_converting=scan_original)

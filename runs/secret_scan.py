@@ -44,7 +44,7 @@ from n17q_engine import bundle
 from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats.otlp import otlp_strings
-from n17q_secrets import events_check, scanning
+from n17q_secrets import containers, events_check, scanning
 
 from .models import Blob
 
@@ -117,12 +117,24 @@ class ScannedBlob:
     found: tuple[dict[str, str], ...]
 
 
-def scan_blob_ahead(data: bytes, media_type: str) -> tuple[str, ScannedBlob]:
+def scan_blob_ahead(data: bytes, media_type: str) -> tuple[str, ScannedBlob | None]:
     """Scan a blob before the bundle naming it is imported, for `mask_blobs(prescanned=...)`: the import door scans a
-    trace file's original while its runs are still being converted (in another process), instead of after."""
+    trace file's original while its runs are still being converted (in another process), instead of after. None
+    when it cannot be scanned whole (`mask_blobs` then says what becomes of it)."""
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
     found: list[dict[str, str]] = []
-    masked = _mask_blob_bytes(data, media_type, found)
-    return "sha256:" + hashlib.sha256(data).hexdigest(), ScannedBlob(media_type, masked, tuple(found))
+    try:
+        masked = _mask_blob_bytes(data, media_type, found)
+    except containers.Unmaskable:
+        return digest, None
+    return digest, ScannedBlob(media_type, masked, tuple(found))
+
+
+# An original kept for provenance (a converter's `source-log`, `source-otlp`...: the file the run was made from) that
+# cannot be scanned whole is not kept; the run keeps its keyed digest instead (issue 32). Any other blob that cannot
+# be is refused with the import, as a blob past the scan's size is: nothing is stored unscanned.
+ORIGINAL_ROLE_PREFIX = "source-"
+NOT_KEPT_RULE = "original-not-kept"
 
 
 def mask_blobs(
@@ -159,7 +171,11 @@ def mask_blobs(
             masked, found = ahead.masked, list(ahead.found)
         else:
             found = []
-            masked = _mask_blob_bytes(path.read_bytes(), entries[digest].media_type, found)
+            try:
+                masked = _mask_blob_bytes(path.read_bytes(), entries[digest].media_type, found)
+            except containers.Unmaskable as exc:
+                _not_kept(digest, str(exc), paths, entries, masks, key)
+                continue
         if not found:
             continue
         new_digest = "sha256:" + hashlib.sha256(masked).hexdigest()
@@ -186,32 +202,58 @@ def mask_blobs(
     return paths, bundle.Manifest(run=manifest.run, blobs=entries)
 
 
+def _not_kept(
+    digest: str,
+    why: str,
+    paths: dict[str, Path],
+    entries: dict[str, bundle.BlobEntry],
+    masks: BundleMasks,
+    key: bytes,
+) -> None:
+    """A blob that cannot be scanned whole: an original is dropped, and every place the run named it names its keyed
+    digest instead (which says what it was to whoever holds the file, and is no oracle for anyone else); any other
+    blob refuses the import."""
+    entry = entries[digest]
+    if not entry.role.startswith(ORIGINAL_ROLE_PREFIX):
+        raise BundleError(
+            f"blob cannot be scanned whole for secrets, so it cannot be stored: {why}",
+            file=f"blobs/sha256/{digest.removeprefix('sha256:')}",
+        )
+    kept_as = keyed(digest.encode("ascii"), key)
+    del entries[digest], paths[digest]
+    masks.blob_remap[digest] = kept_as
+    masks.found.append(
+        {
+            "place": "blob",
+            "path": f"blob {kept_as} ({entry.role}, {entry.media_type})",
+            "rule": NOT_KEPT_RULE,
+            "preview": f"not kept: {why}"[:100],
+            "recorded_as": kept_as,
+        }
+    )
+
+
 PROTOBUF_TYPES = frozenset({"application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf"})
+
+
+def mask_otlp_protobuf(raw: bytes, where: str, found: list[dict[str, str]]) -> bytes:
+    """An OTLP protobuf request masked byte for byte and never past a value: the body still parses, and the byte
+    ranges a converted run's events name in it (an OTLP original) still hold their spans. It is scanned by its texts
+    (`otlp_strings`). The OTLP file door's original and the receiver's buffered requests (otlp_receiver) alike."""
+    texts = otlp_strings(raw)
+    if texts is None:
+        return scanning.mask_binary(raw, where, found, strings=[])
+    strings, complete = texts
+    return scanning.mask_binary(raw, where, found, strings=strings, printable_runs=not complete)
 
 
 def _mask_blob_bytes(raw: bytes, media_type: str, found: list[dict[str, str]]) -> bytes:
     if media_type.split(";", 1)[0].strip().lower() in PROTOBUF_TYPES:
-        # Masked byte for byte and never past a value: the body still parses, and the byte ranges a converted run's
-        # events name in it (an OTLP original) still hold their spans. An OTLP request is scanned by its texts.
-        texts = otlp_strings(raw)
-        if texts is None:
-            return scanning.mask_binary(raw, "blob", found, strings=[])
-        strings, complete = texts
-        return scanning.mask_binary(raw, "blob", found, strings=strings, printable_runs=not complete)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return scanning.mask_binary(raw, "blob", found)
-    if "json" in media_type.lower() or text.lstrip()[:1] in ("{", "["):
-        try:
-            value = json.loads(text)
-        except (ValueError, RecursionError):
-            value = None
-        if isinstance(value, dict | list):
-            masked_value = scanning.mask_json(value, "blob", found)
-            return json.dumps(masked_value, ensure_ascii=False).encode("utf-8") if found else raw
-    masked_text = scanning.mask_text(text, "blob", found)
-    return masked_text.encode("utf-8") if found else raw
+        return mask_otlp_protobuf(raw, "blob", found)
+    # Anything else is opened where it is a container (an Inspect .eval is a zip of zstd members; gzip, zlib, base64
+    # runs, JSON strings holding JSON), each piece masked and the container rebuilt the same way; a text or a binary
+    # is masked as it is. containers.Unmaskable when it cannot be rebuilt masked.
+    return containers.mask_container_or_raise(raw, where="blob", findings=found)
 
 
 # --- events -------------------------------------------------------------------------------------------------------

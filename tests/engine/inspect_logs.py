@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 PRODUCER = Path(__file__).parent / "inspect_producer.py"
+TOKEN_PRODUCER = Path(__file__).parent / "inspect_token_producer.py"
 
 
-def produce(out: Path, home: Path) -> dict[str, Path]:
+def _environment(out: Path, home: Path) -> dict[str, str]:
     env = {
         **os.environ,
         "INSPECT_DISPLAY": "none",
@@ -24,6 +25,31 @@ def produce(out: Path, home: Path) -> dict[str, Path]:
         "NO_COLOR": "1",
     }
     env.pop("INSPECT_EVAL_MODEL", None)
+    return env
+
+
+def produce_with_secret(out: Path, home: Path, secret: str, fmt: str = "eval") -> Path:
+    """The log (`fmt`: eval or json) of tests/engine/inspect_token_producer.py: one sample whose input and answer hold
+    `secret`."""
+    env = {**_environment(out, home), "N17Q_TEST_SECRET": secret, "N17Q_TEST_LOG_FORMAT": fmt}
+    done = subprocess.run(
+        [sys.executable, str(TOKEN_PRODUCER), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise AssertionError(done.stderr[-3000:])
+    paths = sorted(out.glob(f"*.{fmt}"))
+    if len(paths) != 1:
+        raise AssertionError(f"expected one log, found {paths}: {done.stderr[-2000:]}")
+    return paths[0]
+
+
+def produce(out: Path, home: Path) -> dict[str, Path]:
+    env = _environment(out, home)
     done = subprocess.run(
         [sys.executable, str(PRODUCER), str(out)], env=env, capture_output=True, text=True, timeout=300, check=False
     )
