@@ -28,6 +28,7 @@ from typing import Any
 import ahocorasick
 import re2
 
+from . import field_classes
 from .reference import compile_rule, decode, iter_spans, reference_rules, shannon_entropy, utf8
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
@@ -312,13 +313,16 @@ def detect_secrets_alone() -> tuple[Rule, ...]:
 
 
 def rules() -> tuple[Rule, ...]:
-    """The rules intake runs besides the reference's: detect-secrets' (on RE2), the keyword rule, the project's."""
+    """The rules intake runs besides the reference's: detect-secrets' (on RE2), the keyword rule, the project's,
+    and the field classes (`field_classes`: kinds of credential no single rule set covers), last, so a value a
+    provider's rule knows is named by that rule."""
     global _RULES
     if _RULES is None:
         keyword = Rule("keyword", _re2_finder(KEYWORD_PATTERNS, _first_group), "detect-secrets")
         own = tuple(Rule(name, find, "n17q") for name, find in N17Q_RULES)
+        classes = tuple(Rule(name, find, "n17q", hints) for name, find, hints in field_classes.field_class_rules())
         found = (*_detect_secrets_rules(), keyword, *own)
-        _RULES = tuple(Rule(r.name, r.find_bytes, r.source, HINTS.get(r.name, ())) for r in found)
+        _RULES = (*(Rule(r.name, r.find_bytes, r.source, HINTS.get(r.name, ())) for r in found), *classes)
     return _RULES
 
 
@@ -705,13 +709,16 @@ def mask_json(value: Any, where: str, findings: list[dict[str, str]], *, known: 
         return _mask_values(masked, left, where, findings) if left else masked
     if not isinstance(value, dict | list):
         return value
-    joined = "\n".join(_strings(value))
+    strings, named = _strings(value)
+    joined = "\n".join(strings)
     hits = scan_text(joined) + [(rule, found) for found, rule in (known or {}).items() if found in joined]
     if _encoded_secret(joined):  # base64 holding a secret somewhere: every leaf goes through mask_text
         known_hits = {found: rule for rule, found in hits}
         return _mask_leaves(value, where, findings, None, known_hits)
     if not hits:
-        return value
+        # A value under a secret-named key is masked whatever it looks like (`field_classes.is_secret_field`);
+        # the other leaves are left as they are.
+        return _mask_leaves(value, where, findings, _NO_VALUES, {}) if named else value
     # The leaves to rescan are those holding a found value (as found in the JSON text, or unescaped); a value
     # that spans leaves (a keyword rule across `"key": "value"`) sends every leaf to the rescan.
     values: dict[str, str] = {}
@@ -729,8 +736,11 @@ def mask_json(value: Any, where: str, findings: list[dict[str, str]], *, known: 
     return _mask_leaves(value, where, findings, holder, values)
 
 
-def _strings(value: Any) -> list[str]:
+def _strings(value: Any) -> tuple[list[str], bool]:
+    """Every string of `value` (keys and values), and whether a secret-named key holds a string that is a value
+    (`_is_named_secret`)."""
     out: list[str] = []
+    named = False
     stack = [value]
     while stack:
         node = stack.pop()
@@ -739,9 +749,24 @@ def _strings(value: Any) -> list[str]:
         elif isinstance(node, dict):
             out.extend(node)
             stack.extend(node.values())
+            if not named:
+                named = any(_is_named_secret(key, child) for key, child in node.items())
         elif isinstance(node, list):
             stack.extend(node)
-    return out
+    return out, named
+
+
+def _is_named_secret(key: Any, child: Any) -> bool:
+    return (
+        isinstance(child, str)
+        and isinstance(key, str)
+        and field_classes.is_secret_field(key)
+        and field_classes.is_value(child, key)
+    )
+
+
+# `_mask_leaves`' holder when no value was found by a scan: only secret-named leaves change.
+_NO_VALUES = object()
 
 
 def _mask_leaves(
@@ -762,6 +787,10 @@ def _mask_leaves(
                     finding["path"] = join(where, masked_key)
                 findings.extend(key_findings)
             path = join(where, masked_key)
+            if _is_named_secret(key, child):
+                findings.append({"rule": "secret-named-value", "path": path, "preview": preview(child)})
+                out[masked_key] = mask_token("secret-named-value")
+                continue
             out[masked_key] = _mask_leaves(child, path, findings, holder, known)
         return out
     if isinstance(value, list):
@@ -770,7 +799,7 @@ def _mask_leaves(
 
 
 def _mask_leaf(text: str, where: str, findings: list[dict[str, str]], holder: Any | None, known: dict[str, str]) -> str:
-    if holder is not None and next(holder.iter(text), None) is None:
+    if holder is _NO_VALUES or (holder is not None and next(holder.iter(text), None) is None):
         return text
     text = mask_text(text, where, findings)
     # A value found only in the JSON text's context (a keyword rule reading `"name": "value"`) is masked here
