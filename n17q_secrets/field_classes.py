@@ -314,16 +314,26 @@ def _secret_named_values() -> Finder:
 
 # --- vendor-prefixed tokens -------------------------------------------------------------------------------------
 #
+# A token starts where no token character is before it: a piece of a longer token (`…AbC_d9…` inside an OpenAI
+# key) is not a vendor's token of its own.
+_NOT_INSIDE_A_TOKEN = r"(?:^|[^A-Za-z0-9_-])"
 # Providers of the last few years give every key a readable prefix and a random body: `sk-lf-` (Langfuse),
 # `lsv2_pt_` (LangSmith), `pcsk_` (Pinecone), `shippo_live_`, `rk_test_`. The known shapes are matched with a low
 # entropy floor; any other `<prefix>[_-]<body>` only when its body reads as random (`looks_random`).
-_KNOWN_VENDOR = r"\b((?:sk|pk)-lf-[A-Za-z0-9-]{20,}|lsv2_(?:pt|sk)_[A-Za-z0-9_]{20,}|pcsk_[A-Za-z0-9_]{20,})"
+_KNOWN_VENDOR = (
+    _NOT_INSIDE_A_TOKEN + r"((?:sk|pk)-lf-[A-Za-z0-9-]{20,}|lsv2_(?:pt|sk)_[A-Za-z0-9_]{20,}|pcsk_[A-Za-z0-9_]{20,})"
+)
 # `<vendor>_live_<body>` and its test, prod and sandbox kin: the body's longest `_`/`-` part must be one opaque
 # run (`run_test_case_12_with_setup` is a test's name, not a key).
-_LIVE_VENDOR = r"\b([a-z][a-z0-9]{1,15}[_-](?:live|test|prod|sandbox)[_-])([A-Za-z0-9_-]{16,})"
+_LIVE_VENDOR = _NOT_INSIDE_A_TOKEN + r"([a-z][a-z0-9]{1,15}[_-](?:live|test|prod|sandbox)[_-])([A-Za-z0-9_-]{16,})"
 # A prefix: one to three lower-case words of up to ten characters, each starting with a letter (`sk`, `rdme`,
 # `dp_pt`, `lin_api`); then the body: 20 or more letters and digits.
-_GENERIC_VENDOR = r"\b((?:[a-z][a-z0-9]{0,9}[_-]){1,3})([A-Za-z0-9]{20,200})\b"
+# The match is the whole token, later `_`/`-` parts included, so a token a provider's rule names is the same value
+# (one finding, the provider's).
+_GENERIC_VENDOR = (
+    _NOT_INSIDE_A_TOKEN
+    + r"((?:[a-z][a-z0-9]{0,9}[_-]){1,3})([A-Za-z0-9]{20,200})((?:[_-][A-Za-z0-9]+)*)(?:[^A-Za-z0-9_-]|$)"
+)
 # The same shape is how providers name objects: `call_…` and `chatcmpl-…` (OpenAI), `msg_01…` and `toolu_01…`
 # (Anthropic), `pi_…` and `evt_…` (Stripe), all over an agent's run. Those bodies are 14 to 30 characters; keys
 # run longer (`xai-` 80, `gsk_` 52, `pplx-` 48, `tvly-` 32). A body of 20 to 31 counts only after a prefix that
@@ -397,14 +407,15 @@ def _vendor_tokens() -> Finder:
         for spans in iter_spans(live, data):
             body = decode(data[spans[2][0] : spans[2][1]])
             longest = max(re.split(r"[_-]", body), key=len)
-            if len(longest) >= 16 and _opaque(longest, _KNOWN_BODY_ENTROPY):
+            one_case = longest.lower() == longest or longest.upper() == longest
+            if len(longest) >= 16 and (looks_random(longest) or (one_case and _opaque(longest, _KNOWN_BODY_ENTROPY))):
                 yield decode(data[spans[1][0] : spans[2][1]])
         for spans in iter_spans(generic, data):
             body = decode(data[spans[2][0] : spans[2][1]])
             if len(body) < _BARE_BODY and not credential_prefix(decode(data[spans[1][0] : spans[1][1]])):
                 continue
             if looks_random(body):
-                yield decode(data[spans[1][0] : spans[2][1]])
+                yield decode(data[spans[1][0] : spans[3][1]])
 
     return find
 
@@ -441,21 +452,24 @@ def _connection_strings() -> Finder:
 _WEBHOOK_KNOWN = (
     r"(?i)discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/([A-Za-z0-9_-]{60,100})",
     r"(?i)webhook\.office\.com/webhookb2/[^\s\"'<>]{1,200}?/IncomingWebhook/([A-Za-z0-9]{32})/",
+    # Teams' newer URLs end in a signature of their own, `/V2<43 characters>`, after the reference's match.
+    r"(?i)webhook\.office\.com/webhookb2/[^\s\"'<>]{1,200}?/IncomingWebhook/[^\s\"'<>]{1,200}?/(V2[A-Za-z0-9_-]{20,})",
 )
 _WEBHOOK_GENERIC = r"(?i)/(?:webhooks?|hooks)/(?:[A-Za-z0-9_.-]{1,64}/){0,4}([A-Za-z0-9_-]{20,200})"
 
 
 def _webhook_token(segment: str) -> bool:
     """A path segment that is a token: random base62, or lower-case letters and digits (hex, a UUID, Mattermost's
-    26) with enough of both; not a route's words (`github-events`, `pre-commit-config-v2`)."""
+    26, of which one in four is a digit) with enough of both; not a route's words (`github-events`,
+    `pre-commit-config-v2`)."""
     if shannon_entropy(segment) < 3.5:
         return False
     plain = segment.replace("-", "").replace("_", "")
     if looks_random(plain):
         return True
     letters = sum(c.isalpha() for c in plain)
-    longest = max((len(run) for run in re.findall(r"[a-zA-Z]+", plain)), default=0)
-    return letters >= 4 and len(plain) - letters >= 4 and longest < 10
+    digits = len(plain) - letters
+    return letters >= 4 and digits >= max(3, len(plain) // 10)
 
 
 def _webhook_tokens() -> Finder:
