@@ -709,16 +709,17 @@ def mask_json(value: Any, where: str, findings: list[dict[str, str]], *, known: 
         return _mask_values(masked, left, where, findings) if left else masked
     if not isinstance(value, dict | list):
         return value
-    strings, named = _strings(value)
+    strings, keys = _strings(value)
+    named = frozenset(k for k in keys if isinstance(k, str) and field_classes.is_secret_field(k))
     joined = "\n".join(strings)
     hits = scan_text(joined) + [(rule, found) for found, rule in (known or {}).items() if found in joined]
     if _encoded_secret(joined):  # base64 holding a secret somewhere: every leaf goes through mask_text
         known_hits = {found: rule for rule, found in hits}
-        return _mask_leaves(value, where, findings, None, known_hits)
+        return _mask_leaves(value, where, findings, None, known_hits, named)
     if not hits:
         # A value under a secret-named key is masked whatever it looks like (`field_classes.is_secret_field`);
         # the other leaves are left as they are.
-        return _mask_leaves(value, where, findings, _NO_VALUES, {}) if named else value
+        return _mask_leaves(value, where, findings, _NO_VALUES, {}, named) if named else value
     # The leaves to rescan are those holding a found value (as found in the JSON text, or unescaped); a value
     # that spans leaves (a keyword rule across `"key": "value"`) sends every leaf to the rescan.
     values: dict[str, str] = {}
@@ -728,19 +729,19 @@ def mask_json(value: Any, where: str, findings: list[dict[str, str]], *, known: 
             try:
                 values.setdefault(json.loads(f'"{found}"'), rule)
             except ValueError:
-                return _mask_leaves(value, where, findings, None, {})
+                return _mask_leaves(value, where, findings, None, {}, named)
     holder = ahocorasick.Automaton()
     for found in values:
         holder.add_word(found, found)
     holder.make_automaton()
-    return _mask_leaves(value, where, findings, holder, values)
+    return _mask_leaves(value, where, findings, holder, values, named)
 
 
-def _strings(value: Any) -> tuple[list[str], bool]:
-    """Every string of `value` (keys and values), and whether a secret-named key holds a string that is a value
-    (`_is_named_secret`)."""
+def _strings(value: Any) -> tuple[list[str], set[Any]]:
+    """Every string of `value` (keys and values), and the distinct keys (a body repeats a schema's few names: each
+    is judged once, `field_classes.is_secret_field`)."""
     out: list[str] = []
-    named = False
+    keys: set[Any] = set()
     stack = [value]
     while stack:
         node = stack.pop()
@@ -748,21 +749,11 @@ def _strings(value: Any) -> tuple[list[str], bool]:
             out.append(node)
         elif isinstance(node, dict):
             out.extend(node)
+            keys.update(node)
             stack.extend(node.values())
-            if not named:
-                named = any(_is_named_secret(key, child) for key, child in node.items())
         elif isinstance(node, list):
             stack.extend(node)
-    return out, named
-
-
-def _is_named_secret(key: Any, child: Any) -> bool:
-    return (
-        isinstance(child, str)
-        and isinstance(key, str)
-        and field_classes.is_secret_field(key)
-        and field_classes.is_value(child, key)
-    )
+    return out, keys
 
 
 # `_mask_leaves`' holder when no value was found by a scan: only secret-named leaves change.
@@ -770,8 +761,15 @@ _NO_VALUES = object()
 
 
 def _mask_leaves(
-    value: Any, where: str, findings: list[dict[str, str]], holder: Any | None, known: dict[str, str]
+    value: Any,
+    where: str,
+    findings: list[dict[str, str]],
+    holder: Any | None,
+    known: dict[str, str],
+    named: frozenset[str] = frozenset(),
 ) -> Any:
+    """`value` with its leaves masked (`_mask_leaf`), and every string under a key in `named` (secret-named) that
+    is a value (`field_classes.is_value`) replaced whole."""
     if isinstance(value, str):
         return _mask_leaf(value, where, findings, holder, known)
     if isinstance(value, dict):
@@ -787,14 +785,14 @@ def _mask_leaves(
                     finding["path"] = join(where, masked_key)
                 findings.extend(key_findings)
             path = join(where, masked_key)
-            if _is_named_secret(key, child):
+            if key in named and isinstance(child, str) and field_classes.is_value(child, key):
                 findings.append({"rule": "secret-named-value", "path": path, "preview": preview(child)})
                 out[masked_key] = mask_token("secret-named-value")
                 continue
-            out[masked_key] = _mask_leaves(child, path, findings, holder, known)
+            out[masked_key] = _mask_leaves(child, path, findings, holder, known, named)
         return out
     if isinstance(value, list):
-        return [_mask_leaves(child, join(where, i), findings, holder, known) for i, child in enumerate(value)]
+        return [_mask_leaves(child, join(where, i), findings, holder, known, named) for i, child in enumerate(value)]
     return value
 
 
