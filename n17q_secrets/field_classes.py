@@ -537,6 +537,6 @@ def field_class_rules() -> tuple[tuple[str, Finder, tuple[str, ...]], ...]:
         ("secret-named-value", _secret_named_values(), tuple(_NAME_WORDS.split("|"))),
         ("vendor-prefixed-token", _vendor_tokens(), ()),  # every match holds `_` or `-`: no text is spared
         ("connection-string-credential", _connection_strings(), ("jdbc:", "://:")),
-        ("webhook-url-token", _webhook_tokens(), ("hooks/",)),
+        ("webhook-url-token", _webhook_tokens(), ("hooks/", "webhook.office.com")),
         ("aws-secret-key-near-id", _aws_secret_near_id(), ("akia", "asia", "abia", "acca", "masked:aws")),
     )

@@ -333,3 +333,14 @@ def test_intake_stores_none_of_the_field_classes_in_a_captured_body():
     red = intake.intake(capture)
     stored = json.dumps(red.capture) + json.dumps(red.findings)
     assert [name for name, value in secrets_.items() if _kept(value, stored, public=6)] == []
+
+
+def test_a_teams_webhook_loses_its_v2_signature_too():
+    # The reference's rule ends at the GUID before `/V2…`; Teams' newer URLs carry a signature there.
+    signature = "V2" + rnd(41, URLSAFE)
+    url = (
+        f"https://acme.webhook.office.com/webhookb2/{uuid.uuid4()}@{uuid.uuid4()}/IncomingWebhook/"
+        f"{rnd(32, HEX)}/{uuid.uuid4()}/{signature}"
+    )
+    masked, _findings = _masked(f"teams: {url}")
+    assert not _kept(signature, masked, public=2)
