@@ -362,7 +362,8 @@ def looks_random(body: str) -> bool:
     A random body mixes upper case, lower case and digits and switches between them often (about six characters
     in ten for base62); an identifier (`userAccountSettings2`) runs long in lower case between capitals, a digest
     is one case only. Measured in tests/fixtures_review/test_field_classes.py: random bodies of 20 to 64 characters
-    pass (about 99 in 100), the identifiers of the installed packages' source do not."""
+    pass 97 to 99.5 in 100 (5,000 of each length); of 11,644 identifiers of that shape in the installed packages'
+    source none is a token."""
     n = len(body)
     upper = sum(c.isupper() for c in body)
     lower = sum(c.islower() for c in body)
