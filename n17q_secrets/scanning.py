@@ -28,6 +28,7 @@ from typing import Any
 import ahocorasick
 import re2
 
+from . import field_classes
 from .names import is_oauth_code, is_secret_value_name, is_signed_url_param
 from .reference import compile_rule, decode, iter_spans, reference_rules, shannon_entropy, utf8
 from .reference.nosey_parker import nosey_parker_rules
@@ -374,15 +375,19 @@ def nosey_parker() -> tuple[Rule, ...]:
 
 def rules() -> tuple[Rule, ...]:
     """The rules intake runs besides gitleaks': Nosey Parker's (the second reference, first so that a value both
-    name is named by a reference rule), detect-secrets' (on RE2), the keyword rule, the project's."""
+    name is named by a reference rule), detect-secrets' (on RE2), the keyword rule, the project's, and the field
+    classes (`field_classes`: kinds of credential no single rule set covers), last, so a value a provider's rule
+    knows is named by that rule."""
     global _RULES
     if _RULES is None:
         keyword = Rule("keyword", _re2_finder(KEYWORD_PATTERNS, _first_group), "detect-secrets")
         own = tuple(Rule(name, find, "n17q") for name, find in N17Q_RULES)
+        classes = tuple(Rule(name, find, "n17q", hints) for name, find, hints in field_classes.field_class_rules())
         found = (*_detect_secrets_rules(), keyword, *own)
         _RULES = (
             *nosey_parker(),
             *(Rule(r.name, r.find_bytes, r.source, HINTS.get(r.name, ())) for r in found),
+            *classes,
         )
     return _RULES
 
@@ -788,13 +793,17 @@ def mask_json(value: Any, where: str, findings: list[dict[str, str]], *, known: 
         return _mask_values(masked, left, where, findings) if left else masked
     if not isinstance(value, dict | list):
         return value
-    joined = "\n".join(_strings(value))
+    strings, keys = _strings(value)
+    named = frozenset(k for k in keys if isinstance(k, str) and field_classes.is_secret_field(k))
+    joined = "\n".join(strings)
     hits = scan_text(joined) + [(rule, found) for found, rule in (known or {}).items() if found in joined]
     if _encoded_secret(joined):  # base64 holding a secret somewhere: every leaf goes through mask_text
         known_hits = {found: rule for rule, found in hits}
-        return _mask_leaves(value, where, findings, None, known_hits)
+        return _mask_leaves(value, where, findings, None, known_hits, named)
     if not hits:
-        return value
+        # A value under a secret-named key is masked whatever it looks like (`field_classes.is_secret_field`);
+        # the other leaves are left as they are.
+        return _mask_leaves(value, where, findings, _NO_VALUES, {}, named) if named else value
     # The leaves to rescan are those holding a found value (as found in the JSON text, or unescaped); a value
     # that spans leaves (a keyword rule across `"key": "value"`) sends every leaf to the rescan.
     values: dict[str, str] = {}
@@ -804,16 +813,19 @@ def mask_json(value: Any, where: str, findings: list[dict[str, str]], *, known: 
             try:
                 values.setdefault(json.loads(f'"{found}"'), rule)
             except ValueError:
-                return _mask_leaves(value, where, findings, None, {})
+                return _mask_leaves(value, where, findings, None, {}, named)
     holder = ahocorasick.Automaton()
     for found in values:
         holder.add_word(found, found)
     holder.make_automaton()
-    return _mask_leaves(value, where, findings, holder, values)
+    return _mask_leaves(value, where, findings, holder, values, named)
 
 
-def _strings(value: Any) -> list[str]:
+def _strings(value: Any) -> tuple[list[str], set[Any]]:
+    """Every string of `value` (keys and values), and the distinct keys (a body repeats a schema's few names: each
+    is judged once, `field_classes.is_secret_field`)."""
     out: list[str] = []
+    keys: set[Any] = set()
     stack = [value]
     while stack:
         node = stack.pop()
@@ -821,15 +833,27 @@ def _strings(value: Any) -> list[str]:
             out.append(node)
         elif isinstance(node, dict):
             out.extend(node)
+            keys.update(node)
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-    return out
+    return out, keys
+
+
+# `_mask_leaves`' holder when no value was found by a scan: only secret-named leaves change.
+_NO_VALUES = object()
 
 
 def _mask_leaves(
-    value: Any, where: str, findings: list[dict[str, str]], holder: Any | None, known: dict[str, str]
+    value: Any,
+    where: str,
+    findings: list[dict[str, str]],
+    holder: Any | None,
+    known: dict[str, str],
+    named: frozenset[str] = frozenset(),
 ) -> Any:
+    """`value` with its leaves masked (`_mask_leaf`), and every string under a key in `named` (secret-named) that
+    is a value (`field_classes.is_value`) replaced whole."""
     if isinstance(value, str):
         return _mask_leaf(value, where, findings, holder, known)
     if isinstance(value, dict):
@@ -845,15 +869,19 @@ def _mask_leaves(
                     finding["path"] = join(where, masked_key)
                 findings.extend(key_findings)
             path = join(where, masked_key)
-            out[masked_key] = _mask_leaves(child, path, findings, holder, known)
+            if key in named and isinstance(child, str) and field_classes.is_value(child, key):
+                findings.append({"rule": "secret-named-value", "path": path, "preview": preview(child)})
+                out[masked_key] = mask_token("secret-named-value")
+                continue
+            out[masked_key] = _mask_leaves(child, path, findings, holder, known, named)
         return out
     if isinstance(value, list):
-        return [_mask_leaves(child, join(where, i), findings, holder, known) for i, child in enumerate(value)]
+        return [_mask_leaves(child, join(where, i), findings, holder, known, named) for i, child in enumerate(value)]
     return value
 
 
 def _mask_leaf(text: str, where: str, findings: list[dict[str, str]], holder: Any | None, known: dict[str, str]) -> str:
-    if holder is not None and next(holder.iter(text), None) is None:
+    if holder is _NO_VALUES or (holder is not None and next(holder.iter(text), None) is None):
         return text
     text = mask_text(text, where, findings)
     # A value found only in the JSON text's context (a keyword rule reading `"name": "value"`) is masked here

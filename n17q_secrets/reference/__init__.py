@@ -122,6 +122,20 @@ _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.max_mem = 64 << 20  # the largest rules (generic-api-key's allowlist) need more than RE2's 8 MB
 
 
+# gitleaks' generated rules end a token at a quote, white space, `;`, an escaped line end or the end of the text:
+# `(?:[\x60'"\s;]|\\[nr]|$)`. A token that ends a sentence or sits in brackets (`… key sk-proj-….`, `(ghp_…)`,
+# `token ghp_…, then`) is followed by punctuation, and none of those rules reported it. Trailing punctuation is not
+# part of a token: that group also accepts a run of `.,!?)]}>` followed by one of its own ends. Only punctuation
+# followed by an end counts, so `config.apiKey;` still ends nothing at the dot. The vendored file stays as published.
+TOKEN_END = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
+_PUNCTUATION_THEN_END = r"""(?:[\x60'"\s;]|[.,!?)\]}>]+(?:[\x60'"\s;]|\\[nr]|$)|\\[nr]|$)"""
+
+
+def ends_at_punctuation(pattern: str) -> str:
+    """`pattern` with gitleaks' end-of-token group widened to accept trailing punctuation (`TOKEN_END`)."""
+    return pattern.replace(TOKEN_END, _PUNCTUATION_THEN_END)
+
+
 def _allowlist(raw: dict[str, Any]) -> Allowlist:
     regexes = raw.get("regexes") or []
     condition = str(raw.get("condition") or "OR").upper()
@@ -160,7 +174,7 @@ class ReferenceRules:
                 rules.append(
                     ReferenceRule(
                         id=raw["id"],
-                        regex=compile_rule(raw["regex"]),
+                        regex=compile_rule(ends_at_punctuation(raw["regex"])),
                         secret_group=int(raw.get("secretGroup") or 0),
                         entropy=float(raw.get("entropy") or 0.0),
                         keywords=tuple(k.lower() for k in raw.get("keywords") or ()),

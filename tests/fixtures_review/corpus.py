@@ -120,6 +120,30 @@ def positives() -> dict[str, list[tuple[str, str]]]:
             one(lambda s: f"https://app.example/oauth/callback?code={s}&state=af0ifjsldkj", rnd(32)),
             one(lambda s: f'<https://api.example/items?page=2&session_id={s}>; rel="next"', rnd(24)),
         ],
+        # The field classes (n17q_secrets/field_classes.py): kinds of credential, whatever the vendor.
+        "secret-named-value": [
+            one(lambda s: f"token={s}", rnd(8, string.ascii_lowercase)),  # any entropy: letters only
+            one(lambda s: f"SHIPPO_API_KEY={s}", rnd(12, string.ascii_lowercase)),
+            one(lambda s: f"db:\n  password: {s}\n", rnd(10, string.ascii_lowercase)),
+        ],
+        "vendor-prefixed-token": [
+            one(lambda s: f"LANGFUSE_SECRET {s}", "sk-lf-" + str(uuid.uuid4())),
+            one(lambda s: f"smith {s}", "lsv2_pt_" + rnd(32, HEX) + "_" + rnd(10, HEX)),
+            one(lambda s: f"pinecone {s}", "pcsk_" + rnd(5) + "_" + rnd(60)),
+            one(lambda s: f"shipping {s}", "shippo_live_" + rnd(40, HEX)),
+            one(lambda s: f"vendor {s}", "acme_" + rnd(32)),
+        ],
+        "connection-string-credential": [
+            one(lambda s: f"jdbc:oracle:thin:scott/{s}@db:1521:orcl", rnd(14)),
+            one(lambda s: f"REDIS_URL=redis://:{s}@cache:6379/0", rnd(14)),
+        ],
+        "webhook-url-token": [
+            one(lambda s: f"https://discord.com/api/webhooks/{rnd(18, string.digits)}/{s}", rnd(68, URLSAFE)),
+            one(lambda s: f"POST https://ci.example/api/webhooks/{s} done", rnd(32)),
+        ],
+        "aws-secret-key-near-id": [
+            one(lambda s: f"AKIA{rnd(16, BASE32)},{s}", rnd(40, ALNUM + "/+")),
+        ],
     }
     return out
 
@@ -169,6 +193,24 @@ NEAR_MISSES: dict[str, list[str]] = {
         "https://app.example/cb#access_token=[redacted]&state=s1",
         "https://api.example/v1/items?max_tokens=1024&monkey=banana12",
     ],
+    "secret-named-value": [
+        "token_type=Bearer max_tokens=512",
+        "password = ${DB_PASSWORD}",
+        "api_key: <YOUR_API_KEY>",
+        "secret=xxxx",
+        "the next token: expired",
+        "auth_token = self.auth_token",
+        'fetch(url, {credentials:"same-origin"})',
+    ],
+    "vendor-prefixed-token": [
+        "snake_case_identifier_with_many_words",
+        "get_userAccountSettingsForDisplay2",
+        "sk-lf-short",
+        "call_" + "wKayJlcYV12NiadiZuJXxcfx",  # an OpenAI tool call's id: a provider's object, not a key
+    ],
+    "connection-string-credential": ["jdbc:mysql://db:3306/app?user=app", "redis://cache:6379/0"],
+    "webhook-url-token": ["https://example.com/webhooks/github", "https://example.com/hooks/pre-commit-config"],
+    "aws-secret-key-near-id": ["AKIA-EXAMPLE " + "0123456789abcdef" * 2 + "01234567"],
 }
 
 

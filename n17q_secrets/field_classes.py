@@ -1,0 +1,543 @@
+"""Field classes no single rule set covers: detectors for the *kind* of a credential rather than one provider's
+format, so a vendor neither gitleaks' nor any other list has met is still caught (issue 32, point 3).
+
+- `vendor-prefixed-token`: `<vendor>_live_…`, `sk-lf-…`, `lsv2_pt_…`, `pcsk_…`, and the general shape
+  `<short lower-case prefix>[_-]<opaque run of 20 or more>`, the run judged random (`looks_random`), not a word.
+- `connection-string-credential`: the password of a JDBC URL (`?password=`, `;password=`, Oracle's
+  `user/password@`), or of a database URL whose user is empty (`redis://:password@`); only the password.
+- `webhook-url-token`: the token of a Discord, Microsoft Teams or generic `/webhook(s)/<token>` URL (a Slack
+  webhook is the reference's `slack-webhook-url`).
+- `secret-named-value`: any value assigned to a secret-named field (`is_secret_field`), whatever its entropy, in
+  `KEY=value` lines, YAML `key: value`, JSON text and query or form pairs; placeholders excepted (`is_value`).
+  JSON containers are masked by key in `scanning.mask_json`, with the same two functions.
+- `aws-secret-key-near-id`: a 40-character AWS secret access key within a few hundred characters of an AWS key id.
+
+The class of token boundaries that end at punctuation is handled where the reference's rules are compiled
+(`reference.ends_at_punctuation`), for every rule that shares gitleaks' end-of-token group.
+
+Each detector is a `(name, find_bytes, hints)` triple that `scanning.rules()` turns into a `Rule`; this module
+imports nothing of `scanning`, so `scanning` can import it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import itertools
+import re
+from collections.abc import Callable, Iterator
+
+from .reference import compile_rule, decode, iter_spans, shannon_entropy
+
+Finder = Callable[[bytes], Iterator[str]]
+
+# --- secret-named fields ----------------------------------------------------------------------------------------
+#
+# A name is compared lower-cased with every non-alphanumeric removed (`DB_PASSWORD`, `db-password`, `dbPassword`
+# are one name), and for a dotted name only its last part (`config.api_key`, `spring.datasource.password`).
+_SECRET_PARTS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "apikey",
+    "privatekey",
+    "accesskey",
+    "signingkey",
+    "encryptionkey",
+    "masterkey",
+    "licensekey",
+    "credential",
+    "connectionstring",
+    "connstr",
+    "authorization",
+    "sessionid",
+    "sessiontoken",
+    "sessionkey",
+    "cookie",
+    "clientassertion",
+    "recoverycode",
+    "backupcode",
+    "seedphrase",
+)
+_SECRET_EXACT = frozenset(
+    {"pwd", "pass", "pin", "otp", "jwt", "dsn", "sig", "sid", "token", "session", "csrf", "xsrf", "authkey", "appkey"}
+)
+# Names that hold a secret word but say what the secret is, count it or point at it; and tokens that are not
+# credentials: a page cursor (`next_page_token`: masking it breaks the replay of a paginated tool) and a
+# tokenizer's special tokens (`eos_token: "</s>"`).
+_NOT_SECRET = frozenset(
+    {
+        "tokentype",
+        "tokenizer",
+        "secretname",
+        "secretref",
+        "secretarn",
+        "secretid",
+        "secretversion",
+        "passwordpolicy",
+        "passwordhint",
+        "credentialtype",
+        "credentialsource",
+        "credentialid",
+        "keyid",
+        "accesskeyid",
+        "pagetoken",
+        "nextpagetoken",
+        "nexttoken",
+        "prevtoken",
+        "previouspagetoken",
+        "continuationtoken",
+        "synctoken",
+        "resumetoken",
+        "cursortoken",
+        "idempotencytoken",
+        "eostoken",
+        "bostoken",
+        "padtoken",
+        "unktoken",
+        "septoken",
+        "clstoken",
+        "masktoken",
+        "stoptoken",
+    }
+)
+# A name that measures or describes rather than holds: `password_min_length`, `token_ttl`, `secret_version`.
+_MEASURES = (
+    "length",
+    "len",
+    "count",
+    "size",
+    "ttl",
+    "max",
+    "min",
+    "seconds",
+    "ms",
+    "age",
+    "version",
+    "expiry",
+    "expires",
+    "expiresin",
+    "expiresat",
+    "lifetime",
+    "timeout",
+    "rounds",
+    "bits",
+    "iterations",
+    "type",
+    "kind",
+    "format",
+    "path",
+    "file",
+    "url",
+    "uri",
+    "endpoint",
+    "name",
+    "field",
+    "env",
+    "var",
+    "required",
+    "enabled",
+    "policy",
+    "hint",
+    "prompt",
+    "label",
+    "placeholder",
+    "set",
+    "changed",
+    "updated",
+    "updatedat",
+    "created",
+    "createdat",
+    "provider",
+)
+# An environment variable in capitals ending `_KEY` names a key of some vendor (`SHIPPO_KEY`, `STRIPE_KEY`), except
+# the data-structure keys.
+_ENV_KEY = re.compile(r"^[A-Z][A-Z0-9_]*_KEY$")
+_NOT_ENV_KEY = frozenset(
+    {"PUBLIC_KEY", "PRIMARY_KEY", "SORT_KEY", "PARTITION_KEY", "CACHE_KEY", "IDEMPOTENCY_KEY", "FOREIGN_KEY"}
+    | {"ROUTING_KEY", "HASH_KEY", "RANGE_KEY", "LOOKUP_KEY", "GROUP_KEY", "DEDUP_KEY", "OBJECT_KEY", "S3_KEY"}
+)
+_NON_ALNUM = re.compile(r"[^a-z0-9]")
+
+
+@functools.lru_cache(maxsize=16384)
+def is_secret_field(name: str) -> bool:
+    """Whether a value assigned to `name` is a credential, whatever the value looks like.
+
+    Bare `key` is not one (a cache key, an OTLP attribute's `{"key": "service.name"}`, a sort key), nor `auth`
+    (`auth: oauth2` names a scheme); `api_key`, `SHIPPO_API_KEY`, `client_secret`, `access_token`, `password`,
+    `DB_PASS` are."""
+    last = name.rsplit(".", 1)[-1].strip("-_ ")
+    norm = _NON_ALNUM.sub("", last.lower())
+    if len(norm) < 3 or norm in _NOT_SECRET:
+        return False
+    if norm in _SECRET_EXACT:
+        return True
+    if norm.endswith(_MEASURES) and not norm.endswith(("token", "secret", "password", "passwd", "pass", "pwd")):
+        return False
+    if _ENV_KEY.match(last) and last not in _NOT_ENV_KEY:
+        return True
+    if norm.endswith(("token", "pass", "pwd", "apikey", "secretkey", "authkey", "appkey", "clientkey", "serverkey")):
+        return True
+    return any(part in norm for part in _SECRET_PARTS)
+
+
+# What a secret-named field holds when it holds no secret: a placeholder, a type name in a schema, a reference to
+# where the secret is (`${VAR}`, `$VAR`, `os.environ[…]`, `settings.SECRET_KEY`), a boolean. `changeme`, `admin`
+# and `password123` are not here: a default credential left in place is a working credential, and masking it costs
+# the reader nothing.
+_NOT_A_VALUE = frozenset(
+    {
+        "true",
+        "false",
+        "null",
+        "none",
+        "nil",
+        "undefined",
+        "empty",
+        "required",
+        "optional",
+        "string",
+        "str",
+        "bytes",
+        "int",
+        "integer",
+        "number",
+        "boolean",
+        "bool",
+        "object",
+        "secret",
+        "password",
+        "token",
+        "hidden",
+        "redacted",
+        "masked",
+        "removed",
+        "omitted",
+        "notset",
+        "unset",
+        "n/a",
+        "tbd",
+        "todo",
+        "your_token",
+        "your_api_key",
+        "your_password",
+        "your-api-key",
+        "example",
+        # fetch()'s `credentials:` modes, in every page's JavaScript
+        "same-origin",
+        "include",
+        "omit",
+        # an Authorization header's scheme: the credential follows it (and the bearer-token rule takes it)
+        "bearer",
+        "basic",
+        "digest",
+    }
+)
+# Documentation's stand-ins: `AKIAIOSFODNN7EXAMPLE`, `sha256~XXXXXXXX_PUT_YOUR_TOKEN_HERE`, `ops_eyJ…...` (cut
+# short), `<YOUR_KEY>`.
+_STAND_IN = re.compile(r"(?i)example|your[_\s-]|_here\b|x{6,}|\*{3,}|•{3,}|(?:\.\.\.|…)$")
+_PLACEHOLDER_VALUE = re.compile(
+    r"""^(?:
+        \[[^\]]*\] | <[^>]*> | \$\{[^}]*\} | \{\{[^}]*\}\} | \$\(?[A-Za-z_][A-Za-z0-9_]*\)? | %\([^)]*\)s | %s
+        | [*xX•.·#_-]+ | [*xX•]{3,}.{0,4}
+        | (?:os\.environ|os\.getenv|process\.env|env|ENV|System\.getenv|getenv)\b.*
+    )$""",
+    re.X,
+)
+# A dotted path of identifiers is a reference to the secret (`settings.SECRET_KEY`, `self.password`), not one.
+_CODE_OPERATORS = ("||", "&&", "=>", "==", "!=")
+_IDENTIFIER_PATH = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)+$")
+
+
+def is_value(value: str, name: str = "") -> bool:
+    """Whether `value`, assigned to a secret-named field `name`, is a secret rather than a placeholder."""
+    value = value.strip()
+    if not value:
+        return False
+    low = value.lower()
+    if low in _NOT_A_VALUE or _PLACEHOLDER_VALUE.match(value) or _IDENTIFIER_PATH.match(value):
+        return False
+    if any(op in value for op in _CODE_OPERATORS):  # `i.credentials||S.credentials`: an expression
+        return False
+    if _STAND_IN.search(value):
+        return False
+    return not (name and _NON_ALNUM.sub("", low) == _NON_ALNUM.sub("", name.rsplit(".", 1)[-1].lower()))
+
+
+# The name before `=`, `:`, `:=` or `=>`: any identifier holding a secret word, judged by `is_secret_field` (the
+# pattern only finds candidates). The value: quoted (up to its closing quote, JSON-escaped quotes too), or a run that
+# stops at white space, a quote, `&`, `;`, `,` or a bracket, and is followed by one of those or the end (a value
+# followed by `(` or `[` is code, `token=get_token()`).
+_NAME_WORDS = (
+    "pass|pwd|secret|token|key|credential|cookie|session|sid|csrf|xsrf|dsn|pin|otp|jwt|sig|auth|conn|assertion|"
+    "recovery|backup|seed"
+)
+_NAME = r"([A-Za-z0-9_.-]*(?i:" + _NAME_WORDS + r")[A-Za-z0-9_.-]*)"
+_ASSIGNED = (
+    r"(^|[\r\n]?)[ \t>#-]*" + _NAME + r"""\\?["']?[ \t]*(:=|=>|=|:)[ \t]*"""
+    r"""(?:\\"([^"\\\r\n]{1,256})\\"|"([^"\\\r\n]{1,256})"|'([^'\\\r\n]{1,256})'|"""
+    r"""([^\s"'`<>&;,(){}\[\]\\]{1,256})(?:[\s"'`<>&;,)}\]\\]|$))"""
+)
+_TRAILING = ".,!?:"
+
+
+def _secret_named_values() -> Finder:
+    regex = compile_rule(_ASSIGNED)
+
+    def find(data: bytes) -> Iterator[str]:
+        for spans in iter_spans(regex, data):
+            name = decode(data[spans[2][0] : spans[2][1]])
+            if not is_secret_field(name):
+                continue
+            start, stop = next(((a, b) for a, b in spans[4:] if b > a >= 0), (-1, -1))
+            if start < 0:
+                continue
+            value = decode(data[start:stop])
+            if _STAND_IN.search(value):
+                continue
+            if spans[7][0] >= 0:  # unquoted: a sentence's full stop is not part of it
+                value = value.rstrip(_TRAILING)
+                # `name: word` in prose ("the next token: expired") is no assignment; at the start of a line
+                # (YAML, a header) it is, and so is any value that is not one lower-case word.
+                at_line_start = spans[1][0] >= 0 and (spans[1][0] == 0 or spans[1][1] > spans[1][0])
+                prose = data[spans[3][0] : spans[3][1]] == b":" and not at_line_start
+                if prose and value.isalpha() and value.islower():
+                    continue
+            if is_value(value, name):
+                yield value
+
+    return find
+
+
+# --- vendor-prefixed tokens -------------------------------------------------------------------------------------
+#
+# A token starts where no token character is before it: a piece of a longer token (`…AbC_d9…` inside an OpenAI
+# key) is not a vendor's token of its own.
+_NOT_INSIDE_A_TOKEN = r"(?:^|[^A-Za-z0-9_-])"
+# Providers of the last few years give every key a readable prefix and a random body: `sk-lf-` (Langfuse),
+# `lsv2_pt_` (LangSmith), `pcsk_` (Pinecone), `shippo_live_`, `rk_test_`. The known shapes are matched with a low
+# entropy floor; any other `<prefix>[_-]<body>` only when its body reads as random (`looks_random`).
+_KNOWN_VENDOR = (
+    _NOT_INSIDE_A_TOKEN + r"((?:sk|pk)-lf-[A-Za-z0-9-]{20,}|lsv2_(?:pt|sk)_[A-Za-z0-9_]{20,}|pcsk_[A-Za-z0-9_]{20,})"
+)
+# `<vendor>_live_<body>` and its test, prod and sandbox kin: the body's longest `_`/`-` part must be one opaque
+# run (`run_test_case_12_with_setup` is a test's name, not a key).
+_LIVE_VENDOR = _NOT_INSIDE_A_TOKEN + r"([a-z][a-z0-9]{1,15}[_-](?:live|test|prod|sandbox)[_-])([A-Za-z0-9_-]{16,})"
+# A prefix: one to three lower-case words of up to ten characters, each starting with a letter (`sk`, `rdme`,
+# `dp_pt`, `lin_api`); then the body: 20 or more letters and digits.
+# The match is the whole token, later `_`/`-` parts included, so a token a provider's rule names is the same value
+# (one finding, the provider's).
+_GENERIC_VENDOR = (
+    _NOT_INSIDE_A_TOKEN
+    + r"((?:[a-z][a-z0-9]{0,9}[_-]){1,3})([A-Za-z0-9]{20,200})((?:[_-][A-Za-z0-9]+)*)(?:[^A-Za-z0-9_-]|$)"
+)
+# The same shape is how providers name objects: `call_…` and `chatcmpl-…` (OpenAI), `msg_01…` and `toolu_01…`
+# (Anthropic), `pi_…` and `evt_…` (Stripe), all over an agent's run. Those bodies are 14 to 30 characters; keys
+# run longer (`xai-` 80, `gsk_` 52, `pplx-` 48, `tvly-` 32). A body of 20 to 31 counts only after a prefix that
+# names a credential (`_CREDENTIAL_PREFIX`): `sk`, `api`, `key`, `token`, `pat`, `live`, … or a prefix ending in
+# one (`pcsk`, `glpat`, `nvapi`); any other prefix needs a body of `_BARE_BODY` or more.
+_CREDENTIAL_PARTS = frozenset(
+    {"sk", "rk", "key", "api", "apikey", "secret", "sec", "token", "tok", "pat", "auth", "live", "prod", "priv"}
+    | {"private", "access", "oauth", "bot", "pass", "pwd", "cred", "sess", "session"}
+)
+_CREDENTIAL_ENDINGS = ("sk", "pat", "key", "token", "api", "secret")
+_BARE_BODY = 32
+
+
+def credential_prefix(prefix: str) -> bool:
+    parts = [p for p in re.split(r"[_-]", prefix.lower()) if p]
+    return any(p in _CREDENTIAL_PARTS or p.endswith(_CREDENTIAL_ENDINGS) for p in parts)
+
+
+_KNOWN_BODY_ENTROPY = 3.0
+_BODY_ENTROPY = 3.5
+
+
+def looks_random(body: str) -> bool:
+    """Whether a run of letters and digits reads as random (base62) rather than as an identifier or a word.
+
+    A random body mixes upper case, lower case and digits and switches between them often (about six characters
+    in ten for base62); an identifier (`userAccountSettings2`) runs long in lower case between capitals, a digest
+    is one case only. Measured in tests/fixtures_review/test_field_classes.py: random bodies of 20 to 64 characters
+    pass 97 to 99.5 in 100 (5,000 of each length); of 11,644 identifiers of that shape in the installed packages'
+    source none is a token."""
+    n = len(body)
+    upper = sum(c.isupper() for c in body)
+    lower = sum(c.islower() for c in body)
+    digits = n - upper - lower
+    if upper < 2 or lower < 2:
+        return False
+    kinds = ["u" if c.isupper() else "l" if c.islower() else "d" for c in body]
+    ratio = sum(a != b for a, b in itertools.pairwise(kinds)) / (n - 1)
+    if ratio < 0.33 or (digits == 0 and (ratio < 0.5 or upper < 3)):
+        return False
+    longest = max(len(run) for run in re.findall(r"[a-z]+", body))
+    return longest < (8 if n <= 40 else 10) and shannon_entropy(body) >= _BODY_ENTROPY and not _base64_of_text(body)
+
+
+def _base64_of_text(body: str) -> bool:
+    """Whether `body` is base64 of readable text (`YmVkcm9jay5hbWF6b25hd3M…` is "bedrock.amazonaws…"): an encoded
+    name, not a random key, whose bytes would be printable about four times in ten."""
+    cut = body[: len(body) - len(body) % 4]
+    try:
+        raw = base64.b64decode(cut, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return len(raw) >= 12 and sum(32 <= b < 127 for b in raw) >= 0.9 * len(raw)
+
+
+def _opaque(body: str, floor: float) -> bool:
+    return (
+        sum(c.isdigit() for c in body) >= 2 and sum(c.isalpha() for c in body) >= 2 and (shannon_entropy(body) >= floor)
+    )
+
+
+# The three shapes in one pass (RE2 tries them in this order at each start): groups 1 (known), 2-3 (live), 4-6
+# (generic).
+_VENDOR = (
+    _NOT_INSIDE_A_TOKEN
+    + "(?:"
+    + "|".join(p.removeprefix(_NOT_INSIDE_A_TOKEN) for p in (_KNOWN_VENDOR, _LIVE_VENDOR, _GENERIC_VENDOR))
+    + ")"
+)
+
+
+def _vendor_tokens() -> Finder:
+    regex = compile_rule(_VENDOR)
+
+    def find(data: bytes) -> Iterator[str]:
+        for spans in iter_spans(regex, data):
+            if spans[1][0] >= 0:
+                token = decode(data[spans[1][0] : spans[1][1]])
+                body = token.split("_", 1)[-1].removeprefix("sk-lf-").removeprefix("pk-lf-")
+                if _opaque(body, _KNOWN_BODY_ENTROPY):
+                    yield token
+            elif spans[2][0] >= 0:
+                body = decode(data[spans[3][0] : spans[3][1]])
+                longest = max(re.split(r"[_-]", body), key=len)
+                one_case = longest.lower() == longest or longest.upper() == longest
+                if len(longest) >= 16 and (
+                    looks_random(longest) or (one_case and _opaque(longest, _KNOWN_BODY_ENTROPY))
+                ):
+                    yield decode(data[spans[2][0] : spans[3][1]])
+            else:
+                body = decode(data[spans[5][0] : spans[5][1]])
+                if len(body) < _BARE_BODY and not credential_prefix(decode(data[spans[4][0] : spans[4][1]])):
+                    continue
+                if looks_random(body):
+                    yield decode(data[spans[4][0] : spans[6][1]])
+
+    return find
+
+
+# --- connection strings ---------------------------------------------------------------------------------------
+#
+# `url-userinfo` (scanning.N17Q_RULES) takes `scheme://user:password@`; these are the shapes it cannot: a JDBC URL's
+# password parameter, Oracle's thin `user/password@host`, and a URL whose user is empty (`redis://:password@host`).
+_CONNECTION = (
+    r"(?i)\bjdbc:[a-z0-9:]+[^\s\"'<>]*?[?&;](?:password|pwd|pass)=([^&;\s\"'<>]{1,256})",
+    r"(?i)\bjdbc:oracle:[a-z]+:[A-Za-z0-9_$#.-]+/([^@\s\"'<>/]{1,256})@",
+    r"(?i)\b[a-z][a-z0-9+.-]{1,20}://:([^/\s@\"'<>]{1,256})@[^\s\"'<>]",
+)
+
+
+def _connection_strings() -> Finder:
+    compiled = tuple(compile_rule(p) for p in _CONNECTION)
+
+    def find(data: bytes) -> Iterator[str]:
+        for regex in compiled:
+            for spans in iter_spans(regex, data):
+                value = decode(data[spans[1][0] : spans[1][1]])
+                if is_value(value):
+                    yield value
+
+    return find
+
+
+# --- webhook URLs ---------------------------------------------------------------------------------------------
+#
+# A webhook URL is its own credential: whoever has it can post. The token part is masked; the host and the path
+# before it stay readable. A generic `/webhook(s)/…` or `/hooks/…` segment counts when it is long and random (a
+# UUID, base62, hex): `/webhooks/github` is a route, `/hooks/3x9…` a token.
+_WEBHOOK_KNOWN = (
+    r"(?i)discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/([A-Za-z0-9_-]{60,100})",
+    r"(?i)webhook\.office\.com/webhookb2/[^\s\"'<>]{1,200}?/IncomingWebhook/([A-Za-z0-9]{32})/",
+    # Teams' newer URLs end in a signature of their own, `/V2<43 characters>`, after the reference's match.
+    r"(?i)webhook\.office\.com/webhookb2/[^\s\"'<>]{1,200}?/IncomingWebhook/[^\s\"'<>]{1,200}?/(V2[A-Za-z0-9_-]{20,})",
+)
+_WEBHOOK_GENERIC = r"(?i)/(?:webhooks?|hooks)/(?:[A-Za-z0-9_.-]{1,64}/){0,4}([A-Za-z0-9_-]{20,200})"
+
+
+def _webhook_token(segment: str) -> bool:
+    """A path segment that is a token: random base62, or lower-case letters and digits (hex, a UUID, Mattermost's
+    26, of which one in four is a digit) with enough of both; not a route's words (`github-events`,
+    `pre-commit-config-v2`)."""
+    if shannon_entropy(segment) < 3.5:
+        return False
+    plain = segment.replace("-", "").replace("_", "")
+    if looks_random(plain):
+        return True
+    letters = sum(c.isalpha() for c in plain)
+    digits = len(plain) - letters
+    return letters >= 4 and digits >= max(3, len(plain) // 10)
+
+
+def _webhook_tokens() -> Finder:
+    known = tuple(compile_rule(p) for p in _WEBHOOK_KNOWN)
+    generic = compile_rule(_WEBHOOK_GENERIC)
+
+    def find(data: bytes) -> Iterator[str]:
+        for regex in known:
+            for spans in iter_spans(regex, data):
+                yield decode(data[spans[1][0] : spans[1][1]])
+        for spans in iter_spans(generic, data):
+            token = decode(data[spans[1][0] : spans[1][1]])
+            if _webhook_token(token):
+                yield token
+
+    return find
+
+
+# --- AWS secret keys beside their key id ----------------------------------------------------------------------
+#
+# A secret access key has no prefix of its own: 40 characters of base64. The reference finds it only after an AWS
+# key name; a key id (`AKIA…`, `ASIA…`, or one a scan already masked) within a few hundred characters says what
+# a random 40 beside it is: a credentials CSV line, `{"id": "AKIA…", "value": "…"}`.
+_AWS_ID = r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b|\[masked:aws[a-z-]*\]"
+_AWS_SECRET = r"(?:^|[^A-Za-z0-9/+])([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)"
+AWS_PAIR_WINDOW = 300
+
+
+def _aws_secret_near_id() -> Finder:
+    ids = compile_rule(_AWS_ID)
+    secret = compile_rule(_AWS_SECRET)
+
+    def find(data: bytes) -> Iterator[str]:
+        last = 0
+        for spans in iter_spans(ids, data):
+            start, stop = spans[0]
+            lo = max(last, start - AWS_PAIR_WINDOW)
+            window = data[lo : stop + AWS_PAIR_WINDOW]
+            last = stop + AWS_PAIR_WINDOW
+            for inner in iter_spans(secret, window):
+                value = decode(window[inner[1][0] : inner[1][1]])
+                upper = sum(c.isupper() for c in value)
+                lower = sum(c.islower() for c in value)
+                if upper >= 4 and lower >= 4 and shannon_entropy(value) >= 4.0:
+                    yield value
+
+    return find
+
+
+def field_class_rules() -> tuple[tuple[str, Finder, tuple[str, ...]], ...]:
+    """(name, find_bytes, hints) of every field class, for `scanning.rules()`."""
+    return (
+        ("secret-named-value", _secret_named_values(), tuple(_NAME_WORDS.split("|"))),
+        ("vendor-prefixed-token", _vendor_tokens(), ()),  # every match holds `_` or `-`: no text is spared
+        ("connection-string-credential", _connection_strings(), ("jdbc:", "://:")),
+        ("webhook-url-token", _webhook_tokens(), ("hooks/", "webhook.office.com")),
+        ("aws-secret-key-near-id", _aws_secret_near_id(), ("akia", "asia", "abia", "acca", "masked:aws")),
+    )
