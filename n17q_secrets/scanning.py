@@ -123,6 +123,8 @@ def _url_credential_params(data: bytes) -> Iterator[str]:
     for spans in iter_spans(_URL_PARAM_RE, data):
         (start, _), (n0, n1), (v0, v1) = spans[1], spans[2], spans[3]
         name = decode(data[n0:n1])
+        if not field_classes.is_value(decode(data[v0:v1]), name):
+            continue  # a stand-in (`?access_token=ACCESS_TOKEN`, `${TOKEN}`): one judgement for every named value
         if is_signed_url_param(name) or is_secret_value_name(name):
             yield decode(data[v0:v1])
             continue
