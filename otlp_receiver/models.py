@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from console.gated_fields import GatedCharField
+
 
 class ReceivedTrace(models.Model):
     class State(models.TextChoices):
@@ -22,8 +24,8 @@ class ReceivedTrace(models.Model):
     first_received_at = models.DateTimeField()
     last_received_at = models.DateTimeField()
     root_ended = models.BooleanField(default=False)
-    root_name = models.CharField(max_length=200, blank=True, default="")
-    service_name = models.CharField(max_length=200, blank=True, default="")
+    root_name = GatedCharField(max_length=200, blank=True, default="")
+    service_name = GatedCharField(max_length=200, blank=True, default="")
     span_count = models.PositiveIntegerField(default=0)
     # Spans that arrived after the trace was claimed: a linked addendum, never merged into the run's history.
     late_span_count = models.PositiveIntegerField(default=0)
@@ -33,7 +35,7 @@ class ReceivedTrace(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True)
     finalized_at = models.DateTimeField(null=True, blank=True)
     run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    error = models.CharField(max_length=1000, blank=True, default="")
+    error = GatedCharField(max_length=1000, blank=True, default="")
 
     class Meta:
         ordering = ["-last_received_at", "-id"]

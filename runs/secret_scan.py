@@ -43,8 +43,7 @@ from django.utils.crypto import salted_hmac
 from n17q_engine import bundle
 from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError
-from n17q_engine.formats.otlp import otlp_strings
-from n17q_secrets import events_check, scanning
+from n17q_secrets import events_check, gate, scanning
 
 from .models import Blob
 
@@ -186,32 +185,15 @@ def mask_blobs(
     return paths, bundle.Manifest(run=manifest.run, blobs=entries)
 
 
-PROTOBUF_TYPES = frozenset({"application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf"})
+PROTOBUF_TYPES = gate.PROTOBUF_TYPES
 
 
 def _mask_blob_bytes(raw: bytes, media_type: str, found: list[dict[str, str]]) -> bytes:
-    if media_type.split(";", 1)[0].strip().lower() in PROTOBUF_TYPES:
-        # Masked byte for byte and never past a value: the body still parses, and the byte ranges a converted run's
-        # events name in it (an OTLP original) still hold their spans. An OTLP request is scanned by its texts.
-        texts = otlp_strings(raw)
-        if texts is None:
-            return scanning.mask_binary(raw, "blob", found, strings=[])
-        strings, complete = texts
-        return scanning.mask_binary(raw, "blob", found, strings=strings, printable_runs=not complete)
+    # The storage gate's masking (n17q_secrets.gate), as bytes: the scan digests the masked bytes before storing them.
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return scanning.mask_binary(raw, "blob", found)
-    if "json" in media_type.lower() or text.lstrip()[:1] in ("{", "["):
-        try:
-            value = json.loads(text)
-        except (ValueError, RecursionError):
-            value = None
-        if isinstance(value, dict | list):
-            masked_value = scanning.mask_json(value, "blob", found)
-            return json.dumps(masked_value, ensure_ascii=False).encode("utf-8") if found else raw
-    masked_text = scanning.mask_text(text, "blob", found)
-    return masked_text.encode("utf-8") if found else raw
+        return gate.mask_bytes(raw, media_type=media_type, where="blob", findings=found)
+    except gate.NotStorable as exc:
+        raise BundleError(f"a blob ({media_type}) cannot be stored masked: {exc}") from exc
 
 
 # --- events -------------------------------------------------------------------------------------------------------
