@@ -11,7 +11,7 @@ none rebuilds a table (on SQLite any AlterField rebuilds the table, and the hist
 with it). Migrations' historical models are therefore ungated; a data migration that writes input-derived text
 runs the gate itself.
 
-Every text, char and JSON column of the product's models is either one of these or named in `UNGATED` with the
+Every text, char, JSON and binary column of the product's models is either one of these or named in `UNGATED` with the
 reason it cannot hold input-derived text (an id the identifier grammar validated and the import refuses when a
 secret is found in it, a digest, a choice); the system check `storage_gate.E001` (console.apps) fails on any other.
 """
@@ -76,7 +76,29 @@ class GatedJSONField(models.JSONField):  # type: ignore[type-arg]
         return name, "django.db.models.JSONField", args, kwargs
 
 
-GATED_FIELDS = (GatedCharField, GatedTextField, GatedJSONField)
+class GatedBinaryField(models.BinaryField):  # type: ignore[type-arg]
+    """Bytes kept in a row (a receiver's buffered request): `media_type` says how the gate reads them
+    (n17q_secrets.gate.mask_bytes; "+zlib" for a zlib-compressed body, opened, masked and compressed again)."""
+
+    def __init__(self, *args: Any, media_type: str = "application/octet-stream", **kwargs: Any) -> None:
+        self.media_type = media_type
+        super().__init__(*args, **kwargs)
+
+    def get_prep_value(self, value: Any) -> Any:
+        if value is None or isinstance(value, gate.GatedBytes) or hasattr(value, "resolve_expression"):
+            return super().get_prep_value(value)
+        findings: list[dict[str, str]] = []
+        where = f"{self.model._meta.label}.{self.name}"
+        return super().get_prep_value(
+            gate.gate_bytes(bytes(value), media_type=self.media_type, where=where, findings=findings)
+        )
+
+    def deconstruct(self) -> Any:
+        name, _path, args, kwargs = super().deconstruct()
+        return name, "django.db.models.BinaryField", args, kwargs
+
+
+GATED_FIELDS = (GatedCharField, GatedTextField, GatedJSONField, GatedBinaryField)
 
 _ID = "an id of the identifier grammar (n17q_engine.identifiers); the import refuses one holding a secret"
 _REF = "a reference (an id named by an event); the import refuses one holding a secret (runs.secret_scan)"
@@ -167,7 +189,7 @@ UNGATED: dict[tuple[str, str], str] = {
     ("otlp_receiver.ReceivedTrace", "state"): _CHOICE,
 }
 
-_TEXT_FIELDS = (models.CharField, models.TextField, models.JSONField)
+_TEXT_FIELDS = (models.CharField, models.TextField, models.JSONField, models.BinaryField)
 
 
 def ungated_columns() -> list[str]:
@@ -187,7 +209,7 @@ def ungated_columns() -> list[str]:
 def check_gated_columns(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = [
         checks.Error(
-            f"{column} is a text, char or JSON column that the storage gate does not cover",
+            f"{column} is a text, char, JSON or binary column that the storage gate does not cover",
             hint="Make it a console.gated_fields field (GatedCharField, GatedTextField, GatedJSONField), or name it "
             "in console.gated_fields.UNGATED with the reason it cannot hold input-derived text.",
             id="storage_gate.E001",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import zlib
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -145,6 +146,17 @@ def _containers() -> ModuleType | None:
 
 
 def _mask_by_media_type(raw: bytes, media_type: str, where: str, findings: Findings) -> bytes:
+    base, _, compression = media_type.split(";", 1)[0].strip().lower().partition("+zlib")
+    if _ == "+zlib" and not compression:
+        # A body kept compressed (the OTLP receiver's buffered requests): opened, masked as what it holds, and
+        # compressed again only when something was masked. Bytes that are not zlib are masked as they are.
+        try:
+            inner = zlib.decompress(raw)
+        except zlib.error:
+            return scanning.mask_binary(raw, where, findings)
+        before = len(findings)
+        masked = _mask_by_media_type(inner, base, where, findings)
+        return zlib.compress(masked) if len(findings) > before else raw
     if media_type.split(";", 1)[0].strip().lower() in PROTOBUF_TYPES:
         # Masked byte for byte and never past a value: the body still parses, and the byte ranges a converted run's
         # events name in it (an OTLP original) still hold their spans. An OTLP request is scanned by its texts.

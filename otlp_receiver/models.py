@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from console.gated_fields import GatedCharField
+from console.gated_fields import GatedBinaryField, GatedCharField
 
 
 class ReceivedTrace(models.Model):
@@ -56,7 +56,7 @@ class TraceChunk(models.Model):
     received_at = models.DateTimeField()
     span_count = models.PositiveIntegerField()
     late = models.BooleanField(default=False)
-    data = models.BinaryField()  # zlib(ExportTraceServiceRequest bytes)
+    data = GatedBinaryField(media_type="application/x-protobuf+zlib")  # zlib(ExportTraceServiceRequest bytes)
 
     class Meta:
         indexes = [models.Index(fields=["trace", "late", "id"], name="otlp_chunk_trace")]
