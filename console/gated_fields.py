@@ -18,7 +18,7 @@ secret is found in it, a digest, a choice); the system check `storage_gate.E001`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.core import checks
@@ -43,7 +43,7 @@ def _masked_text(field: models.Field[Any, Any], value: Any) -> Any:
     return str(masked)
 
 
-class GatedCharField(models.CharField):  # type: ignore[type-arg]
+class _GatedCharField(models.CharField):
     def get_prep_value(self, value: Any) -> Any:
         return super().get_prep_value(_masked_text(self, value))
 
@@ -52,7 +52,7 @@ class GatedCharField(models.CharField):  # type: ignore[type-arg]
         return name, "django.db.models.CharField", args, kwargs
 
 
-class GatedTextField(models.TextField):  # type: ignore[type-arg]
+class _GatedTextField(models.TextField):
     def get_prep_value(self, value: Any) -> Any:
         return super().get_prep_value(_masked_text(self, value))
 
@@ -61,7 +61,7 @@ class GatedTextField(models.TextField):  # type: ignore[type-arg]
         return name, "django.db.models.TextField", args, kwargs
 
 
-class GatedJSONField(models.JSONField):  # type: ignore[type-arg]
+class _GatedJSONField(models.JSONField):
     def get_prep_value(self, value: Any) -> Any:
         if isinstance(value, gate.GatedJSON):
             return super().get_prep_value(value.value)
@@ -76,7 +76,7 @@ class GatedJSONField(models.JSONField):  # type: ignore[type-arg]
         return name, "django.db.models.JSONField", args, kwargs
 
 
-class GatedBinaryField(models.BinaryField):  # type: ignore[type-arg]
+class GatedBinaryField(models.BinaryField):
     """Bytes kept in a row (a receiver's buffered request): `media_type` says how the gate reads them
     (n17q_secrets.gate.mask_bytes; "+zlib" for a zlib-compressed body, opened, masked and compressed again)."""
 
@@ -97,6 +97,17 @@ class GatedBinaryField(models.BinaryField):  # type: ignore[type-arg]
         name, _path, args, kwargs = super().deconstruct()
         return name, "django.db.models.BinaryField", args, kwargs
 
+
+if TYPE_CHECKING:
+    # To the type checker a gated field is the Django field it extends, so django-stubs types the model attribute
+    # as it did (a nullable JSONField's `Any | None`, a CharField's `str`); the gate is behaviour, not a type.
+    GatedCharField = models.CharField
+    GatedTextField = models.TextField
+    GatedJSONField = models.JSONField
+else:
+    GatedCharField = _GatedCharField
+    GatedTextField = _GatedTextField
+    GatedJSONField = _GatedJSONField
 
 GATED_FIELDS = (GatedCharField, GatedTextField, GatedJSONField, GatedBinaryField)
 

@@ -119,6 +119,7 @@ def _gated_fields() -> list[models.Field]:
 @pytest.mark.parametrize("field", _gated_fields(), ids=lambda f: f"{f.model._meta.label}.{f.name}")
 def test_every_gated_column_masks_a_secret_written_through_it(field):
     secret = github_token()
+    value: object
     if isinstance(field, models.JSONField):
         value = {"note": f"token {secret}"}
     elif isinstance(field, models.BinaryField):
