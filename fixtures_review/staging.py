@@ -197,7 +197,10 @@ def _write_bodies(recording: StagedRecording, written: list[str]) -> dict[str, s
         # the gate runs again here on the bytes as stored (a body is small, and a decoding of it the intake did
         # not make, a container's member, is then scanned too).
         findings: list[dict[str, str]] = []
-        gated = gate.gate_bytes(data, media_type=_media_type(part), where=where, findings=findings)
+        try:
+            gated = gate.gate_bytes(data, media_type=_media_type(part), where=where, findings=findings)
+        except gate.NotStorable:
+            continue  # a container the gate cannot rebuild masked: no raw download of it, the recording keeps its body
         try:
             stored = blob_put(gated)
         except BlobStoreRefused as exc:
