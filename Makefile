@@ -21,6 +21,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/check_storage_gate.py
 	N17Q_DATA_DIR=$$(mktemp -d) $(BIN)/mypy
 
 check: lint

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import models
 
 from console.append_only import AppendOnlyModel
+from console.gated_fields import GatedCharField, GatedJSONField
 
 
 class HarnessToken(models.Model):
@@ -22,7 +23,7 @@ class HarnessToken(models.Model):
         IMPORT_RUNS = "runs:import"
         CAPTURE = "captures:create"
 
-    name = models.CharField(max_length=200)
+    name = GatedCharField(max_length=200)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="harness_tokens")
     key_digest = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=12)
@@ -56,13 +57,13 @@ class AuditEntry(AppendOnlyModel):
     """
 
     at = models.DateTimeField(db_index=True)
-    actor = models.CharField(max_length=150, blank=True, default="")  # username; "" for nobody signed in
+    actor = GatedCharField(max_length=150, blank=True, default="")  # username; "" for nobody signed in
     actor_user_id = models.BigIntegerField(null=True, blank=True)
     # How the action arrived: "web" (a session), "token <prefix>" (a harness), "cli <os user>", "worker", "system".
     via = models.CharField(max_length=60)
     action = models.CharField(max_length=60, db_index=True)
-    target = models.CharField(max_length=300, blank=True, default="")
-    detail = models.JSONField(default=dict, blank=True)
+    target = GatedCharField(max_length=300, blank=True, default="")
+    detail = GatedJSONField(default=dict, blank=True)
     ip = models.GenericIPAddressField(null=True, blank=True)
 
     class Meta:

@@ -14,16 +14,17 @@ from django.conf import settings
 from django.db import models
 
 from console.append_only import AppendOnlyModel
+from console.gated_fields import GatedCharField, GatedJSONField, GatedTextField
 
 
 class ScenarioVersion(AppendOnlyModel):
     name = models.CharField(max_length=100)
     version = models.PositiveIntegerField()
     digest = models.CharField(max_length=71, unique=True)  # the package manifest's digest
-    manifest = models.JSONField()
+    manifest = GatedJSONField()
     # file name -> the file's text (package files are canonical UTF-8 JSON)
-    files = models.JSONField()
-    source = models.CharField(max_length=20, default="import")  # import | demo | promotion
+    files = GatedJSONField()
+    source = GatedCharField(max_length=20, default="import")  # import | demo | promotion
     imported_at = models.DateTimeField(auto_now_add=True)
     # PROTECT, not SET_NULL: who did it is part of append-only history; deactivate a person's account instead.
     imported_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
@@ -84,50 +85,50 @@ class StagedRecording(models.Model):
     scenario_name = models.CharField(max_length=100)
     tool = models.CharField(max_length=200)
     contract_revision = models.PositiveIntegerField()
-    connection = models.CharField(max_length=200)
+    connection = GatedCharField(max_length=200)
     captured_at = models.DateTimeField()
-    source_revision = models.CharField(max_length=200, blank=True, default="")
-    effect_class = models.CharField(max_length=20)
+    source_revision = GatedCharField(max_length=200, blank=True, default="")
+    effect_class = GatedCharField(max_length=20)
     world_revision = models.PositiveIntegerField()
-    request = models.JSONField()  # {method, url, headers, body, args}, redacted and masked
-    response = models.JSONField()  # {status, headers, body}, redacted and masked
-    proposed_transition = models.JSONField(null=True, blank=True)
-    outcome = models.CharField(max_length=20)  # the fixture outcome the response stands for
-    encodings = models.JSONField(default=dict)  # {"response.body": "gzip+base64"}: how a body arrived
+    request = GatedJSONField()  # {method, url, headers, body, args}, redacted and masked
+    response = GatedJSONField()  # {status, headers, body}, redacted and masked
+    proposed_transition = GatedJSONField(null=True, blank=True)
+    outcome = GatedCharField(max_length=20)  # the fixture outcome the response stands for
+    encodings = GatedJSONField(default=dict)  # {"response.body": "gzip+base64"}: how a body arrived
     # The request digest under the scenario's contract when it could be normalized, else of the args as sent.
     request_digest = models.CharField(max_length=71)
-    normalized_request = models.JSONField(null=True, blank=True)
-    key_note = models.TextField(blank=True, default="")  # why there is no normalized request, if there is none
+    normalized_request = GatedJSONField(null=True, blank=True)
+    key_note = GatedTextField(blank=True, default="")  # why there is no normalized request, if there is none
     original_digest = models.CharField(max_length=71)  # of the capture as it arrived, before anything was removed
-    redactions = models.JSONField(default=list)  # at intake: [{path, rule}]
-    findings = models.JSONField(default=list)  # at intake: [{id, rule, path, preview}]
+    redactions = GatedJSONField(default=list)  # at intake: [{path, rule}]
+    findings = GatedJSONField(default=list)  # at intake: [{id, rule, path, preview}]
     body_blobs = models.JSONField(default=dict)  # {"request.body": digest, "response.body": digest} in the blob store
     synthetic = models.BooleanField(default=False)
-    fidelity_note = models.TextField(blank=True, default="")
+    fidelity_note = GatedTextField(blank=True, default="")
     # Retention and sensitivity (docs/retention.md): the class named at capture (or N17Q_CAPTURE_RETENTION_CLASS);
     # its period counts from `captured_at`. When the sweep removes a body's bytes the inline copy here goes too and
     # `expired_bodies` keeps {"response.body": deletion record id} so the page can say what went and why.
-    retention_class = models.CharField(max_length=100, blank=True, default="")
-    expired_bodies = models.JSONField(default=dict, blank=True)
-    copied_from = models.JSONField(null=True, blank=True)  # copy similar: {run, event, fixture, scenario}
+    retention_class = GatedCharField(max_length=100, blank=True, default="")
+    expired_bodies = GatedJSONField(default=dict, blank=True)
+    copied_from = GatedJSONField(null=True, blank=True)  # copy similar: {run, event, fixture, scenario}
     # A recording staged from a run's tool result: the run and the result event it came from (its provenance).
     # Unique together when set, so staging the same result twice finds the first instead of a second copy.
     source_run = models.CharField(max_length=200, blank=True, default="")
     source_event = models.CharField(max_length=200, blank=True, default="")
     # A recording staged by a contract migration: the fixture it came from, the operations, why it needs review,
     # and what of the fixture a capture cannot carry (world condition, absences, fault stage, provenance).
-    migration = models.JSONField(null=True, blank=True)
+    migration = GatedJSONField(null=True, blank=True)
     # What the record policy resolved the capture to (its connection's reviewed source class, account scope and
     # result class); blank for recordings that did not come through a connection (copy similar, copy recorded).
-    source_class = models.CharField(max_length=200, blank=True, default="")
-    account_scope = models.CharField(max_length=200, blank=True, default="")
-    result_class = models.CharField(max_length=40, blank=True, default="")
+    source_class = GatedCharField(max_length=200, blank=True, default="")
+    account_scope = GatedCharField(max_length=200, blank=True, default="")
+    result_class = GatedCharField(max_length=40, blank=True, default="")
     captured_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     token = models.ForeignKey(
         "accounts.HarnessToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     # Who may never approve it: the capturer and the token's owner, kept even if the token is deleted.
-    excluded_approvers = models.JSONField(default=list)
+    excluded_approvers = GatedJSONField(default=list)
     state = models.CharField(max_length=20, choices=State.choices, default=State.STAGED)
     revision = models.PositiveIntegerField(default=1)
     staged_at = models.DateTimeField(auto_now_add=True)
@@ -174,10 +175,10 @@ class ReviewEvent(AppendOnlyModel):
     # PROTECT, not SET_NULL: who did it is part of append-only history; deactivate a person's account instead.
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
     at = models.DateTimeField(auto_now_add=True)
-    path = models.CharField(max_length=500, blank=True, default="")
-    reason = models.TextField(blank=True, default="")
-    fidelity_note = models.TextField(blank=True, default="")
-    detail = models.JSONField(default=dict)
+    path = GatedCharField(max_length=500, blank=True, default="")
+    reason = GatedTextField(blank=True, default="")
+    fidelity_note = GatedTextField(blank=True, default="")
+    detail = GatedJSONField(default=dict)
     revision = models.PositiveIntegerField()  # the recording's revision after the event
 
     class Meta:
@@ -196,7 +197,7 @@ class FixtureVersion(AppendOnlyModel):
     tool = models.CharField(max_length=200)
     contract_revision = models.PositiveIntegerField()
     request_digest = models.CharField(max_length=71)
-    fixture = models.JSONField()
+    fixture = GatedJSONField()
     created_at = models.DateTimeField(auto_now_add=True)
     # PROTECT, not SET_NULL: who did it is part of append-only history; deactivate a person's account instead.
     approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
@@ -216,7 +217,7 @@ class ContractRevision(AppendOnlyModel):
     tool = models.CharField(max_length=200)
     revision = models.PositiveIntegerField()
     digest = models.CharField(max_length=71, unique=True)  # of the contract's canonical dict
-    contract = models.JSONField()  # `Contract.to_dict()`: checked on the way in, read back the same way
+    contract = GatedJSONField()  # `Contract.to_dict()`: checked on the way in, read back the same way
     declared_at = models.DateTimeField(auto_now_add=True)
     # PROTECT, not SET_NULL: who did it is part of append-only history; deactivate a person's account instead.
     declared_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
@@ -247,8 +248,8 @@ class Connection(models.Model):
         LIVE = "live", "the live world"
         SANDBOX = "sandbox", "a sandbox (a provider's test account, a simulated service)"
 
-    name = models.CharField(max_length=200, unique=True, help_text="as captures name it in their `connection` field")
-    description = models.TextField(blank=True, default="")
+    name = GatedCharField(max_length=200, unique=True, help_text="as captures name it in their `connection` field")
+    description = GatedTextField(blank=True, default="")
     reaches = models.CharField(
         max_length=20,
         choices=Reaches.choices,
@@ -256,13 +257,13 @@ class Connection(models.Model):
         help_text="a mutation recorded through a live connection is always refused",
     )
     # Lists of names (JSON arrays of strings), edited in the admin as comma-separated text.
-    source_classes = models.JSONField(default=list, blank=True, help_text="the source classes it records")
-    capabilities = models.JSONField(default=list, blank=True, help_text="effect classes it may record: read, mutation")
-    account_scopes = models.JSONField(default=list, blank=True, help_text="the accounts it records under")
-    capture_result_classes = models.JSONField(
+    source_classes = GatedJSONField(default=list, blank=True, help_text="the source classes it records")
+    capabilities = GatedJSONField(default=list, blank=True, help_text="effect classes it may record: read, mutation")
+    account_scopes = GatedJSONField(default=list, blank=True, help_text="the accounts it records under")
+    capture_result_classes = GatedJSONField(
         default=list, blank=True, help_text="the capture policy: result classes it may keep"
     )
-    default_result_class = models.CharField(
+    default_result_class = GatedCharField(
         max_length=40, blank=True, default="", help_text="the class of a result whose capture names none"
     )
     state = models.CharField(max_length=20, choices=State.choices, default=State.PROPOSED)
@@ -301,17 +302,17 @@ class RequestObservation(AppendOnlyModel):
 
     public_id = models.CharField(max_length=20, unique=True, default=_observation_id)
     kind = models.CharField(max_length=20, choices=Kind.choices)
-    reason = models.TextField()
-    door = models.CharField(max_length=20)  # capture | har | vcr | run-result
+    reason = GatedTextField()
+    door = GatedCharField(max_length=20)  # capture | har | vcr | run-result
     scenario_name = models.CharField(max_length=100)
-    tool = models.CharField(max_length=200)
-    connection = models.CharField(max_length=200)
-    effect_class = models.CharField(max_length=20)
-    method = models.CharField(max_length=20, blank=True, default="")
+    tool = GatedCharField(max_length=200)
+    connection = GatedCharField(max_length=200)
+    effect_class = GatedCharField(max_length=20)
+    method = GatedCharField(max_length=20, blank=True, default="")
     request_digest = models.CharField(max_length=71, blank=True, default="")
     at = models.DateTimeField(auto_now_add=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+")
-    token_prefix = models.CharField(max_length=40, blank=True, default="")
+    token_prefix = GatedCharField(max_length=40, blank=True, default="")
 
     class Meta:
         ordering = ["-at", "-id"]

@@ -548,7 +548,11 @@ def _prefilter() -> Prefilter:
     return _PREFILTER
 
 
-_PLACEHOLDER = re.compile(r"^(?:\[redacted\]|\[masked:[a-z0-9-]+\]|\*+|x+|X+|<[^>]*>|\$\{[^}]*\}|\{\{[^}]*\}\})$")
+# "redacted": the word the product itself writes where a value was taken out (vocabulary.ABSENCE_KINDS, a fixture's
+# `absent` map), which the storage gate reads again whenever a row holding it is saved (issue 32).
+_PLACEHOLDER = re.compile(
+    r"^(?:\[redacted\]|(?i:redacted)|\[masked:[a-z0-9-]+\]|\*+|x+|X+|<[^>]*>|\$\{[^}]*\}|\{\{[^}]*\}\})$"
+)
 
 
 def _is_placeholder(value: str, *, by_entropy: bool = True) -> bool:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from console.gated_fields import GatedBinaryField, GatedCharField
+
 
 class ReceivedTrace(models.Model):
     class State(models.TextChoices):
@@ -22,8 +24,8 @@ class ReceivedTrace(models.Model):
     first_received_at = models.DateTimeField()
     last_received_at = models.DateTimeField()
     root_ended = models.BooleanField(default=False)
-    root_name = models.CharField(max_length=200, blank=True, default="")
-    service_name = models.CharField(max_length=200, blank=True, default="")
+    root_name = GatedCharField(max_length=200, blank=True, default="")
+    service_name = GatedCharField(max_length=200, blank=True, default="")
     span_count = models.PositiveIntegerField(default=0)
     # Spans that arrived after the trace was claimed: a linked addendum, never merged into the run's history.
     late_span_count = models.PositiveIntegerField(default=0)
@@ -33,7 +35,7 @@ class ReceivedTrace(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True)
     finalized_at = models.DateTimeField(null=True, blank=True)
     run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    error = models.CharField(max_length=1000, blank=True, default="")
+    error = GatedCharField(max_length=1000, blank=True, default="")
 
     class Meta:
         ordering = ["-last_received_at", "-id"]
@@ -46,6 +48,10 @@ class ReceivedTrace(models.Model):
         return f"trace {self.trace_id} ({self.state})"
 
 
+# A buffered request: zlib(ExportTraceServiceRequest bytes), masked by the storage gate as what it holds.
+CHUNK_MEDIA_TYPE = "application/x-protobuf+zlib"
+
+
 class TraceChunk(models.Model):
     # No index of its own: otlp_chunk_trace (trace, late, id) leads with it and serves every read (a trace's chunks,
     # or its late ones, in arrival order) and the removal of a finalized trace's chunks. A second index on the same
@@ -54,7 +60,7 @@ class TraceChunk(models.Model):
     received_at = models.DateTimeField()
     span_count = models.PositiveIntegerField()
     late = models.BooleanField(default=False)
-    data = models.BinaryField()  # zlib(ExportTraceServiceRequest bytes)
+    data = GatedBinaryField(media_type=CHUNK_MEDIA_TYPE)  # zlib(ExportTraceServiceRequest bytes)
 
     class Meta:
         indexes = [models.Index(fields=["trace", "late", "id"], name="otlp_chunk_trace")]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -35,13 +35,12 @@ from django.utils import timezone
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError
 from n17q_engine.formats.otlp import convert_trace, flatten_protobuf
-from n17q_secrets import scanning
-from runs import secret_scan
+from n17q_secrets import gate, scanning
 from runs.import_formats import import_converted
 from runs.models import Run
 
 from . import wire
-from .models import ReceivedTrace, TraceChunk
+from .models import CHUNK_MEDIA_TYPE, ReceivedTrace, TraceChunk
 
 log = logging.getLogger(__name__)
 
@@ -62,25 +61,33 @@ class Received:
     accepted: int
 
 
-def batch_mask(batch: wire.TraceBatch) -> wire.TraceBatch:
-    """The batch as it may be stored: every secret in its spans masked on arrival (issue 32), so a buffered request
-    never holds one, whether its trace becomes a run, is refused, or is a late addendum. The request is masked byte
-    for byte (`*`), so it still parses and its spans keep their byte ranges; the root span's and the service's names,
-    stored and shown on their own, are masked as text."""
+@dataclass(frozen=True)
+class MaskedBatch:
+    """A trace's part of one request as it may be stored (issue 32): its chunk through the storage gate (the request
+    masked byte for byte with `*`, so it still parses and its spans keep their byte ranges) and the root span's and
+    the service's names, stored and shown on their own, masked as text."""
+
+    batch: wire.TraceBatch
+    chunk: gate.GatedBytes
+    root_name: str
+    service_name: str
+
+
+def batch_mask(batch: wire.TraceBatch) -> MaskedBatch:
+    """Masked on arrival, before the request's transaction (the gate's scan does not hold SQLite's write lock), so a
+    buffered request never holds a secret, whether its trace becomes a run, is refused, or is a late addendum."""
     found: list[dict[str, str]] = []
-    payload = secret_scan.mask_otlp_protobuf(batch.payload, "spans", found)
+    chunk = gate.gate_bytes(zlib.compress(batch.payload, 1), media_type=CHUNK_MEDIA_TYPE, where="spans", findings=found)
     root_name = scanning.mask_text(batch.root_name, "root span name", found) if batch.root_name else ""
     service_name = scanning.mask_text(batch.service_name, "service.name", found) if batch.service_name else ""
-    if not found:
-        return batch
-    return replace(batch, payload=payload, root_name=root_name[:200], service_name=service_name[:200])
+    return MaskedBatch(batch, chunk, root_name[:200], service_name[:200])
 
 
 def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None = None) -> Received:
     """Store one request's spans, trace by trace, in one transaction, masked (`batch_mask`) before any is stored."""
     if not batches:
         return Received(0, 0)
-    batches = {t: batch_mask(b) for t, b in batches.items()}
+    masked = {t: batch_mask(b) for t, b in batches.items()}
     now = now or timezone.now()
     ids = sorted(batches)
     with transaction.atomic():
@@ -90,7 +97,7 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
                     trace_id=t,
                     first_received_at=now,
                     last_received_at=now,
-                    service_name=batches[t].service_name,
+                    service_name=masked[t].service_name,
                 )
                 for t in ids
             ],
@@ -107,22 +114,22 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
                 TraceChunk(
                     trace_id=traces[t].pk,
                     received_at=now,
-                    span_count=batches[t].span_count,
+                    span_count=masked[t].batch.span_count,
                     late=traces[t].state != ReceivedTrace.State.RECEIVING,
-                    data=zlib.compress(batches[t].payload, 1),
+                    data=masked[t].chunk,
                 )
                 for t in ids
             ]
         )
         for t in ids:
-            batch, trace = batches[t], traces[t]
+            batch, trace = masked[t].batch, traces[t]
             changes: dict[str, Any] = {"last_received_at": now}
             if trace.state != ReceivedTrace.State.RECEIVING:
                 changes["late_span_count"] = F("late_span_count") + batch.span_count
             else:
                 changes["span_count"] = F("span_count") + batch.span_count
                 if batch.root_ended:
-                    changes.update(root_ended=True, root_name=batch.root_name)
+                    changes.update(root_ended=True, root_name=masked[t].root_name)
             ReceivedTrace.objects.filter(pk=trace.pk).update(**changes)
     return Received(len(ids), sum(b.span_count for b in batches.values()))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from console.gated_fields import GatedCharField, GatedJSONField, GatedTextField
 from runs.models import Mode, Run
 
 
@@ -36,22 +37,22 @@ class Replay(models.Model):
 
     source_run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="replays")
     mode = models.CharField(max_length=20, choices=Mode.choices)
-    vary = models.JSONField(default=dict)
-    decider = models.CharField(max_length=50, default="recorded")
+    vary = GatedJSONField(default=dict)
+    decider = GatedCharField(max_length=50, default="recorded")
     # The checkpoint the replay starts from: "start" (the run's start) or the id of one of the source run's
     # `checkpoint` events (issue 18: the history before it is re-run as recorded); see docs/decisions.md.
-    checkpoint = models.CharField(max_length=200, default="start")
+    checkpoint = GatedCharField(max_length=200, default="start")
     scenario_version = models.ForeignKey(
         "fixtures_review.ScenarioVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="replays"
     )
-    environment = models.JSONField(default=dict)
+    environment = GatedJSONField(default=dict)
     state = models.CharField(max_length=20, choices=State.choices, default=State.QUEUED)
     run = models.OneToOneField(Run, null=True, blank=True, on_delete=models.PROTECT, related_name="replay_of")
-    isolation = models.CharField(max_length=20, blank=True, default="")
+    isolation = GatedCharField(max_length=20, blank=True, default="")
     package_digest = models.CharField(max_length=71, blank=True, default="")
-    missing = models.JSONField(default=list)
-    violations = models.JSONField(default=list)
-    error = models.TextField(blank=True, default="")
+    missing = GatedJSONField(default=list)
+    violations = GatedJSONField(default=list)
+    error = GatedTextField(blank=True, default="")
     wall_s = models.FloatField(null=True, blank=True)  # measured by the launcher, outside the event log
     created_at = models.DateTimeField(auto_now_add=True)
     enqueued_at = models.DateTimeField(null=True, blank=True)
@@ -66,10 +67,10 @@ class Replay(models.Model):
     # Progress while it runs (the sandbox's replay.progress lines), shown live on the replay page.
     progress_events = models.PositiveIntegerField(default=0)
     progress_logical = models.CharField(max_length=40, blank=True, default="")
-    progress_checkpoint = models.CharField(max_length=200, blank=True, default="")
+    progress_checkpoint = GatedCharField(max_length=200, blank=True, default="")
     # An agent decider's live model connection (issue 18): {"base_url", "credential_name"}; empty: model fixtures.
     # The credential's NAME only: the worker resolves its value from its own environment, nothing stores it.
-    model_connection = models.JSONField(default=dict, blank=True)
+    model_connection = GatedJSONField(default=dict, blank=True)
 
     class Meta:
         db_table = "runs_replay"
@@ -117,16 +118,16 @@ class RegisteredAgent(models.Model):
     edited: register again under another name, or delete it (replays keep the decider name they ran with).
     """
 
-    name = models.CharField(max_length=40, unique=True)  # the decider is `agent:<name>` (Replay.decider: 50 chars)
-    folder = models.CharField(max_length=1000)
-    command = models.JSONField()  # argv: ["python", "agent.py"], an absolute path, or a path inside the folder
+    name = GatedCharField(max_length=40, unique=True)  # the decider is `agent:<name>` (Replay.decider: 50 chars)
+    folder = GatedCharField(max_length=1000)
+    command = GatedJSONField()  # argv: ["python", "agent.py"], an absolute path, or a path inside the folder
     digest = models.CharField(max_length=71)
-    requirements = models.TextField(blank=True, default="")
+    requirements = GatedTextField(blank=True, default="")
     requirements_digest = models.CharField(max_length=71, blank=True, default="")
-    environment = models.CharField(max_length=1000, blank=True, default="")
-    installed = models.JSONField(default=list)  # `pip freeze` of the built environment
+    environment = GatedCharField(max_length=1000, blank=True, default="")
+    installed = GatedJSONField(default=list)  # `pip freeze` of the built environment
     # An agent shipped as a wheel: its file name (a copy of it is `folder`'s only file; `digest` is its sha256).
-    wheel = models.CharField(max_length=300, blank=True, default="")
+    wheel = GatedCharField(max_length=300, blank=True, default="")
     environment_digest = models.CharField(max_length=71, blank=True, default="")  # the built environment, pinned
     registered_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

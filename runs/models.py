@@ -13,7 +13,9 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from console import blob_store
 from console.append_only import AppendOnlyModel, HistoryIsAppendOnly
+from console.gated_fields import GatedCharField, GatedJSONField, GatedTextField
 
 
 class Environment(models.TextChoices):
@@ -36,21 +38,21 @@ class Run(models.Model):
 
     run_id = models.CharField(max_length=200, unique=True)
     # The manifest's `run.title`, stripped (DESIGN §10): the run's name wherever it is shown; "" names it by its id.
-    title = models.CharField(max_length=300, blank=True, default="")
+    title = GatedCharField(max_length=300, blank=True, default="")
     task_id = models.CharField(max_length=200)
-    task_revision = models.CharField(max_length=200)
+    task_revision = GatedCharField(max_length=200)
     environment = models.CharField(max_length=20, choices=Environment.choices)
     mode = models.CharField(max_length=20, choices=Mode.choices)
     scenario_name = models.CharField(max_length=200, blank=True, default="")
     scenario_version = models.IntegerField(null=True, blank=True)
-    model_name = models.CharField(max_length=200)
-    model_version = models.CharField(max_length=200)
-    policy_revision = models.CharField(max_length=200)
+    model_name = GatedCharField(max_length=200)
+    model_version = GatedCharField(max_length=200)
+    policy_revision = GatedCharField(max_length=200)
     created_at = models.DateTimeField()
     parent_run_ref = models.CharField(max_length=200, blank=True, default="")
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
-    isolation = models.CharField(max_length=20, blank=True, default="")
-    manifest_run = models.JSONField()
+    isolation = GatedCharField(max_length=20, blank=True, default="")
+    manifest_run = GatedJSONField()
     bundle_digest = models.CharField(max_length=71)
     imported_at = models.DateTimeField(auto_now_add=True)
     imported_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -59,21 +61,21 @@ class Run(models.Model):
     # Summary written once at the end of the import transaction.
     event_count = models.IntegerField(default=0)
     # Events per kind, so that pane totals cost no scan of a large run.
-    kind_counts = models.JSONField(default=dict)
+    kind_counts = GatedJSONField(default=dict)
     finding_count = models.IntegerField(default=0)
     # The lineage checks that had nothing to judge (DESIGN §10): [{"code", "reason"[, "events"]}], written at import.
-    unevaluated = models.JSONField(default=list)
+    unevaluated = GatedJSONField(default=list)
     # Secrets the scan found in the bundle and masked before storing it (MaskedSecret rows).
     masked_secret_count = models.IntegerField(default=0)
     error_count = models.IntegerField(default=0)
-    final_state = models.CharField(max_length=30, blank=True, default="")
+    final_state = GatedCharField(max_length=30, blank=True, default="")
     first_logical_at = models.DateTimeField(null=True)
     last_logical_at = models.DateTimeField(null=True)
     # What the run list searches besides ids and the title, collected while the import streams the events (no
     # second pass, no query per listed run): the tools of its `tool.call` events and the destinations of its
     # `effect.intent` events, distinct, sorted, one per line, at most SEARCH_VALUES_MAX of each.
-    tools = models.TextField(blank=True, default="")
-    destinations = models.TextField(blank=True, default="")
+    tools = GatedTextField(blank=True, default="")
+    destinations = GatedTextField(blank=True, default="")
 
     class Meta:
         ordering = ["-imported_at", "-id"]
@@ -139,7 +141,7 @@ class Blob(models.Model):
     digest = models.CharField(max_length=71, unique=True)
     size = models.BigIntegerField()
     stored_at = models.DateTimeField(auto_now_add=True)
-    retention_class = models.CharField(max_length=100, blank=True, default="")
+    retention_class = GatedCharField(max_length=100, blank=True, default="")
     sensitivity = models.CharField(max_length=20, blank=True, default="")
     expires_at = models.DateTimeField(null=True, blank=True)
     bytes_removed_at = models.DateTimeField(null=True, blank=True)
@@ -160,16 +162,15 @@ class Blob(models.Model):
         return blob_storage_name(self.digest)
 
 
-def blob_storage_name(digest: str) -> str:
-    return "sha256/" + digest.removeprefix("sha256:")
+blob_storage_name = blob_store.blob_storage_name  # where the one blob-store writer (console.blob_store) keeps a digest
 
 
 class RunBlob(AppendOnlyModel):
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="blobs")
     blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="+")
-    media_type = models.CharField(max_length=200)
-    role = models.CharField(max_length=200)
-    retention = models.CharField(max_length=100)
+    media_type = GatedCharField(max_length=200)
+    role = GatedCharField(max_length=200)
+    retention = GatedCharField(max_length=100)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "blob"], name="runblob_unique")]
@@ -190,7 +191,7 @@ class Event(AppendOnlyModel):
     logical_at = models.DateTimeField()
     wall_at = models.DateTimeField()
     # The event exactly as the bundle held it (all fields, extensions included).
-    body = models.JSONField()
+    body = GatedJSONField()
 
     class Meta:
         # No default ordering: ordering by the run would join runs_run and make SQLite walk a whole
@@ -295,9 +296,9 @@ class MaskedSecret(AppendOnlyModel):
     blob_digest = models.CharField(max_length=71, blank=True)  # the digest the masked bytes are stored under
     # HMAC (server key) of the digest the harness recorded for the blob: identity without an oracle.
     recorded_as = models.CharField(max_length=69, blank=True)
-    path = models.CharField(max_length=500)
+    path = GatedCharField(max_length=500)
     rule = models.CharField(max_length=100)
-    preview = models.CharField(max_length=100)
+    preview = GatedCharField(max_length=100)
 
     class Meta:
         ordering = ["id"]
@@ -315,14 +316,14 @@ class BlobDeletion(AppendOnlyModel):
     blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="deletions")
     digest = models.CharField(max_length=71)
     size = models.BigIntegerField()
-    retention_class = models.CharField(max_length=100)
+    retention_class = GatedCharField(max_length=100)
     sensitivity = models.CharField(max_length=20, blank=True, default="")
     expired_at = models.DateTimeField()  # when the class's period ran out
     removed_at = models.DateTimeField()
-    removed_by = models.CharField(max_length=200)  # "retention sweep (worker)", "retention sweep (cli …)"
-    reason = models.TextField()
+    removed_by = GatedCharField(max_length=200)  # "retention sweep (worker)", "retention sweep (cli …)"
+    reason = GatedTextField()
     # What held the bytes when they went, as the pages name them: ["run run-001", "recording sr-…"] (bounded).
-    holders = models.JSONField(default=list)
+    holders = GatedJSONField(default=list)
 
     class Meta:
         ordering = ["id"]

@@ -43,8 +43,7 @@ from django.utils.crypto import salted_hmac
 from n17q_engine import bundle
 from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError
-from n17q_engine.formats.otlp import otlp_strings
-from n17q_secrets import containers, events_check, scanning
+from n17q_secrets import events_check, gate, scanning
 
 from .models import Blob
 
@@ -125,7 +124,7 @@ def scan_blob_ahead(data: bytes, media_type: str) -> tuple[str, ScannedBlob | No
     found: list[dict[str, str]] = []
     try:
         masked = _mask_blob_bytes(data, media_type, found)
-    except containers.Unmaskable:
+    except gate.NotStorable:
         return digest, None
     return digest, ScannedBlob(media_type, masked, tuple(found))
 
@@ -173,7 +172,7 @@ def mask_blobs(
             found = []
             try:
                 masked = _mask_blob_bytes(path.read_bytes(), entries[digest].media_type, found)
-            except containers.Unmaskable as exc:
+            except gate.NotStorable as exc:
                 _not_kept(digest, str(exc), paths, entries, masks, key)
                 continue
         if not found:
@@ -233,27 +232,20 @@ def _not_kept(
     )
 
 
-PROTOBUF_TYPES = frozenset({"application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf"})
+PROTOBUF_TYPES = gate.PROTOBUF_TYPES
 
 
 def mask_otlp_protobuf(raw: bytes, where: str, found: list[dict[str, str]]) -> bytes:
     """An OTLP protobuf request masked byte for byte and never past a value: the body still parses, and the byte
     ranges a converted run's events name in it (an OTLP original) still hold their spans. It is scanned by its texts
     (`otlp_strings`). The OTLP file door's original and the receiver's buffered requests (otlp_receiver) alike."""
-    texts = otlp_strings(raw)
-    if texts is None:
-        return scanning.mask_binary(raw, where, found, strings=[])
-    strings, complete = texts
-    return scanning.mask_binary(raw, where, found, strings=strings, printable_runs=not complete)
+    return gate.mask_bytes(raw, media_type="application/x-protobuf", where=where, findings=found)
 
 
 def _mask_blob_bytes(raw: bytes, media_type: str, found: list[dict[str, str]]) -> bytes:
-    if media_type.split(";", 1)[0].strip().lower() in PROTOBUF_TYPES:
-        return mask_otlp_protobuf(raw, "blob", found)
-    # Anything else is opened where it is a container (an Inspect .eval is a zip of zstd members; gzip, zlib, base64
-    # runs, JSON strings holding JSON), each piece masked and the container rebuilt the same way; a text or a binary
-    # is masked as it is. containers.Unmaskable when it cannot be rebuilt masked.
-    return containers.mask_container_or_raise(raw, where="blob", findings=found)
+    # The storage gate's masking (n17q_secrets.gate), as bytes: the scan digests the masked bytes before storing them.
+    # gate.NotStorable when it is a container that cannot be rebuilt masked (the caller decides what becomes of it).
+    return gate.mask_bytes(raw, media_type=media_type, where="blob", findings=found)
 
 
 # --- events -------------------------------------------------------------------------------------------------------

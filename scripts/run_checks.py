@@ -57,6 +57,8 @@ def steps(reports: Path) -> list[Step]:
         Step("ruff check", [str(BIN / "ruff"), "check", "."]),
         Step("ruff format", [str(BIN / "ruff"), "format", "--check", "."]),
         Step("import contracts", [str(BIN / "lint-imports")]),
+        # issue 32: no write path of the product's code goes around the storage gate (n17q_secrets.gate).
+        Step("storage gate", [str(BIN / "python"), "scripts/check_storage_gate.py"]),
         Step("mypy", [str(BIN / "mypy")], django),
         Step("django check", [str(BIN / "python"), "manage.py", "check"], django),
         Step("migrations", [str(BIN / "python"), "manage.py", "makemigrations", "--check", "--dry-run"], django),

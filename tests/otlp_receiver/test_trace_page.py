@@ -25,6 +25,12 @@ from .test_sweep import more_spans, receive
 pytestmark = pytest.mark.django_db
 
 
+def shown_masked(page: str, before: str) -> bool:
+    """The value after `before` is masked: by the page (`[masked:<rule>]`), or already in the stored chunk (issue 32:
+    the storage gate masks a buffered request byte for byte, `*`, so it still parses)."""
+    return f"{before} [masked:" in page or f"{before} ********" in page
+
+
 def github_token() -> str:
     """A GitHub personal access token's shape (ghp_ and 36 letters and digits), made now: no secret in the repo."""
     return "ghp_" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(36))
@@ -53,8 +59,7 @@ def test_a_receiving_trace_shows_its_spans_with_a_secret_in_a_span_name_masked(
         page = client.get(url).content.decode()
     assert "Spans received so far" in page and "still <strong>receiving</strong>" in page
     assert "chat gpt-4o-mini" in page and "client" in page and "internal" in page
-    # Masked on arrival (issue 32): the stored request holds the token overwritten byte for byte, so it still parses.
-    assert "execute_tool login ****" in page and "refused ****" in page and "error" in page
+    assert shown_masked(page, "execute_tool login") and shown_masked(page, "refused") and "error" in page
     assert token not in page and token[4:] not in page
     child = span.get_span_context()
     assert format(child.span_id, "016x") in page and format(root.get_span_context().span_id, "016x") in page
@@ -91,4 +96,4 @@ def test_the_late_spans_of_a_run_are_listed_masked(recorder, client, role_user):
     more_spans(recorder, trace, at=timezone.now(), name=f"execute_tool notify {token}")
     client.force_login(role_user("viewer"))
     page = client.get(reverse("otlp:trace-detail", args=[trace.trace_id])).content.decode()
-    assert "1 late span received" in page and "execute_tool notify ****" in page and token not in page
+    assert "1 late span received" in page and shown_masked(page, "execute_tool notify") and token not in page
