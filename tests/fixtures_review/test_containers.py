@@ -130,7 +130,9 @@ def test_json_strings_holding_json_and_base64_containers_are_opened():
     assert password.encode() not in unpack_all(masked)
     decoded = base64.b64decode(json.loads(masked)["file"])
     assert token.encode() not in gzip.decompress(decoded)
-    assert {f["rule"] for f in findings} == {"keyword", "github-pat"}
+    # The password is named by whichever rule set names it first (the keyword rule, Nosey Parker's generic one):
+    # one finding each, the token by its own rule.
+    assert len(findings) == 2 and "github-pat" in {f["rule"] for f in findings}
 
 
 def test_nothing_found_answers_the_same_bytes():
