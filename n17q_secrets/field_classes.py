@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import html
 import itertools
 import re
 from collections.abc import Callable, Iterator
@@ -169,6 +170,10 @@ def is_secret_field(name: str) -> bool:
     Bare `key` is not one (a cache key, an OTLP attribute's `{"key": "service.name"}`, a sort key), nor `auth`
     (`auth: oauth2` names a scheme); `api_key`, `SHIPPO_API_KEY`, `client_secret`, `access_token`, `password`,
     `DB_PASS` are."""
+    if "/" in name or " " in name.strip():
+        # A path or a sentence used as a key (`"/en/…/creating-a-strong-password": "/en/…"`, a docs redirect map)
+        # names no field.
+        return False
     last = name.rsplit(".", 1)[-1].strip("-_ ")
     norm = _NON_ALNUM.sub("", last.lower())
     if len(norm) < 3 or norm in _NOT_SECRET:
@@ -247,6 +252,12 @@ _PLACEHOLDER_VALUE = re.compile(
     )$""",
     re.X,
 )
+# A value that starts by interpolating a variable (`$REACT_APP_BASE_URL/forgot`, `'$PRECOMPILE_PASSWORD'`,
+# `"${DB_PASSWORD}"`) is made from configuration at run time: a reference, not a secret.
+_INTERPOLATED = re.compile(r"""^["']?\$\{?[A-Za-z_][A-Za-z0-9_]*""")
+# Code that builds the value (`"MasterUserPassword: " + getMasterUserPassword() + ","`, `"+new Buffer(…)`): a string
+# concatenated with an expression, or a call.
+_CONCATENATED = re.compile(r"""["'`]\s*\+|\+\s*["'`]|[A-Za-z_]\w*\([^)]*\)""")
 # A dotted path of identifiers is a reference to the secret (`settings.SECRET_KEY`, `self.password`), not one.
 _CODE_OPERATORS = ("||", "&&", "=>", "==", "!=")
 _IDENTIFIER_PATH = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)+$")
@@ -254,8 +265,11 @@ _IDENTIFIER_PATH = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0
 
 def is_value(value: str, name: str = "") -> bool:
     """Whether `value`, assigned to a secret-named field `name`, is a secret rather than a placeholder."""
-    value = value.strip()
+    # HTML-escaped as a page shows it (`&lt;YOUR_PASSWORD&gt;`): judged as what it stands for.
+    value = html.unescape(value).strip() if "&" in value else value.strip()
     if not value:
+        return False
+    if _INTERPOLATED.match(value) or _CONCATENATED.search(value):
         return False
     low = value.lower()
     if low in _NOT_A_VALUE or _PLACEHOLDER_VALUE.match(value) or _IDENTIFIER_PATH.match(value):
@@ -290,6 +304,8 @@ def _secret_named_values() -> Finder:
     def find(data: bytes) -> Iterator[str]:
         for spans in iter_spans(regex, data):
             name = decode(data[spans[2][0] : spans[2][1]])
+            if spans[2][0] > 0 and data[spans[2][0] - 1 : spans[2][0]] in (b"/", b"#"):
+                continue  # the last segment of a path or a fragment (`/creating-a-strong-password": …`): no field
             if not is_secret_field(name):
                 continue
             start, stop = next(((a, b) for a, b in spans[4:] if b > a >= 0), (-1, -1))

@@ -201,6 +201,10 @@ NEAR_MISSES: dict[str, list[str]] = {
         "the next token: expired",
         "auth_token = self.auth_token",
         'fetch(url, {credentials:"same-origin"})',
+        '"password": "&lt;YOUR_PASSWORD&gt;"',  # a placeholder as a page escapes it
+        "export DATABASE_PASSWORD=\"'$PRECOMPILE_PASSWORD'\"",  # made from another variable at run time
+        'sb.append("MasterUserPassword: " + getMasterUserPassword() + ",");',  # code building the value
+        '{"/docs/creating-a-strong-password": "/docs/server/auth"}',  # a path as a key names no field
     ],
     "vendor-prefixed-token": [
         "snake_case_identifier_with_many_words",

@@ -6,6 +6,7 @@ readable part around it (a host, a key name, a route) stays.
 from __future__ import annotations
 
 import json
+import random
 import string
 import uuid
 from pathlib import Path
@@ -156,8 +157,10 @@ def test_which_names_are_secret_named(name, secret):
         lambda: "pcsk_" + rnd(5) + "_" + rnd(60),
         lambda: "shippo_live_" + rnd(40, HEX),
         lambda: "easypost_test_" + rnd(22),
-        lambda: "gsk_" + rnd(24) + "7Qa",  # a credential prefix: 27 characters are enough
-        lambda: "acme-" + rnd(36) + "9Zk",  # any prefix: 39 random characters
+        # The general shape, judged by how random its body looks (`field_classes.looks_random`), which 1 to 3 random
+        # bodies in 100 fail (measured below): these two are drawn from a fixed seed, so the test cannot flicker.
+        lambda: "gsk_" + seeded(24, seed=1) + "7Qa",  # a credential prefix: 27 characters are enough
+        lambda: "acme-" + seeded(36, seed=2) + "9Zk",  # any prefix: 39 random characters
     ],
 )
 def test_a_vendor_prefixed_token_no_rule_set_knows_is_masked_whole(token):
@@ -167,6 +170,18 @@ def test_a_vendor_prefixed_token_no_rule_set_knows_is_masked_whole(token):
         public = max(value.rfind("_", 0, 16), value.rfind("-", 0, 10)) + 1
         assert not _kept(value, masked, public=public), text
         assert findings, text
+
+
+def seeded(n: int, *, seed: int) -> str:
+    draw = random.Random(seed)
+    return "".join(draw.choice(string.ascii_letters + string.digits) for _ in range(n))
+
+
+def test_random_bodies_after_any_prefix_are_found_at_least_95_times_in_100():
+    # The general shape's recall on random base62 bodies of the lengths keys have, from fixed seeds.
+    bodies = [seeded(length, seed=seed) for seed in range(200) for length in (32, 40, 64)]
+    found = sum(bool(scanning.scan_text(f"vendor acme_{body} done")) for body in bodies)
+    assert found / len(bodies) >= 0.95, found
 
 
 def test_provider_object_ids_and_code_identifiers_are_not_vendor_tokens():
@@ -298,7 +313,9 @@ def test_an_aws_secret_key_beside_its_key_id_is_masked_under_any_name(template):
     key_id, secret = "AKIA" + rnd(16, BASE32), rnd(20) + "/" + rnd(19, ALNUM + "+")
     masked, findings = _masked(template.format(id=key_id, secret=secret))
     assert not _kept(secret, masked) and not _kept(key_id, masked, public=4)
-    assert "aws-secret-key-near-id" in {f["rule"] for f in findings}
+    # The key id by its own rule; the secret by whichever rule pairs it first (this class, or Nosey Parker's AWS rule).
+    rules = [f["rule"] for f in findings]
+    assert len(rules) == 2 and {"aws-secret-key-near-id", "np-aws-6"} & set(rules), rules
 
 
 def test_a_40_character_run_far_from_any_key_id_or_without_one_is_left():
