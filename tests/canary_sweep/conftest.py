@@ -1,0 +1,86 @@
+"""The canary sweep (issue 32, point 2): fresh canary secrets of every shape, planted through one door per test, then
+the whole database, the sqlite file and the data folder read back (tests/canary_sweep/reader.py): zero canaries.
+
+A door's test asks for `sweep`, plants `sweep.canaries` through its door the way a user or a harness would, checks
+that the door took the input (a positive control: a refused input stores nothing and proves nothing), then calls
+`sweep.check("<door>")`. A test that asks for `sweep` and never checks fails at teardown, so a door cannot join by
+half. The tests are transactional: the sqlite file must hold what a real process would have committed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures_review.conftest import seed_scenarios  # noqa: F401 (a fixture, shared)
+
+from . import reader
+from .canaries import Canaries
+from .reader import Hit, Snapshot
+
+
+class Sweep:
+    def __init__(self, canaries: Canaries, snapshot: Snapshot):
+        self.canaries = canaries
+        self.snapshot = snapshot
+        self.checked: list[str] = []
+
+    def hits(self) -> list[Hit]:
+        from django.db import connection
+
+        return reader.sweep(self.canaries.all, connection=connection, snapshot=self.snapshot)
+
+    def check(self, door: str) -> None:
+        self.checked.append(door)
+        hits = self.hits()
+        if not hits:
+            return
+        lines = [f"{len(hits)} canary hit(s) after the door {door!r} (shape: where):"]
+        for area in ("database", "data folder", "sqlite file"):
+            places: dict[str, dict[str, list[str]]] = {}
+            for hit in hits:
+                if hit.area == area:
+                    m = re.fullmatch(r"(.*?) row (\S+)(.*)", hit.where, re.S)
+                    place, row = (m[1] + m[3], m[2]) if m else (hit.where, "")
+                    places.setdefault(place, {}).setdefault(hit.canary.shape, []).append(row)
+            if places:
+                lines.append(f"-- {area} --")
+            for place, shapes in places.items():
+                for shape, rows in shapes.items():
+                    at = f" rows {', '.join(sorted(set(rows)))}" if any(rows) else ""
+                    lines.append(f"{door} | {shape} | {place}{at}")
+        pytest.fail("\n".join(lines), pytrace=False)
+
+
+def data_roots(settings) -> list[Path]:
+    """The data folder and every storage's location (a test's blob store lives outside the data folder)."""
+    roots = [Path(settings.DATA_DIR)]
+    for storage in settings.STORAGES.values():
+        location = storage.get("OPTIONS", {}).get("location")
+        if location:
+            roots.append(Path(location))
+    for cache in settings.CACHES.values():
+        if cache["BACKEND"].endswith("FileBasedCache"):
+            roots.append(Path(cache["LOCATION"]))
+    return roots
+
+
+@pytest.fixture
+def sweep(request, settings, _blob_store, transactional_db):
+    _blob_store.mkdir(parents=True, exist_ok=True)
+    snapshot = Snapshot.take(data_roots(settings))
+    made = Sweep(Canaries.fresh(), snapshot)  # made after the snapshot: no file taken before can hold them
+    yield made
+    call = getattr(request.node, "rep_call", None)
+    if call is not None and call.passed and not made.checked:
+        pytest.fail("a canary sweep test planted canaries and never called sweep.check(door)", pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.rep_call = report
