@@ -27,6 +27,11 @@ class Sweep:
         self.snapshot = snapshot
         self.checked: list[str] = []
 
+    def use(self, canaries: Canaries) -> None:
+        """Sweep for canaries made once for a module (a door whose input is costly to make, like a real eval's
+        log): still unknown to every file the snapshot saw, as long as they were made after the module began."""
+        self.canaries = canaries
+
     def hits(self) -> list[Hit]:
         from django.db import connection
 
@@ -39,18 +44,19 @@ class Sweep:
             return
         lines = [f"{len(hits)} canary hit(s) after the door {door!r} (shape: where):"]
         for area in ("database", "data folder", "sqlite file"):
-            places: dict[str, dict[str, list[str]]] = {}
+            places: dict[str, tuple[set[str], set[str]]] = {}
             for hit in hits:
                 if hit.area == area:
                     m = re.fullmatch(r"(.*?) row (\S+)(.*)", hit.where, re.S)
                     place, row = (m[1] + m[3], m[2]) if m else (hit.where, "")
-                    places.setdefault(place, {}).setdefault(hit.canary.shape, []).append(row)
+                    shapes, rows = places.setdefault(place, (set(), set()))
+                    shapes.add(hit.canary.shape)
+                    rows.add(row)
             if places:
                 lines.append(f"-- {area} --")
-            for place, shapes in places.items():
-                for shape, rows in shapes.items():
-                    at = f" rows {', '.join(sorted(set(rows)))}" if any(rows) else ""
-                    lines.append(f"{door} | {shape} | {place}{at}")
+            for place, (shapes, rows) in places.items():
+                at = f" (rows {', '.join(sorted(rows, key=lambda r: (len(r), r)))})" if any(rows) else ""
+                lines.append(f"{door} | {place}{at} | {', '.join(sorted(shapes))}")
         pytest.fail("\n".join(lines), pytrace=False)
 
 

@@ -37,6 +37,7 @@ from .canaries import Canary
 MAX_DEPTH = 4
 MAX_LAYER = 64 << 20  # the most one stream is opened to
 MAX_STREAMS = 64  # candidate stream starts tried per value (gzip and zstd magics may also occur by chance)
+RAW_STREAMS = 20_000  # stream starts tried in a raw database file
 ZIP_ZSTD = 93
 BASE64_RUN = re.compile(rb"[A-Za-z0-9+/]{24,}={0,2}|[A-Za-z0-9_-]{24,}={0,2}")
 MAGIC = {b"\x1f\x8b\x08": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
@@ -77,29 +78,33 @@ class Finder:
 # ------------------------------------------------------------------------------------------------------ layers
 
 
-def layers(data: bytes, depth: int = 0) -> Iterator[tuple[str, bytes]]:
-    """(path of layers, bytes): the value itself, then everything packed in it, depth first."""
+def layers(data: bytes, depth: int = 0, *, streams: int = MAX_STREAMS) -> Iterator[tuple[str, bytes]]:
+    """(path of layers, bytes): the value itself, then everything packed in it, depth first. `streams` bounds the
+    stream starts tried in this value (a database file holds many rows, each its own stream)."""
     yield "", data
     if depth >= MAX_DEPTH or len(data) < 8:
         return
-    for label, inner in _unpacked(data):
+    for label, inner in _unpacked(data, streams):
         for sub, deeper in layers(inner, depth + 1):
             yield f" > {label}{sub}", deeper
 
 
-def _unpacked(data: bytes) -> Iterator[tuple[str, bytes]]:
+def _unpacked(data: bytes, streams: int) -> Iterator[tuple[str, bytes]]:
     if data[:4] == b"PK\x03\x04" or b"PK\x05\x06" in data[-65557:]:
-        yield from _zip_members(data)
-    if data[:2] in ZLIB_HEADERS:
-        inner = _inflate(data, zlib.MAX_WBITS)
-        if inner:
-            yield "zlib@0", inner
+        members = list(_zip_members(data))
+        if members:
+            yield from members
+            return  # its members are its streams: searching it for magic again only finds them twice
     tried = 0
-    for magic, kind in MAGIC.items():
-        start = data.find(magic)
-        while start != -1 and tried < MAX_STREAMS:
+    starts = {**MAGIC, **dict.fromkeys(ZLIB_HEADERS, "zlib")}
+    for magic, kind in starts.items():
+        # A zlib stream has no magic, only a two-byte header that random bytes hold too: where it is a value's own
+        # encoding it starts the value; inside a larger file (the database's pages) every start is tried, bounded.
+        start = data.find(magic) if kind != "zlib" or streams > MAX_STREAMS else (0 if data[:2] == magic else -1)
+        while start != -1 and tried < streams:
             tried += 1
-            inner = _inflate(data[start:], 31) if kind == "gzip" else _unzstd(data[start:])
+            window = data[start : start + MAX_LAYER]
+            inner = _unzstd(window) if kind == "zstd" else _inflate(window, 31 if kind == "gzip" else zlib.MAX_WBITS)
             if inner:
                 yield f"{kind}@{start}", inner
             start = data.find(magic, start + 1)
@@ -298,8 +303,8 @@ def sweep(canaries: Iterable[Canary], *, connection, snapshot: Snapshot) -> list
         hits += search(finder, "data folder", snapshot.label(path), data)
     in_rows = {h.canary.shape for h in hits if h.area == "database"}
     for path in raw:
-        data = path.read_bytes()
-        for canary, piece in finder.find(data):
-            if canary.shape not in in_rows:
-                hits.append(Hit("sqlite file", f"{path.name} (a free or overwritten page)", canary, piece))
+        for where, layer in layers(path.read_bytes(), streams=RAW_STREAMS):
+            for canary, piece in finder.find(layer):
+                if canary.shape not in in_rows:
+                    hits.append(Hit("sqlite file", f"{path.name}{where} (a free or overwritten page)", canary, piece))
     return hits

@@ -20,8 +20,6 @@ from django.utils import timezone
 from . import reader
 from .canaries import Canaries
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
 
 def zip_with_zstd_member(name: str, data: bytes) -> bytes:
     """A zip whose member is zstd-compressed (method 93), as Inspect writes `.eval` logs (zipfile cannot, in 3.11)."""
@@ -72,6 +70,7 @@ def test_a_piece_past_the_public_prefix_is_found_and_the_prefix_alone_is_not():
     assert finder.find(f"{jwt_header}.".encode()) == []
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_sweep_names_the_row_and_the_file_and_finds_nothing_when_nothing_is_there(sweep, _blob_store):
     assert sweep.hits() == []  # the negative control: a fresh database and data folder hold no canary
     c = sweep.canaries
@@ -87,6 +86,7 @@ def test_the_sweep_names_the_row_and_the_file_and_finds_nothing_when_nothing_is_
         sweep.check("the reader's own test")
 
 
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="the raw database file is SQLite's")
 def test_a_deleted_row_lingers_in_the_sqlite_file_and_is_reported_apart(sweep):
     c = sweep.canaries
