@@ -12,7 +12,7 @@ import base64
 import json
 import secrets
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tests.fixtures_review.corpus import ALNUM, BASE32, URLSAFE, rnd
@@ -73,7 +73,20 @@ class Canaries:
     fragment_token: Canary
 
     @classmethod
-    def fresh(cls) -> Canaries:
+    def fresh(cls, door: str = "") -> Canaries:
+        """`door` names the door in each shape, for a test that plants two sets through two doors at once."""
+        made = cls._fresh()
+        if not door:
+            return made
+        return cls(
+            **{
+                n: replace(getattr(made, n), shape=f"{getattr(made, n).shape} [{door}]")
+                for n in cls.__dataclass_fields__
+            }
+        )
+
+    @classmethod
+    def _fresh(cls) -> Canaries:
         jwt, jwt_prefix = _jwt()
         pem, begin, end = _pem()
         openai = "sk-proj-" + rnd(74, URLSAFE) + "T3BlbkFJ" + rnd(73, URLSAFE) + rnd(1)

@@ -17,7 +17,7 @@ import pytest
 from tests.fixtures_review.conftest import seed_scenarios  # noqa: F401 (a fixture, shared)
 
 from . import reader
-from .canaries import Canaries
+from .canaries import Canaries, Canary
 from .reader import Hit, Snapshot
 
 
@@ -26,16 +26,23 @@ class Sweep:
         self.canaries = canaries
         self.snapshot = snapshot
         self.checked: list[str] = []
+        self.extra: list[Canary] = []
 
     def use(self, canaries: Canaries) -> None:
         """Sweep for canaries made once for a module (a door whose input is costly to make, like a real eval's
         log): still unknown to every file the snapshot saw, as long as they were made after the module began."""
         self.canaries = canaries
 
+    def also(self, canary: Canary | Canaries) -> Canary | Canaries:
+        """More canaries a door needs (a credential only the worker holds, a second set for a second door planted
+        in the same test): swept like the others."""
+        self.extra += canary.all if isinstance(canary, Canaries) else [canary]
+        return canary
+
     def hits(self) -> list[Hit]:
         from django.db import connection
 
-        return reader.sweep(self.canaries.all, connection=connection, snapshot=self.snapshot)
+        return reader.sweep([*self.canaries.all, *self.extra], connection=connection, snapshot=self.snapshot)
 
     def check(self, door: str) -> None:
         self.checked.append(door)

@@ -1,10 +1,13 @@
 """The capture doors: `POST /api/v1/captures/` and `manage.py capture` with a native capture and with a HAR file,
-and the reviewer's own values (redact reason, synthesized value, fidelity note) entered on the review page."""
+`capture` with a VCR.py cassette recorded by vcrpy (YAML and JSON), and the reviewer's own values (redact reason, synthesized value, fidelity note) entered on the review page."""
 
 from __future__ import annotations
 
 import io
 import json
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.core.management import call_command
@@ -12,6 +15,7 @@ from django.urls import reverse
 
 from accounts.models import HarnessToken
 from fixtures_review.models import StagedRecording
+from tests.conftest import approve_test_connection
 from tests.runs.test_api import token_for
 
 from . import exchanges
@@ -98,3 +102,51 @@ def test_review_actions(sweep, client, role_user, seed_scenarios, reviewed_conne
     recording.refresh_from_db()
     assert recording.revision > 1, "every review action was refused: nothing was planted"
     sweep.check("review actions")
+
+
+class _Service(BaseHTTPRequestHandler):
+    """A loopback service whose answers hold canaries: set by the test on the class before recording."""
+
+    answer: dict = {}
+    headers_out: dict = {}
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        data = json.dumps(self.answer).encode()
+        self.send_response(201)
+        for name, value in {**self.headers_out, "Content-Length": str(len(data))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("serializer", ["yaml", "json"])
+def test_vcr_cassette(sweep, tmp_path, seed_scenarios, reviewed_connections, serializer):
+    """A cassette recorded by the real vcrpy: the JWT in the request's Authorization header, the password and the
+    URL credential in its JSON body, the fragment token in the answer's Location header, the rest in its body."""
+    import vcr
+
+    c = sweep.canaries
+    service = type("Service", (_Service,), {"answer": exchanges.response_body(c), "headers_out": {
+        "Content-Type": "application/json", "Location": c.callback_url()}})  # fmt: skip
+    server = ThreadingHTTPServer(("127.0.0.1", 0), service)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        approve_test_connection(base.removeprefix("http://"), reaches="sandbox", capabilities=["read", "mutation"])
+        cassette = tmp_path / f"cassette.{serializer}"
+        with vcr.use_cassette(str(cassette), serializer=serializer, record_mode="all"):
+            body = json.dumps({"password": c.password.value, "database_url": c.database_url()}).encode()
+            request = urllib.request.Request(f"{base}/api/requests/req-7781", data=body, headers={
+                "Authorization": f"Bearer {c.jwt.value}", "Content-Type": "application/json"})  # fmt: skip
+            urllib.request.urlopen(request).read()
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = command(str(cassette), *HAR_FIELDS)
+    assert out["format"] == "vcr" and len(out["recordings"]) == 1, out
+    cassette.unlink()
+    sweep.check(f"VCR cassette ({serializer})")
