@@ -1,5 +1,6 @@
 """The capture doors: `POST /api/v1/captures/` and `manage.py capture` with a native capture and with a HAR file,
-`capture` with a VCR.py cassette recorded by vcrpy (YAML and JSON), and the reviewer's own values (redact reason, synthesized value, fidelity note) entered on the review page."""
+`capture` with a VCR.py cassette recorded by vcrpy (YAML and JSON), and the reviewer's own values (redact reason,
+synthesized value, fidelity note) entered on the review page."""
 
 from __future__ import annotations
 
