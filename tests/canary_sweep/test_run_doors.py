@@ -1,6 +1,7 @@
-"""The run doors: a run bundle through `import_run` and `POST /api/v1/runs/`; OTLP files (protobuf, JSON) through the
-file door; an Inspect AI log (`.eval`, `.json`, written by a real eval) through `import_run` and the API; and the
-OTLP/HTTP receiver (`POST /v1/traces`, protobuf and JSON), its trace then finalized into a run."""
+"""The run doors: a run bundle through `import_run`, `POST /api/v1/runs/` and the import page; OTLP files
+(protobuf, JSON) through the file door; an Inspect AI log (`.eval`, `.json`, written by a real eval) through
+`import_run` and the API; and the OTLP/HTTP receiver (`POST /v1/traces`, protobuf and JSON), its trace then
+finalized into a run."""
 
 from __future__ import annotations
 
@@ -94,6 +95,15 @@ def test_bundle_api(sweep, client, role_user, tmp_path):
     response = upload(client, bundle(sweep.canaries, tmp_path).read_bytes(), HTTP_AUTHORIZATION=f"Token {key}")
     assert response.status_code == 201, response.content[:500]
     sweep.check("run bundle (API)")
+
+
+def test_bundle_page(sweep, client, role_user, tmp_path):
+    client.force_login(role_user("operator"))
+    upload = io.BytesIO(bundle(sweep.canaries, tmp_path).read_bytes())
+    upload.name = "bundle.zip"
+    response = client.post(reverse("runs:run-import"), {"bundle": upload})
+    assert response.status_code == 302 and Run.objects.count() == 1, response.content[:500]
+    sweep.check("run bundle (import page)")
 
 
 # ---------------------------------------------------------------------------------------------- OTLP files
