@@ -229,7 +229,7 @@ class Snapshot:
 
     @classmethod
     def take(cls, roots: Iterable[Path]) -> Snapshot:
-        kept = []
+        kept: list[Path] = []
         for root in roots:
             root = Path(root).resolve()
             if not any(root == k or root.is_relative_to(k) for k in kept):
