@@ -495,6 +495,9 @@ class SimulatedWorld:
 # --- synthetic tokens (issue 19) ---------------------------------------------------------------------------------
 
 SYNTHETIC_TOKEN_PREFIX = "n17q-synthetic-token."
+# The whole token, exactly (what `synthetic_token` makes): the secret scan does not take it for a credential even under
+# a secret-named key (n17q_secrets.field_classes), and, matched whole, nothing real can hide behind its prefix.
+SYNTHETIC_TOKEN = re.compile(rf"{re.escape(SYNTHETIC_TOKEN_PREFIX)}[A-Za-z0-9][A-Za-z0-9._-]*\.[0-9a-f]{{{_HEX}}}")
 
 
 def synthetic_token(seed: str, replay_id: str, grant: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from console.gated_fields import GatedBinaryField, GatedCharField
+from console.gated_fields import GatedBinaryField, GatedCharField, GatedJSONField
 
 
 class ReceivedTrace(models.Model):
@@ -61,6 +61,9 @@ class TraceChunk(models.Model):
     span_count = models.PositiveIntegerField()
     late = models.BooleanField(default=False)
     data = GatedBinaryField(media_type=CHUNK_MEDIA_TYPE)  # zlib(ExportTraceServiceRequest bytes)
+    # What the gate masked in this request on arrival ({path, rule, preview}; never a value): the run made from the
+    # trace records them as its own masked secrets, so its page does not say the scan found nothing (issue 32).
+    masked = GatedJSONField(default=list, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["trace", "late", "id"], name="otlp_chunk_trace")]

@@ -71,6 +71,7 @@ class MaskedBatch:
     chunk: gate.GatedBytes
     root_name: str
     service_name: str
+    found: list[dict[str, str]]
 
 
 def batch_mask(batch: wire.TraceBatch) -> MaskedBatch:
@@ -80,7 +81,7 @@ def batch_mask(batch: wire.TraceBatch) -> MaskedBatch:
     chunk = gate.gate_bytes(zlib.compress(batch.payload, 1), media_type=CHUNK_MEDIA_TYPE, where="spans", findings=found)
     root_name = scanning.mask_text(batch.root_name, "root span name", found) if batch.root_name else ""
     service_name = scanning.mask_text(batch.service_name, "service.name", found) if batch.service_name else ""
-    return MaskedBatch(batch, chunk, root_name[:200], service_name[:200])
+    return MaskedBatch(batch, chunk, root_name[:200], service_name[:200], found)
 
 
 def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None = None) -> Received:
@@ -117,6 +118,7 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
                     span_count=masked[t].batch.span_count,
                     late=traces[t].state != ReceivedTrace.State.RECEIVING,
                     data=masked[t].chunk,
+                    masked=masked[t].found,
                 )
                 for t in ids
             ]
@@ -265,15 +267,18 @@ def trace_payload(trace_pk: int, *, late: bool = False) -> bytes:
     return _joined_chunks(trace_pk, late=late)[0]
 
 
-def _joined_chunks(trace_pk: int, *, late: bool) -> tuple[bytes, int | None]:
-    """The chunks joined, and the pk of the last one read (None: there were none). One query."""
-    chunks = TraceChunk.objects.filter(trace_id=trace_pk, late=late).order_by("id").values_list("id", "data")
+def _joined_chunks(trace_pk: int, *, late: bool) -> tuple[bytes, int | None, list[dict[str, str]]]:
+    """The chunks joined, the pk of the last one read (None: there were none), and what was masked in them on
+    arrival, each as a masked secret of the run they make (place `received`). One query."""
+    chunks = TraceChunk.objects.filter(trace_id=trace_pk, late=late).order_by("id").values_list("id", "data", "masked")
     parts: list[bytes] = []
     last: int | None = None
-    for pk, data in chunks.iterator(chunk_size=200):
+    found: list[dict[str, str]] = []
+    for pk, data, masked in chunks.iterator(chunk_size=200):
         parts.append(zlib.decompress(bytes(data)))
+        found.extend({"place": "received", **m} for m in masked or ())
         last = pk
-    return b"".join(parts), last
+    return b"".join(parts), last, found
 
 
 class _ClaimLost(Exception):
@@ -295,7 +300,7 @@ def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> R
     trace = ReceivedTrace.objects.get(pk=trace_pk)
     claimed = ReceivedTrace.objects.filter(pk=trace_pk, state=ReceivedTrace.State.FINALIZING, claimed_at=now)
     try:
-        payload, last = _joined_chunks(trace_pk, late=False)
+        payload, last, masked_on_arrival = _joined_chunks(trace_pk, late=False)
         converted = convert_trace(flatten_protobuf(payload), original=payload, original_media_type=wire.PROTOBUF)
         run_id = converted.run["id"]
         existing = Run.objects.filter(run_id=run_id).first()
@@ -310,6 +315,7 @@ def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> R
                 [converted],
                 user=user,
                 label=f"trace {trace.trace_id}",
+                masked_before=masked_on_arrival,
                 on_stored=lambda results: _record_run(claimed, results[0].run, trace_pk=trace_pk, made_from=last),
             )
             run = imported.first.run

@@ -27,7 +27,7 @@ import tempfile
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -292,16 +292,25 @@ def import_converted(
     user: Any,
     label: str,
     on_stored: Callable[[list[ImportResult]], None] | None = None,
+    masked_before: Sequence[dict[str, str]] = (),
 ) -> FileImport:
     """Import every run of one converted file, all or none, each written as a bundle folder and imported before the
     next is converted (the OTLP receiver's one trace; files go through the converting process instead).
 
     `on_stored`: called with the runs' results inside the import's transaction once every run is stored, so that
     what it writes commits with them (the receiver removes the buffered spans a run was made from, and records the
-    run on its trace), and what it raises undoes the whole import, blob files included."""
+    run on its trace), and what it raises undoes the whole import, blob files included. `masked_before`: what the
+    door masked before the runs were made ({place, path, rule, preview}: the receiver masks each request on
+    arrival), recorded as each run's masked secrets beside what the import's own scan masks."""
     total = len(converted) if isinstance(converted, Sized) else None
     with tempfile.TemporaryDirectory(prefix="n17q-converted-") as tmp:
-        return _import_prepared(_written(converted, Path(tmp), total), user=user, label=label, on_stored=on_stored)
+        return _import_prepared(
+            _written(converted, Path(tmp), total),
+            user=user,
+            label=label,
+            on_stored=on_stored,
+            masked_before=masked_before,
+        )
 
 
 def _written(converted: Iterable[ConvertedRun], tmp: Path, total: int | None) -> Iterator[_Prepared]:
@@ -321,6 +330,7 @@ def _import_prepared(
     label: str,
     prescanned: Mapping[str, secret_scan.ScannedBlob] | None = None,
     on_stored: Callable[[list[ImportResult]], None] | None = None,
+    masked_before: Sequence[dict[str, str]] = (),
 ) -> FileImport:
     written: list[str] = []
     results: list[ImportResult] = []
@@ -330,7 +340,15 @@ def _import_prepared(
             for i, run in enumerate(prepared):
                 reports.append(run.report)
                 try:
-                    results.append(_import_root(run.root, user=user, blobs_written=written, prescanned=prescanned))
+                    results.append(
+                        _import_root(
+                            run.root,
+                            user=user,
+                            blobs_written=written,
+                            prescanned=prescanned,
+                            masked_before=masked_before,
+                        )
+                    )
                 except BundleError as exc:
                     if run.total == 1:
                         raise

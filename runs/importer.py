@@ -22,7 +22,7 @@ import logging
 import tempfile
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,10 +211,12 @@ def _import_root(
     made_by_replay: int | None = None,
     blobs_written: list[str] | None = None,
     prescanned: Mapping[str, secret_scan.ScannedBlob] | None = None,
+    masked_before: Sequence[dict[str, str]] = (),
 ) -> ImportResult:
     """`blobs_written`: a caller importing several runs in one outer transaction (runs.import_formats) is told the
     blob files this import wrote, to remove them if its transaction does not commit either. `prescanned`: blobs that
-    caller's secret scan has read already (secret_scan.scan_blob_ahead)."""
+    caller's secret scan has read already (secret_scan.scan_blob_ahead). `masked_before`: secrets the door masked
+    before the bundle was made (import_formats.import_converted), recorded with the run's own."""
     manifest, manifest_raw = _read_manifest(root)
     if made_by_replay is None and REPLAY_RUN_SEPARATOR in manifest.run["id"]:
         raise BundleError(
@@ -245,7 +247,7 @@ def _import_root(
                 )
     digest, lines = _bundle_digest(manifest_raw, events_path)
     written: list[str] = []
-    masks = BundleMasks()
+    masks = BundleMasks.masked_before(masked_before)
     slices: import_slices.ImportSlices | None = None
     try:
         # The secret scan (runs.secret_scan) comes before anything is stored: the manifest's run and every blob

@@ -288,6 +288,8 @@ class MaskedSecret(AppendOnlyModel):
         MANIFEST = "manifest", "the manifest's run"
         EVENT = "event", "an event"
         BLOB = "blob", "a blob"
+        # Masked before the run was made: the OTLP receiver masks each request on arrival (otlp_receiver).
+        RECEIVED = "received", "the spans as received"
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="masked_secrets")
     place = models.CharField(max_length=10, choices=Place.choices)

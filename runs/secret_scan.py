@@ -33,7 +33,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -70,10 +70,22 @@ class BundleMasks:
 
     found: list[dict[str, str]] = field(default_factory=list)  # {place, event, path, rule, preview, blob, recorded_as}
     blob_remap: dict[str, str] = field(default_factory=dict)  # recorded digest -> digest of the masked bytes
+    before: int = 0  # the first `before` of `found` were masked by the door before the bundle was made
+
+    @classmethod
+    def masked_before(cls, found: Sequence[Mapping[str, str]]) -> BundleMasks:
+        """Masks that begin with what a door masked before the bundle was made (the OTLP receiver masks each request
+        on arrival): recorded as the run's masked secrets, but not in the bundle's bytes."""
+        before = [
+            {"place": m.get("place", "received"), "path": m["path"], "rule": m["rule"], "preview": m["preview"]}
+            for m in found
+        ]
+        return cls(found=before, before=len(before))
 
     @property
     def masked(self) -> bool:
-        return bool(self.found)
+        """Whether the bundle's own bytes held a secret (then its digest is kept keyed)."""
+        return len(self.found) > self.before
 
 
 # --- the manifest's run --------------------------------------------------------------------------------------------

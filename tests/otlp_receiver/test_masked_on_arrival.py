@@ -122,6 +122,24 @@ def test_a_refused_trace_and_a_late_addendum_hold_no_token(client, role_user, _b
     assert_shown_nowhere(token, client, refused)
 
 
+def test_the_run_made_from_a_masked_trace_records_what_was_masked_on_arrival(client, role_user, _blob_store):
+    # Masked on arrival, the spans the import scans hold no secret: without the receiver's findings the run said "the
+    # secret scan found nothing on import", which was false.
+    token = github_token()
+    batches = services.wire.split_by_trace(services.wire.parse_request(spans_with(token), "protobuf")).batches
+    services.spans_receive(batches, now=timezone.now() - timedelta(minutes=5))
+    trace = services.trace_finalize(trace_pk=ReceivedTrace.objects.get().pk)
+    assert trace.state == "finalized"
+    run = trace.run
+    received = list(run.masked_secrets.filter(place="received").values_list("rule", "path"))
+    assert run.masked_secret_count == run.masked_secrets.count() >= len(received) >= 3, received
+    assert {rule for rule, _ in received} >= {"github-pat"}
+    assert not run.bundle_digest.startswith("hmac:")  # the bundle's own bytes held no secret
+    client.force_login(role_user("viewer"))
+    page = client.get(reverse("runs:run-detail", args=[run.run_id])).content.decode()
+    assert "masked on import" in page and "the secret scan found nothing" not in page and token not in page
+
+
 def test_a_request_without_secrets_is_stored_as_it_came():
     # No value under a secret-named key either (`{"token": ...}` is masked whatever it holds: issue 32).
     memory = InMemorySpanExporter()
