@@ -45,10 +45,10 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 from n17q_engine import canonical
 from n17q_engine.identifiers import INT32_MAX, MAX_ID_CHARS, id_problem, scenario_name_problem
 from n17q_engine.vocabulary import CAPTURE_FORMAT
+from n17q_secrets.names import MEASURE_SUFFIXES, is_oauth_code, is_secret_header, is_secret_name, is_secret_value_name
 from n17q_secrets.names import SECRET_HEADERS as SECRET_HEADERS
 from n17q_secrets.names import SIGNED_URL_PARAM_PREFIXES as SIGNED_URL_PARAM_PREFIXES
 from n17q_secrets.names import SIGNED_URL_PARAMS as SIGNED_URL_PARAMS
-from n17q_secrets.names import is_oauth_code, is_secret_header, is_secret_name, is_secret_value_name
 from n17q_secrets.names import is_signed_url_param as is_signed_url_param
 from n17q_secrets.scanning import (
     join,
@@ -585,36 +585,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-_MEASURE_SUFFIXES = (
-    "length",
-    "len",
-    "count",
-    "size",
-    "ttl",
-    "max",
-    "min",
-    "seconds",
-    "secs",
-    "ms",
-    "age",
-    "version",
-    "attempts",
-    "expiry",
-    "expires",
-    "expiresin",
-    "expiresat",
-    "lifetime",
-    "timeout",
-    "at",
-    "rounds",
-    "bits",
-    "iterations",
-)
-
-
 def _measures(name: str) -> bool:
     norm = _NON_ALNUM.sub("", name.lower())
-    return norm.endswith(_MEASURE_SUFFIXES)
+    return norm.endswith(MEASURE_SUFFIXES)
 
 
 def _link_to_check(value: str) -> bool:

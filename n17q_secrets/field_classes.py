@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 
 from n17q_engine.world import SYNTHETIC_TOKEN
 
+from .names import MEASURE_SUFFIXES, SECRET_NAME_PARTS
 from .reference import compile_rule, decode, iter_spans, shannon_entropy
 
 Finder = Callable[[bytes], Iterator[str]]
@@ -39,31 +40,10 @@ Finder = Callable[[bytes], Iterator[str]]
 #
 # A name is compared lower-cased with every non-alphanumeric removed (`DB_PASSWORD`, `db-password`, `dbPassword`
 # are one name), and for a dotted name only its last part (`config.api_key`, `spring.datasource.password`).
-_SECRET_PARTS = (
-    "password",
-    "passwd",
-    "passphrase",
-    "secret",
-    "apikey",
-    "privatekey",
-    "accesskey",
-    "signingkey",
-    "encryptionkey",
-    "masterkey",
-    "licensekey",
-    "credential",
-    "connectionstring",
-    "connstr",
-    "authorization",
-    "sessionid",
-    "sessiontoken",
-    "sessionkey",
-    "cookie",
-    "clientassertion",
-    "recoverycode",
-    "backupcode",
-    "seedphrase",
-)
+# The parts of a secret's name: the one vocabulary capture intake redacts by (`names.SECRET_NAME_PARTS`), but for
+# `signature`, which in free text is mostly a function's (`def f(...)` signatures fill agent output); a signed URL's
+# signature is found by its parameter (`url-credential-param`).
+_SECRET_PARTS = tuple(part for part in SECRET_NAME_PARTS if part != "signature")
 _SECRET_EXACT = frozenset(
     {"pwd", "pass", "pin", "otp", "jwt", "dsn", "sig", "sid", "token", "session", "csrf", "xsrf", "authkey", "appkey"}
 )
@@ -108,26 +88,8 @@ _NOT_SECRET = frozenset(
 )
 # A name that measures or describes rather than holds: `password_min_length`, `token_ttl`, `secret_version`.
 _MEASURES = (
-    "length",
-    "len",
-    "count",
-    "size",
-    "ttl",
-    "max",
-    "min",
-    "seconds",
-    "ms",
-    "age",
-    "version",
-    "expiry",
-    "expires",
-    "expiresin",
-    "expiresat",
-    "lifetime",
-    "timeout",
-    "rounds",
-    "bits",
-    "iterations",
+    *MEASURE_SUFFIXES,
+    # or describes it, in free text: `token_type`, `secret_name`, `password_field`, `api_key_url`
     "type",
     "kind",
     "format",

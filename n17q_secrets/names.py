@@ -90,7 +90,7 @@ SIGNED_URL_PARAMS = frozenset({"googleaccessid", "signature", "sig", "key-pair-i
 # A field is secret-named when its name, lower-cased with every non-alphanumeric removed, contains one of
 # these, or ends with `token` (access_token, refresh_token, id_token, x-auth-token), or is one of the short
 # names. `token_type`, `max_tokens`, `tokens_used` are not: they say what a token is or count them.
-_SECRET_NAME_PARTS = (
+SECRET_NAME_PARTS = (
     "password",
     "passwd",
     "passphrase",
@@ -106,13 +106,17 @@ _SECRET_NAME_PARTS = (
     "sessionid",
     "signature",
     "clientassertion",
-    # OAuth 2.0 and OpenID Connect credentials that do not end in `token` (RFC 7636's PKCE verifier, RFC 8628's device
-    # code, RFC 7521's assertion grants); `*_token` (access, refresh, id, subject, actor) are tokens by their suffix.
     "codeverifier",
     "devicecode",
-    "backupcode",  # second-factor backup and recovery codes
+    "backupcode",  # second-factor backup and recovery codes",
     "recoverycode",
     "seedphrase",
+    "signingkey",
+    "encryptionkey",
+    "masterkey",
+    "licensekey",
+    "sessiontoken",
+    "sessionkey",
 )
 _SECRET_NAME_EXACT = frozenset(
     {"pwd", "pass", "sig", "dsn", "auth", "key", "jwt", "otp", "pin", "assertion", "samlresponse", "samlrequest"}
@@ -128,7 +132,7 @@ def is_secret_name(name: str) -> bool:
         return False
     if norm in _SECRET_NAME_EXACT or norm.endswith("token"):
         return True
-    return any(part in norm for part in _SECRET_NAME_PARTS)
+    return any(part in norm for part in SECRET_NAME_PARTS)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -195,3 +199,31 @@ def is_oauth_code(
     if names & _OAUTH_CONTEXT_IN_JSON:
         return True
     return bool(names & _OAUTH_CONTEXT) and isinstance(value, str) and bool(_AUTHORIZATION_CODE.fullmatch(value))
+
+
+# A name that measures a secret rather than holds one: `password_min_length`, `token_ttl`, `secret_version`.
+MEASURE_SUFFIXES = (
+    "length",
+    "len",
+    "count",
+    "size",
+    "ttl",
+    "max",
+    "min",
+    "seconds",
+    "secs",
+    "ms",
+    "age",
+    "version",
+    "attempts",
+    "expiry",
+    "expires",
+    "expiresin",
+    "expiresat",
+    "lifetime",
+    "timeout",
+    "at",
+    "rounds",
+    "bits",
+    "iterations",
+)
