@@ -268,30 +268,42 @@ def _secret_named_values() -> Finder:
     regex = compile_rule(_ASSIGNED)
 
     def find(data: bytes) -> Iterator[str]:
+        # A body that repeats one assignment (a log, a hostile body of near-matches: benchmarks/bench_capture.py)
+        # is judged once per distinct assignment, not once per occurrence.
+        judged: dict[tuple[bytes, bool], str | None] = {}
         for spans in iter_spans(regex, data):
-            name = decode(data[spans[2][0] : spans[2][1]])
-            if spans[2][0] > 0 and data[spans[2][0] - 1 : spans[2][0]] in (b"/", b"#"):
-                continue  # the last segment of a path or a fragment (`/creating-a-strong-password": …`): no field
-            if not is_secret_field(name):
-                continue
-            start, stop = next(((a, b) for a, b in spans[4:] if b > a >= 0), (-1, -1))
-            if start < 0:
-                continue
-            value = decode(data[start:stop])
-            if _STAND_IN.search(value):
-                continue
-            if spans[7][0] >= 0:  # unquoted: a sentence's full stop is not part of it
-                value = value.rstrip(_TRAILING)
-                # `name: word` in prose ("the next token: expired") is no assignment; at the start of a line
-                # (YAML, a header) it is, and so is any value that is not one lower-case word.
-                at_line_start = spans[1][0] >= 0 and (spans[1][0] == 0 or spans[1][1] > spans[1][0])
-                prose = data[spans[3][0] : spans[3][1]] == b":" and not at_line_start
-                if prose and value.isalpha() and value.islower():
-                    continue
-            if is_value(value, name):
+            at_line_start = spans[1][0] >= 0 and (spans[1][0] == 0 or spans[1][1] > spans[1][0])
+            key = (data[max(0, spans[2][0] - 1) : spans[0][1]], at_line_start)
+            if key not in judged:
+                judged[key] = _judged(data, spans, at_line_start)
+            value = judged[key]
+            if value is not None:
                 yield value
 
     return find
+
+
+def _judged(data: bytes, spans: list[tuple[int, int]], at_line_start: bool) -> str | None:
+    """The secret one `_ASSIGNED` match assigns, or None when it assigns none."""
+    name = decode(data[spans[2][0] : spans[2][1]])
+    if spans[2][0] > 0 and data[spans[2][0] - 1 : spans[2][0]] in (b"/", b"#"):
+        return None  # the last segment of a path or a fragment (`/creating-a-strong-password": …`): no field
+    if not is_secret_field(name):
+        return None
+    start, stop = next(((a, b) for a, b in spans[4:] if b > a >= 0), (-1, -1))
+    if start < 0:
+        return None
+    value = decode(data[start:stop])
+    if _STAND_IN.search(value):
+        return None
+    if spans[7][0] >= 0:  # unquoted: a sentence's full stop is not part of it
+        value = value.rstrip(_TRAILING)
+        # `name: word` in prose ("the next token: expired") is no assignment; at the start of a line (YAML, a header)
+        # it is, and so is any value that is not one lower-case word.
+        prose = data[spans[3][0] : spans[3][1]] == b":" and not at_line_start
+        if prose and value.isalpha() and value.islower():
+            return None
+    return value if is_value(value, name) else None
 
 
 # --- vendor-prefixed tokens -------------------------------------------------------------------------------------
