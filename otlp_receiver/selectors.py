@@ -1,12 +1,15 @@
 """Reads for the pages of received traces: a fixed number of queries whatever the number of traces or spans.
 
 Span names and status messages are shown through the secret scanner's text masking (n17q_secrets.scanning.mask_text,
-what the run import applies to a run's text), never as received: an exporter's span name can hold a token.
+what the run import applies to a run's text), never as received: an exporter's span name can hold a token. A buffered
+request was masked as it arrived, byte for byte with `*` (so it still parses): such a run of stars reads as
+`[masked]`, as the scan's own mark does, not as forty asterisks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -98,8 +101,13 @@ class _Masks:
             return text
         masked = self._done.get(text)
         if masked is None:
-            masked = self._done[text] = scanning.mask_text(text, "span", [])
+            masked = self._done[text] = _STARS.sub("[masked]", scanning.mask_text(text, "span", []))
         return masked
+
+
+# What the storage gate leaves of a secret in a buffered request (n17q_secrets.scanning.mask_binary): its bytes, each
+# `*`. Eight or more in a row are its mark; fewer stay as they are (a `**bold**` name, a `*` wildcard).
+_STARS = re.compile(r"\*{8,}")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,11 @@ class RunPage:
     masked_secrets: list[MaskedSecret] = field(default_factory=list)
 
     @property
+    def masked_on_arrival(self) -> bool:
+        """Whether some were masked by the trace receiver as its requests arrived, before the bundle was made."""
+        return any(m.place == MaskedSecret.Place.RECEIVED for m in self.masked_secrets)
+
+    @property
     def missing_ref(self) -> str:
         """The event asked for in the detail panel when the run holds none by that id."""
         return self.selected_ref if self.selected_ref and self.detail is None else ""
