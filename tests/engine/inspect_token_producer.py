@@ -34,7 +34,7 @@ def main(log_dir: str) -> None:
         ),
         model=get_model(MODEL, custom_outputs=iter([output])),
         log_dir=log_dir,
-        log_format=os.environ.get("N17Q_TEST_LOG_FORMAT", "eval"),
+        log_format="json" if os.environ.get("N17Q_TEST_LOG_FORMAT") == "json" else "eval",
         display="none",
     )
 
