@@ -28,6 +28,8 @@ class Canary:
     # Substrings every secret of the shape shares (a marker inside a key, a PEM's END line): a piece inside one of
     # them is no evidence of this canary.
     public: tuple[str, ...] = field(default_factory=tuple)
+    # Characters that join parts of the shape (a JWT's `.`): a piece across one is mostly the fixed part before it.
+    joins: str = ""
 
     def pieces(self) -> set[str]:
         # Line breaks are written escaped ("\n") in JSON: a piece across one is looked for in neither form.
@@ -35,7 +37,7 @@ class Canary:
         out = set()
         for i in range(len(tail) - PIECE + 1):
             piece = tail[i : i + PIECE]
-            if "\n" in piece or any(piece in marker for marker in self.public):
+            if "\n" in piece or any(c in piece for c in self.joins) or any(piece in marker for marker in self.public):
                 continue
             out.add(piece)
         return out
@@ -45,10 +47,16 @@ def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
-def _jwt() -> tuple[str, int]:
+def _jwt() -> tuple[str, int, tuple[str, ...]]:
+    """A JWT, the length of its fixed header, and a second payload of the same shape: the base64 of the payload's
+    fixed JSON (`{"sub": "`, `", "iat": 1700000000}`) is the same in both, and is public (a certificate's base64 holds
+    `MDAwMDAw`, "000000", as this payload's `iat` does); only the pieces the two do not share are this canary's."""
     header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-    payload = _b64url(json.dumps({"sub": rnd(16), "sid": rnd(16), "iat": 1_700_000_000}).encode())
-    return f"{header}.{payload}.{_b64url(secrets.token_bytes(32))}", len(header) + 1
+
+    def payload() -> str:
+        return _b64url(json.dumps({"sub": rnd(16), "sid": rnd(16), "iat": 1_700_000_000}).encode())
+
+    return f"{header}.{payload()}.{_b64url(secrets.token_bytes(32))}", len(header) + 1, (payload(),)
 
 
 def _pem() -> tuple[str, str, str]:
@@ -87,7 +95,7 @@ class Canaries:
 
     @classmethod
     def _fresh(cls) -> Canaries:
-        jwt, jwt_prefix = _jwt()
+        jwt, jwt_prefix, jwt_public = _jwt()
         pem, begin, end = _pem()
         openai = "sk-proj-" + rnd(74, URLSAFE) + "T3BlbkFJ" + rnd(73, URLSAFE) + rnd(1)
         return cls(
@@ -95,7 +103,7 @@ class Canaries:
             openai=Canary("provider token (OpenAI sk-proj)", openai, 8, ("T3BlbkFJ",)),
             aws_key_id=Canary("provider token (AWS key id)", "AKIA" + rnd(16, BASE32), 4),
             aws_secret=Canary("provider token (AWS secret key)", rnd(40, ALNUM + "/+")),
-            jwt=Canary("JWT", jwt, jwt_prefix),
+            jwt=Canary("JWT", jwt, jwt_prefix, jwt_public, joins="."),
             private_key=Canary("PEM private key", pem, len(begin) + 1, (end,)),
             password=Canary("password field", rnd(20)),
             url_password=Canary("URL credential", rnd(20, string.ascii_letters + string.digits)),
