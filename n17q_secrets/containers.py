@@ -31,6 +31,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from n17q_engine import zip_members
+
 from . import scanning
 
 # Everything one call unpacks, all members and all levels together: a kept original is at most 64 MiB
@@ -45,13 +47,12 @@ MAX_NESTING = 4
 # A JSON string is read as JSON only when it looks like an object or an array this long at least.
 _MIN_NESTED_JSON = 16
 
-ZIP_STORED, ZIP_DEFLATED, ZIP_ZSTANDARD = 0, 8, 93
+ZIP_STORED, ZIP_DEFLATED, ZIP_ZSTANDARD = zip_members.ZIP_STORED, zip_members.ZIP_DEFLATED, zip_members.ZIP_ZSTANDARD
 _KNOWN_METHODS = (ZIP_STORED, ZIP_DEFLATED, ZIP_ZSTANDARD)
-_LOCAL = struct.Struct("<4s5H3L2H")  # local file header, 30 bytes
+_LOCAL = zip_members.LOCAL_HEADER
 _CENTRAL = struct.Struct("<4s6H3L5H2L")  # central directory header, 46 bytes
 _END = struct.Struct("<4s4H2LH")  # end of central directory, 22 bytes
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_CHUNK = 1 << 20
 # Base64 runs long enough to hold a container (a zip's smallest is 22 bytes; a gzip's 20).
 # A whole base64 run (nothing of the alphabet before it) that starts as the base64 of a zip, a gzip, a zstd or a zlib
 # stream (its usual levels) starts.
@@ -307,27 +308,11 @@ def _gunzip(data: bytes, budget: _Budget, where: str) -> bytes:
     return bytes(out)
 
 
-def _zstandard() -> Any:
-    try:
-        import zstandard  # Python 3.11's zipfile and stdlib read no zstd (compression.zstd is 3.14's)
-    except ImportError:  # pragma: no cover - a runtime dependency (pyproject)
-        raise Unmaskable("reading zstd needs the zstandard package, which is not installed") from None
-    return zstandard
-
-
 def _unzstd(data: memoryview, cap: int, where: str, *, declared: int | None) -> bytes:
-    zstandard = _zstandard()
-    # Across frames: Inspect caps each frame's input and starts a new frame after it.
-    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True, closefd=False)
-    out = bytearray()
     try:
-        while len(out) <= cap:
-            block = reader.read(min(_CHUNK, cap + 1 - len(out)))
-            if not block:
-                break
-            out += block
-    except zstandard.ZstdError as exc:
-        raise Unmaskable(f"the zstd data of {where!r} is corrupt ({exc})") from None
+        out = zip_members.unzstd(data, cap)
+    except zip_members.MemberError as exc:
+        raise Unmaskable(f"the zstd data of {where!r} {exc}") from None
     if len(out) > cap:
         raise Unmaskable(f"the zstd data of {where!r} unpacks past {cap} bytes")
     if declared is not None and len(out) != declared:
@@ -336,7 +321,7 @@ def _unzstd(data: memoryview, cap: int, where: str, *, declared: int | None) -> 
 
 
 def _zstd_compress(data: bytes) -> bytes:
-    return bytes(_zstandard().ZstdCompressor(level=3).compress(data))
+    return bytes(zip_members.zstandard_module().ZstdCompressor(level=3).compress(data))
 
 
 # --- zip ----------------------------------------------------------------------------------------------------------
@@ -392,18 +377,11 @@ def _mask_zip(data: bytes, where: str, findings: list[dict[str, str]], budget: _
     return _write_zip(members, zf.comment) if changed else data
 
 
-def _raw_member(data: bytes, info: zipfile.ZipInfo) -> bytes:
-    offset = info.header_offset
-    if offset + _LOCAL.size > len(data):
-        raise Unmaskable(f"the zip member {info.filename!r} is truncated")
-    fields = _LOCAL.unpack_from(data, offset)
-    if fields[0] != b"PK\x03\x04":
-        raise Unmaskable(f"the zip member {info.filename!r} has no local header (corrupt zip)")
-    start = offset + _LOCAL.size + fields[9] + fields[10]
-    end = start + info.compress_size
-    if end > len(data):
-        raise Unmaskable(f"the zip member {info.filename!r} is truncated")
-    return data[start:end]
+def _raw_member(data: bytes, info: zipfile.ZipInfo) -> memoryview:
+    try:
+        return zip_members.raw_member(data, info)
+    except zip_members.MemberError as exc:
+        raise Unmaskable(f"the zip member {info.filename!r} {exc}") from None
 
 
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, raw: bytes, where: str) -> bytes:

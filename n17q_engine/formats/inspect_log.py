@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from n17q_engine import zip_members
 from n17q_engine.canonical import digest_json, evidence_set_digest, request_digest
 from n17q_engine.identifiers import MAX_RUN_ID_CHARS, make_id, run_id_problem
 
@@ -42,11 +43,10 @@ MAX_MEMBERS = 100_000
 # in the sample's blob.
 MAX_REASON_CHARS = 500
 
-ZIP_STORED, ZIP_DEFLATED, ZIP_ZSTANDARD = 0, 8, 93
+ZIP_STORED, ZIP_DEFLATED, ZIP_ZSTANDARD = zip_members.ZIP_STORED, zip_members.ZIP_DEFLATED, zip_members.ZIP_ZSTANDARD
 _EVAL_MEMBERS = ("header.json", "_journal/start.json")
-_LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # zip local file header, 30 bytes
+_LOCAL_HEADER = zip_members.LOCAL_HEADER
 _ATTACHMENT = "attachment://"
-_CHUNK = 1 << 20
 
 # Inspect's ToolCallError types -> tool.result outcome. An approver's rejection and a permission error are the
 # tool being refused; everything else that went wrong is an error (a cancelled call has no known result).
@@ -190,33 +190,9 @@ class _ZipReader:
 
     def _read_zstd(self, info: zipfile.ZipInfo, budget: int) -> bytes:
         try:
-            import zstandard  # Inspect's .eval members are zstd; the stdlib reads zstd only from Python 3.14
-        except ImportError:
-            raise ConversionError(
-                "this .eval log is zstd-compressed and reading it needs the zstandard package, which is not installed"
-            ) from None
-        offset = info.header_offset
-        if offset + _LOCAL_HEADER.size > len(self.data):
-            raise ConversionError(f"the .eval member {info.filename!r} is truncated")
-        fields = _LOCAL_HEADER.unpack_from(self.data, offset)
-        if fields[0] != b"PK\x03\x04":
-            raise ConversionError(f"the .eval member {info.filename!r} has no local header (corrupt zip)")
-        start = offset + _LOCAL_HEADER.size + fields[9] + fields[10]
-        end = start + info.compress_size
-        if end > len(self.data):
-            raise ConversionError(f"the .eval member {info.filename!r} is truncated")
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            memoryview(self.data)[start:end], read_across_frames=True, closefd=False
-        )
-        out = bytearray()
-        try:
-            while len(out) <= budget:
-                block = reader.read(min(_CHUNK, budget + 1 - len(out)))
-                if not block:
-                    break
-                out += block
-        except zstandard.ZstdError as exc:
-            raise ConversionError(f"the .eval member {info.filename!r} is corrupt ({exc})") from None
+            out = zip_members.unzstd(zip_members.raw_member(self.data, info), budget)
+        except zip_members.MemberError as exc:
+            raise ConversionError(f"the .eval member {info.filename!r} {exc}") from None
         if len(out) <= budget:
             if len(out) != info.file_size:
                 raise ConversionError(
