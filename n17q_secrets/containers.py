@@ -377,9 +377,9 @@ def _mask_zip(data: bytes, where: str, findings: list[dict[str, str]], budget: _
     return _write_zip(members, zf.comment) if changed else data
 
 
-def _raw_member(data: bytes, info: zipfile.ZipInfo) -> memoryview:
+def _raw_member(data: bytes, info: zipfile.ZipInfo) -> bytes:
     try:
-        return zip_members.raw_member(data, info)
+        return bytes(zip_members.raw_member(data, info))  # kept as it is when the member holds nothing
     except zip_members.MemberError as exc:
         raise Unmaskable(f"the zip member {info.filename!r} {exc}") from None
 
