@@ -336,7 +336,8 @@ def _import_prepared(
     results: list[ImportResult] = []
     reports: list[dict[str, Any]] = []
     try:
-        with transaction.atomic():
+        # One checking process for every run's events (the rules compiled once per file): secret_scan.EventsAhead.
+        with secret_scan.EventsCheckProcess() as events_check, transaction.atomic():
             for i, run in enumerate(prepared):
                 reports.append(run.report)
                 try:
@@ -347,6 +348,7 @@ def _import_prepared(
                             blobs_written=written,
                             prescanned=prescanned,
                             masked_before=masked_before,
+                            events_check=events_check,
                         )
                     )
                 except BundleError as exc:

@@ -212,11 +212,13 @@ def _import_root(
     blobs_written: list[str] | None = None,
     prescanned: Mapping[str, secret_scan.ScannedBlob] | None = None,
     masked_before: Sequence[dict[str, str]] = (),
+    events_check: secret_scan.EventsCheckProcess | None = None,
 ) -> ImportResult:
     """`blobs_written`: a caller importing several runs in one outer transaction (runs.import_formats) is told the
     blob files this import wrote, to remove them if its transaction does not commit either. `prescanned`: blobs that
     caller's secret scan has read already (secret_scan.scan_blob_ahead). `masked_before`: secrets the door masked
-    before the bundle was made (import_formats.import_converted), recorded with the run's own."""
+    before the bundle was made (import_formats.import_converted), recorded with the run's own. `events_check`: that
+    caller's checking process, shared by its runs (else a large events.jsonl starts one of its own)."""
     manifest, manifest_raw = _read_manifest(root)
     if made_by_replay is None and REPLAY_RUN_SEPARATOR in manifest.run["id"]:
         raise BundleError(
@@ -255,7 +257,7 @@ def _import_root(
         # large file in a process of its own, which validates every line too: EventsAhead).
         with (
             tempfile.TemporaryDirectory(prefix="n17q-masked-") as workdir,
-            EventsAhead(events_path) as scan,
+            EventsAhead(events_path, events_check) as scan,
             fewer_collections(),
         ):
             run_meta = secret_scan.mask_run(run_meta, masks)

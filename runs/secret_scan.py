@@ -27,16 +27,18 @@ and the bytes it stored are the bytes that were checked.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 from django.utils.crypto import salted_hmac
 
@@ -263,11 +265,96 @@ def _mask_blob_bytes(raw: bytes, media_type: str, found: list[dict[str, str]]) -
 # --- events -------------------------------------------------------------------------------------------------------
 
 
+class EventsCheckProcess:
+    """A process that checks events.jsonl files (`python -m n17q_secrets.events_check --serve`), one after the other,
+    for every run of one file's import: the rules are compiled once per file, not once per run (a 100,000-span OTLP
+    file is ten runs: 3 s of a core otherwise). Started on first use; a check left before its end (the importer
+    stopped, the process died) discards it, and the next run starts a fresh one. Used by one import, one run at a
+    time (`EventsAhead`); closed at the end of the import (`with`)."""
+
+    def __init__(self) -> None:
+        self._child: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+
+    def __enter__(self) -> EventsCheckProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check(self, path: Path) -> subprocess.Popen[bytes]:
+        """The process, told to check `path` next: its answers are the next lines of its stdout, up to the path's last
+        message (`done`, `error` or `failure`)."""
+        if self._child is None or self._child.poll() is not None:
+            self.discard()
+            # Never a pipe: a process that lives long must never block on it. Closed by discard().
+            self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "n17q_secrets.events_check", "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                cwd=_PROJECT_ROOT,
+            )
+        assert self._child.stdin is not None
+        try:
+            self._child.stdin.write(json.dumps(str(path)).encode() + b"\n")
+            self._child.stdin.flush()
+        except OSError:
+            pass  # it died: its stdout ends, and the check says how it exited
+        return self._child
+
+    def last_words(self) -> str:
+        """How the process ended, in one line (it has ended or is being killed)."""
+        if self._child is None:
+            return "no process"
+        status = self._child.wait()
+        last: list[str] = []
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            last = self._stderr.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+        return f"exit status {status}" + (f": {last[-1]}" if last else "")
+
+    def kill(self) -> None:
+        if self._child is not None and self._child.poll() is None:
+            self._child.kill()
+
+    def discard(self) -> None:
+        """Kill and reap the process (a check left before its end): the next check starts a fresh one."""
+        child, self._child = self._child, None
+        if child is not None:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+            _close_pipes(child)
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def close(self) -> None:
+        """Let the process end (its stdin closed), killing it if it does not."""
+        child = self._child
+        if child is not None and child.stdin is not None:
+            with contextlib.suppress(OSError):
+                child.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=10)
+        self.discard()
+
+
+def _close_pipes(child: subprocess.Popen[bytes]) -> None:
+    for stream in (child.stdin, child.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
 class EventsAhead:
     """events.jsonl checked ahead of the importer (`n17q_secrets.events_check`, issue 31): for a large file every line
-    validated and scanned in a process of its own (another core), the importer reading lines it need not validate
-    again (`validates`); for a small file scanned in a thread (RE2 lets the interpreter's lock go while it matches),
-    the importer validating each line as it reads it, as before.
+    validated and scanned in a process of its own (another core; `process`, the import's `EventsCheckProcess` when it
+    has one, else one for this file alone), the importer reading lines it need not validate again (`validates`); for a
+    small file scanned in a thread (RE2 lets the interpreter's lock go while it matches), the importer validating each
+    line as it reads it, as before.
 
     `values_for(line)` waits until that line has passed the check and gives the values the scan found in it
     (`{value: rule}`), or None; for a line the check refused it raises the check's BundleError. `finish(...)` waits
@@ -275,9 +362,11 @@ class EventsAhead:
     read: the file cannot change between the two reads unnoticed. The import commits only after both. A check that
     stopped (a killed process, a bug) refuses the import: nothing unchecked is ever stored."""
 
-    def __init__(self, events_path: Path) -> None:
+    def __init__(self, events_path: Path, process: EventsCheckProcess | None = None) -> None:
         self._path = events_path
         self._in_process = events_path.stat().st_size < CHECK_IN_CHILD_BYTES
+        self._process = process
+        self._own_process = False
         self._flagged: dict[int, dict[str, str]] = {}
         self._through = 0
         self._finished = False
@@ -305,27 +394,24 @@ class EventsAhead:
             # fresh process this thread and the importer (scanning the manifest meanwhile) would each compile them.
             scanning.scan_lines("")
         else:
-            self._child = subprocess.Popen(
-                [sys.executable, "-m", "n17q_secrets.events_check", str(self._path)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=_PROJECT_ROOT,
-            )
+            if self._process is None:
+                self._process, self._own_process = EventsCheckProcess(), True
+            self._child = self._process.check(self._path)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         with self._ready:
             self._stopping = True
-        if self._child is not None and self._child.poll() is None:
-            self._child.kill()
+            left_early = not self._finished
+        if self._process is not None and left_early:
+            self._process.kill()  # its stdout ends: the thread reading it returns
         self._thread.join()
-        if self._child is not None:
-            self._child.wait()
-            for stream in (self._child.stdout, self._child.stderr):
-                if stream is not None:
-                    stream.close()
+        if self._process is not None and left_early:
+            # A check left before its last message would answer the next run with this one's: the process goes.
+            self._process.discard()
+        elif self._process is not None and self._own_process:
+            self._process.close()
 
     def values_for(self, line_no: int) -> dict[str, str] | None:
         if line_no > self._through:
@@ -351,10 +437,11 @@ class EventsAhead:
             raise self._error
         raise BundleError(f"the check of events.jsonl stopped before its end ({self._failure or 'no answer'})")
 
-    def _receive(self, message: dict[str, Any]) -> None:
+    def _receive(self, message: dict[str, Any]) -> bool:
+        """Take one message; True when it was the file's last."""
         with self._ready:
             if self._finished:
-                return
+                return True
             if "through" in message:
                 for line, values in message["flagged"].items():
                     self._flagged[int(line)] = values
@@ -371,18 +458,21 @@ class EventsAhead:
                 self._failure = str(message.get("failure", "an unknown message"))[:500]
                 self._finished = True
             self._ready.notify_all()
+            return self._finished
+
+    def _take(self, message: dict[str, Any]) -> None:
+        self._receive(message)
 
     def _run(self) -> None:
         try:
             if self._child is None:
-                events_check.check_events(self._path, self._receive, lambda: self._stopping, validate=False)
+                events_check.check_events(self._path, self._take, lambda: self._stopping, validate=False)
             else:
-                assert self._child.stdout is not None and self._child.stderr is not None
+                assert self._child.stdout is not None and self._process is not None
                 for raw in self._child.stdout:
-                    self._receive(json.loads(raw))
-                status = self._child.wait()
-                last = self._child.stderr.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
-                self._receive({"failure": f"exit status {status}" + (f": {last[-1]}" if last else "")})
+                    if self._receive(json.loads(raw)):
+                        return
+                self._receive({"failure": self._process.last_words()})
         except Exception as exc:  # the importer fails closed on it
             self._receive({"failure": f"{type(exc).__name__}: {' '.join(str(exc).splitlines())[:300]}"})
         finally:

@@ -4,6 +4,7 @@ one), and nothing stored when the check stops, refuses late, or read other bytes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -168,3 +169,86 @@ def test_a_thread_check_and_a_child_process_check_give_the_same_verdict(tmp_path
         patch.setattr(secret_scan, "CHECK_IN_CHILD_BYTES", 0)
         in_child = _outcome(folder)
     assert in_child == in_thread
+
+
+# --- one checking process for the runs of one file ----------------------------------------------------------------
+
+
+class _Started(list):
+    """The checking processes an import started (their Popen objects)."""
+
+
+@pytest.fixture
+def check_processes(monkeypatch, in_child) -> _Started:
+    started = _Started()
+    real_check = secret_scan.EventsCheckProcess.check
+
+    def check(self, path):
+        child = real_check(self, path)
+        if not any(child is s for s in started):
+            started.append(child)
+        return child
+
+    monkeypatch.setattr(secret_scan.EventsCheckProcess, "check", check)
+    return started
+
+
+def test_the_runs_of_one_file_are_checked_by_one_process_which_ends_with_the_import(
+    tmp_path, _blob_store, check_processes
+):
+    from tests.runs.test_convert_worker import _traces
+
+    answer = run_import_from_path_json(_traces(tmp_path, 4))
+    assert len(answer["runs"]) == 4
+    assert len(check_processes) == 1  # the rules compiled once for the file, not once per run
+    assert check_processes[0].poll() is not None  # and it was reaped
+
+
+def test_a_checking_process_killed_during_a_later_run_refuses_the_whole_file(
+    tmp_path, _blob_store, check_processes, monkeypatch
+):
+    from tests.runs.test_convert_worker import _traces
+
+    checks: list[Path] = []
+    real_check = secret_scan.EventsCheckProcess.check
+
+    def check_then_kill_on_the_second(self, path):
+        child = real_check(self, path)
+        checks.append(path)
+        if len(checks) == 2:
+            os.kill(child.pid, signal.SIGKILL)
+        return child
+
+    monkeypatch.setattr(secret_scan.EventsCheckProcess, "check", check_then_kill_on_the_second)
+    with pytest.raises(BundleError) as refused:
+        run_import_from_path_json(_traces(tmp_path, 3))
+    assert str(refused.value).startswith("run 2 (otlp-")
+    assert "the check of events.jsonl stopped before its end (exit status -9" in str(refused.value)
+    assert _nothing_stored(_blob_store)
+    assert all(p.poll() is not None for p in check_processes)
+
+
+def test_a_run_left_before_its_check_ended_does_not_leave_its_answers_to_the_next(tmp_path, in_child):
+    """A shared process whose check was left midway is discarded: the next check starts a fresh one and reads only
+    its own answers."""
+    first = bundles.write_folder(tmp_path / "first", MANIFEST, bundles.clone(EVENTS), BLOBS)
+    second = _with_secret_events(tmp_path)
+    with secret_scan.EventsCheckProcess() as process:
+        with secret_scan.EventsAhead(first / "events.jsonl", process) as ahead:
+            left = ahead._child
+            assert left is not None
+            os.kill(left.pid, signal.SIGSTOP)  # it cannot finish: the run is left before its check ended
+        assert left.poll() is not None  # killed and reaped
+        with secret_scan.EventsAhead(second / "events.jsonl", process) as ahead:
+            assert ahead._child is not left
+            lines = (second / "events.jsonl").read_bytes()
+            flagged = [n for n in range(1, lines.count(b"\n") + 1) if ahead.values_for(n)]
+            ahead.finish(lines=lines.count(b"\n"), sha256=hashlib.sha256(lines).hexdigest())
+    call_line = next(i for i, e in enumerate(EVENTS, start=1) if e["kind"] == "tool.call")
+    assert flagged == [call_line]
+
+
+def run_import_from_path_json(path: Path) -> dict[str, Any]:
+    from runs.import_formats import runs_import_from_path
+
+    return runs_import_from_path(path).to_json()
