@@ -645,6 +645,9 @@ _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
 # a text holding a lone surrogate (JSON can carry one) is read by `re`. tests/fixtures_review/test_scanning.py holds
 # both equal.
 _B64_RUN_RE2 = re2.compile(_B64_RUN.pattern)
+# An ASCII text is matched as bytes: its byte offsets are its character offsets, and RE2's Python wrapper converts none
+# (three times faster on a body of many runs: ids, digests, URLs).
+_B64_RUN_RE2_BYTES = re2.compile(_B64_RUN.pattern.encode("ascii"))
 _RE2_FROM_CHARS = 4096
 _RUN_SEPARATOR = "\n\x00\n"
 _MASKED = re.compile(r"\[masked:([a-z0-9-]+)\]")
@@ -724,22 +727,25 @@ def _encoded_secret(text: str, depth: int = 0) -> bool:
 
 def _decoded_runs(text: str) -> Iterator[tuple[int, int, str]]:
     """Each base64 run of `text` that decodes to text: its start, its end, and that text."""
-    for m in _b64_runs(text):
-        run = m.group()
+    for start, end in _b64_runs(text):
+        run = text[start:end]
         if run.islower() or run.isupper():  # the common case (ids, digests), checked before any call
             continue
         decoded = decode_text(run)
         if decoded is not None:
-            yield m.start(), m.end(), decoded
+            yield start, end, decoded
 
 
-def _b64_runs(text: str) -> Iterable[Any]:
+def _b64_runs(text: str) -> Iterable[tuple[int, int]]:
+    """The (start, end) character offsets of each base64 run of `text`."""
     if len(text) >= _RE2_FROM_CHARS:
+        if text.isascii():
+            return [m.span() for m in _B64_RUN_RE2_BYTES.finditer(text.encode("ascii"))]
         try:
-            return list(_B64_RUN_RE2.finditer(text))
+            return [m.span() for m in _B64_RUN_RE2.finditer(text)]
         except UnicodeEncodeError:
             pass
-    return _B64_RUN.finditer(text)
+    return [m.span() for m in _B64_RUN.finditer(text)]
 
 
 def decode_text(run: str) -> str | None:
