@@ -446,9 +446,14 @@ _REFRESH_URL = re.compile(r"(?is)^(\s*[\d.]*\s*[;,]?\s*(?:url\s*=\s*)?)(['\"]?)(
 _LINK_TARGET = re.compile(r"<([^>]*)>")
 
 
-def map_header_urls(name: str, value: str, where: str, change: Callable[[str, str], str]) -> str:
-    """`value` of header `name` with every URL it holds replaced by `change(url, place)`: the whole value of a
-    redirect, `Refresh`'s `url=` part, each `<…>` target of `Link` (its place `Link[i]`, in the order written)."""
+def map_header_urls(name: str, value: Any, where: str, change: Callable[[str, str], str]) -> Any:
+    """`value` of header `name` (one value, or a list of them, each at its index) with every URL it holds replaced
+    by `change(url, place)`: the whole value of a redirect, `Refresh`'s `url=` part, each `<…>` target of `Link`
+    (its place `Link[i]`, in the order written)."""
+    if isinstance(value, list):
+        return [map_header_urls(name, v, join(where, i), change) for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
     low = name.strip().lower()
     if low in ("location", "content-location"):
         return change(value, where)
@@ -476,11 +481,7 @@ def _redact_headers(headers: dict[str, Any], where: str, record: Record) -> dict
             def redact(url: str, place: str) -> str:
                 return redact_url(url, place, record)
 
-            out[name] = (
-                [map_header_urls(name, v, join(path, i), redact) for i, v in enumerate(value)]
-                if isinstance(value, list)
-                else map_header_urls(name, value, path, redact)
-            )
+            out[name] = map_header_urls(name, value, path, redact)
         else:
             out[name] = value
     return out
@@ -733,11 +734,7 @@ def _mask_header_urls(headers: dict[str, Any], where: str, findings: list[dict[s
         def mask(url: str, place: str) -> str:
             return mask_url(url, place, findings)
 
-        out[name] = (
-            [map_header_urls(name, v, join(path, i), mask) for i, v in enumerate(value)]
-            if isinstance(value, list)
-            else map_header_urls(name, value, path, mask)
-        )
+        out[name] = map_header_urls(name, value, path, mask)
     return out
 
 

@@ -248,16 +248,7 @@ def _worth_walking(value: Any) -> bool:
     """Whether a string of `value` may hold what only a walk finds: a base64 container, or JSON inside a string that
     is itself JSON (escaped quotes in the string). A JSON string holding JSON with plain quotes needs no walk: the
     rules read it as the text it is (`scanning.mask_json`). One pass over all the strings at once, in C."""
-    texts: list[str] = []
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            texts.append(node)
-        elif isinstance(node, dict):
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    texts, _keys = scanning.strings_and_keys(value)  # keys too: a key holding a container is walked as well
     joined = "\n".join(texts)
     return '\\"' in joined or _B64_CONTAINER.search(joined) is not None
 

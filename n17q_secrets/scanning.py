@@ -805,7 +805,7 @@ def mask_json(value: Any, where: str, findings: list[dict[str, str]], *, known: 
         return _mask_values(masked, left, where, findings) if left else masked
     if not isinstance(value, dict | list):
         return value
-    strings, keys = _strings(value)
+    strings, keys = strings_and_keys(value)
     named = frozenset(k for k in keys if isinstance(k, str) and field_classes.is_secret_field(k))
     joined = "\n".join(strings)
     hits = scan_text(joined) + [(rule, found) for found, rule in (known or {}).items() if found in joined]
@@ -833,7 +833,7 @@ def mask_json(value: Any, where: str, findings: list[dict[str, str]], *, known: 
     return _mask_leaves(value, where, findings, holder, values, named)
 
 
-def _strings(value: Any) -> tuple[list[str], set[Any]]:
+def strings_and_keys(value: Any) -> tuple[list[str], set[Any]]:
     """Every string of `value` (keys and values), and the distinct keys (a body repeats a schema's few names: each
     is judged once, `field_classes.is_secret_field`)."""
     out: list[str] = []
