@@ -11,6 +11,9 @@ format, so a vendor neither gitleaks' nor any other list has met is still caught
   `KEY=value` lines, YAML `key: value`, JSON text and query or form pairs; placeholders excepted (`is_value`).
   JSON containers are masked by key in `scanning.mask_json`, with the same two functions.
 - `aws-secret-key-near-id`: a 40-character AWS secret access key within a few hundred characters of an AWS key id.
+- `secret-named-pair`: a secret-named field written as a name/value pair object rather than a key (Kubernetes
+  `env`, HAR headers, cookies and params, OTLP attributes, cloud tags), in JSON text, YAML, a JSON container
+  (`scanning.mask_json`) and an OTLP protobuf's string attributes (`secret_pair_values`).
 
 The class of token boundaries that end at punctuation is handled where the reference's rules are compiled
 (`reference.ends_at_punctuation`), for every rule that shares gitleaks' end-of-token group.
@@ -526,6 +529,69 @@ def _aws_secret_near_id() -> Finder:
     return find
 
 
+# --- name/value pairs -----------------------------------------------------------------------------------------
+#
+# A field written as an object of its name and its value rather than as a key: a Kubernetes container's
+# `env: [{name: DB_PASSWORD, value: …}]`, a HAR file's headers, cookies and form params (`{"name": …, "value": …}`),
+# OTLP attributes in JSON (`{"key": "http.request.header.cookie", "value": {"stringValue": …}}`), cloud tags
+# (`{"Key": …, "Value": …}`). The name is judged as a key would be (`is_secret_field`), the value as a key's value
+# (`is_value`): one judgement, whichever way the field is written.
+PAIR_NAME_KEYS = ("name", "key", "Name", "Key")
+PAIR_VALUE_KEYS = frozenset({"value", "Value"})
+_ANY_VALUE_STRING = "stringValue"  # OTLP JSON's AnyValue
+
+
+def secret_pair_name(obj: dict) -> str | None:
+    """The secret-named field `obj` writes as a name/value pair (`{"name": "DB_PASSWORD", "value": …}`), or None."""
+    if not ("value" in obj or "Value" in obj):
+        return None
+    name = next((obj[k] for k in PAIR_NAME_KEYS if isinstance(obj.get(k), str)), None)
+    return name if name is not None and is_secret_field(name) else None
+
+
+def pair_secret(value: object, name: str) -> str | None:
+    """The secret a pair named `name` holds in its `value` (a string, or OTLP's `{"stringValue": …}`), or None."""
+    if isinstance(value, dict) and isinstance(value.get(_ANY_VALUE_STRING), str):
+        value = value[_ANY_VALUE_STRING]
+    return value if isinstance(value, str) and is_value(value, name) else None
+
+
+def secret_pair_values(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """{value: "secret-named-pair"} for the (name, value) pairs whose name is secret-named and whose value is a value
+    (an OTLP protobuf's string attributes, read by their key: `http.request.header.cookie`)."""
+    return {value: "secret-named-pair" for name, value in pairs if is_secret_field(name) and is_value(value, name)}
+
+
+# In text: JSON (`"name": "…", "value": "…"`, OTLP's `"value": {"stringValue": "…"}`) and YAML (`- name: …` with
+# `value: …` on the next line), the name first as every producer above writes it.
+_PAIR_NAME = r"""["']?(?:name|key|Name|Key)["']?[ \t]*:[ \t]*["']?([A-Za-z0-9_.:/-]{1,128})["']?"""
+_PAIR_TEXT = (
+    _PAIR_NAME
+    + r"""[ \t]*(?:,[ \t\r\n]{0,64}|\r?\n[ \t]*-?[ \t]*)["']?(?:value|Value)["']?[ \t]*:[ \t]*"""
+    + r"""(?:\{[ \t]*"stringValue"[ \t]*:[ \t]*)?"""
+    + r"""(?:"([^"\\\r\n]{1,512})"|'([^'\\\r\n]{1,512})'|([^\s"',{}\[\]]{1,512}))"""
+)
+
+
+def _secret_named_pairs() -> Finder:
+    regex = compile_rule(_PAIR_TEXT)
+
+    def find(data: bytes) -> Iterator[str]:
+        judged: dict[bytes, str | None] = {}
+        for spans in iter_spans(regex, data):
+            key = data[spans[0][0] : spans[0][1]]
+            if key not in judged:
+                name = decode(data[spans[1][0] : spans[1][1]])
+                start, stop = next(((a, b) for a, b in spans[2:] if b > a >= 0), (-1, -1))
+                value = decode(data[start:stop]) if start >= 0 else ""
+                judged[key] = value if value and is_secret_field(name) and is_value(value, name) else None
+            found = judged[key]
+            if found is not None:
+                yield found
+
+    return find
+
+
 def field_class_rules() -> tuple[tuple[str, Finder, tuple[str, ...]], ...]:
     """(name, find_bytes, hints) of every field class, for `scanning.rules()`."""
     return (
@@ -534,4 +600,5 @@ def field_class_rules() -> tuple[tuple[str, Finder, tuple[str, ...]], ...]:
         ("connection-string-credential", _connection_strings(), ("jdbc:", "://:")),
         ("webhook-url-token", _webhook_tokens(), ("hooks/", "webhook.office.com")),
         ("aws-secret-key-near-id", _aws_secret_near_id(), ("akia", "asia", "abia", "acca", "masked:aws")),
+        ("secret-named-pair", _secret_named_pairs(), ("value",)),
     )

@@ -25,7 +25,7 @@ from typing import Any
 
 from n17q_engine.formats.otlp import otlp_strings
 
-from . import containers, scanning
+from . import containers, field_classes, scanning
 
 Findings = list[dict[str, str]]
 
@@ -149,11 +149,19 @@ def _mask_by_media_type(raw: bytes, media_type: str, where: str, findings: Findi
     if media_type.split(";", 1)[0].strip().lower() in PROTOBUF_TYPES:
         # Masked byte for byte and never past a value: the body still parses, and the byte ranges a converted run's
         # events name in it (an OTLP original) still hold their spans. An OTLP request is scanned by its texts.
-        texts = otlp_strings(raw)
+        pairs: list[tuple[str, str]] = []
+        texts = otlp_strings(raw, pairs)
         if texts is None:
             return scanning.mask_binary(raw, where, findings, strings=[])
         strings, complete = texts
-        return scanning.mask_binary(raw, where, findings, strings=strings, printable_runs=not complete)
+        return scanning.mask_binary(
+            raw,
+            where,
+            findings,
+            strings=strings,
+            printable_runs=not complete,
+            named=field_classes.secret_pair_values(pairs),
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

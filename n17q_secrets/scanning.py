@@ -807,6 +807,9 @@ def mask_json(value: Any, where: str, findings: list[dict[str, str]], *, known: 
         return value
     strings, keys = strings_and_keys(value)
     named = frozenset(k for k in keys if isinstance(k, str) and field_classes.is_secret_field(k))
+    if not named and not keys.isdisjoint(field_classes.PAIR_VALUE_KEYS):
+        # Name/value pair objects (`{"name": "DB_PASSWORD", "value": …}`) may be here: the walk judges each.
+        named = _PAIRS_POSSIBLE
     joined = "\n".join(strings)
     hits = scan_text(joined) + [(rule, found) for found, rule in (known or {}).items() if found in joined]
     if _encoded_secret(joined):  # base64 holding a secret somewhere: every leaf goes through mask_text
@@ -854,6 +857,8 @@ def strings_and_keys(value: Any) -> tuple[list[str], set[Any]]:
 
 # `_mask_leaves`' holder when no value was found by a scan: only secret-named leaves change.
 _NO_VALUES = object()
+# `named` when no key is secret-named but a name/value pair object may hold a secret-named field.
+_PAIRS_POSSIBLE = frozenset({"\x00pairs"})
 
 
 def _mask_leaves(
@@ -870,7 +875,15 @@ def _mask_leaves(
         return _mask_leaf(value, where, findings, holder, known)
     if isinstance(value, dict):
         out = {}
+        pair = field_classes.secret_pair_name(value)  # `{"name": "DB_PASSWORD", "value": …}`: a field too
         for key, child in value.items():
+            if pair is not None and key in field_classes.PAIR_VALUE_KEYS:
+                secret = field_classes.pair_secret(child, pair)
+                if secret is not None:
+                    findings.append({"rule": "secret-named-pair", "path": join(where, key), "preview": preview(secret)})
+                    masked = mask_token("secret-named-pair")
+                    out[key] = {**child, "stringValue": masked} if isinstance(child, dict) else masked
+                    continue
             masked_key = key
             if len(key) >= _MIN_SECRET:
                 # A secret that is a key: masked, and the path every finding names is the masked one (the
@@ -931,6 +944,7 @@ def mask_binary(
     *,
     strings: list[str] | None = None,
     printable_runs: bool = True,
+    named: dict[str, str] | None = None,
 ) -> bytes:
     """Secrets in a binary body, found in its printable runs (ASCII, and UTF-16 as Windows writes it), overwritten
     with `*` byte for byte. The runs are scanned together as one text (one scan, however many runs), and every
@@ -942,9 +956,14 @@ def mask_binary(
     boundaries refuse), a value found is widened to its whole token inside its own text, and then overwritten
     exactly where it occurs in the raw bytes, never past it: the framing around it stays, so the body still parses
     and every byte range into it still holds what it held. `printable_runs=False` when `strings` are all its texts
-    (the caller checked that the body holds nothing its schema does not know)."""
+    (the caller checked that the body holds nothing its schema does not know). `named`: {value: rule} of values the
+    caller found by the name they are given (`field_classes.secret_pair_values`), overwritten the same way."""
     text = raw.decode("latin-1")  # one character a byte: offsets are the bytes'
-    needles: dict[str, str] = {}
+    needles: dict[str, str] = {
+        value.encode("utf-8").decode("latin-1"): rule
+        for value, rule in (named or {}).items()
+        if len(value) >= _MIN_SECRET
+    }
     ascii_runs = _PRINTABLE_RUN.findall(text) if printable_runs or strings is None else []
     if ascii_runs:
         joined = _BINARY_SEPARATOR.join(ascii_runs)

@@ -144,6 +144,13 @@ def positives() -> dict[str, list[tuple[str, str]]]:
         "aws-secret-key-near-id": [
             one(lambda s: f"AKIA{rnd(16, BASE32)},{s}", rnd(40, ALNUM + "/+")),
         ],
+        # A field written as a name/value pair: Kubernetes env (JSON, YAML), HAR params, OTLP JSON attributes, tags.
+        "secret-named-pair": [
+            one(lambda s: f'{{"name": "DB_PASSWORD", "value": "{s}"}}', rnd(14)),
+            one(lambda s: f"env:\n  - name: STRIPE_API_KEY\n    value: {s}\n", rnd(14, string.ascii_lowercase)),
+            one(lambda s: f'{{"key":"http.request.header.cookie","value":{{"stringValue":"sess={s}"}}}}', rnd(20)),
+            one(lambda s: f'{{"Key": "deploy_token", "Value": "{s}"}}', rnd(16)),
+        ],
     }
     return out
 
@@ -215,6 +222,13 @@ NEAR_MISSES: dict[str, list[str]] = {
     "connection-string-credential": ["jdbc:mysql://db:3306/app?user=app", "redis://cache:6379/0"],
     "webhook-url-token": ["https://example.com/webhooks/github", "https://example.com/hooks/pre-commit-config"],
     "aws-secret-key-near-id": ["AKIA-EXAMPLE " + "0123456789abcdef" * 2 + "01234567"],
+    "secret-named-pair": [
+        '{"name": "MODE", "value": "production"}',
+        '{"name": "DB_PASSWORD", "value": "${DB_PASSWORD}"}',  # a reference, filled at run time
+        "env:\n  - name: DB_PASSWORD\n    valueFrom:\n      secretKeyRef: {name: db, key: password}\n",
+        '{"key": "service.name", "value": {"stringValue": "checkout-agent"}}',
+        '{"name": "page_token", "value": "<YOUR_TOKEN>"}',
+    ],
 }
 
 

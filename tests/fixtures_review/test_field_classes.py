@@ -361,3 +361,69 @@ def test_a_teams_webhook_loses_its_v2_signature_too():
     )
     masked, _findings = _masked(f"teams: {url}")
     assert not _kept(signature, masked, public=2)
+
+
+# --- fields written as name/value pairs -----------------------------------------------------------------------------
+
+
+def _pairs(secret: str) -> dict:
+    """A Kubernetes pod spec, a HAR entry, OTLP JSON attributes and cloud tags: each field a {name, value} object."""
+    return {
+        "spec": {"containers": [{"env": [{"name": "MODE", "value": "prod"}, {"name": "DB_PASSWORD", "value": secret}]}]},
+        "request": {"postData": {"params": [{"name": "password", "value": secret}, {"name": "user", "value": "ana"}]}},
+        "attributes": [{"key": "http.request.header.cookie", "value": {"stringValue": f"_gh_sess={secret}"}}],
+        "Tags": [{"Key": "ci_deploy_token", "Value": secret}, {"Key": "team", "Value": "payments"}],
+    }
+
+
+def test_a_secret_named_field_written_as_a_name_value_pair_is_masked_in_json():
+    secret = rnd(18, LOWER)  # letters only: no rule would find it by its shape
+    findings: list[dict] = []
+    masked = scanning.mask_json(_pairs(secret), "body", findings)
+    stored = json.dumps(masked)
+    assert not _kept(secret, stored)
+    assert {f["path"] for f in findings} == {
+        "body.spec.containers[0].env[1].value",
+        "body.request.postData.params[0].value",
+        "body.attributes[0].value",
+        "body.Tags[0].Value",
+    }
+    # The readable rest stays: the names, the other pairs' values, OTLP's value shape.
+    assert masked["spec"]["containers"][0]["env"][0] == {"name": "MODE", "value": "prod"}
+    assert masked["attributes"][0]["value"] == {"stringValue": "[masked:secret-named-pair]"}
+    assert masked["Tags"][1] == {"Key": "team", "Value": "payments"}
+
+
+@pytest.mark.parametrize("indent", [0, 2])
+def test_a_secret_named_pair_is_masked_in_json_text_and_in_a_yaml_manifest(indent):
+    secret = rnd(18, LOWER)
+    for text in (
+        json.dumps(_pairs(secret), indent=indent or None),
+        f"env:\n- name: DB_PASSWORD\n  value: {secret}\n- name: MODE\n  value: prod\n",
+    ):
+        masked, findings = _masked(text)
+        assert not _kept(secret, masked), text[:80]
+        assert "MODE" in masked and "prod" in masked
+
+
+def test_a_secret_named_string_attribute_is_masked_in_an_otlp_protobuf_byte_for_byte():
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from n17q_engine.formats.otlp import otlp_strings
+    from n17q_secrets import gate
+
+    secret = rnd(18, LOWER)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    cookie = {"http.request.header.cookie": f"_gh_sess={secret}; theme=dark", "url.path": "/repos"}
+    provider.get_tracer("t").start_span("GET /repos", attributes=cookie).end()
+    raw = encode_spans(memory.get_finished_spans()).SerializeToString()
+    findings: list[dict] = []
+    masked = gate.mask_bytes(raw, media_type="application/x-protobuf", where="request", findings=findings)
+    assert secret.encode() not in masked and len(masked) == len(raw)
+    assert [f["rule"] for f in findings] == ["secret-named-pair"]
+    assert "/repos" in otlp_strings(masked)[0]  # it still parses; the rest is as it was

@@ -12,11 +12,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from .wire import MAX_ANY_DEPTH
 
 
-def otlp_strings(body: bytes) -> tuple[list[str], bool] | None:
+def otlp_strings(body: bytes, pairs: list[tuple[str, str]] | None = None) -> tuple[list[str], bool] | None:
     """Every text an OTLP protobuf request holds (keys, string and bytes values at any depth, names, trace states,
     status messages, scope names and versions, schema URLs, entity references), each whole, and whether that is
     all of them (False when the request carries fields this schema does not know: a newer exporter's); None when
-    `body` is not such a request.
+    `body` is not such a request. `pairs`, when given, receives each string attribute as (key, value): a value is
+    judged by the name it is given too (`http.request.header.cookie`), not only by its shape.
 
     For the secret scan of a kept protobuf original (runs/secret_scan.py): in the raw bytes a string sits between
     framing bytes (a length, the next field's tag) that may be letters or digits, so a token glued to them fails the
@@ -49,7 +50,10 @@ def otlp_strings(body: bytes) -> tuple[list[str], bool] | None:
             add(kv.key)
             value = kv.value  # each access makes a new wrapper: once
             if value.WhichOneof("value") == "string_value":
-                add(value.string_value)  # the common case, without the call
+                text = value.string_value
+                add(text)  # the common case, without the call
+                if pairs is not None:
+                    pairs.append((kv.key, text))
             else:
                 value_texts(value, depth)
 
