@@ -369,7 +369,9 @@ def test_a_teams_webhook_loses_its_v2_signature_too():
 def _pairs(secret: str) -> dict:
     """A Kubernetes pod spec, a HAR entry, OTLP JSON attributes and cloud tags: each field a {name, value} object."""
     return {
-        "spec": {"containers": [{"env": [{"name": "MODE", "value": "prod"}, {"name": "DB_PASSWORD", "value": secret}]}]},
+        "spec": {
+            "containers": [{"env": [{"name": "MODE", "value": "prod"}, {"name": "DB_PASSWORD", "value": secret}]}]
+        },
         "request": {"postData": {"params": [{"name": "password", "value": secret}, {"name": "user", "value": "ana"}]}},
         "attributes": [{"key": "http.request.header.cookie", "value": {"stringValue": f"_gh_sess={secret}"}}],
         "Tags": [{"Key": "ci_deploy_token", "Value": secret}, {"Key": "team", "Value": "payments"}],
@@ -403,6 +405,7 @@ def test_a_secret_named_pair_is_masked_in_json_text_and_in_a_yaml_manifest(inden
     ):
         masked, findings = _masked(text)
         assert not _kept(secret, masked), text[:80]
+        assert {f["rule"] for f in findings} == {"secret-named-pair"}
         assert "MODE" in masked and "prod" in masked
 
 
