@@ -32,17 +32,20 @@ user info: `_PLACE`) is where the credential is used, not part of it, and is lef
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from re import _parser as sre_parse
 from typing import Any
 
 import re2
 import yaml
 
 from . import compile_rule, decode, iter_spans
+
+# Python's own regex parser (`re._parser`, private: typeshed names it for no mypy release alike), read as a module.
+sre_parse = importlib.import_module("re._parser")
 
 RULES_DIR = Path(__file__).with_name("noseyparker")
 RULESET = "default"
