@@ -8,7 +8,8 @@ format, so a vendor neither gitleaks' nor any other list has met is still caught
 - `webhook-url-token`: the token of a Discord, Microsoft Teams or generic `/webhook(s)/<token>` URL (a Slack
   webhook is the reference's `slack-webhook-url`).
 - `secret-named-value`: any value assigned to a secret-named field (`is_secret_field`), whatever its entropy, in
-  `KEY=value` lines, YAML `key: value`, JSON text and query or form pairs; placeholders excepted (`is_value`).
+  `KEY=value` lines, YAML `key: value`, JSON text and query or form pairs; placeholders excepted (`is_value`, which
+  the keyword, connection-string and URL parameter rules of `scanning` apply too).
   JSON containers are masked by key in `scanning.mask_json`, with the same two functions.
 - `aws-secret-key-near-id`: a 40-character AWS secret access key within a few hundred characters of an AWS key id.
 - `secret-named-pair`: a secret-named field written as a name/value pair object rather than a key (Kubernetes
@@ -89,7 +90,10 @@ _NOT_SECRET = frozenset(
         "stoptoken",
     }
 )
-# A name that measures or describes rather than holds: `password_min_length`, `token_ttl`, `secret_version`.
+# A name that measures, describes, labels or points rather than holds: `password_min_length`, `token_ttl`,
+# `secret_version`, `passwordLabel`, `resetPasswordRoute`. The one vocabulary of such names: `is_secret_field` reads it
+# for the field classes, `is_value` for every rule that reads a value after a password-like name (detect-secrets'
+# keyword patterns, which take any name holding `password`, among them).
 _MEASURES = (
     *MEASURE_SUFFIXES,
     # or describes it, in free text: `token_type`, `secret_name`, `password_field`, `api_key_url`
@@ -112,6 +116,19 @@ _MEASURES = (
     "prompt",
     "label",
     "placeholder",
+    # or labels it in a user interface (`passwordLabel: "Password:"`, `tokenHelpText`, `secretTitle`) or points at a
+    # page (`forgotPasswordRoute`)
+    "text",
+    "title",
+    "message",
+    "msg",
+    "caption",
+    "tooltip",
+    "description",
+    "button",
+    "error",
+    "route",
+    "selector",
     "set",
     "changed",
     "updated",
@@ -127,7 +144,19 @@ _NOT_ENV_KEY = frozenset(
     {"PUBLIC_KEY", "PRIMARY_KEY", "SORT_KEY", "PARTITION_KEY", "CACHE_KEY", "IDEMPOTENCY_KEY", "FOREIGN_KEY"}
     | {"ROUTING_KEY", "HASH_KEY", "RANGE_KEY", "LOOKUP_KEY", "GROUP_KEY", "DEDUP_KEY", "OBJECT_KEY", "S3_KEY"}
 )
+# A name ending in one of these holds the secret, whatever word comes before: `page_token`, `password_plaintext`.
+_HOLDS = ("token", "secret", "password", "passwd", "pass", "pwd", "plaintext", "cleartext")
 _NON_ALNUM = re.compile(r"[^a-z0-9]")
+
+
+def _norm(name: str) -> str:
+    """A name as it is compared: its last dotted part, lower-cased, every non-alphanumeric removed."""
+    return _NON_ALNUM.sub("", name.rsplit(".", 1)[-1].strip("-_ ").lower())
+
+
+def _describes(norm: str) -> bool:
+    """Whether a (normalized) name says what a secret is, measures, labels or points at it rather than holding it."""
+    return norm in _NOT_SECRET or (norm.endswith(_MEASURES) and not norm.endswith(_HOLDS))
 
 
 @functools.lru_cache(maxsize=16384)
@@ -142,13 +171,11 @@ def is_secret_field(name: str) -> bool:
         # names no field.
         return False
     last = name.rsplit(".", 1)[-1].strip("-_ ")
-    norm = _NON_ALNUM.sub("", last.lower())
-    if len(norm) < 3 or norm in _NOT_SECRET:
+    norm = _norm(name)
+    if len(norm) < 3 or _describes(norm):
         return False
     if norm in _SECRET_EXACT:
         return True
-    if norm.endswith(_MEASURES) and not norm.endswith(("token", "secret", "password", "passwd", "pass", "pwd")):
-        return False
     if _ENV_KEY.match(last) and last not in _NOT_ENV_KEY:
         return True
     if norm.endswith(("token", "pass", "pwd", "apikey", "secretkey", "authkey", "appkey", "clientkey", "serverkey")):
@@ -222,16 +249,41 @@ _PLACEHOLDER_VALUE = re.compile(
 # A value that starts by interpolating a variable (`$REACT_APP_BASE_URL/forgot`, `'$PRECOMPILE_PASSWORD'`,
 # `"${DB_PASSWORD}"`) is made from configuration at run time: a reference, not a secret.
 _INTERPOLATED = re.compile(r"""^["']?\$\{?[A-Za-z_][A-Za-z0-9_]*""")
-# Code that builds the value (`"MasterUserPassword: " + getMasterUserPassword() + ","`, `"+new Buffer(…)`): a string
-# concatenated with an expression, or a call.
-_CONCATENATED = re.compile(r"""["'`]\s*\+|\+\s*["'`]|[A-Za-z_]\w*\([^)]*\)""")
+# Code that builds the value (`"MasterUserPassword: " + getMasterUserPassword() + ","`): a string concatenated with an
+# expression, or a call; or a "value" that opens with `+` and a call (`"…:_password = "+new Buffer("…")`: the quote
+# before it closed a string, and what follows concatenates one). A `+` alone opens no code: one AWS secret key in 64
+# starts with it.
+_CONCATENATED = re.compile(r"""["'`]\s*\+|\+\s*["'`]|[A-Za-z_]\w*\([^)]*\)|^\+\s*(?:new\s+)?[A-Za-z_$][\w$.]*\s*\(""")
+# Names of things, not secrets: an Amazon resource name (`arn:<partition>:<service>:<region>:<account>:<resource>`,
+# a Secrets Manager secret's too: it says where the secret is), a Rails route's `controller#action`
+# (`cms/sites/passwords#edit`, `passwords#update`) and a route template with a `:param` segment
+# (`/passwords/:id/edit`). No key has the shape: a route needs lower-case words around its `#` and a `/` in the
+# controller or one of Rails' seven actions; a path needs its `/:`.
+_RESOURCE_NAME = re.compile(
+    r"""^(?:
+        arn:[a-z][a-z0-9-]*:[a-z0-9-]+:[a-z0-9-]*:[a-z0-9-]*:\S+
+        | [a-z_][a-z0-9_]*(?:/[a-z_][a-z0-9_]*)+\#[a-z_][a-z0-9_]*
+        | [a-z_][a-z0-9_]*\#(?:index|show|new|create|edit|update|destroy)
+        | (?:/[A-Za-z0-9_.~-]*)*/:[A-Za-z_][A-Za-z0-9_]*(?:/[A-Za-z0-9_.~:-]*)*
+    )$""",
+    re.X,
+)
+# A name that is only a secret word (`password`, `api_key`, `token`) says nothing a value holding it would repeat:
+# `password = "password!2024"` is a password. A longer name found whole in its value is a constant naming itself
+# (`IAMUserChangePassword = "arn:…:policy/IAMUserChangePassword"`, `RESET_PASSWORD = "auth:RESET_PASSWORD"`).
+_BARE_SECRET_NAMES = _SECRET_EXACT | frozenset(SECRET_NAME_PARTS) | {"key", "secretkey", "passwd", "pass"}
+_TOKEN_CHAR = re.compile(r"[A-Za-z0-9_-]")
 # A dotted path of identifiers is a reference to the secret (`settings.SECRET_KEY`, `self.password`), not one.
 _CODE_OPERATORS = ("||", "&&", "=>", "==", "!=")
 _IDENTIFIER_PATH = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)+$")
 
 
 def is_value(value: str, name: str = "") -> bool:
-    """Whether `value`, assigned to a secret-named field `name`, is a secret rather than a placeholder."""
+    """Whether `value`, assigned to a secret-named field `name`, is a secret: not a placeholder, a reference, code,
+    the name of a thing (an ARN, a route, the constant it is assigned to), nor under a name that measures, labels or
+    points (`_describes`). The one judgement of every rule that reads a value after a password-like name: the
+    secret-named values here, detect-secrets' keyword patterns, a connection string's and a URL's parameters
+    (`scanning`)."""
     # HTML-escaped as a page shows it (`&lt;YOUR_PASSWORD&gt;`): judged as what it stands for.
     value = html.unescape(value).strip() if "&" in value else value.strip()
     if not value:
@@ -245,9 +297,26 @@ def is_value(value: str, name: str = "") -> bool:
         return False
     if any(op in value for op in _CODE_OPERATORS):  # `i.credentials||S.credentials`: an expression
         return False
-    if _STAND_IN.search(value):
+    if _STAND_IN.search(value) or _RESOURCE_NAME.match(value):
         return False
-    return not (name and _NON_ALNUM.sub("", low) == _NON_ALNUM.sub("", name.rsplit(".", 1)[-1].lower()))
+    return not (name and (_describes(_norm(name)) or _names_itself(value, name)))
+
+
+def _names_itself(value: str, name: str) -> bool:
+    """Whether `value` is, or holds whole, the name it is assigned to (`PASSWORD_FIELD = "password_field"`)."""
+    last = name.rsplit(".", 1)[-1].strip("-_ ")
+    norm = _norm(name)
+    if norm and _NON_ALNUM.sub("", value.lower()) == norm:
+        return True
+    if not last or norm in _BARE_SECRET_NAMES:
+        return False
+    at = value.lower().find(last.lower())
+    while at >= 0:
+        before, after = value[at - 1 : at] if at else "", value[at + len(last) : at + len(last) + 1]
+        if not _TOKEN_CHAR.match(before) and not _TOKEN_CHAR.match(after):
+            return True
+        at = value.lower().find(last.lower(), at + 1)
+    return False
 
 
 # The name before `=`, `:`, `:=` or `=>`: any identifier holding a secret word, judged by `is_secret_field` (the

@@ -148,6 +148,18 @@ def _url_credential_params(data: bytes) -> Iterator[str]:
             yield decode(data[v0:v1])
 
 
+# An ADO or ODBC connection string's password (`Server=db;…;Password=…;`), judged as every value after a
+# password-like name is (`field_classes.is_value`: `Password=$DB_PASSWORD;` names a variable).
+_CONNECTION_PASSWORD_RE = compile_rule(r"(?i)(?:^|;)\s*(password|pwd)\s*=\s*([^;\s\"']{4,})")
+
+
+def _connection_string_password(data: bytes) -> Iterator[str]:
+    for spans in iter_spans(_CONNECTION_PASSWORD_RE, data):
+        value = decode(data[spans[2][0] : spans[2][1]])
+        if field_classes.is_value(value, decode(data[spans[1][0] : spans[1][1]])):
+            yield value
+
+
 # The project's own rules, only for what the reference rule set (gitleaks', n17q_secrets/reference/) lacks:
 # the console's own token, credentials by place (a bearer header value, URL user info, a signed URL's signature, a
 # connection string's password), Google OAuth access tokens and AWS secret access keys. Each has a labelled
@@ -173,7 +185,7 @@ N17Q_RULES: tuple[tuple[str, Callable[[bytes], Iterator[str]]], ...] = (
         "aws-secret-access-key",
         _regex(r"(?i)aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?['\"]([0-9a-zA-Z/+]{40})['\"]", 1),
     ),
-    ("connection-string-password", _regex(r"(?i)(?:^|;)\s*(?:password|pwd)\s*=\s*([^;\s\"']{4,})", 1)),
+    ("connection-string-password", _connection_string_password),
     ("url-credential-param", _url_credential_params),
 )
 
@@ -196,6 +208,31 @@ KEYWORD_PATTERNS = (
     rf"(?i){_KEYWORD_NAMES}[^\s]{{0,50}}?\s*{_QUOTED};",  # private_key "…";
     rf"(?i){_KEYWORD_NAMES}{_CLOSING}\s*=>?\s*{_QUOTED}",  # api_key => "…"
 )
+# The name a keyword match assigns to: the identifier its keyword is part of (`IAMUserChangePassword`, from the
+# `Password` the pattern starts at), or, for `"…" == password`, the one that ends the match. Bytes past ASCII are
+# taken as name characters (`contraseña`).
+_NAME_HEAD = re.compile(rb"(?:[A-Za-z0-9_]|[\x80-\xff])*")
+_NAME_BEFORE = re.compile(rb"[A-Za-z0-9_.-]*$")
+_NAME_AT_END = re.compile(rb"(?:[A-Za-z0-9_.]|[\x80-\xff])*$")
+
+
+def _keyword_value(data: bytes, spans: list[tuple[int, int]]) -> bytes:
+    """The value of a keyword match when it is one (`field_classes.is_value`, the judgement every value after a
+    password-like name gets: a placeholder, a reference, code, a route, a UI label's text are none)."""
+    value = _first_group(data, spans)
+    if not value:
+        return b""
+    start, stop = spans[0]
+    if data[start : start + 1] in (b'"', b"'", b"`"):
+        at_end = _NAME_AT_END.search(data, start, stop)
+        name = at_end.group() if at_end else b""
+    else:
+        head = _NAME_HEAD.match(data, start, stop)
+        before = _NAME_BEFORE.search(data, max(0, start - 64), start)
+        name = (before.group() if before else b"") + (head.group() if head else b"")
+    # The name only informs the judgement: a character cut at the window's edge is replaced, not an error.
+    return value if field_classes.is_value(decode(value), name.decode("utf-8", "replace")) else b""
+
 
 # detect-secrets' detectors used: only those for what the reference rule set (gitleaks') has no rule for, or finds
 # only next to a provider's name: IBM Cloud IAM and COS HMAC keys, Softlayer, Cloudant, Azure storage account keys,
@@ -382,7 +419,7 @@ def rules() -> tuple[Rule, ...]:
     knows is named by that rule."""
     global _RULES
     if _RULES is None:
-        keyword = Rule("keyword", _re2_finder(KEYWORD_PATTERNS, _first_group), "detect-secrets")
+        keyword = Rule("keyword", _re2_finder(KEYWORD_PATTERNS, _keyword_value), "detect-secrets")
         own = tuple(Rule(name, find, "n17q") for name, find in N17Q_RULES)
         classes = tuple(Rule(name, find, "n17q", hints) for name, find, hints in field_classes.field_class_rules())
         found = (*_detect_secrets_rules(), keyword, *own)

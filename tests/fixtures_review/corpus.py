@@ -168,7 +168,15 @@ NEAR_MISSES: dict[str, list[str]] = {
     "ibm-cloud-iam": ["ibm_cloud_iam_api_key = os.environ[IBM_KEY]", "ibm cloud iam docs"],
     "ibm-cos-hmac": ["secret_access_key = settings.SECRET_ACCESS_KEY"],
     "jwt": ["eyJ.not.a.token", "eyJhbGciOiJIUzI1NiJ9"],
-    "keyword": ["the password is stored in the vault", 'password = "${DB_PASSWORD}"', "Enter your password below."],
+    "keyword": [
+        "the password is stored in the vault",
+        'password = "${DB_PASSWORD}"',
+        "Enter your password below.",
+        'put "/reset-password" => "accounts/passwords#update"',  # a route: `controller#action`
+        'password: "/users/:user_id/password/edit"',  # a route template
+        'ResetUserPassword = "arn:aws:iam::aws:policy/ResetUserPassword"',  # a constant naming itself, an ARN
+        'passwordLabel:"Password:",secretLabel:"Client secret:"',  # a form's labels
+    ],
     "mailchimp": ["0123456789abcdef0123456789abcdef"],
     "npm": ["//registry.npmjs.org/ is the registry"],
     "open-ai": ["sk-shortkey"],
@@ -193,7 +201,12 @@ NEAR_MISSES: dict[str, list[str]] = {
     "openai-api-key": ["sk-proj-short"],
     "huggingface-token": ["hf_hub_download", "hf_short"],
     "github-fine-grained-token": ["github_pat_short"],
-    "connection-string-password": ["Server=db;Password=;", "Password=${DB_PASSWORD};"],
+    "connection-string-password": [
+        "Server=db;Password=;",
+        "Password=${DB_PASSWORD};",
+        "Server=db;Password=$DB_PASSWORD;",
+        "Server=db;Password=arn:aws:secretsmanager:eu-west-1:123456789012:secret:db;",  # where the secret is
+    ],
     "url-credential-param": [
         "https://api.example/countries?code=FRANCE-METROPOLITAN",  # a code with no OAuth exchange around it
         "https://app.example/cb?token_type=bearer&expires_in=3600",
@@ -212,6 +225,11 @@ NEAR_MISSES: dict[str, list[str]] = {
         "export DATABASE_PASSWORD=\"'$PRECOMPILE_PASSWORD'\"",  # made from another variable at run time
         'sb.append("MasterUserPassword: " + getMasterUserPassword() + ",");',  # code building the value
         '{"/docs/creating-a-strong-password": "/docs/server/auth"}',  # a path as a key names no field
+        'url = "//registry.example/:_authToken = "+new Buffer("ci:build").toString("base64")',  # after a closing quote
+        'MASTER_PASSWORD = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/db-AbCdEf"',  # where it is
+        'tokenPlaceholder: "Paste the token here"',  # a form's text
+        'resetPasswordRoute = "/account/reset"',
+        'apiKeyHelpText: "Find it under Settings"',
     ],
     "vendor-prefixed-token": [
         "snake_case_identifier_with_many_words",

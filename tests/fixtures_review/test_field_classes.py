@@ -144,6 +144,121 @@ def test_which_names_are_secret_named(name, secret):
     assert field_classes.is_secret_field(name) is secret
 
 
+# --- what a password-like name is assigned that is no value (`field_classes.is_value`, one judgement) --------------
+#
+# The rules that read a value assigned to a password-like name: detect-secrets' keyword patterns, the ADO connection
+# string's password and the secret-named values. Each class below was seen red on 7f856bd's scanner.
+BY_NAME = CLASSES | {"keyword", "connection-string-password"}
+
+
+def _named(text: str) -> list[tuple[str, str]]:
+    """What each of those rules finds on its own (a scan names a value by its first rule only)."""
+    return [(rule.name, value) for rule in scanning.rules() if rule.name in BY_NAME for value in rule.find(text)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'db_password = "your_password_here"',  # keyword: a documentation stand-in
+        "Server=db;Database=app;User Id=app;Password=$DB_PASSWORD;",  # connection string: a variable
+        "Server=db;Password=os.environ.DB_PASSWORD;",
+    ],
+)
+def test_the_keyword_and_connection_string_rules_judge_the_value_as_secret_named_values_do(line):
+    assert _named(line) == [], line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'const url = "//registry.example/:_authToken = "+new Buffer("ci:build").toString("base64");',
+        "line = 'password: '+ String('x') + ';'",
+        'auth = "api_secret="+ encodeURIComponent("a b")',
+    ],
+)
+def test_code_concatenating_a_value_after_a_closing_quote_is_no_value(line):
+    assert _named(line) == [], line
+
+
+def test_a_value_opening_with_a_plus_and_no_code_is_still_a_secret():
+    # One AWS secret key in 64 opens with `+`: only a call after it (`+new Buffer(`, `+ f(`) makes it code.
+    key = "+" + rnd(39, ALNUM)
+    masked, findings = _masked(f'db_password = "{key}"')
+    assert key not in masked and findings
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'MASTER_PASSWORD = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/db-AbCdEf"',
+        "api_secret: 'arn:aws-cn:ssm:cn-north-1:123456789012:parameter/app/api'",
+        'AdminResetUserPassword = "arn:aws:iam::aws:policy/AdminResetUserPassword"',  # a constant naming itself
+        'ROTATE_SECRET_ACTION = "secretsmanager:ROTATE_SECRET_ACTION"',
+        'PASSWORD_FIELD = "password_field"',
+    ],
+)
+def test_a_resource_name_or_a_constant_naming_itself_is_no_value(line):
+    assert _named(line) == [], line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'password = "password!{v}"',  # a bare secret word in the value is not the name of a constant
+        'db_password = "db_password{v}"',
+        'api_key = "api_key_{v}"',
+        'password = "arn{v}"',
+    ],
+)
+def test_a_value_holding_its_bare_name_or_an_arn_lookalike_is_still_a_secret(line):
+    value = rnd(10, LOWER)
+    text = line.format(v=value)
+    masked, findings = _masked(text)
+    assert value not in masked and findings, text
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'usernameLabel:"Username:",passwordLabel:"Password:",rememberLabel:"Remember me"',
+        'tokenPlaceholder: "Paste your token"',
+        'secretTitle = "Client secret"',
+        'apiKeyHelpText: "Find it under Settings"',
+        'password_message = "Wrong password, try again"',
+        'resetPasswordRoute = "/account/reset"',
+    ],
+)
+def test_a_name_labelling_ui_text_or_pointing_at_a_route_holds_no_secret(line):
+    assert _named(line) == [], line
+
+
+def test_a_plaintext_password_is_still_a_secret_though_its_name_ends_in_text():
+    value = rnd(12, LOWER)
+    masked, findings = _masked(f'password_plaintext = "{value}"')
+    assert value not in masked and findings
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "get '/reset-password' => \"accounts/passwords#edit\"",
+        'password: "/users/:user_id/password/edit"',
+        "put '/forgot-password' => 'passwords#update'",
+    ],
+)
+def test_a_route_is_no_value(line):
+    assert _named(line) == [], line
+
+
+def test_a_password_with_a_dollar_in_an_unquoted_value_is_still_a_secret():
+    # `$ecret` would expand in a shell, but not in a properties or ini file, nor in python-dotenv's or Node's dotenv
+    # (`${VAR}` at most): `Pa$sw0rd`-style passwords are common, so an unquoted `$` is not read as interpolation.
+    value = "Pa$" + rnd(10, LOWER)
+    for line in (f"password = {value}", f"DB_PASSWORD={value}", f"Server=db;Password={value};"):
+        masked, findings = _masked(line)
+        assert value not in masked and findings, line
+
+
 # --- vendor-prefixed tokens -------------------------------------------------------------------------------------
 
 
