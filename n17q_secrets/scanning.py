@@ -160,6 +160,19 @@ def _connection_string_password(data: bytes) -> Iterator[str]:
             yield value
 
 
+# Credentials in any URL: scheme://user:password@host, user and password together (a user name can be the
+# credential, as a Sidekiq licence's is); the password judged as every value after a password-like name is
+# (`field_classes.is_value`): `postgres://user:${DB_PASSWORD}@db`, `user:password@` and `user:secret@` in a manual are
+# references and placeholders, `user:D1fficultP%40ssw0rd@` is a password.
+_URL_USERINFO_RE = compile_rule(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://(([^/\s:@\"'<>]+):([^/\s@\"'<>]+))@[^\s\"'<>]")
+
+
+def _url_userinfo(data: bytes) -> Iterator[str]:
+    for spans in iter_spans(_URL_USERINFO_RE, data):
+        if field_classes.is_value(decode(data[spans[3][0] : spans[3][1]]), "password"):
+            yield decode(data[spans[1][0] : spans[1][1]])
+
+
 # The project's own rules, only for what the reference rule set (gitleaks', n17q_secrets/reference/) lacks:
 # the console's own token, credentials by place (a bearer header value, URL user info, a signed URL's signature, a
 # connection string's password), Google OAuth access tokens and AWS secret access keys. Each has a labelled
@@ -167,9 +180,7 @@ def _connection_string_password(data: bytes) -> Iterator[str]:
 N17Q_RULES: tuple[tuple[str, Callable[[bytes], Iterator[str]]], ...] = (
     ("n17q-harness-token", _regex(r"n17q_[A-Za-z0-9_-]{43}")),
     ("bearer-token", _regex(r"\b[Bb]earer\s+([A-Za-z0-9._~+/-]{16,}=*)", 1)),
-    # Credentials in any URL: scheme://user:password@host, user and password together (a user name can be the
-    # credential, as a Sidekiq licence's is).
-    ("url-userinfo", _regex(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://([^/\s:@\"'<>]+:[^/\s@\"'<>]+)@[^\s\"'<>]", 1)),
+    ("url-userinfo", _url_userinfo),
     (
         "signed-url-param",
         _regex(

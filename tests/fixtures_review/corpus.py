@@ -192,7 +192,13 @@ NEAR_MISSES: dict[str, list[str]] = {
     "pem-private-key": ["-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"],
     "n17q-harness-token": ["n17q_short", "the n17q_ prefix names a harness token"],
     "bearer-token": ["a Bearer token is required", "the bearer of this letter"],
-    "url-userinfo": ["https://user@example.com/x", "ssh://git@github.example/repo"],
+    "url-userinfo": [
+        "https://user@example.com/x",
+        "ssh://git@github.example/repo",
+        "postgres://app:${DB_PASSWORD}@db.internal:5432/app",  # a reference, filled at run time
+        "mysql://root:secret@[2001:db8::1]/app",  # the manual's placeholder word, to a documentation address
+        "amqp://guest:<password>@rabbit/vhost",
+    ],
     "signed-url-param": ["https://x.example/?signature_version=4", "https://x.example/?sig=short"],
     "google-api-key": ["AIza-short"],
     "google-oauth-token": ["ya29.short"],

@@ -546,3 +546,24 @@ def test_a_secret_named_string_attribute_is_masked_in_an_otlp_protobuf_byte_for_
     assert [f["rule"] for f in findings] == ["secret-named-pair"]
     texts = otlp_strings(masked)
     assert texts is not None and "/repos" in texts[0]  # it still parses; the rest is as it was
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "DATABASE_URL=postgres://app:{p}@db.internal:5432/app",
+        "mongodb://myDatabaseUser:{p}@%2Ftmp%2Fmongodb-27017.sock",
+        "postgresql://user:{p}@[2001:db8::1234]/database",
+    ],
+)
+def test_a_urls_user_info_is_judged_by_its_password_as_any_value_after_a_password_name_is(template):
+    password = rnd(14) + "%40" + rnd(4)
+    masked, findings = _masked(template.format(p=password))
+    assert password not in masked and "url-userinfo" in {f["rule"] for f in findings}
+    for reference in ("${DB_PASSWORD}", "<password>"):
+        assert scanning.scan_text(template.format(p=reference)) == [], reference
+    # The manual's placeholder words are not passwords to this rule (a reference rule set may judge its own shapes:
+    # Nosey Parker's PostgreSQL rule reports `user:password@host`).
+    url_userinfo = next(r for r in scanning.rules() if r.name == "url-userinfo")
+    for placeholder in ("password", "secret"):
+        assert list(url_userinfo.find(template.format(p=placeholder))) == [], placeholder

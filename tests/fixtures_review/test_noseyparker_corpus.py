@@ -140,15 +140,15 @@ def test_negative_examples_flagged_beyond_what_the_two_reference_rule_sets_repor
         f"\nNosey Parker negative examples flagged {rate:.2%} of {measured['fp']} (by a Nosey Parker rule {by_np:.2%}; "
         f"beyond both reference rule sets {beyond:.2%}); detect-secrets alone {ds_rate:.2%}"
     )
-    # Beyond both references at the vendored commit, 3 of 125 (2.4%; 7 before the value judgement every rule reading a
+    # Beyond both references at the vendored commit, 2 of 125 (1.6%; 7 before the value judgement every rule reading a
     # value after a password-like name shares, `field_classes.is_value`, took a route, an ARN naming its own constant,
-    # a form's `passwordLabel` and code concatenating a value), each looked at, each a credential by issue 32's own
-    # classes, negative only for the Nosey Parker rule's shape: `password = super$ecret` (unquoted: a shell would
-    # expand `$ecret`, but an ini or properties file, python-dotenv and Node's dotenv keep it, and `Pa$sw0rd` is a
-    # common password: an unquoted `$` is not read as interpolation, tests/fixtures_review/test_field_classes.py), a
-    # MongoDB URI's user info to a socket path and a PostgreSQL URI's to an IPv6 host. Held here so that it cannot grow;
-    # the 2% target would need one of the three let by.
-    assert beyond <= 0.024, measured["flagged_beyond"]
+    # a form's `passwordLabel`, code concatenating a value, and `user:secret@` in a URL's user info, the manual's
+    # placeholder word), each looked at, each a credential by issue 32's own classes, negative only for the Nosey
+    # Parker rule's shape: `password = super$ecret` (unquoted: a shell would expand `$ecret`, but an ini or properties
+    # file, python-dotenv and Node's dotenv keep it, and `Pa$sw0rd` is a common password: an unquoted `$` is not read as
+    # interpolation, tests/fixtures_review/test_field_classes.py) and a MongoDB URI's user info to a socket path
+    # (`D1fficultP%40ssw0rd`). Held here so that it cannot grow.
+    assert beyond <= 0.02, measured["flagged_beyond"]
 
 
 # --- the translation of Nosey Parker's Rust patterns to RE2 --------------------------------------------------
