@@ -575,6 +575,7 @@ def test_a_requirement_that_only_a_build_could_install_is_refused_and_its_setup_
         ("ok", "python -m not_its_module", "has no module 'not_its_module'"),
         ("ok", "python agent.py", "python -m MODULE (no script path)"),
         ("missing", WHEEL_SCRIPT, "is not a file"),
+        ("url-requires", WHEEL_SCRIPT, "names a URL; its requirements come from the package registry"),
     ],
 )
 def test_a_bad_wheel_is_refused_in_one_line_and_nothing_is_registered(tmp_path, make, command, message):
@@ -585,6 +586,8 @@ def test_a_bad_wheel_is_refused_in_one_line_and_nothing_is_registered(tmp_path, 
         wheel = build_wheel(tmp_path, filename="agent.whl")
     elif make == "no-record":
         wheel = build_wheel(tmp_path, drop=f"{WHEEL_PACKAGE}-1.0.dist-info/RECORD")
+    elif make == "url-requires":
+        wheel = build_wheel(tmp_path, requires=("mcp", "evil @ https://example.invalid/evil-1.0-py3-none-any.whl"))
     elif make == "missing":
         wheel = tmp_path / f"{WHEEL_PACKAGE}-1.0-py3-none-any.whl"
     else:
