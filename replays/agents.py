@@ -4,8 +4,12 @@
 when the agent names Python requirements, builds its own read-only environment from the package registry in the
 data folder (`n17q_engine.agent.environment`). An agent shipped as a wheel (a `.whl` instead of a folder) is
 checked (`n17q_engine.agent.wheel`: a zip, a wheel's file name, its dist-info, the entry command it provides),
-copied into the data folder and installed with its `Requires-Dist` from the registry into its own environment;
+copied into the data folder and unpacked with its `Requires-Dist` from the registry into its own environment;
 the wheel's sha256 and the environment's digest are pinned and checked before every launch.
+
+Registration runs nothing of the agent's (issue 33): this is called by the admin form in the web process and by
+`register_agent`, so an environment is built from wheels by copying bytes, and no interpreter that would process
+the agent's `.pth` or `sitecustomize` is started (docs/agents.md, "What registration runs on the host").
 
 `agent_status` says whether a registration can still run (its folder or wheel unchanged, its environment there and
 unchanged); the counterfactual form offers only those that can, the others disabled with the reason, and a launch

@@ -125,7 +125,7 @@ class RegisteredAgent(models.Model):
     requirements = GatedTextField(blank=True, default="")
     requirements_digest = models.CharField(max_length=71, blank=True, default="")
     environment = GatedCharField(max_length=1000, blank=True, default="")
-    installed = GatedJSONField(default=list)  # `pip freeze` of the built environment
+    installed = GatedJSONField(default=list)  # `name==version` of each distribution, read from its METADATA
     # An agent shipped as a wheel: its file name (a copy of it is `folder`'s only file; `digest` is its sha256).
     wheel = GatedCharField(max_length=300, blank=True, default="")
     environment_digest = models.CharField(max_length=71, blank=True, default="")  # the built environment, pinned

@@ -77,6 +77,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     "scan (the gate) from " + _TEMP,
     ("n17q_engine/formats/__init__.py", "open-write"): "a converted bundle's events.jsonl, as above",
     ("n17q_engine/agent/environment.py", "path-write"): "an agent environment's requirements file (package names)",
+    ("n17q_engine/agent/unpack.py", "open-write"): "an agent's wheel and the registry wheels it requires, unpacked "
+    "into its environment (code, not captured data; issue 33: unpacked, never run on the host)",
     ("n17q_engine/archive.py", "open-write"): "a bundle unpacked into " + _TEMP + " for the importer's scan",
     ("n17q_engine/spill.py", "raw-sql-write"): "the engine's spill database, a temporary file of ids and graph "
     "records for one import, deleted when it ends",

@@ -3,8 +3,9 @@
 `inspect_wheel(path)` reads the wheel as the wheel spec (PEP 427/491) lays it out and refuses, in one line, a file
 that is not a zip, a file name that is not `{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl`, or an archive
 without its `{name}-{version}.dist-info/` holding `WHEEL`, `METADATA` and `RECORD` (nor a member outside the wheel's
-root, which pip would refuse later anyway). `entry_check(info, command)` says whether the entry command names
-something the wheel provides: a console script of its `entry_points.txt`, or `python -m MODULE` of a module in it.
+root, nor a `Requires-Dist` naming a URL: `name @ URL` would be fetched from there, not the package registry).
+`entry_check(info, command)` says whether the entry command names something the wheel provides: a console script
+of its `entry_points.txt`, or `python -m MODULE` of a module in it.
 The wheel's sha256 is its pin: the registration keeps a copy whose digest is checked at every launch.
 """
 
@@ -79,6 +80,14 @@ def inspect_wheel(path: str | os.PathLike[str]) -> WheelInfo:
         raise AgentError(f"agent wheel {wheel.name} is not a readable zip archive: {exc}") from None
     if not metadata.get("Name") or not metadata.get("Version"):
         raise AgentError(f"agent wheel {wheel.name}: its METADATA names no Name or Version")
+    requires = tuple(str(r) for r in metadata.get_all("Requires-Dist") or ())
+    for requirement in requires:
+        # `name @ URL`: pip would fetch it from there, not the registry (and a link to a source tree builds it)
+        if "@" in requirement.split(";", 1)[0]:
+            raise AgentError(
+                f"agent wheel {wheel.name}: Requires-Dist {requirement[:120]!r} names a URL; its requirements come "
+                "from the package registry"
+            )
     scripts: tuple[str, ...] = ()
     if entry_points:
         parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
@@ -96,7 +105,7 @@ def inspect_wheel(path: str | os.PathLike[str]) -> WheelInfo:
         digest=file_digest(wheel),
         console_scripts=scripts,
         modules=_modules(names),
-        requires=tuple(str(r) for r in metadata.get_all("Requires-Dist") or ()),
+        requires=requires,
     )
 
 

@@ -326,10 +326,13 @@ def build_wheel(
     filename: str = f"{WHEEL_PACKAGE}-1.0-py3-none-any.whl",
     requires: tuple[str, ...] = ("mcp", "openai"),
     drop: str = "",
+    extra: dict[str, str] | None = None,
+    entry_points: str = "",
 ) -> Path:
     """A valid wheel, written member by member as the wheel spec lays it out (dist-info with METADATA, WHEEL,
     entry_points.txt and a RECORD of every file's urlsafe-base64 sha256), holding the real agent of the engine tests
-    as the package `n17q_wheel_agent` with a console script and a `__main__`; `drop` leaves one member out."""
+    as the package `n17q_wheel_agent` with a console script and a `__main__`; `drop` leaves one member out, `extra`
+    adds members, `entry_points` adds lines to entry_points.txt."""
     import base64
     import hashlib
     import zipfile
@@ -343,7 +346,8 @@ def build_wheel(
         f"{dist}/METADATA": "Metadata-Version: 2.1\nName: n17q-wheel-agent\nVersion: 1.0\n"
         + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: n17q-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{dist}/entry_points.txt": f"[console_scripts]\n{WHEEL_SCRIPT} = {WHEEL_PACKAGE}:cli\n",
+        f"{dist}/entry_points.txt": f"[console_scripts]\n{WHEEL_SCRIPT} = {WHEEL_PACKAGE}:cli\n{entry_points}",
+        **(extra or {}),
     }
     record = []
     for name, text in files.items():
@@ -408,9 +412,14 @@ def test_a_wheel_is_installed_with_its_dependencies_from_the_registry_pinned_and
 
 def test_a_wheel_runs_with_python_dash_m_as_its_entry(demo, tmp_path, capsys):
     """`python -m MODULE` as the entry; launched from the CLI on story 003 from the checkpoint before the broad
-    suite, it runs in the sandbox and stops precisely at its first model call (the demo holds no model fixtures)."""
+    suite, it runs in the sandbox and stops precisely at its first model call (the demo holds no model fixtures).
+    The wheel carries the planted `.pth`/`sitecustomize` of `hostile`: they are the sandbox's interpreter's to
+    process (their host folder is not in its view), and neither registration nor the run leaves a marker on the
+    host."""
     _isolation_or_skip()
-    wheel = build_wheel(tmp_path)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    wheel = build_wheel(tmp_path, **hostile(markers))
     out = register(capsys, "wheel-m", str(wheel), "--command", f"python -m {WHEEL_PACKAGE}")
     assert out["command"] == ["python", "-m", WHEEL_PACKAGE] and out["runnable"] is True
     call_command(
@@ -421,6 +430,139 @@ def test_a_wheel_runs_with_python_dash_m_as_its_entry(demo, tmp_path, capsys):
     (missing,) = replay.missing
     assert missing["tool"] == "model.chat"  # the agent ran, listed its tools and asked its model
     assert replay.environment["agent"]["digest"] == out["digest"]
+    assert sorted(p.name for p in markers.iterdir()) == []
+
+
+def hostile(markers: Path) -> dict:
+    """`build_wheel` arguments planting code that would run on the host if anything of the wheel were started there:
+    `.pth` files with an `import` line (at the root and in `.data/purelib`), `sitecustomize` and `usercustomize`
+    modules, a `pip` package and console script, a gui script and a `#!python` script. Each leaves a file in
+    `markers` (a host folder the sandbox does not show) when it runs."""
+    dist_data = f"{WHEEL_PACKAGE}-1.0.data"
+
+    def leaves(name: str) -> str:
+        return f"import os; open(os.path.join({str(markers)!r}, {name!r}), 'w').close()"
+
+    return {
+        "extra": {
+            "zz_n17q_hostile.pth": leaves("root.pth") + "\n",
+            f"{dist_data}/purelib/zz_n17q_hostile_data.pth": leaves("data.pth") + "\n",
+            "sitecustomize.py": leaves("sitecustomize") + "\n",
+            "usercustomize.py": leaves("usercustomize") + "\n",
+            "pip/__init__.py": leaves("pip-package") + "\n",
+            "pip/__main__.py": leaves("pip-main") + "\n",
+            f"{WHEEL_PACKAGE}/hostile.py": f"def run() -> None:\n    {leaves('entry-point')}\n",
+            f"{dist_data}/scripts/n17q-hostile-script": "#!python\n" + leaves("script") + "\n",
+        },
+        "entry_points": f"pip = {WHEEL_PACKAGE}.hostile:run\n[gui_scripts]\nn17q-gui = {WHEEL_PACKAGE}.hostile:run\n",
+    }
+
+
+@pytest.mark.parametrize("door", ["service", "admin"])
+def test_registering_a_wheel_runs_nothing_of_it_on_the_host_and_records_what_it_installed(tmp_path, client_as, door):
+    """Issue 33: a wheel's `.pth`, `sitecustomize`, `usercustomize`, a `pip` of its own and its entry points run
+    nowhere at registration (the marker folder stays empty), through the service and through the admin form; the
+    environment still holds them (the sandbox's interpreter will see them) and records what was installed."""
+    from replays.agents import agent_register
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    wheel = build_wheel(tmp_path, requires=(), **hostile(markers))
+    if door == "service":
+        agent = agent_register("hostile", str(wheel), [WHEEL_SCRIPT])
+    else:
+        done = client_as("admin").post(
+            "/admin/replays/registeredagent/add/",
+            {"name": "hostile", "folder": str(wheel), "command_line": WHEEL_SCRIPT, "requirements": ""},
+        )
+        assert done.status_code == 302, done.content.decode()[:3000]
+        agent = RegisteredAgent.objects.get(name="hostile")
+    assert sorted(p.name for p in markers.iterdir()) == []
+    assert agent.installed == ["n17q-wheel-agent==1.0"] and agent.wheel == wheel.name
+    env = Path(agent.environment)
+    site = next(env.glob("lib/python*/site-packages"))
+    for planted in ("zz_n17q_hostile.pth", "zz_n17q_hostile_data.pth", "sitecustomize.py", "pip/__init__.py"):
+        assert (site / planted).is_file(), planted  # unpacked as files, for the sandbox's interpreter alone
+    for script in (WHEEL_SCRIPT, "pip", "n17q-gui", "n17q-hostile-script"):
+        assert (env / "bin" / script).read_text().startswith(f"#!{env / 'bin' / 'python'}\n"), script
+    assert (env / "bin" / "python").is_symlink()  # the venv's interpreter, not a wheel's launcher
+    assert (env / "bin" / "pip").read_text().count(f"from {WHEEL_PACKAGE}.hostile import run") == 1
+    assert sorted(p.name for p in markers.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("plant", "message"),
+    [
+        ({"entry_points": f"python = {WHEEL_PACKAGE}:cli\n"}, "bin/python would replace the environment's own file"),
+        ({"entry_points": f"python3 = {WHEEL_PACKAGE}:cli\n"}, "bin/python3 would replace the environment's own"),
+        ({"extra": {f"{WHEEL_PACKAGE}-1.0.data/data/pyvenv.cfg": "home = /tmp\n"}}, "pyvenv.cfg would replace"),
+        ({"extra": {f"{WHEEL_PACKAGE}-1.0.data/scripts/python": "#!python\n"}}, "bin/python would replace"),
+        ({"extra": {f"{WHEEL_PACKAGE}-1.0.data/data/lib64/x.py": ""}}, "is reached through a symlink"),
+        ({"entry_points": "evil = os:system('id')\n"}, "is not NAME = module:attr"),
+    ],
+)
+def test_a_wheel_that_would_replace_the_environments_interpreter_is_refused_and_nothing_ran(tmp_path, plant, message):
+    """A console script or data file named like the venv's own interpreter or config (the old install ran
+    `<env>/bin/python -m pip freeze` on the host: a wheel's `python` launcher would have run there) is refused in
+    one line; nothing is registered, nothing of the wheel ran, no environment is left."""
+    from replays.agents import AgentRefused, agent_register
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    marked = hostile(markers)
+    wheel = build_wheel(
+        tmp_path,
+        requires=(),
+        extra={**marked["extra"], **plant.get("extra", {})},
+        entry_points=marked["entry_points"] + plant.get("entry_points", ""),
+    )
+    agents = Path(os.environ["N17Q_DATA_DIR"]) / "agents"
+    before = sorted(agents.iterdir()) if agents.exists() else []
+    with pytest.raises(AgentRefused, match=re.escape(message)) as raised:
+        agent_register("hostile", str(wheel), [WHEEL_SCRIPT])
+    assert "\n" not in str(raised.value)
+    assert not RegisteredAgent.objects.exists()
+    assert (sorted(agents.iterdir()) if agents.exists() else []) == before
+    assert sorted(p.name for p in markers.iterdir()) == []
+
+
+@pytest.mark.parametrize("door", ["folder requirements", "wheel Requires-Dist"])
+def test_a_requirement_that_only_a_build_could_install_is_refused_and_its_setup_never_runs(tmp_path, monkeypatch, door):
+    """Issue 33: a requirement published only as a source distribution would run its `setup.py` on the host to be
+    built (the old `pip install` did, in the agent's venv). Wheels only: it is refused in one line, unbuilt. The
+    registry here is a local folder (pip's own PIP_NO_INDEX / PIP_FIND_LINKS), so no network is needed."""
+    import tarfile
+
+    from replays.agents import AgentRefused, agent_register
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    links = tmp_path / "links"
+    links.mkdir()
+    source = tmp_path / "n17q-sdist-only-1.0"
+    source.mkdir()
+    (source / "setup.py").write_text(
+        f"import os\nopen(os.path.join({str(markers)!r}, 'setup.py'), 'w').close()\n"
+        "from setuptools import setup\nsetup(name='n17q-sdist-only', version='1.0')\n"
+    )
+    (source / "PKG-INFO").write_text("Metadata-Version: 1.0\nName: n17q-sdist-only\nVersion: 1.0\n")
+    with tarfile.open(links / "n17q-sdist-only-1.0.tar.gz", "w:gz") as tf:
+        tf.add(source, arcname=source.name)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv("PIP_NO_BUILD_ISOLATION", "0")  # pip's spelling of "build with what is installed"
+    with pytest.raises(
+        AgentRefused, match=r"wheels only.*No matching distribution found for n17q-sdist-only"
+    ) as raised:
+        if door == "folder requirements":
+            agent_register(
+                "sdist", str(agent_folder(tmp_path, AGENT)), ["python", AGENT], requirements="n17q-sdist-only"
+            )
+        else:
+            agent_register("sdist", str(build_wheel(tmp_path, requires=("n17q-sdist-only",))), [WHEEL_SCRIPT])
+    assert "\n" not in str(raised.value)
+    assert not RegisteredAgent.objects.exists()
+    assert sorted(p.name for p in markers.iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -433,6 +575,7 @@ def test_a_wheel_runs_with_python_dash_m_as_its_entry(demo, tmp_path, capsys):
         ("ok", "python -m not_its_module", "has no module 'not_its_module'"),
         ("ok", "python agent.py", "python -m MODULE (no script path)"),
         ("missing", WHEEL_SCRIPT, "is not a file"),
+        ("url-requires", WHEEL_SCRIPT, "names a URL; its requirements come from the package registry"),
     ],
 )
 def test_a_bad_wheel_is_refused_in_one_line_and_nothing_is_registered(tmp_path, make, command, message):
@@ -443,6 +586,8 @@ def test_a_bad_wheel_is_refused_in_one_line_and_nothing_is_registered(tmp_path, 
         wheel = build_wheel(tmp_path, filename="agent.whl")
     elif make == "no-record":
         wheel = build_wheel(tmp_path, drop=f"{WHEEL_PACKAGE}-1.0.dist-info/RECORD")
+    elif make == "url-requires":
+        wheel = build_wheel(tmp_path, requires=("mcp", "evil @ https://example.invalid/evil-1.0-py3-none-any.whl"))
     elif make == "missing":
         wheel = tmp_path / f"{WHEEL_PACKAGE}-1.0-py3-none-any.whl"
     else:
