@@ -167,9 +167,11 @@ def _recorded_body(run: Any, digest: str | None) -> Any:
 
     if not digest:
         return None
-    held = RunBlob.objects.filter(run=run, blob__digest=digest).select_related("blob").first()
+    held = RunBlob.objects.filter(run=run, blob__digest=digest).select_related("blob", "hold").first()
     if held is None:
         raise ReviewRefused(f"the recorded body {digest} is not held with run {run.run_id}")
+    if held.bytes_removed:  # this run's hold ended (per holder), whatever another run stored since
+        raise ReviewRefused(f"the recorded body {digest} of run {run.run_id} is no longer held")
     try:
         with storages["blobs"].open(blob_storage_name(digest), "rb") as fh:
             data = fh.read()

@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.files.storage import storages
 from django.db.models import Q
 
-from runs.models import Blob, BlobDeletion
-from runs.retention import EXPIRY_HOOKS, HOLDER_HOOKS, Expiry, blob_expiries, blobs_hold
+from runs.models import Blob, BlobDeletion, blob_storage_name
+from runs.retention import EXPIRY_HOOKS, HOLDER_HOOKS, Expiry, blobs_bytes_back, blobs_hold, expiry_of
 
 from . import intake
 from .models import StagedRecording
@@ -34,11 +35,18 @@ def capture_retention_class(capture: dict[str, Any]) -> str:
 
 
 def recording_bodies_hold(recording: StagedRecording, sizes: dict[str, int]) -> None:
-    """The recording's body blobs as Blob rows held under its class from `captured_at` (inside its transaction)."""
+    """The recording's body blobs as Blob rows held under its class from `captured_at` (inside its transaction).
+    Bytes the sweep had removed come back as a new hold of the recording's own (runs.retention.blobs_bytes_back):
+    the holders that removal ended stay ended."""
     if not recording.body_blobs:
         return
     for digest in recording.body_blobs.values():
         Blob.objects.get_or_create(digest=digest, defaults={"size": sizes.get(digest, 0)})
+    store = storages["blobs"]
+    for digest in blobs_bytes_back(recording.body_blobs.values()):
+        # The body was written just before; a sweep that removed it meanwhile is over now (the row is locked).
+        if not store.exists(blob_storage_name(digest)):
+            raise RuntimeError(f"the blob store lost {digest} while it was staged; stage the capture again")
     blobs_hold(
         {digest: recording.retention_class for digest in recording.body_blobs.values()},
         recorded_at=recording.captured_at,
@@ -46,9 +54,13 @@ def recording_bodies_hold(recording: StagedRecording, sizes: dict[str, int]) -> 
 
 
 def recording_expiries(recording: StagedRecording) -> dict[str, Expiry]:
-    """{"response.body": Expiry} for the bodies of `recording` whose bytes the sweep removed."""
-    found = blob_expiries(recording.body_blobs.values())
-    return {where: found[d] for where, d in recording.body_blobs.items() if d in found}
+    """{"response.body": Expiry} for the bodies of `recording` whose bytes the sweep removed: the recording's own
+    record of it (`expired_bodies`), per holder: bytes another holder stored again later are not this recording's."""
+    ended = {where: pk for where, pk in (recording.expired_bodies or {}).items() if where in recording.body_blobs}
+    if not ended:
+        return {}
+    records = BlobDeletion.objects.in_bulk(list(ended.values()))
+    return {where: expiry_of(records[pk]) for where, pk in ended.items() if pk in records}
 
 
 def _holding(digest: str) -> Any:
@@ -57,16 +69,19 @@ def _holding(digest: str) -> Any:
 
 
 def _holders(digest: str) -> list[str]:
+    # The live holds only: a recording whose body an earlier removal ended held nothing of these bytes since.
     return [
         f"recording {r.public_id}"
-        for r in _holding(digest).only("public_id", "body_blobs")
-        if digest in r.body_blobs.values()
+        for r in _holding(digest).only("public_id", "body_blobs", "expired_bodies")
+        if any(d == digest and where not in (r.expired_bodies or {}) for where, d in r.body_blobs.items())
     ]
 
 
 def _drop_inline_copies(digest: str, record: BlobDeletion) -> None:
     for recording in _holding(digest).select_for_update():
-        wheres = [where for where, d in recording.body_blobs.items() if d == digest]
+        # A body an earlier removal ended keeps that record: the recording held nothing of these bytes since.
+        ended = recording.expired_bodies or {}
+        wheres = [where for where, d in recording.body_blobs.items() if d == digest and where not in ended]
         if not wheres:
             continue
         for where in wheres:

@@ -80,7 +80,7 @@ def run_recordings_stage(
     judged by the record policy like any other (a mutation result of a live connection is refused, with its trace
     kept: `connections.CaptureRefused`)."""
     from runs.models import Event, RunBlob
-    from runs.retention import blob_expiries
+    from runs.retention import run_blob_expiries
 
     if user is not None and getattr(user, "is_authenticated", False) and not user.has_perm(CAPTURE_PERM):
         raise ReviewRefused("staging a run's results needs the operator or reviewer role")
@@ -147,7 +147,7 @@ def run_recordings_stage(
     already: list[dict[str, Any]] = []
     chosen: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     # A body whose bytes the retention sweep removed cannot become a recording: skipped, saying so (docs/retention.md).
-    expiries = blob_expiries(body["blob"] for _, body in result_rows if isinstance(body.get("blob"), str))
+    expiries = run_blob_expiries(run, (body["blob"] for _, body in result_rows if isinstance(body.get("blob"), str)))
     for seq, body in result_rows:
         call = calls.get(body.get("call_id"))
         called = str((call or {}).get("tool") or "")

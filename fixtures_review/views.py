@@ -25,7 +25,7 @@ from console.htmx import HtmxHttpRequest
 from . import selectors, services, staging
 from .intake import CaptureError
 from .models import ScenarioVersion, StagedRecording
-from .retention import blob_expiries
+from .retention import recording_expiries
 
 
 def _require_staging_access(user: Any) -> None:
@@ -158,10 +158,12 @@ def body_download(request: HtmxHttpRequest, public_id: str, part: str) -> HttpRe
         raise Http404("this recording has no such body")
     store = storages["blobs"]
     name = staging._blob_name(digest)
+    # The recording's own record first (per holder): bytes another holder stored again after this body's removal
+    # are not this recording's to serve.
+    expiry = recording_expiries(recording).get(f"{part}.body")
+    if expiry is not None:  # gone on purpose: say when, under which class, and which record says so
+        return HttpResponse(f"{digest}: {expiry.sentence}\n", status=410, content_type="text/plain; charset=utf-8")
     if not store.exists(name):
-        expiry = blob_expiries([digest]).get(digest)
-        if expiry is not None:  # gone on purpose: say when, under which class, and which record says so
-            return HttpResponse(f"{digest}: {expiry.sentence}\n", status=410, content_type="text/plain; charset=utf-8")
         raise Http404("the body's bytes are not in the blob store")
     # Reading captured bytes outside the page (masked, but still the world's data) is worth a line in the audit log.
     audit_record(

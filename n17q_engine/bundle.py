@@ -11,7 +11,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -599,12 +599,13 @@ def hash_file(path: Path, *, chunk: int = 1 << 20) -> tuple[str, int]:
     return "sha256:" + h.hexdigest(), size
 
 
-def verify_blobs(root: Path, manifest: Manifest, *, held: Collection[str] = ()) -> dict[str, Path]:
+def verify_blobs(root: Path, manifest: Manifest) -> dict[str, Path]:
     """Check every listed blob exists with its digest and size, and that nothing unlisted is there.
 
-    `held`: digests whose bytes the caller already holds and will not read from this bundle (the store has them):
-    their files must be here with the listed size, but are not hashed (every run of a trace file lists the same
-    26 MB original; hashing it again per run bought nothing)."""
+    Every file is hashed, also one whose digest the caller's store holds already: a listed digest is a claim on
+    bytes, and only the bytes prove it (a file of the right size is not the blob). The one blob listed without bytes
+    is one marked `expired` (bytes the console's retention sweep removed); whether the console holds a deletion
+    record for it is the console's check."""
     blob_dir = root / "blobs" / "sha256"
     found: dict[str, Path] = {}
     for digest, entry in manifest.blobs.items():
@@ -616,12 +617,9 @@ def verify_blobs(root: Path, manifest: Manifest, *, held: Collection[str] = ()) 
             continue
         if not path.is_file() or path.is_symlink():
             raise BundleError("missing blob listed in manifest.json", file=where)
-        if digest in held:
-            size = path.stat().st_size
-        else:
-            actual, size = hash_file(path)
-            if actual != digest:
-                raise BundleError(f"bad digest: content hashes to {actual}", file=where)
+        actual, size = hash_file(path)
+        if actual != digest:
+            raise BundleError(f"bad digest: content hashes to {actual}", file=where)
         if size != entry.size:
             raise BundleError(f"size {size} differs from manifest.json's {entry.size}", file=where)
         found[digest] = path

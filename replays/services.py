@@ -44,7 +44,7 @@ from n17q_engine.replay import ReplayError, ReplayOutput
 from n17q_engine.sandbox import IsolationUnavailable, Limits, SandboxError, run_sandboxed
 from runs.importer import run_import_from_path
 from runs.models import Event, Finding, Run, RunBlob, blob_storage_name
-from runs.retention import blob_expiries
+from runs.retention import run_blob_expiries
 from runs.selectors import LINEAGE_FINDINGS_IN_ANSWER
 
 from .models import Replay
@@ -174,10 +174,11 @@ def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes], dict[str
     blobs: dict[str, bytes] = {}
     meta: dict[str, Any] = {}
     gone: list[str] = []
-    for rb in RunBlob.objects.filter(run=run).select_related("blob"):
+    for rb in RunBlob.objects.filter(run=run).select_related("blob", "hold"):
         digest = rb.blob.digest
         meta[digest] = {"media_type": rb.media_type, "size": rb.blob.size, "role": rb.role, "retention": rb.retention}
-        if rb.blob.bytes_removed_at is not None:
+        # The run's own hold (per holder): bytes another run stored again after this run's removal are not its own.
+        if rb.bytes_removed:
             gone.append(digest)
             continue
         try:
@@ -185,7 +186,7 @@ def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes], dict[str
                 blobs[digest] = fh.read()
         except FileNotFoundError:
             gone.append(digest)  # the sweep removed it since the query; its record says so below
-    expiries = blob_expiries(gone)
+    expiries = run_blob_expiries(run, gone)
     unexplained = sorted(set(gone) - set(expiries))
     if unexplained:
         raise ReplayRefused(f"the blob store does not hold {unexplained[0]}, and no retention record says why")

@@ -132,9 +132,10 @@ def blob_read_head(digest: str, limit: int = PREVIEW_BYTES) -> bytes | None:
 
 
 def blob_for_run(run: Run, digest: str) -> tuple[RunBlob, Any] | None:
-    """The run's record of a blob and an open handle on its bytes; None when the run does not hold it."""
-    run_blob = RunBlob.objects.filter(run=run, blob__digest=digest[:71]).select_related("blob").first()
-    if run_blob is None:
+    """The run's record of a blob and an open handle on its bytes; None when the run does not hold it, or the
+    retention sweep removed them for this run (per holder: bytes another run stored again later are not this run's)."""
+    run_blob = RunBlob.objects.filter(run=run, blob__digest=digest[:71]).select_related("blob", "hold").first()
+    if run_blob is None or run_blob.bytes_removed:
         return None
     try:
         return run_blob, storages["blobs"].open(blob_storage_name(run_blob.blob.digest), "rb")

@@ -19,7 +19,7 @@ from n17q_engine.lineage import CODES
 from .blob_preview import BlobPreview, blob_preview
 from .event_facts import Item, describe, items_annotate
 from .models import Edge, Event, Finding, MaskedSecret, Run, RunBlob
-from .retention import Expiry, blob_expiries
+from .retention import Expiry, blob_expiries, run_blob_expiries
 from .source_span import SourceSpan, source_span_of
 from .trace import Family, call_tools, family_of, row_summary
 
@@ -116,7 +116,7 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
     stored = {
         rb.blob.digest: rb
         for rb in RunBlob.objects.filter(run=run, blob__digest__in=sorted({d for _, d in named})[:50]).select_related(
-            "blob"
+            "blob", "hold__removed_by"
         )
     }
     # A digest of the event names a blob only where the vocabulary says so; other digests (trees, contexts)
@@ -125,16 +125,18 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
     named_missing = [(f, d) for f, d in named if d not in stored and f.split(".")[-1] in blob_fields]
     # Bytes the retention sweep removed are disclosed with their deletion record, whether this run's bundle carried
     # them or (a reconstruction made after they expired) could not: one query, and only when something expired.
-    expiries = blob_expiries(
-        [d for d, rb in stored.items() if rb.blob.bytes_removed_at is not None] + [d for _, d in named_missing]
-    )
+    # This run's own holds answer for what it holds (per holder); a digest it only names answers as the blob does.
+    expiries = {
+        **blob_expiries([d for _, d in named_missing]),
+        **run_blob_expiries(run, [d for d, rb in stored.items() if rb.bytes_removed]),
+    }
     blobs: list[BlobPreview] = []
     seen: set[str] = set()
     for _, digest in named:
         rb = stored.get(digest)
         if rb is not None and digest not in seen:
             seen.add(digest)
-            if rb.blob.bytes_removed_at is not None:
+            if rb.bytes_removed:
                 blobs.append(
                     BlobPreview(
                         digest=digest,

@@ -249,17 +249,19 @@ _DELETES = tuple(
 
 
 def remove_blob_files_nobody_holds(names: list[str]) -> None:
-    """Remove the blob files an import wrote and no Blob row names. In slices, another import of the same bytes may
-    have counted on such a file and published meanwhile (or a recording staged the same body): decided and done in
-    one transaction, which on SQLite holds the write lock from its start, so that nothing publishes the digest
-    between the question and the removal; an import that publishes later writes the file again
+    """Remove the blob files an import wrote and no Blob row holding bytes names (a row whose bytes the sweep removed
+    holds none: a file kept for it would be a copy no sweep ever removes). In slices, another import of the same
+    bytes may have counted on such a file and published meanwhile (or a recording staged the same body): decided and
+    done in one transaction, which on SQLite holds the write lock from its start, so that nothing publishes the
+    digest between the question and the removal; an import that publishes later writes the file again
     (runs.importer._publish)."""
     if not names:
         return
     digests = {name: "sha256:" + name.removeprefix("sha256/") for name in names}
     store = storages["blobs"]
     with transaction.atomic():
-        held = set(Blob.objects.filter(digest__in=list(digests.values())).values_list("digest", flat=True))
+        rows = Blob.objects.filter(digest__in=list(digests.values()), bytes_removed_at__isnull=True)
+        held = set(rows.values_list("digest", flat=True))
         for name, digest in digests.items():
             if digest in held:
                 continue

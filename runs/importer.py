@@ -47,6 +47,7 @@ from .models import (
     SEARCH_VALUE_CHARS,
     SEARCH_VALUES_MAX,
     Blob,
+    BlobDeletion,
     Edge,
     Event,
     Finding,
@@ -56,7 +57,7 @@ from .models import (
     RunObject,
     blob_storage_name,
 )
-from .retention import blobs_hold
+from .retention import run_blobs_hold
 from .secret_scan import BundleMasks, EventsAhead
 
 log = logging.getLogger(__name__)
@@ -233,13 +234,15 @@ def _import_root(
     run_meta = manifest.run
     if Run.objects.filter(run_id=run_meta["id"]).exists():
         raise BundleError(f"run {run_meta['id']!r} is already imported; history is never replaced", field="run.id")
-    blob_paths = bundle.verify_blobs(root, manifest, held=_held_blobs(manifest))
+    # Every blob the bundle carries is hashed, even one whose digest the store holds already: a digest is a claim on
+    # bytes, and only the bytes prove it (issue 33: junk of the right size once claimed another run's blob).
+    blob_paths = bundle.verify_blobs(root, manifest)
     expired = sorted(d for d, e in manifest.blobs.items() if e.expired)
     if expired:
-        # Only bytes this console removed may be listed without them: a harness cannot call its own gaps "expired".
-        recorded = set(
-            Blob.objects.filter(digest__in=expired, bytes_removed_at__isnull=False).values_list("digest", flat=True)
-        )
+        # The one way to list a blob without its bytes: as bytes this console removed (a deletion record names the
+        # digest), e.g. a reconstruction of a run whose blob expired. Such a listing adds no content and holds nothing
+        # (retention.run_blobs_hold); a harness cannot call its own gaps "expired".
+        recorded = set(BlobDeletion.objects.filter(digest__in=expired).values_list("digest", flat=True))
         for d in expired:
             if d not in recorded:
                 raise BundleError(
@@ -346,14 +349,6 @@ def _page_cache_for(lines: int) -> Iterator[None]:
 
 def _writer_cache_kib(lines: int) -> int | None:
     return LARGE_IMPORT_CACHE_KIB if lines > LARGE_IMPORT_LINES else None
-
-
-def _held_blobs(manifest: bundle.Manifest) -> set[str]:
-    """The manifest's digests whose bytes the store holds already: this import neither scans nor stores them again
-    (secret_scan.mask_blobs, _store_blob_files), so the bundle's copies are not hashed either."""
-    store = storages["blobs"]
-    rows = Blob.objects.filter(digest__in=list(manifest.blobs), bytes_removed_at__isnull=True)
-    return {d for d in rows.values_list("digest", flat=True) if store.exists(blob_storage_name(d))}
 
 
 def _store_blob_files(blob_paths: dict[str, Path], *, announce: Callable[[list[str]], None] | None = None) -> list[str]:
@@ -713,8 +708,17 @@ def _publish(
             for d, e in manifest.blobs.items()
         ]
     )
-    # Each blob's retention class as the bundle names it, counted from when the run was recorded (runs/retention.py).
-    blobs_hold({d: e.retention for d, e in manifest.blobs.items()}, recorded_at=run.created_at)
+    # The run's hold on each blob (runs/retention.py): the class its bundle names, counted from when the run was
+    # recorded; for what a replay's child read from the run it replays, that run's hold.
+    holds = run_blobs_hold(run=run, carried=blob_paths.keys(), read_from=run.parent if run.made_by_replay else None)
+    if holds.back:
+        # Bytes the sweep had removed, stored again by this run: their rows are locked now, so a sweep that removed
+        # the file while this import ran is over, and the file is written again if it went.
+        written.extend(_store_blob_files({d: blob_paths[d] for d in holds.back}))
+    if holds.not_held:
+        # Read from a run whose hold on them has ended meanwhile: this run holds no bytes of them either.
+        gone = {blob_storage_name(d) for d in holds.not_held}
+        _remove_blobs([name for name in written if name in gone])
     MaskedSecret.objects.bulk_create(
         [
             MaskedSecret(

@@ -132,10 +132,12 @@ SEARCH_VALUE_CHARS = 200
 class Blob(models.Model):
     """A content-addressed blob in the blob store. Shared between runs that hold the same bytes.
 
-    Retention (runs/retention.py, docs/retention.md): the class that keeps the bytes longest among everything that
-    holds them governs; `expires_at` null means kept indefinitely. Once the sweep removed the bytes,
-    `bytes_removed_at` says when and a `BlobDeletion` says who, what and why; the row (and its digest) stays,
-    because history names it.
+    Retention (runs/retention.py, docs/retention.md) is per holder (`RunBlobHold`, a recording's class): these
+    columns are the holds' sum for the sweep, the live hold that keeps the bytes longest; `expires_at` null means
+    kept indefinitely. Once the sweep removed the bytes, `bytes_removed_at` says when and a `BlobDeletion` says who,
+    what and why; the row (and its digest) stays, because history names it. A later holder recording the same bytes
+    brings them back as a new hold of its own (`bytes_removed_at` null again, its own class and clock); the holds the
+    removal ended stay ended.
     """
 
     digest = models.CharField(max_length=71, unique=True)
@@ -177,6 +179,38 @@ class RunBlob(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.blob_id} in run {self.run_id}"
+
+    @property
+    def bytes_removed(self) -> bool:
+        """Whether the retention sweep removed this run's bytes: this run's hold, not the blob's (a later run storing
+        the same bytes again does not bring them back for this one)."""
+        try:
+            return self.hold.removed_by_id is not None
+        except RunBlobHold.DoesNotExist:  # a row written before holds were per holder and not migrated
+            return self.blob.bytes_removed_at is not None
+
+
+class RunBlobHold(models.Model):
+    """A run's hold on the bytes of one of its blobs (docs/retention.md): the class it is kept under, when that runs
+    out, and the deletion record that ended it.
+
+    Per holder: a deletion record stays true for every run whose hold it ended, whatever later runs store; bytes
+    recorded again are a new hold with its own class and clock. A run a replay made holds what it read from the run
+    it replays under that run's hold (class, expiry, removal): a read never extends a clock. Written once at import;
+    `removed_by` is set once, by the sweep's removal (runs.retention.blob_expire), and never cleared.
+    """
+
+    run_blob = models.OneToOneField(RunBlob, on_delete=models.PROTECT, related_name="hold")
+    # The run_blob's blob, again: the sweep ends a blob's live holds in one UPDATE without a join.
+    blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="run_holds")
+    retention_class = GatedCharField(max_length=100)
+    expires_at = models.DateTimeField(null=True, blank=True)  # null: kept indefinitely (or the class is undeclared)
+    removed_by = models.ForeignKey(
+        "BlobDeletion", null=True, blank=True, on_delete=models.PROTECT, related_name="ended_holds"
+    )
+
+    def __str__(self) -> str:
+        return f"hold of {self.run_blob}"
 
 
 class Event(AppendOnlyModel):

@@ -8,10 +8,17 @@ append-only `BlobDeletion` says which digest went, under which class, when and w
 Decisions:
 - **The period counts from when the material was recorded** (a run's `created_at`, a capture's `captured_at`), not
   from when this console stored it: retention is about the material's age.
+- **Retention is per holder** (issue 33). Each run holds each of its blobs under a hold of its own (`RunBlobHold`:
+  its class, its clock, the deletion record that ended it); a recording holds its bodies under its own class. The
+  `Blob` row keeps the longest live hold for the sweep. A removal ends every hold live at that moment, and stays
+  true for each of them: a later holder recording the same bytes stores them again as a new hold with its own class
+  and clock (`blobs_bytes_back`), and the earlier holders still answer "removed". Reading bytes (a download, a replay
+  package, a reconstruction importing what it read) never starts a clock: a run a replay made holds what it read
+  from the run it replays under that run's hold.
 - **Shared bytes are kept for the longest holder.** A blob is content-addressed and shared (two runs, a run and a
   capture); removing it when the first holder's period runs out would break another holder's promise. A holder
   whose class keeps forever, or names a class that is not declared, pins the bytes: removal cannot be undone, so an
-  unknown class fails closed by keeping.
+  unknown class fails closed by keeping. The sweep removes the bytes when the last live hold runs out.
 - **Claim, remove, record in one transaction.** The sweep claims a due blob with a conditional UPDATE (still holding
   bytes, still due: exactly one row), deletes the bytes, and writes the record before it commits. If the commit
   fails after the delete, the next sweep claims the same blob again, the delete finds nothing (a no-op) and the
@@ -21,7 +28,7 @@ Decisions:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,7 +41,7 @@ from django.utils import timezone
 
 from accounts.audit import audit_record
 
-from .models import Blob, BlobDeletion, RunBlob, blob_storage_name
+from .models import Blob, BlobDeletion, Run, RunBlob, RunBlobHold, blob_storage_name
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +89,26 @@ def _longest(current: tuple[str, datetime | None] | None, candidate: tuple[str, 
 HOLD_BATCH = 500
 
 
+def blobs_bytes_back(digests: Collection[str]) -> list[str]:
+    """Of `digests`, those whose bytes the sweep had removed and which a holder now stores again: each such blob
+    starts a new life with no hold (the caller's hold, `blobs_hold`, is its first), while the holds the removal ended
+    stay ended. Called inside the holder's transaction, before its hold; the rows are locked until it commits, so the
+    caller then makes sure their files are in the store (a sweep that removed them just before is over by now, and
+    none can claim them again before the commit)."""
+    back: list[str] = []
+    wanted = sorted(set(digests))
+    for start in range(0, len(wanted), HOLD_BATCH):
+        chunk = wanted[start : start + HOLD_BATCH]
+        rows = Blob.objects.select_for_update().filter(digest__in=chunk, bytes_removed_at__isnull=False)
+        found = list(rows.values_list("digest", flat=True))
+        if found:
+            Blob.objects.filter(digest__in=found).update(
+                bytes_removed_at=None, retention_class="", sensitivity="", expires_at=None
+            )
+            back.extend(found)
+    return back
+
+
 def blobs_hold(holds: Mapping[str, str], *, recorded_at: datetime) -> None:
     """Record that something recorded at `recorded_at` holds each digest of `holds` ({digest: class name}).
 
@@ -95,13 +122,22 @@ def blobs_hold(holds: Mapping[str, str], *, recorded_at: datetime) -> None:
     an equal expiry keeps the current class). Each UPDATE locks the rows it changes and, on PostgreSQL, re-reads its
     condition on a row another transaction changed meanwhile, so two holders racing still leave the longer hold.
     """
+    blobs_hold_until({digest: (name, hold_expiry(name, recorded_at)) for digest, name in holds.items()})
+
+
+def hold_expiry(name: str, recorded_at: datetime) -> datetime | None:
+    """When a hold under class `name` of material recorded at `recorded_at` runs out (None: kept)."""
+    cls = retention_class(name)
+    return None if cls.period is None else recorded_at + cls.period
+
+
+def blobs_hold_until(holds: Mapping[str, tuple[str, datetime | None]]) -> None:
+    """`blobs_hold` with each hold's class and expiry given: {digest: (class name, expires_at or None)}."""
     if not holds:
         return
     groups: dict[tuple[str, datetime | None], list[str]] = {}
-    for digest, name in holds.items():
-        cls = retention_class(name)
-        expires = None if cls.period is None else recorded_at + cls.period
-        groups.setdefault((cls.name, expires), []).append(digest)
+    for digest, (name, expires) in holds.items():
+        groups.setdefault((name, expires), []).append(digest)
     for (name, expires), digests in groups.items():
         # `_longest(current, (name, expires))` is the new hold exactly when this condition holds.
         shorter = Q(expires_at__isnull=False) if expires is None else Q(expires_at__lt=expires)
@@ -143,31 +179,126 @@ class Expiry:
         }
 
 
+def expiry_of(record: BlobDeletion) -> Expiry:
+    return Expiry(
+        digest=record.digest,
+        retention_class=record.retention_class,
+        sensitivity=record.sensitivity,
+        expired_at=record.expired_at,
+        removed_at=record.removed_at,
+        removed_by=record.removed_by,
+        record_id=record.pk,
+    )
+
+
 def blob_expiries(digests: Iterable[str]) -> dict[str, Expiry]:
-    """{digest: Expiry} for those of `digests` whose bytes the sweep removed (one query; the latest record each)."""
+    """{digest: Expiry} for those of `digests` whose bytes the sweep removed and nobody stored again (one query; the
+    latest record each). Not a holder's answer: what a run or a recording holds is answered per holder
+    (`run_blob_expiries`, fixtures_review.retention.recording_expiries)."""
     wanted = sorted({d for d in digests if d})
     if not wanted:
         return {}
     found: dict[str, Expiry] = {}
     for record in BlobDeletion.objects.filter(digest__in=wanted, blob__bytes_removed_at__isnull=False).order_by("id"):
-        found[record.digest] = Expiry(
-            digest=record.digest,
-            retention_class=record.retention_class,
-            sensitivity=record.sensitivity,
-            expired_at=record.expired_at,
-            removed_at=record.removed_at,
-            removed_by=record.removed_by,
-            record_id=record.pk,
-        )
+        found[record.digest] = expiry_of(record)
     return found
 
 
+def run_blob_expiries(run: Run, digests: Iterable[str]) -> dict[str, Expiry]:
+    """{digest: Expiry} for those of `digests` whose bytes the sweep removed for `run`: the record that ended the
+    run's own hold (one query). A later run storing the same bytes again changes nothing here."""
+    wanted = sorted({d[:71] for d in digests if d})
+    if not wanted:
+        return {}
+    holds = RunBlobHold.objects.filter(
+        run_blob__run=run, blob__digest__in=wanted, removed_by__isnull=False
+    ).select_related("removed_by")
+    found = {hold.removed_by.digest: expiry_of(hold.removed_by) for hold in holds if hold.removed_by is not None}
+    # Rows written before holds were per holder and never migrated answer as their blob does.
+    unheld = RunBlob.objects.filter(run=run, blob__digest__in=wanted, hold__isnull=True)
+    legacy = list(unheld.values_list("blob__digest", flat=True))
+    if legacy:
+        found.update(blob_expiries(legacy))
+    return found
+
+
+@dataclass(frozen=True)
+class RunHolds:
+    """What `run_blobs_hold` recorded: the digests whose bytes come back to the store with this run (the caller makes
+    sure their files are there), and those the run carried but holds no bytes of (read from a run whose hold on them
+    had ended: the caller removes a file it wrote for them)."""
+
+    back: list[str]
+    not_held: list[str]
+
+
+def run_blobs_hold(*, run: Run, carried: Collection[str], read_from: Run | None) -> RunHolds:
+    """Record `run`'s hold on each of its blobs (its RunBlob rows, written just before, in the import's transaction).
+
+    - A blob listed without bytes (not in `carried`; the importer admits that only for a digest with a deletion
+      record, `blobs.<digest>.expired`) is held by nothing: its hold is ended from the start by the digest's latest
+      deletion record.
+    - A blob `read_from` holds (the run a replay replays, when the replay's worker imports its child run) is a read:
+      the hold is that run's (class, expiry, removal), whatever the child's bundle says. A reconstruction of a
+      sensitive run keeps the source's clock, and a package built just before a removal brings nothing back.
+    - Anything else is recorded by this run: the class its bundle names, counted from the run's `created_at`.
+    """
+    run_blobs = list(RunBlob.objects.filter(run=run).select_related("blob"))
+    if not run_blobs:
+        return RunHolds([], [])
+    digests = [rb.blob.digest for rb in run_blobs]
+    source: dict[str, RunBlobHold] = {}
+    if read_from is not None:
+        source = {
+            h.blob.digest: h
+            for h in RunBlobHold.objects.filter(run_blob__run=read_from, blob__digest__in=digests).select_related(
+                "blob"
+            )
+        }
+    latest_removal: dict[str, int] = {}
+    listed_without_bytes = [d for d in digests if d not in carried]
+    if listed_without_bytes:
+        for pk, digest in (
+            BlobDeletion.objects.filter(digest__in=listed_without_bytes).order_by("id").values_list("id", "digest")
+        ):
+            latest_removal[digest] = pk
+    holds: list[RunBlobHold] = []
+    own: dict[str, tuple[str, datetime | None]] = {}
+    not_held: list[str] = []
+    for rb in run_blobs:
+        digest = rb.blob.digest
+        read = source.get(digest)
+        ended: int | None
+        if digest not in carried:
+            ended = latest_removal.get(digest)
+            if ended is None:  # the importer refused such a listing before anything was written
+                raise AssertionError(f"{digest} listed without bytes and without a deletion record")
+            name, expires = (read.retention_class, read.expires_at) if read else (rb.retention, None)
+        elif read is not None:
+            name, expires, ended = read.retention_class, read.expires_at, read.removed_by_id
+            if ended is not None:
+                not_held.append(digest)
+        else:
+            name, expires, ended = rb.retention, hold_expiry(rb.retention, run.created_at), None
+            own[digest] = (name, expires)
+        holds.append(
+            RunBlobHold(run_blob=rb, blob_id=rb.blob_id, retention_class=name, expires_at=expires, removed_by_id=ended)
+        )
+    RunBlobHold.objects.bulk_create(holds, batch_size=1000)
+    # The bytes this run stores: back for a blob whose earlier holds all ended, then held under this run's classes.
+    # A read adds no hold to the blob (the source's is already there, at least as long).
+    back = blobs_bytes_back([d for d in carried if d not in not_held])
+    blobs_hold_until(own)
+    return RunHolds(back=back, not_held=not_held)
+
+
 def _holders(blob: Blob) -> list[str]:
+    # The live holds only: a run whose hold an earlier removal ended held nothing of these bytes.
     names = [
         f"run {run_id}"
-        for run_id in RunBlob.objects.filter(blob=blob)
-        .order_by("run_id")
-        .values_list("run__run_id", flat=True)[: HOLDERS_KEPT + 1]
+        for run_id in RunBlobHold.objects.filter(blob=blob, removed_by__isnull=True)
+        .order_by("run_blob__run_id")
+        .values_list("run_blob__run__run_id", flat=True)[: HOLDERS_KEPT + 1]
     ]
     # Other apps' holders (a capture's body, a fixture's body) name themselves through this hook, so the run graph
     # does not import the review workflow (the layers contract).
@@ -209,6 +340,8 @@ def blob_expire(*, blob_pk: int, now: datetime, by: str) -> BlobDeletion | None:
             f"{blob.expires_at:%Y-%m-%d %H:%M} UTC",
             holders=_holders(blob),
         )
+        # Every hold live now ends with this removal, for good: bytes stored again later are a new hold.
+        RunBlobHold.objects.filter(blob=blob, removed_by__isnull=True).update(removed_by=record)
         for hook in EXPIRY_HOOKS:
             hook(blob.digest, record)
         # Inside the transaction, after the claim: a failed delete rolls the claim back for the next sweep; a delete

@@ -58,7 +58,7 @@ def source_span_of(run: Run, body: dict[str, Any]) -> SourceSpan | None:
         return shown
     run_blob, handle = held
     with handle:
-        if run_blob.blob.bytes_removed_at is not None:
+        if run_blob.bytes_removed:
             shown.problem = "the retention sweep removed the bytes this span was kept in"
             return shown
         try:

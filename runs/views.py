@@ -20,8 +20,8 @@ from .event_detail import event_detail_build
 from .forms import BundleUploadForm, RunFilterForm
 from .glossary import glossary_entries
 from .import_formats import runs_import_from_upload
-from .models import Run, RunBlob
-from .retention import blob_expiries
+from .models import Run
+from .retention import run_blob_expiries
 from .trace import SEARCH_SPAN
 
 
@@ -103,8 +103,8 @@ def blob_download(request: HtmxHttpRequest, run_id: str, digest: str) -> HttpRes
     found = blob_for_run(run, digest)
     if found is None:
         # Bytes the retention sweep removed are gone, not missing: 410 with the deletion record, one line.
-        expiry = blob_expiries([digest[:71]]).get(digest[:71])
-        if expiry is not None and RunBlob.objects.filter(run=run, blob__digest=digest[:71]).exists():
+        expiry = run_blob_expiries(run, [digest]).get(digest[:71])
+        if expiry is not None:
             return HttpResponse(
                 f"{digest[:71]}: {expiry.sentence}\n", status=410, content_type="text/plain; charset=utf-8"
             )

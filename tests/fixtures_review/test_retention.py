@@ -50,3 +50,30 @@ def test_the_sweep_removes_a_captured_body_and_its_inline_copy_and_the_page_says
     assert "Download the response body" not in page
     download = client.get(f"/review/{recording.public_id}/body/response/")
     assert download.status_code == 410 and f"deletion record {record.pk}" in download.content.decode()
+
+
+def test_a_body_captured_again_after_its_removal_is_a_new_hold_of_its_own(role_user, client):
+    """Retention per holder (issue 33): the earlier recording's body stays removed, the later one's copy is served
+    and then removed at its own expiry."""
+    operator = role_user("operator")
+    early = capture_stage(raw=status_capture(retention="sensitive"), user=operator).recording
+    digest = early.body_blobs["response.body"]
+    assert retention_sweep(now=CAPTURED + timedelta(days=8)).removed == [digest]
+    first = BlobDeletion.objects.get(digest=digest)
+    later_at = CAPTURED + timedelta(days=30)
+    later = capture_stage(
+        raw=status_capture(retention="sensitive", world_revision=5, captured_at=later_at.isoformat()), user=operator
+    ).recording
+    assert later.body_blobs["response.body"] == digest
+    client.force_login(role_user("reviewer"))
+
+    gone = client.get(f"/review/{early.public_id}/body/response/")
+    assert gone.status_code == 410 and f"deletion record {first.pk}" in gone.content.decode()
+    assert client.get(f"/review/{later.public_id}/body/response/").status_code == 200
+
+    assert retention_sweep(now=later_at + timedelta(days=6)).removed == []
+    assert retention_sweep(now=later_at + timedelta(days=8)).removed == [digest]
+    second = BlobDeletion.objects.filter(digest=digest).exclude(pk=first.pk).get()
+    assert second.holders == [f"recording {later.public_id}"]
+    assert StagedRecording.objects.get(pk=early.pk).expired_bodies == {"response.body": first.pk}
+    assert StagedRecording.objects.get(pk=later.pk).expired_bodies == {"response.body": second.pk}

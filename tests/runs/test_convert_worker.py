@@ -156,22 +156,21 @@ def test_the_original_is_scanned_once_ahead_and_every_run_names_it_masked(tmp_pa
         assert MaskedSecret.objects.filter(run=run, place="blob", rule="github-pat").exists()
 
 
-def test_bytes_the_store_holds_are_not_hashed_again_but_must_be_listed_as_they_are(tmp_path):
+def test_bytes_the_store_holds_are_hashed_again_a_file_of_the_right_size_is_not_the_blob(tmp_path):
+    # Issue 33: this used to pass unhashed (`held`), letting junk of the right size claim another run's blob.
     path = _traces(tmp_path, 1)
     import_run(path)
     [original] = RunBlob.objects.filter(role="source-otlp").values_list("blob__digest", flat=True)
     root = tmp_path / "bundle"
     (root / "blobs" / "sha256").mkdir(parents=True)
     held = root / "blobs" / "sha256" / original.removeprefix("sha256:")
-    held.write_bytes(b"x" * path.stat().st_size)  # not the bytes: never read, so not hashed
+    held.write_bytes(b"x" * path.stat().st_size)
     size = path.stat().st_size
     parsed = Manifest(run={}, blobs={original: BlobEntry(original, "application/x-protobuf", size, "r", "standard")})
-    assert verify_blobs(root, parsed, held={original}) == {original: held}
     with pytest.raises(BundleError, match="bad digest"):
         verify_blobs(root, parsed)
-    held.write_bytes(b"x")
-    with pytest.raises(BundleError, match="differs from manifest"):
-        verify_blobs(root, parsed, held={original})
+    held.write_bytes(path.read_bytes())
+    assert verify_blobs(root, parsed) == {original: held}
 
 
 def test_the_worker_gets_no_secret_of_the_web_process(tmp_path, workers, monkeypatch):
