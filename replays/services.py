@@ -199,7 +199,7 @@ def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes], dict[str
 
 def model_connection_chosen(mode: str, vary: dict[str, str], name: str | None) -> dict[str, Any] | None:
     """A live model connection (issues 18, 33) belongs to a counterfactual whose decider is a registered agent, and
-    is one an admin registered and another person approved (`connection_resolve`): the launch names it, nothing
+    is one an admin registered and another person approved (`model_connection_resolve`): the launch names it, nothing
     typed becomes a URL or a variable name. Kept as it was at launch, with the per-replay call cap."""
     if not name:
         return None
