@@ -182,6 +182,8 @@ UNGATED: dict[tuple[str, str], str] = {
     ("fixtures_review.ContractRevision", "digest"): _DIGEST,
     ("fixtures_review.Connection", "reaches"): _CHOICE,
     ("fixtures_review.Connection", "state"): _CHOICE,
+    ("fixtures_review.Connection", "kind"): _CHOICE,
+    ("fixtures_review.Connection", "endpoint_scheme"): _CHOICE,
     ("fixtures_review.RequestObservation", "public_id"): _OWN_TOKEN + " (an observation's public id)",
     ("fixtures_review.RequestObservation", "kind"): _CHOICE,
     ("fixtures_review.RequestObservation", "scenario_name"): _SCENARIO,

@@ -37,10 +37,19 @@ class ConnectionForm(forms.ModelForm):
     capabilities = _NamesField(required=False, help_text=f"comma-separated: {', '.join(CAPABILITIES)}")
     account_scopes = _NamesField(required=False, help_text="comma-separated; each one account, never a pattern")
     capture_result_classes = _NamesField(required=False, help_text=f"comma-separated: {', '.join(RESULT_CLASSES)}")
+    # Left out, a connection is a recording one, as every connection was before model endpoints (issue 33).
+    kind = forms.ChoiceField(choices=Connection.Kind.choices, required=False, initial=Connection.Kind.RECORDING)
 
     class Meta:
         model = Connection
-        fields = ["name", "description", "reaches", *connections.POLICY_FIELDS[1:]]
+        fields = [
+            "name",
+            "description",
+            "kind",
+            "reaches",
+            *connections.POLICY_FIELDS[1:],
+            *connections.ENDPOINT_FIELDS,
+        ]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -51,14 +60,21 @@ class ConnectionForm(forms.ModelForm):
         default = data.get("default_result_class")
         if default and default not in (data.get("capture_result_classes") or []):
             self.add_error("default_result_class", "must be one of the result classes the capture policy keeps")
+        data["kind"] = data.get("kind") or Connection.Kind.RECORDING
+        if data["kind"] == Connection.Kind.MODEL:
+            # A model endpoint is checked as the relay will check it (issue 33): a credential reference outside the
+            # model-credential namespace is refused here, before anyone could approve it.
+            probe = Connection(**{name: data.get(name) for name in connections.ENDPOINT_FIELDS}, kind=data["kind"])
+            for gap in connections.endpoint_gaps(probe):
+                self.add_error(None, gap)
         return data
 
 
 @admin.register(Connection)
 class ConnectionAdmin(admin.ModelAdmin):
     form = ConnectionForm
-    list_display = ["name", "state", "reaches", "capabilities", "account_scopes", "approved_by", "approved_at"]
-    list_filter = ["state", "reaches"]
+    list_display = ["name", "kind", "state", "reaches", "capabilities", "account_scopes", "approved_by", "approved_at"]
+    list_filter = ["kind", "state", "reaches"]
     search_fields = ["name"]
     readonly_fields = ["state", "proposed_by", "proposed_at", "approved_by", "approved_at", "retired_by", "retired_at"]
     actions = ["approve", "retire"]

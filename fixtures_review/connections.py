@@ -18,6 +18,7 @@ from django.utils import timezone
 from n17q_secrets.scanning import mask_json
 
 from . import intake, record_policy
+from .model_endpoints import EndpointRefused, ModelEndpoint
 from .models import Connection, RequestObservation
 
 REVIEW_PERM = "fixtures_review.review_capture"
@@ -30,6 +31,10 @@ POLICY_FIELDS = (
     "capture_result_classes",
     "default_result_class",
 )
+# A model endpoint's reach (issue 33): what the relay may request and the one credential it may send. A change to
+# any of them, like a change to a recording connection's policy, is no longer what a reviewer approved.
+ENDPOINT_FIELDS = ("endpoint_scheme", "endpoint_host", "endpoint_port", "endpoint_path_prefix", "credential_name")
+REVIEWED_FIELDS = ("kind", *POLICY_FIELDS, *ENDPOINT_FIELDS)
 
 
 class ConnectionRefused(ValueError):
@@ -70,14 +75,66 @@ def policy_of(connection: Connection | None) -> record_policy.ConnectionPolicy |
 
 
 def _policy_detail(connection: Connection) -> dict[str, Any]:
+    if connection.kind == Connection.Kind.MODEL:
+        return {name: getattr(connection, name) for name in ("kind", *ENDPOINT_FIELDS)}
     return {name: getattr(connection, name) for name in POLICY_FIELDS}
 
 
+def model_endpoint_of(connection: Connection) -> ModelEndpoint:
+    """What a model connection lets the relay reach (`replays.relay.ModelEndpoint`), unchecked."""
+    return ModelEndpoint(
+        scheme=connection.endpoint_scheme,
+        host=connection.endpoint_host,
+        port=connection.endpoint_port or 0,
+        path_prefix=connection.endpoint_path_prefix,
+        credential=connection.credential_name,
+    )
+
+
+def endpoint_gaps(connection: Connection) -> list[str]:
+    """What keeps a model connection from being approved (or used): its endpoint or credential reference refused."""
+    if connection.kind != Connection.Kind.MODEL:
+        return []
+    try:
+        model_endpoint_of(connection).check()
+    except EndpointRefused as exc:
+        return [str(exc)]
+    return []
+
+
+def approved_model_connections() -> list[Connection]:
+    """The model connections an operator may choose for a live relay: approved, and whose endpoint still checks."""
+    held = Connection.objects.filter(kind=Connection.Kind.MODEL, state=Connection.State.APPROVED).order_by("name")
+    return [c for c in held if not endpoint_gaps(c)]
+
+
+def model_connection_resolve(name: str) -> ModelEndpoint:
+    """The endpoint of the approved model connection `name`: ConnectionRefused, in one line, for any other name
+    (unregistered, a recording connection, proposed, retired, or an endpoint that no longer checks)."""
+    connection = Connection.objects.filter(name=name, kind=Connection.Kind.MODEL).first()
+    if connection is None:
+        # The name is not repeated: a value typed where a name belongs may be a credential.
+        raise ConnectionRefused("no model connection is registered under that name (an admin registers one)")
+    if connection.state != Connection.State.APPROVED:
+        raise ConnectionRefused(
+            f"model connection {name} is {connection.state}, not approved: the relay may not use it"
+        )
+    gaps = endpoint_gaps(connection)
+    if gaps:
+        raise ConnectionRefused(f"model connection {name}: {gaps[0]}")
+    return model_endpoint_of(connection)
+
+
 def connection_propose(*, name: str, user: Any, description: str = "", **policy: Any) -> Connection:
-    """Register a connection, proposed: record mode may not use it until a reviewer approves it."""
-    unknown = sorted(set(policy) - set(POLICY_FIELDS))
+    """Register a connection, proposed: record mode (or, kind `model`, the relay) may not use it until a reviewer
+    approves it. A model endpoint whose reach or credential reference is refused is not even proposed."""
+    unknown = sorted(set(policy) - set(REVIEWED_FIELDS))
     if unknown:
         raise ConnectionRefused(f"{unknown[0]}: not a field of a connection's policy")
+    if policy.get("kind") == Connection.Kind.MODEL:
+        gaps = endpoint_gaps(Connection(name=name, **policy))
+        if gaps:
+            raise ConnectionRefused(f"connection {name}: {gaps[0]}")
     with transaction.atomic():
         if Connection.objects.filter(name=name).exists():
             raise ConnectionRefused(f"connection {name} is registered already")
@@ -95,7 +152,7 @@ def connection_policy_change(
     if created:
         connection.state = Connection.State.PROPOSED
         connection.proposed_by = _person(user)
-    elif set(changed) & set(POLICY_FIELDS) and connection.state != Connection.State.RETIRED:
+    elif set(changed) & set(REVIEWED_FIELDS) and connection.state != Connection.State.RETIRED:
         connection.state = Connection.State.PROPOSED
         connection.approved_by = None
         connection.approved_at = None
@@ -130,6 +187,9 @@ def approval_refusal(connection: Connection, user: Any) -> str | None:
         return f"connection {connection.name} is {connection.state}, not proposed"
     if connection.proposed_by_id is not None and connection.proposed_by_id == user.pk:
         return f"four eyes: you proposed connection {connection.name}, so another reviewer must approve it"
+    if connection.kind == Connection.Kind.MODEL:
+        gaps = endpoint_gaps(connection)
+        return f"connection {connection.name}: {gaps[0]}" if gaps else None
     gaps = record_policy.policy_gaps(policy_of(connection))  # type: ignore[arg-type]
     if gaps:
         return f"connection {connection.name}: its capture policy is incomplete ({'; '.join(gaps)})"
@@ -168,7 +228,9 @@ def capture_admit(
     # The names a refusal repeats (in its reason, the observation, the audit log) are scanned first: a token pasted
     # into `account_scope` must not reach the log in the clear because the capture was refused before intake masked it.
     capture = {key: mask_json(value, key, []) if key in _NAMED else value for key, value in capture.items()}
-    connection = Connection.objects.filter(name=str(capture.get("connection") or "")).first()
+    # A model endpoint (issue 33) is no connection record mode captures through: it is refused as unregistered.
+    named = str(capture.get("connection") or "")
+    connection = Connection.objects.filter(name=named, kind=Connection.Kind.RECORDING).first()
     try:
         return record_policy.admit(capture, policy_of(connection))
     except record_policy.RecordRefused as exc:

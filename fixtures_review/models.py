@@ -237,7 +237,20 @@ class Connection(models.Model):
 
     Proposed, then approved by a reviewer other than the proposer, then retired; a change to the policy of an
     approved connection sends it back to proposed (`fixtures_review.connections`). Each step is an audit entry.
+
+    A connection of kind `model` (issue 33) is a model endpoint the live relay may reach instead: the same lifecycle,
+    naming a scheme, host, port and path prefix and the ONE credential reference the relay may send there (a name in
+    the model-credential namespace, `replays.relay.CREDENTIAL_PREFIX`; the value is on the worker only). Record mode
+    never captures through a model connection, and the relay never reaches a recording one.
     """
+
+    class Kind(models.TextChoices):
+        RECORDING = "recording", "a recording connection (record mode captures through it)"
+        MODEL = "model", "a model endpoint (the live relay reaches it)"
+
+    class Scheme(models.TextChoices):
+        HTTPS = "https"
+        HTTP = "http"
 
     class State(models.TextChoices):
         PROPOSED = "proposed"
@@ -265,6 +278,19 @@ class Connection(models.Model):
     )
     default_result_class = GatedCharField(
         max_length=40, blank=True, default="", help_text="the class of a result whose capture names none"
+    )
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.RECORDING)
+    # A model endpoint's reach (kind `model`; empty for a recording connection): the relay requests only
+    # <scheme>://<host>:<port><path prefix>/chat/completions, with the credential named here and no other.
+    endpoint_scheme = models.CharField(max_length=5, choices=Scheme.choices, blank=True, default="")
+    endpoint_host = GatedCharField(max_length=253, blank=True, default="", help_text="a host name or IP address")
+    endpoint_port = models.PositiveIntegerField(null=True, blank=True)
+    endpoint_path_prefix = GatedCharField(max_length=300, blank=True, default="", help_text="e.g. /v1")
+    credential_name = GatedCharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="the NAME of the worker's environment variable under N17Q_MODEL_CREDENTIAL_ (never the credential)",
     )
     state = models.CharField(max_length=20, choices=State.choices, default=State.PROPOSED)
     proposed_by = models.ForeignKey(

@@ -176,6 +176,9 @@ N17Q_IMPORT_STALE_S = env_int("N17Q_IMPORT_STALE_S", 300, minimum=1)
 N17Q_ALLOW_DEGRADED_ISOLATION = env_bool("N17Q_ALLOW_DEGRADED_ISOLATION", False)
 N17Q_REPLAY_TIMEOUT_S = env_int("N17Q_REPLAY_TIMEOUT_S", 300, minimum=1)
 N17Q_REPLAY_MEMORY_MB = env_int("N17Q_REPLAY_MEMORY_MB", 1024, minimum=128)
+# The live model relay (replays/relay.py, issue 33): at most this many model calls of one replay reach the approved
+# endpoint; the rest are refused (the agent gets an error answer) and the replay's record counts them.
+N17Q_MODEL_RELAY_MAX_CALLS = env_int("N17Q_MODEL_RELAY_MAX_CALLS", 100, minimum=1)
 # A worker holds a replay by a lease it renews with every progress line (replays/services.py); a replay whose
 # lease ran out, or whose process on this host is gone, is queued again by the recovery pass, at most
 # N17Q_REPLAY_MAX_ATTEMPTS claims in all, then marked interrupted at its last checkpoint.

@@ -57,21 +57,10 @@ class CounterfactualForm(LaunchForm):
     delay_tool = forms.ChoiceField(required=False, label="Visibility delay of (mutation tool)")
     delay_s = forms.CharField(required=False, label="Delay (seconds)", max_length=20)
     checkpoint = forms.ChoiceField(label="From checkpoint")
-    # An agent decider's live model (issue 18): a provider's OpenAI-compatible base URL and the NAME of the
-    # environment variable on the worker that holds its credential. Never the credential itself.
-    # Labelled for screen readers (labelled_control.html) and, on the line, by their placeholders.
-    model_base_url = forms.CharField(
-        required=False,
-        label="Live model: base URL (optional)",
-        max_length=500,
-        widget=forms.TextInput(attrs={"placeholder": "agent only: live model base URL (optional)"}),
-    )
-    model_credential_name = forms.CharField(
-        required=False,
-        label="Live model: credential NAME on the worker",
-        max_length=128,
-        widget=forms.TextInput(attrs={"placeholder": "its credential's variable name on the worker"}),
-    )
+    # An agent decider's live model (issues 18, 33): one of the approved model connections, chosen by name. Nothing
+    # typed here becomes a URL or a variable name: the connection names its endpoint and its one credential reference,
+    # and a name that is not an approved one's is not a choice (Django refuses it as "not one of the available").
+    model_connection = forms.ChoiceField(required=False, label="Live model (agent only): approved model connection")
 
     def __init__(self, *args, choices: dict[str, list[tuple[str, str]]], **kwargs):
         super().__init__(*args, **kwargs)
@@ -83,6 +72,15 @@ class CounterfactualForm(LaunchForm):
         if "human" in choices:
             self.choice_field("human").choices = choices["human"]
         self._add_agents()
+        self._add_model_connections()
+
+    def _add_model_connections(self) -> None:
+        from fixtures_review.connections import approved_model_connections
+
+        self.choice_field("model_connection").choices = [
+            ("", "none: the model answers from fixtures"),
+            *((c.name, f"{c.name} ({c.endpoint_host}:{c.endpoint_port})") for c in approved_model_connections()),
+        ]
 
     def _add_agents(self) -> None:
         """Each registered agent as the decider `agent:<name>` (issue 18); one whose folder no longer matches its
@@ -113,18 +111,9 @@ class CounterfactualForm(LaunchForm):
         if variable == "decider" and data.get("decider") in self.unavailable_agents:
             why = self.unavailable_agents[data["decider"]]
             raise forms.ValidationError(f"{data['decider']} cannot run: {why}")
-        base_url = (data.get("model_base_url") or "").strip()
-        name = (data.get("model_credential_name") or "").strip()
-        if base_url or name:
-            from replays.relay import RelayRefused, check_connection
-
-            if variable != "decider" or not str(data.get("decider") or "").startswith("agent:"):
-                raise forms.ValidationError("A live model connection is for an agent decider only.")
-            try:
-                check_connection(base_url, name)
-            except RelayRefused as exc:
-                raise forms.ValidationError(str(exc)) from None
-            data["_model_connection"] = {"base_url": base_url, "credential_name": name}
+        agent_decider = variable == "decider" and str(data.get("decider") or "").startswith("agent:")
+        if data.get("model_connection") and not agent_decider:
+            raise forms.ValidationError("A live model connection is for an agent decider only.")
         if variable in values:
             key, value = values[variable]
             if not value or key.endswith("."):
@@ -135,9 +124,10 @@ class CounterfactualForm(LaunchForm):
     def vary(self) -> dict[str, str]:
         return dict(self.cleaned_data.get("_vary") or {})
 
-    def model_connection(self) -> dict[str, str] | None:
-        """The declared live model connection (base URL, credential name), or None: model fixtures."""
-        return self.cleaned_data.get("_model_connection")
+    def chosen_model_connection(self) -> str | None:
+        """The chosen approved model connection's name, or None: model fixtures. `replay_create` resolves it again
+        (it may have been retired since the form was drawn)."""
+        return self.cleaned_data.get("model_connection") or None
 
 
 class ExcludeToolForm(forms.Form):

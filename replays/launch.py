@@ -405,7 +405,7 @@ def launch_summary(
     vary: dict[str, str] | None,
     version: ScenarioVersion | None,
     checkpoint: str = "start",
-    model_connection: dict[str, str] | None = None,
+    model_connection: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The facts a button shows before it starts anything; see the module docstring. Raises `VaryRefused` for
     a checkpoint or human choice the run does not hold (`source_check`). `model_connection` (an agent decider's
@@ -427,9 +427,10 @@ def launch_summary(
         if model_connection:
             agent.update(
                 model_source="live",
-                model_note=f"relayed live by the worker to {model_connection['base_url']} with the credential named "
+                model_note=f"relayed live by the worker through the approved model connection "
+                f"{model_connection['connection']} to {model_connection['base_url']} with the credential named "
                 f"{model_connection['credential_name']} in the worker's environment (never inside the sandbox, never "
-                "stored); every call is recorded with origin live",
+                f"stored); every call is recorded with origin live, at most {model_connection['max_calls']} of them",
             )
         model = {"name": agent["decider"], "version": agent["digest"]}
         model_note = f"your agent decides from the checkpoint; its model answers from {agent['model_note']}"
@@ -466,8 +467,10 @@ def launch_summary(
                 run_label="a fresh comparison run, not a replay: the agent's model answers live, so nothing "
                 "guarantees the same answers again",
                 model_connection={
+                    "connection": model_connection["connection"],
                     "base_url": model_connection["base_url"],
                     "credential_name": model_connection["credential_name"],
+                    "max_calls": model_connection["max_calls"],
                 },
             )
         summary["isolation"] = {
@@ -517,7 +520,11 @@ def launch_summary(
         world=sc.world_name,
         can_touch=[
             *(
-                [f"the model provider at {model_connection['base_url']}, only through the worker's relay"]
+                [
+                    f"the model endpoint {model_connection['base_url']} of the approved model connection "
+                    f"{model_connection['connection']}, only through the worker's relay, at most "
+                    f"{model_connection['max_calls']} calls"
+                ]
                 if agent is not None and model_connection
                 else []
             ),

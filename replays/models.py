@@ -68,9 +68,13 @@ class Replay(models.Model):
     progress_events = models.PositiveIntegerField(default=0)
     progress_logical = models.CharField(max_length=40, blank=True, default="")
     progress_checkpoint = GatedCharField(max_length=200, blank=True, default="")
-    # An agent decider's live model connection (issue 18): {"base_url", "credential_name"}; empty: model fixtures.
-    # The credential's NAME only: the worker resolves its value from its own environment, nothing stores it.
+    # An agent decider's live model connection (issues 18, 33): the approved model connection chosen at launch, as it
+    # was then: {"connection", "base_url", "credential_name", "max_calls"}; empty: model fixtures. The credential's
+    # NAME only: the worker resolves its value from its own environment, nothing stores it.
     model_connection = GatedJSONField(default=dict, blank=True)
+    # What the relay did (issue 33): the calls it sent to the endpoint, and those the per-replay cap refused.
+    model_calls = models.PositiveIntegerField(default=0)
+    model_calls_refused = models.PositiveIntegerField(default=0)
 
     class Meta:
         db_table = "runs_replay"
@@ -88,6 +92,20 @@ class Replay(models.Model):
     @property
     def ended(self) -> bool:
         return self.state in self.ENDED
+
+    @property
+    def model_relay_record(self) -> dict[str, object] | None:
+        """What the live relay did for this replay (issue 33), or None when it had no model connection: the calls
+        sent, the calls the per-replay cap refused, the cap, and whether the cap stopped it."""
+        if not self.model_connection:
+            return None
+        return {
+            "connection": self.model_connection.get("connection"),
+            "calls": self.model_calls,
+            "refused_by_cap": self.model_calls_refused,
+            "cap": self.model_connection.get("max_calls"),
+            "stopped_by_cap": self.model_calls_refused > 0,
+        }
 
 
 class WorkerHeartbeat(models.Model):

@@ -1,56 +1,79 @@
-"""The worker's side of the live model relay (issue 18, docs/agents.md): an agent's chat requests, relayed to the
-model provider the operator declared (an OpenAI-compatible base URL), with the credential the worker alone holds.
+"""The worker's side of the live model relay (issue 18, docs/agents.md): an agent's chat requests, relayed to a model
+endpoint an admin registered and a reviewer approved (a reviewed connection of kind `model`, issue 33), with the one
+credential that endpoint may use, which the worker alone holds.
 
-`model_relay(base_url, credential_name)` returns the callable the sandbox's relay channel answers each request
-line with (`n17q_engine.sandbox._RelayChannel`): it resolves the credential from the worker's environment by name
-when called (never stored, never sent into the sandbox), POSTs the request to `<base_url>/chat/completions`, and
-answers `{"body": <chat completion>}` or `{"error": "..."}`. Django-free: the engine's tests use it as it is.
+`ModelEndpoint` is what an approved model connection names: scheme, host, port, path prefix and the ONE credential
+reference. `ModelRelay(endpoint, max_calls=…)` is the callable the sandbox's relay channel answers each request line
+with (`n17q_engine.sandbox._RelayChannel`): it resolves the credential from the worker's environment when called
+(never stored, never sent into the sandbox), POSTs the request to `<scheme>://<host>:<port><prefix>/chat/completions`
+and nowhere else (no redirect is followed, no proxy is used), answers `{"body": <chat completion>}` or
+`{"error": "..."}`, and counts its calls: past `max_calls` it refuses. Django-free: the engine's tests use it as is.
+
+The endpoint and the credential namespace are defined in `fixtures_review.model_endpoints`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable
-from urllib.parse import urlsplit
+from typing import Any
 
-CREDENTIAL_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+from fixtures_review.model_endpoints import EndpointRefused, ModelEndpoint
+
 MAX_RESPONSE = 8 << 20
 TIMEOUT_S = 120.0
 DROPPED = ("stream", "stream_options")  # whole completions only (the agent's endpoint answers no stream)
 
 
-class RelayRefused(ValueError):
-    """A model connection that cannot be declared as given; one line."""
+# One refusal for an endpoint however it is reached (the connection's approval, the relay's construction).
+RelayRefused = EndpointRefused
 
 
-def check_connection(base_url: str, credential_name: str) -> None:
-    """Refuse, in one line, a base URL that is not http(s) with a host, or a credential name that is not an
-    environment variable's name (the value is never asked for: the worker resolves it)."""
-    parts = urlsplit(base_url or "")
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
-        raise RelayRefused(f"model base URL {base_url!r}: an http(s) URL with a host and no credentials in it")
-    if parts.query or parts.fragment:
-        raise RelayRefused(f"model base URL {base_url!r}: no query or fragment")
-    if not CREDENTIAL_NAME_RE.match(credential_name or ""):
-        # What was given is not repeated: typed in the wrong place, it may be the credential itself.
-        raise RelayRefused(
-            "credential name: the NAME of an environment variable on the worker (upper-case letters, digits, _), "
-            "never the credential itself"
-        )
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # A redirect would send the request (and, by urllib's rules, its Authorization header) to a URL nobody approved.
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
 
 
-def model_relay(base_url: str, credential_name: str) -> Callable[[bytes], bytes]:
-    check_connection(base_url, credential_name)
-    url = base_url.rstrip("/") + "/chat/completions"
+# No proxy handler: the approved endpoint is the only host the worker connects to (a proxy from the environment
+# would see the credential of an http endpoint, and is a host nobody approved).
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
-    def relay(line: bytes) -> bytes:
-        credential = os.environ.get(credential_name)
+
+class ModelRelay:
+    """The relay of one replay: at most `max_calls` requests reach the endpoint; the rest are refused and counted."""
+
+    def __init__(self, endpoint: ModelEndpoint, *, max_calls: int) -> None:
+        endpoint.check()
+        if max_calls < 1:
+            raise RelayRefused(f"the relay's call cap must be at least 1, got {max_calls}")
+        self.endpoint = endpoint
+        self.max_calls = max_calls
+        self.calls = 0  # requests sent to the endpoint
+        self.refused = 0  # requests the cap refused
+        self._lock = threading.Lock()
+        self.url = endpoint.base_url + "/chat/completions"
+        if not endpoint.admits(self.url):  # the URL is built, never given; this keeps it so
+            raise RelayRefused(f"{self.url} is not under the approved endpoint")
+
+    @property
+    def capped(self) -> bool:
+        return self.refused > 0
+
+    def __call__(self, line: bytes) -> bytes:
+        with self._lock:
+            if self.calls >= self.max_calls:
+                self.refused += 1
+                return _answer(
+                    error=f"the relay's cap of {self.max_calls} model calls for this replay is reached: call refused"
+                )
+            self.calls += 1
+        credential = os.environ.get(self.endpoint.credential)
         if not credential:
-            return _answer(error=f"the worker's environment holds no {credential_name}")
+            return _answer(error=f"the worker's environment holds no {self.endpoint.credential}")
         try:
             request = json.loads(line)
         except ValueError:
@@ -59,16 +82,17 @@ def model_relay(base_url: str, credential_name: str) -> Callable[[bytes], bytes]
             return _answer(error="the request is not a JSON object")
         body = {k: v for k, v in request.items() if k not in DROPPED}
         http = urllib.request.Request(
-            url,
+            self.url,
             data=json.dumps(body).encode(),
             method="POST",
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {credential}"},
         )
         try:
-            with urllib.request.urlopen(http, timeout=TIMEOUT_S) as response:
+            with _OPENER.open(http, timeout=TIMEOUT_S) as response:
                 data = response.read(MAX_RESPONSE + 1)
         except urllib.error.HTTPError as exc:
-            return _answer(error=f"the provider answered HTTP {exc.code}")
+            moved = " (a redirect, not followed)" if 300 <= exc.code < 400 else ""
+            return _answer(error=f"the provider answered HTTP {exc.code}{moved}")
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             return _answer(error=f"the provider could not be reached: {getattr(exc, 'reason', exc)}")
         if len(data) > MAX_RESPONSE:
@@ -80,8 +104,6 @@ def model_relay(base_url: str, credential_name: str) -> Callable[[bytes], bytes]
         if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
             return _answer(error="the provider's answer is not a chat completion")
         return _answer(body=completion)
-
-    return relay
 
 
 def _answer(*, body: dict | None = None, error: str | None = None) -> bytes:

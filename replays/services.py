@@ -32,6 +32,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from accounts.audit import audit_record
+from fixtures_review.connections import ConnectionRefused, model_connection_resolve
 from fixtures_review.scenarios import ScenarioRefused, scenario_for_run, scenario_package, scenario_resolve
 from n17q_engine import canonical
 from n17q_engine.agent.entry import run_agent_replay
@@ -91,7 +92,7 @@ def replay_create(
     scenario: str | None = None,
     checkpoint: str = "start",
     user: Any = None,
-    model_connection: dict[str, str] | None = None,
+    model_connection: str | None = None,
 ) -> Replay:
     vary = dict(vary or {})
     if mode not in MODES:
@@ -105,7 +106,7 @@ def replay_create(
         raise ReplayRefused(f"a {mode} changes nothing; a varied value belongs to a counterfactual", field="vary")
     if "decider" in vary and vary["decider"] not in DECIDERS and not vary["decider"].startswith("agent:"):
         raise ReplayRefused(f"unknown decider {vary['decider']!r} (known: {', '.join(sorted(DECIDERS))})")
-    connection = _model_connection_check(mode, vary, model_connection)
+    connection = model_connection_chosen(mode, vary, model_connection)
     try:
         version = scenario_resolve(scenario) if scenario else scenario_for_run(run)
     except ScenarioRefused as exc:
@@ -197,23 +198,26 @@ def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes], dict[str
 # --- launching -------------------------------------------------------------------------------------------------
 
 
-def _model_connection_check(
-    mode: str, vary: dict[str, str], connection: dict[str, str] | None
-) -> dict[str, str] | None:
-    """A live model connection (issue 18) belongs to a counterfactual whose decider is a registered agent; its base
-    URL and credential NAME are checked here (the value is never asked for)."""
-    if not connection:
+def model_connection_chosen(mode: str, vary: dict[str, str], name: str | None) -> dict[str, Any] | None:
+    """A live model connection (issues 18, 33) belongs to a counterfactual whose decider is a registered agent, and
+    is one an admin registered and another person approved (`model_connection_resolve`): the launch names it, nothing
+    typed becomes a URL or a variable name. Kept as it was at launch, with the per-replay call cap."""
+    if not name:
         return None
-    from .relay import RelayRefused, check_connection
-
+    if not isinstance(name, str):  # never a URL and a variable name given as they are: a registered name only
+        raise ReplayRefused("a live model connection is chosen by the name of an approved one", field="model")
     if mode != "counterfactual" or not str(vary.get("decider", "")).startswith("agent:"):
         raise ReplayRefused("a live model connection is for a counterfactual whose decider is an agent", field="model")
-    base_url, name = str(connection.get("base_url") or ""), str(connection.get("credential_name") or "")
     try:
-        check_connection(base_url, name)
-    except RelayRefused as exc:
+        endpoint = model_connection_resolve(name)
+    except ConnectionRefused as exc:
         raise ReplayRefused(str(exc), field="model") from None
-    return {"base_url": base_url, "credential_name": name}
+    return {
+        "connection": name,
+        "base_url": endpoint.base_url,
+        "credential_name": endpoint.credential,
+        "max_calls": settings.N17Q_MODEL_RELAY_MAX_CALLS,
+    }
 
 
 def replay_launch(
@@ -224,7 +228,7 @@ def replay_launch(
     scenario: str | None = None,
     checkpoint: str = "start",
     user: Any = None,
-    model_connection: dict[str, str] | None = None,
+    model_connection: str | None = None,
 ) -> Replay:
     """Create a replay and enqueue its task once the row is committed (a worker must be able to read it)."""
     with transaction.atomic():
@@ -528,29 +532,48 @@ def _run_agent(replay: Replay, package: Any, progress: Any) -> Any:
         agent = agent_check(replay.decider)
     except AgentRefused as exc:
         raise AgentError(str(exc)) from None
-    relay, connection = None, ""
-    if replay.model_connection:  # the live relay: the worker alone resolves and holds the credential
-        from urllib.parse import urlsplit
+    relay, connection = _relay_for(replay), ""
+    if relay is not None:
+        connection = relay.endpoint.netloc
+    try:
+        return run_agent_replay(
+            package,
+            agent_spec(agent),
+            relay=relay,
+            live_connection=connection,
+            limits=Limits(
+                cpu_s=settings.N17Q_REPLAY_TIMEOUT_S,
+                memory_bytes=max(settings.N17Q_REPLAY_MEMORY_MB, 4096) << 20,
+                open_files=256,
+                processes=256,
+            ),
+            timeout_s=settings.N17Q_REPLAY_TIMEOUT_S,
+            on_event=progress,
+        )
+    finally:
+        if relay is not None:  # the replay's record says what the relay did, however the run ended (`_end`)
+            replay.model_calls, replay.model_calls_refused = relay.calls, relay.refused
 
-        from .relay import model_relay
 
-        base_url = replay.model_connection["base_url"]
-        relay = model_relay(base_url, replay.model_connection["credential_name"])
-        connection = urlsplit(base_url).netloc
-    return run_agent_replay(
-        package,
-        agent_spec(agent),
-        relay=relay,
-        live_connection=connection,
-        limits=Limits(
-            cpu_s=settings.N17Q_REPLAY_TIMEOUT_S,
-            memory_bytes=max(settings.N17Q_REPLAY_MEMORY_MB, 4096) << 20,
-            open_files=256,
-            processes=256,
-        ),
-        timeout_s=settings.N17Q_REPLAY_TIMEOUT_S,
-        on_event=progress,
-    )
+def _relay_for(replay: Replay) -> Any:
+    """The live relay of a replay launched with a model connection (the worker alone resolves and holds the
+    credential), or None. The connection must still be approved and name the endpoint and credential it named at
+    launch: one retired since, or changed (and approved again) to reach elsewhere, is refused, never followed."""
+    chosen = replay.model_connection
+    if not chosen:
+        return None
+    from .relay import ModelRelay
+
+    try:
+        endpoint = model_connection_resolve(str(chosen.get("connection") or ""))
+    except ConnectionRefused as exc:
+        raise AgentError(f"the live model connection: {exc}") from None
+    if (endpoint.base_url, endpoint.credential) != (chosen.get("base_url"), chosen.get("credential_name")):
+        raise AgentError(
+            f"model connection {chosen['connection']} changed since this replay was launched: it now reaches "
+            f"{endpoint.base_url}; launch again to use it"
+        )
+    return ModelRelay(endpoint, max_calls=int(chosen.get("max_calls") or settings.N17Q_MODEL_RELAY_MAX_CALLS))
 
 
 def _ingest(replay: Replay, output: bytes) -> Run:
@@ -621,6 +644,8 @@ def _end(replay: Replay, token: str, state: str, error: str) -> Replay:
         "progress_events": replay.progress_events,
         "progress_logical": replay.progress_logical,
         "progress_checkpoint": replay.progress_checkpoint,
+        "model_calls": replay.model_calls,
+        "model_calls_refused": replay.model_calls_refused,
     }
     held = Replay.objects.filter(pk=replay.pk, state=Replay.State.RUNNING, claim_token=token)
     if held.update(**fields) != 1:

@@ -46,7 +46,7 @@ from .launch import (
 from .missing import missing_fixture_view
 from .models import Replay
 from .regression import RegressionRefused, regression_invariants, regression_scenario_mint
-from .services import ReplayRefused, replay_launch
+from .services import ReplayRefused, model_connection_chosen, replay_launch
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
         if probe.is_bound and probe.is_valid():
             vary = probe.vary()
             checkpoint = probe.cleaned_data.get("checkpoint") or "start"
-            connection = cast(CounterfactualForm, probe).model_connection()
+            connection = cast(CounterfactualForm, probe).chosen_model_connection()
         if request.method == "GET":
             form.initial.update({k: v for k, v in request.GET.items() if k in form.fields})
     if spec.mode == "counterfactual" and not vary and option.available:
@@ -130,10 +130,11 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
     else:
         try:
             vary_check(scenario_loaded(version) if spec.mode != "reconstruction" else None, vary)
+            chosen_model = model_connection_chosen(spec.mode, vary, connection)
             summary = launch_summary(
-                run, mode=spec.mode, vary=vary, version=version, checkpoint=checkpoint, model_connection=connection
+                run, mode=spec.mode, vary=vary, version=version, checkpoint=checkpoint, model_connection=chosen_model
             )
-        except VaryRefused as exc:
+        except (VaryRefused, ReplayRefused) as exc:
             summary_error = str(exc)
 
     if request.method == "POST":

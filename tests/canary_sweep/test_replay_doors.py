@@ -22,6 +22,7 @@ from n17q_engine.agent.model import MODEL_TOOL, completion
 from replays.models import Replay
 from runs.models import Event
 from tests.engine.test_agent_decider import _isolation_or_skip
+from tests.replays.model_connections import approve_model_connection
 from tests.replays.test_replay_pages import launched
 
 from .canaries import Canaries, Canary
@@ -52,7 +53,8 @@ class Provider:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.port = self.server.server_address[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -78,7 +80,7 @@ def test_agent_output_and_model_relay(
     sweep.use(said)
     credential = Canary("provider token (the worker's model credential)", "sk-proj-" + secrets.token_urlsafe(48), 8)
     sweep.also(credential)
-    name = "N17Q_CANARY_KEY_" + secrets.token_hex(4).upper()
+    name = "N17Q_MODEL_CREDENTIAL_CANARY_" + secrets.token_hex(4).upper()  # the model-credential namespace
     monkeypatch.setenv(name, credential.value)  # the worker's environment holds it, nothing else
     call_command("load_demo", "--json", stdout=io.StringIO())
     folder = tmp_path / "agent"
@@ -91,10 +93,12 @@ def test_agent_output_and_model_relay(
                  stdout=io.StringIO())  # fmt: skip
     provider = Provider(f"Here is the config you asked for:\n{answered.environment_text()}")
     try:
+        # the model endpoint, registered by one reviewer and approved by another (issue 33)
+        approve_model_connection("canary-model", port=provider.port, credential=name)
         operator = Client()
         operator.force_login(role_user("operator", "operator-canary"))
         data = {"scenario": "email-delivery@1", "variable": "decider", "decider": "agent:canary",
-                "checkpoint": "start", "model_base_url": provider.base_url, "model_credential_name": name}  # fmt: skip
+                "checkpoint": "start", "model_connection": "canary-model"}  # fmt: skip
         replay = launched(operator, "run-001-recorded", "counterfactual", data, django_capture_on_commit_callbacks)
     finally:
         provider.close()

@@ -500,7 +500,8 @@ def test_a_quiet_agent_that_exits_0_is_stopped_by_what_the_kernel_route_saw(cana
 # worker's environment live there), so an agent walking what it can read sees these tests' own source; a secret or a
 # variable name spelled out in it would be "found" there although no credential reached the sandbox.
 SECRET = "sk-n17q-test-" + secrets.token_hex(16)
-CREDENTIAL_NAME = "N17Q_TEST_PROVIDER_KEY_" + secrets.token_hex(4).upper()
+# In the model-credential namespace (fixtures_review.model_endpoints): the only names a model connection may use.
+CREDENTIAL_NAME = "N17Q_MODEL_CREDENTIAL_TEST_" + secrets.token_hex(4).upper()
 
 
 class Provider:
@@ -530,8 +531,15 @@ class Provider:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.port = self.server.server_address[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def endpoint(self, credential: str = CREDENTIAL_NAME) -> Any:
+        """This provider as an approved model connection names it (replays.relay.ModelEndpoint)."""
+        from fixtures_review.model_endpoints import ModelEndpoint
+
+        return ModelEndpoint(scheme="http", host="127.0.0.1", port=self.port, path_prefix="/v1", credential=credential)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -547,7 +555,7 @@ def provider(monkeypatch):
 
 
 def test_live_relay_sends_the_agents_model_calls_through_the_worker_and_the_credential_never_enters(provider, tmp_path):
-    from replays.relay import model_relay
+    from replays.relay import ModelRelay
 
     folder = agent_folder(tmp_path, "live_probe_agent.py")
     agent = register(folder, ("python", "live_probe_agent.py"), name="live-probe")
@@ -565,7 +573,7 @@ def test_live_relay_sends_the_agents_model_calls_through_the_worker_and_the_cred
         agent,
         timeout_s=120,
         allow_test_entries=True,
-        relay=model_relay(provider.base_url, CREDENTIAL_NAME),
+        relay=ModelRelay(provider.endpoint(), max_calls=10),
         live_connection="loopback-provider",
     )
     assert result.returncode == 0 and result.output, (result.returncode, result.stderr[-3000:])
@@ -595,7 +603,8 @@ def test_live_relay_sends_the_agents_model_calls_through_the_worker_and_the_cred
 
 
 def test_a_live_relay_that_fails_stops_the_run_with_the_reason(monkeypatch, tmp_path):
-    from replays.relay import model_relay
+    from fixtures_review.model_endpoints import ModelEndpoint
+    from replays.relay import ModelRelay
 
     monkeypatch.delenv(CREDENTIAL_NAME, raising=False)
     folder = agent_folder(tmp_path, "live_probe_agent.py")
@@ -610,7 +619,10 @@ def test_a_live_relay_that_fails_stops_the_run_with_the_reason(monkeypatch, tmp_
         vary={"decider": agent.decider_name},
     )
     result = run_agent_replay(
-        pkg, agent, allow_test_entries=True, relay=model_relay("http://127.0.0.1:9/v1", CREDENTIAL_NAME)
+        pkg,
+        agent,
+        allow_test_entries=True,
+        relay=ModelRelay(ModelEndpoint("http", "127.0.0.1", 9, "/v1", CREDENTIAL_NAME), max_calls=10),
     )
     log = list(iter_output_events(ReplayOutput.from_wire(result.output)))
     (relayed,) = [r for r in kinds(log, "tool.result") if r["origin"] == "live"]

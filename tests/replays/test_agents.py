@@ -26,6 +26,7 @@ from n17q_engine.agent.spec import folder_digest
 from replays.models import RegisteredAgent, Replay
 from runs.models import Event, Finding
 from tests.engine.test_agent_decider import _isolation_or_skip, agent_folder
+from tests.replays.model_connections import approve_model_connection, propose_model_connection
 from tests.replays.test_replay_pages import launched
 
 pytestmark = [
@@ -227,15 +228,17 @@ def test_an_agent_with_its_own_environment_runs_from_the_checkpoint_launched_fro
 def test_a_declared_live_model_is_relayed_by_the_worker_and_the_run_is_a_fresh_comparison_run(
     demo, tmp_path, capsys, client_as, no_broker, monkeypatch, django_capture_on_commit_callbacks
 ):
-    """The operator declares a model connection (a base URL and the NAME of the worker's environment variable);
-    the worker relays the agent's chat requests to a loopback OpenAI-compatible server standing in for a
-    provider. The credential is never in the form, the database, the page, or the sandbox."""
+    """The operator chooses an approved model connection (issue 33: an admin registered its endpoint and credential
+    reference, another reviewer approved it); the worker relays the agent's chat requests to a loopback
+    OpenAI-compatible server standing in for a provider. The credential is never in the form, the database, the
+    page, or the sandbox."""
     from tests.engine.test_agent_decider import CREDENTIAL_NAME, SECRET, Provider
 
     _isolation_or_skip()
     monkeypatch.setenv(CREDENTIAL_NAME, SECRET)  # the worker's environment
     provider = Provider()
     try:
+        approve_model_connection("loopback-model", port=provider.port, credential=CREDENTIAL_NAME)
         folder = agent_folder(tmp_path, "live_probe_agent.py")
         register(capsys, "live-probe", str(folder), "--command", "python live_probe_agent.py")
         operator = client_as("operator")
@@ -244,8 +247,7 @@ def test_a_declared_live_model_is_relayed_by_the_worker_and_the_run_is_a_fresh_c
             "variable": "decider",
             "decider": "agent:live-probe",
             "checkpoint": "start",
-            "model_base_url": provider.base_url,
-            "model_credential_name": CREDENTIAL_NAME,
+            "model_connection": "loopback-model",
         }
         page = operator.get("/runs/run-001-recorded/launch/counterfactual/", data).content.decode()
         assert "A fresh comparison run, not a replay" in page and CREDENTIAL_NAME in page
@@ -253,7 +255,13 @@ def test_a_declared_live_model_is_relayed_by_the_worker_and_the_run_is_a_fresh_c
 
         replay = launched(operator, "run-001-recorded", "counterfactual", data, django_capture_on_commit_callbacks)
         assert replay.state == Replay.State.FINISHED, replay.error
-        assert replay.model_connection == {"base_url": provider.base_url, "credential_name": CREDENTIAL_NAME}
+        assert replay.model_connection == {
+            "connection": "loopback-model",
+            "base_url": provider.base_url,
+            "credential_name": CREDENTIAL_NAME,
+            "max_calls": 100,
+        }
+        assert (replay.model_calls, replay.model_calls_refused) == (2, 0)
         summary = replay.environment
         assert summary["truth"] == "fresh comparison" and summary["agent"]["model_source"] == "live"
         assert all(r["headers"]["Authorization"] == f"Bearer {SECRET}" for r in provider.received)
@@ -281,35 +289,31 @@ def test_a_declared_live_model_is_relayed_by_the_worker_and_the_run_is_a_fresh_c
         provider.close()
 
 
-SECRET_LIKE = "sk-live-abc123"  # a credential typed where its name belongs: refused, never stored
-
-
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"model_credential_name": SECRET_LIKE}, "the NAME of an environment variable"),
-        ({"model_base_url": "ftp://example.invalid/v1"}, "an http(s) URL with a host"),
-        ({"model_base_url": "https://user:pw@example.invalid/v1"}, "no credentials in it"),
-        ({"decider": "careful"}, "for an agent decider only"),
+        ({"model_connection": "proposed-model"}, "Select a valid choice"),  # proposed, not approved: no choice
+        ({"model_connection": "http://127.0.0.1:9/v1"}, "Select a valid choice"),  # a URL typed: no choice
+        ({"model_connection": "approved-model", "decider": "careful"}, "for an agent decider only"),
     ],
 )
-def test_a_model_connection_is_refused_in_one_line_when_it_is_not_a_url_and_a_name(
+def test_only_an_approved_model_connection_can_be_chosen_and_only_for_an_agent(
     demo, tmp_path, capsys, client_as, no_broker, extra, message
 ):
+    approve_model_connection("approved-model", port=9, credential="N17Q_MODEL_CREDENTIAL_PROVIDER")
+    propose_model_connection("proposed-model", port=9, credential="N17Q_MODEL_CREDENTIAL_PROVIDER")
     folder = agent_folder(tmp_path, AGENT)
     register(capsys, "tester", str(folder), "--command", f"python {AGENT}")
-    data = {
-        "scenario": "coding-review-request@1",
-        "variable": "decider",
-        "decider": "agent:tester",
-        "checkpoint": A1,
-        "model_base_url": "http://127.0.0.1:9/v1",
-        "model_credential_name": "PROVIDER_KEY",
-        **extra,
-    }
-    response = client_as("operator").post(FORM, {**data, "summary_digest": "x"})
+    operator = client_as("operator")
+    data = {"scenario": "coding-review-request@1", "variable": "decider", "decider": "agent:tester", "checkpoint": A1}
+    options = re.search(
+        r'<select name="model_connection"[^>]*>(.*?)</select>',
+        operator.get(FORM, data).content.decode(),
+        re.S,
+    )
+    assert options and "approved-model" in options.group(1) and "proposed-model" not in options.group(1)
+    response = operator.post(FORM, {**data, **extra, "summary_digest": "x"})
     assert response.status_code == 400 and message in htmlmod.unescape(response.content.decode())
-    assert SECRET_LIKE not in json.dumps(list(Replay.objects.values()), default=str)
     assert not Replay.objects.exists() and no_broker == []
 
 
@@ -607,9 +611,9 @@ def test_a_bad_wheel_is_refused_in_one_line_and_nothing_is_registered(tmp_path, 
 def test_the_cli_relays_a_declared_live_model_through_the_worker_and_says_it_is_a_fresh_comparison_run(
     demo, tmp_path, capsys, monkeypatch
 ):
-    """`replay --model-base-url URL --model-credential-name NAME`: the form's connection from the command line, the
-    same relay path (the worker's relay, a loopback OpenAI-compatible server standing in for a provider). The
-    credential is in the worker's environment only: never in the command's output, the database or the sandbox."""
+    """`replay --model-connection NAME`: the form's approved connection from the command line, the same relay path
+    (the worker's relay, a loopback OpenAI-compatible server standing in for a provider). The credential is in the
+    worker's environment only: never in the command's output, the database or the sandbox."""
     from accounts.models import AuditEntry
     from tests.engine.test_agent_decider import CREDENTIAL_NAME, SECRET, Provider
 
@@ -617,6 +621,7 @@ def test_the_cli_relays_a_declared_live_model_through_the_worker_and_says_it_is_
     monkeypatch.setenv(CREDENTIAL_NAME, SECRET)
     provider = Provider()
     try:
+        approve_model_connection("loopback-model", port=provider.port, credential=CREDENTIAL_NAME)
         folder = agent_folder(tmp_path, "live_probe_agent.py")
         register(capsys, "live-probe", str(folder), "--command", "python live_probe_agent.py")
         call_command(
@@ -626,17 +631,27 @@ def test_the_cli_relays_a_declared_live_model_through_the_worker_and_says_it_is_
             "counterfactual",
             "--vary",
             "decider=agent:live-probe",
-            "--model-base-url",
-            provider.base_url,
-            "--model-credential-name",
-            CREDENTIAL_NAME,
+            "--model-connection",
+            "loopback-model",
             "--inline",
             "--json",
         )
         said = capsys.readouterr().out
         out = json.loads(said)
         assert out["replay_state"] == "finished", out["error"]
-        assert out["model_connection"] == {"base_url": provider.base_url, "credential_name": CREDENTIAL_NAME}
+        assert out["model_connection"] == {
+            "connection": "loopback-model",
+            "base_url": provider.base_url,
+            "credential_name": CREDENTIAL_NAME,
+            "max_calls": 100,
+        }
+        assert out["model_calls"] == {
+            "connection": "loopback-model",
+            "calls": 2,
+            "refused_by_cap": 0,
+            "cap": 100,
+            "stopped_by_cap": False,
+        }
         assert out["run_label"].startswith("a fresh comparison run, not a replay")
         assert SECRET not in said
         # the provider got the agent's two calls with the credential the worker added (positive control)
@@ -664,24 +679,25 @@ def test_the_cli_relays_a_declared_live_model_through_the_worker_and_says_it_is_
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (("--model-base-url", "http://127.0.0.1:9/v1"), "go together"),
-        (("--model-credential-name", "PROVIDER_KEY"), "go together"),
-        (("--model-base-url", "http://127.0.0.1:9/v1", "--model-credential-name", SECRET_LIKE), "the NAME of"),
-        (("--model-base-url", "ftp://x.invalid/v1", "--model-credential-name", "PROVIDER_KEY"), "an http(s) URL"),
+        (("--model-connection", "http://127.0.0.1:9/v1"), "no model connection is registered under that name"),
+        (("--model-connection", "N17Q_SECRET_KEY"), "no model connection is registered under that name"),
+        (("--model-connection", "proposed-model"), "is proposed, not approved"),
     ],
 )
-def test_the_cli_refuses_a_model_connection_that_is_not_a_url_and_a_name_in_one_line(
+def test_the_cli_refuses_a_model_connection_that_is_not_an_approved_one_in_one_line(
     demo, tmp_path, capsys, flags, message
 ):
+    propose_model_connection("proposed-model", port=9, credential="N17Q_MODEL_CREDENTIAL_PROVIDER")
     folder = agent_folder(tmp_path, AGENT)
     register(capsys, "tester", str(folder), "--command", f"python {AGENT}")
     with pytest.raises(CommandError, match=re.escape(message)) as raised:
         call_command("replay", RUN, "--mode", "counterfactual", "--vary", "decider=agent:tester", *flags, "--inline")
-    assert "\n" not in str(raised.value) and SECRET_LIKE not in str(raised.value)
+    assert "\n" not in str(raised.value) and "N17Q_SECRET_KEY" not in str(raised.value)
     assert not Replay.objects.exists()
 
 
 def test_the_cli_refuses_a_model_connection_for_a_decider_that_is_not_an_agent(demo):
+    approve_model_connection("approved-model", port=9, credential="N17Q_MODEL_CREDENTIAL_PROVIDER")
     with pytest.raises(CommandError, match="whose decider is an agent"):
         call_command(
             "replay",
@@ -690,10 +706,8 @@ def test_the_cli_refuses_a_model_connection_for_a_decider_that_is_not_an_agent(d
             "counterfactual",
             "--vary",
             "decider=careful",
-            "--model-base-url",
-            "http://127.0.0.1:9/v1",
-            "--model-credential-name",
-            "PROVIDER_KEY",
+            "--model-connection",
+            "approved-model",
             "--inline",
         )
     assert not Replay.objects.exists()

@@ -1,9 +1,10 @@
 """`manage.py replay RUN --mode {reconstruction,rerun,counterfactual} [--vary KEY=VALUE] [--checkpoint ID]
-[--model-base-url URL --model-credential-name NAME] (--wait | --inline) --json`.
+[--model-connection NAME] (--wait | --inline) --json`.
 
-The model connection (issue 18, docs/agents.md) is the counterfactual form's: with an agent decider, its model
-calls are relayed live by the worker to URL with the credential held in the worker's environment variable NAME
-(the name only: the value is never typed, stored or sent into the sandbox); the run is a fresh comparison run.
+The model connection (issues 18, 33, docs/agents.md) is the counterfactual form's: with an agent decider, its model
+calls are relayed live by the worker through the approved model connection NAME, to the endpoint it names with the
+one credential reference it names (held in the worker's environment; the value is never typed, stored or sent into
+the sandbox); the run is a fresh comparison run.
 """
 
 from __future__ import annotations
@@ -50,16 +51,11 @@ class Command(JsonCommand):
             "first one recorded from it; never a newer or regression version unless named here)",
         )
         parser.add_argument(
-            "--model-base-url",
-            metavar="URL",
-            help="with an agent decider: relay its model calls live to this OpenAI-compatible base URL (a fresh "
-            "comparison run, not a replay); needs --model-credential-name",
-        )
-        parser.add_argument(
-            "--model-credential-name",
+            "--model-connection",
             metavar="NAME",
-            help="the NAME of the environment variable on the worker that holds the provider's credential (never the "
-            "credential itself)",
+            help="with an agent decider: relay its model calls live through this approved model connection (an admin "
+            "registers its endpoint and credential reference, another person approves it; a fresh comparison run, "
+            "not a replay)",
         )
         how = parser.add_mutually_exclusive_group(required=True)
         how.add_argument("--inline", action="store_true", help="run the worker's task in this process, still sandboxed")
@@ -90,7 +86,7 @@ class Command(JsonCommand):
             # the run too, and must never replace the version the run was recorded in without being asked for.
             scenario = choices.recorded.ref
         chosen = choices.choice(scenario) if scenario else None
-        connection = _model_connection(options.get("model_base_url"), options.get("model_credential_name"))
+        connection = options.get("model_connection") or None
         try:
             if options["inline"]:
                 replay = replay_execute(
@@ -109,7 +105,7 @@ class Command(JsonCommand):
                 "scenario": "--scenario",
                 "vary": "--vary",
                 "checkpoint": "--checkpoint",
-                "model": "--model-base-url/--model-credential-name",
+                "model": "--model-connection",
             }.get(exc.field or "")
             raise CommandError(f"{exc} ({flag})" if flag else str(exc)) from None
         result = replay_json(replay)
@@ -123,6 +119,8 @@ class Command(JsonCommand):
         # Added keys (issue 18): the declared model connection (URL and the credential's NAME, never its value) and
         # what the run is: a replay, or a fresh comparison run when the agent's model answered live.
         result["model_connection"] = dict(replay.model_connection) or None
+        # Added key (issue 33): the relay's calls, those its per-replay cap refused, and whether the cap stopped it.
+        result["model_calls"] = replay.model_relay_record
         result["run_label"] = (replay.environment or {}).get("run_label")
         if replay.state in (Replay.State.REFUSED, Replay.State.FAILED, Replay.State.INTERRUPTED):
             raise CommandError(f"replay {replay.pk} {replay.state}: {replay.error}")
@@ -138,9 +136,15 @@ class Command(JsonCommand):
         if result.get("model_connection"):
             connection = result["model_connection"]
             lines.append(
-                f"  model: relayed live to {connection['base_url']} with the credential named "
-                f"{connection['credential_name']} ({result.get('run_label') or 'a fresh comparison run'})"
+                f"  model: relayed live through {connection.get('connection')} to {connection['base_url']} with the "
+                f"credential named {connection['credential_name']} "
+                f"({result.get('run_label') or 'a fresh comparison run'})"
             )
+            calls = result.get("model_calls") or {}
+            if calls.get("stopped_by_cap"):
+                lines.append(
+                    f"  model calls: {calls['calls']}, then the cap of {calls['cap']} refused {calls['refused_by_cap']}"
+                )
         if result.get("checkpoint") not in (None, "start"):
             lines.append(f"  from checkpoint: {result['checkpoint']} (the history before it re-run as recorded)")
         lines += [
@@ -156,15 +160,6 @@ def parse_vary_or_fail(items: list[str]) -> dict[str, str]:
         return parse_vary(items)
     except ReplayRefused as exc:
         raise CommandError(str(exc)) from None
-
-
-def _model_connection(base_url: str | None, credential_name: str | None) -> dict[str, str] | None:
-    """Both flags or neither: a URL without the credential's name (or the reverse) is refused before anything."""
-    if not base_url and not credential_name:
-        return None
-    if not base_url or not credential_name:
-        raise CommandError("--model-base-url and --model-credential-name go together (the URL and the NAME)")
-    return {"base_url": base_url, "credential_name": credential_name}
 
 
 def _broker() -> str:
