@@ -213,8 +213,11 @@ def test_a_checking_process_killed_during_a_later_run_refuses_the_whole_file(
     real_check = secret_scan.EventsCheckProcess.check
 
     def check_then_kill_on_the_second(self, path):
-        child = real_check(self, path)
         checks.append(path)
+        if len(checks) == 2:
+            # Stopped before it is told the path, killed once told: it can never answer, however busy the machine.
+            os.kill(self._child.pid, signal.SIGSTOP)
+        child = real_check(self, path)
         if len(checks) == 2:
             os.kill(child.pid, signal.SIGKILL)
         return child
@@ -235,9 +238,12 @@ def test_a_run_left_before_its_check_ended_does_not_leave_its_answers_to_the_nex
     second = _with_secret_events(tmp_path)
     with secret_scan.EventsCheckProcess() as process:
         with secret_scan.EventsAhead(first / "events.jsonl", process) as ahead:
-            left = ahead._child
-            assert left is not None
-            os.kill(left.pid, signal.SIGSTOP)  # it cannot finish: the run is left before its check ended
+            ahead.finish(lines=len(EVENTS), sha256=hashlib.sha256((first / "events.jsonl").read_bytes()).hexdigest())
+        left = ahead._child
+        assert left is not None and left.poll() is None  # a check that ended keeps the process for the next run
+        os.kill(left.pid, signal.SIGSTOP)  # told the next path, it cannot answer: that run is left before its end
+        with secret_scan.EventsAhead(first / "events.jsonl", process) as ahead:
+            assert ahead._child is left
         assert left.poll() is not None  # killed and reaped
         with secret_scan.EventsAhead(second / "events.jsonl", process) as ahead:
             assert ahead._child is not left
