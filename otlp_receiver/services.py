@@ -10,7 +10,8 @@
   N17Q_OTLP_FINALIZE_LEASE_S can be taken over, for a worker that died), joins its chunks, converts them with
   n17q_engine.formats.otlp and imports the run through the same all-or-nothing path as a file
   (runs.import_formats.import_converted); in that transaction the chunks the run was made from are removed and the
-  trace is marked finalized. Run twice, it does the work once.
+  trace is marked finalized. Run twice, it does the work once. A run already under the trace's run id was not made
+  by this receiver (it records each run it makes in that transaction): the trace is refused, never adopting it.
 - Spans arriving for a trace that is no longer receiving are kept as its late addendum (`TraceChunk.late`),
   counted on the trace, never merged into the run's history.
 """
@@ -35,6 +36,7 @@ from django.utils import timezone
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError
 from n17q_engine.formats.otlp import convert_trace, flatten_protobuf
+from n17q_engine.identifiers import OTLP_MAKER
 from n17q_secrets import gate, scanning
 from runs.import_formats import import_converted
 from runs.models import Run
@@ -303,22 +305,25 @@ def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> R
         payload, last, masked_on_arrival = _joined_chunks(trace_pk, late=False)
         converted = convert_trace(flatten_protobuf(payload), original=payload, original_media_type=wire.PROTOBUF)
         run_id = converted.run["id"]
-        existing = Run.objects.filter(run_id=run_id).first()
-        if existing is not None and existing.bundle_digest and _made_from_this_trace(existing, trace):
-            # A finalisation that imported the run and died before it could say so (before the two were one
-            # transaction): the run is this trace's.
-            with transaction.atomic():
-                _record_run(claimed, existing, trace_pk=trace_pk, made_from=last)
-            run = existing
-        else:
-            imported = import_converted(
-                [converted],
-                user=user,
-                label=f"trace {trace.trace_id}",
-                masked_before=masked_on_arrival,
-                on_stored=lambda results: _record_run(claimed, results[0].run, trace_pk=trace_pk, made_from=last),
+        existing = Run.objects.filter(run_id=run_id).select_related("imported_by").first()
+        if existing is not None:
+            # Every run this receiver makes is recorded on its trace in the run's own transaction (issue 31), so a
+            # run already under this id is not this trace's: made from a file, another trace, or imported before
+            # derived ids were reserved (issue 33). Never adopted: the trace says whose it is and keeps its spans.
+            by = existing.imported_by.get_username() if existing.imported_by else "nobody signed in"
+            raise BundleError(
+                f"run {run_id} is already imported ({existing.imported_at:%Y-%m-%d %H:%M:%S} UTC, by {by}), not made "
+                "from this trace's spans: a trace's run is made only from the spans its sender sent"
             )
-            run = imported.first.run
+        imported = import_converted(
+            [converted],
+            user=user,
+            label=f"trace {trace.trace_id}",
+            made_by=OTLP_MAKER,
+            masked_before=masked_on_arrival,
+            on_stored=lambda results: _record_run(claimed, results[0].run, trace_pk=trace_pk, made_from=last),
+        )
+        run = imported.first.run
     except (ConversionError, BundleError) as exc:
         message = " ".join(str(exc).splitlines())[:1000]
         claimed.update(state=ReceivedTrace.State.REFUSED, error=message, finalized_at=timezone.now())
@@ -340,12 +345,6 @@ def _record_run(claimed: QuerySet[ReceivedTrace], run: Run, *, trace_pk: int, ma
         TraceChunk.objects.filter(trace_id=trace_pk, late=False, pk__lte=made_from).delete()
     if not claimed.update(state=ReceivedTrace.State.FINALIZED, run=run, finalized_at=timezone.now(), error=""):
         raise _ClaimLost
-
-
-def _made_from_this_trace(run: Run, trace: ReceivedTrace) -> bool:
-    return trace.trace_id in str(run.manifest_run.get("id", "")) or trace.trace_id in str(
-        (run.manifest_run.get("task") or {}).get("id", "")
-    )
 
 
 def traces_flush(
