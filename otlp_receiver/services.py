@@ -1,7 +1,8 @@
 """Receiving spans, and turning a finished trace into a run (issue 17, point 1).
 
 - `spans_receive` stores one request's spans: a fixed number of queries per trace it touches (create the trace row
-  if new, lock it, one chunk row, one counter update), never one per span.
+  if new, lock it, one chunk row, one counter update), never one per span. A trace is its opener's (issue 33): the
+  spans of a trace another sender opened are refused and audited, and every chunk names who sent it.
 - A trace is due when its root span has ended and nothing has arrived for N17Q_OTLP_QUIET_SECONDS. `traces_due`
   finds them; `traces_enqueue_due` sends a finalisation task for each (called by the receiver after a request, at
   most once per half quiet period, and by a loop in each Celery worker: otlp_receiver.tasks), and `otlp_flush`
@@ -21,7 +22,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -33,6 +34,7 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
+from accounts.audit import audit_record
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError
 from n17q_engine.formats.otlp import convert_trace, flatten_protobuf
@@ -58,9 +60,42 @@ SWEEP_LIMIT = 200
 
 
 @dataclass(frozen=True)
+class Sender:
+    """Who sends a request's spans: the harness token (None for a signed-in session) and its user. A trace is its
+    opener's; the same user's other token is another sender (a token is what an exporter holds and loses)."""
+
+    token_id: int | None
+    user_id: int | None
+    user: Any = None  # the user, for the audit log
+    token_prefix: str = ""
+
+    @property
+    def key(self) -> tuple[int | None, int | None]:
+        return (self.token_id, self.user_id)
+
+
+@dataclass(frozen=True)
 class Received:
     traces: int
     accepted: int
+    # Traces of this request that another sender opened: trace id -> spans refused.
+    refused: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def refused_spans(self) -> int:
+        return sum(self.refused.values())
+
+    def refusal(self) -> str:
+        """One line: whose traces the refused spans were meant for."""
+        if not self.refused:
+            return ""
+        ids = sorted(self.refused)
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        return (
+            f"{self.refused_spans} span{'s' if self.refused_spans != 1 else ''} of trace{'s' if len(ids) > 1 else ''} "
+            f"{shown} refused: another token opened {'them' if len(ids) > 1 else 'it'}, and only the token that "
+            "opened a trace adds spans to it"
+        )
 
 
 @dataclass(frozen=True)
@@ -86,13 +121,22 @@ def batch_mask(batch: wire.TraceBatch) -> MaskedBatch:
     return MaskedBatch(batch, chunk, root_name[:200], service_name[:200], found)
 
 
-def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None = None) -> Received:
-    """Store one request's spans, trace by trace, in one transaction, masked (`batch_mask`) before any is stored."""
+def spans_receive(
+    batches: dict[str, wire.TraceBatch], *, sender: Sender | None = None, now: datetime | None = None
+) -> Received:
+    """Store one request's spans, trace by trace, in one transaction, masked (`batch_mask`) before any is stored.
+
+    A trace is its opener's: the sender whose spans created its row (one INSERT ... ON CONFLICT DO NOTHING; of two
+    senders racing for a new trace id, the row's writer wins and the other is refused). Spans for a trace another
+    sender opened are refused, counted in the answer and audited; a trace received before owners were recorded (no
+    owner) is taken by its next sender. `sender` None: a caller that is no sender (tests, the demo), whose traces
+    have no owner."""
     if not batches:
         return Received(0, 0)
     masked = {t: batch_mask(b) for t, b in batches.items()}
     now = now or timezone.now()
     ids = sorted(batches)
+    token_id, user_id = sender.key if sender is not None else (None, None)
     with transaction.atomic():
         ReceivedTrace.objects.bulk_create(
             [
@@ -101,6 +145,8 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
                     first_received_at=now,
                     last_received_at=now,
                     service_name=masked[t].service_name,
+                    opened_by_token_id=token_id,
+                    opened_by_id=user_id,
                 )
                 for t in ids
             ],
@@ -108,10 +154,26 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
         )
         # Locked (PostgreSQL; SQLite's write transaction already serializes): a finalisation claiming one of these
         # traces waits for this request, so every chunk is either in the run or in its late addendum, never lost.
+        # The owner is read under the same lock, so no other request changes it between the check and the chunk.
         traces = {
             t.trace_id: t
-            for t in ReceivedTrace.objects.select_for_update().filter(trace_id__in=ids).only("id", "trace_id", "state")
+            for t in ReceivedTrace.objects.select_for_update()
+            .filter(trace_id__in=ids)
+            .only("id", "trace_id", "state", "opened_by_token_id", "opened_by_id")
         }
+        refused: dict[str, int] = {}
+        ownerless: list[int] = []
+        for t in ids:
+            owner = (traces[t].opened_by_token_id, traces[t].opened_by_id)
+            if owner == (None, None):
+                ownerless.append(traces[t].pk)
+            elif owner != (token_id, user_id):
+                refused[t] = masked[t].batch.span_count
+        if ownerless and sender is not None:
+            ReceivedTrace.objects.filter(pk__in=ownerless, opened_by_token__isnull=True, opened_by__isnull=True).update(
+                opened_by_token_id=token_id, opened_by_id=user_id
+            )
+        taken = [t for t in ids if t not in refused]
         TraceChunk.objects.bulk_create(
             [
                 TraceChunk(
@@ -121,11 +183,13 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
                     late=traces[t].state != ReceivedTrace.State.RECEIVING,
                     data=masked[t].chunk,
                     masked=masked[t].found,
+                    sent_by_token_id=token_id,
+                    sent_by_id=user_id,
                 )
-                for t in ids
+                for t in taken
             ]
         )
-        for t in ids:
+        for t in taken:
             batch, trace = masked[t].batch, traces[t]
             changes: dict[str, Any] = {"last_received_at": now}
             if trace.state != ReceivedTrace.State.RECEIVING:
@@ -135,7 +199,21 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
                 if batch.root_ended:
                     changes.update(root_ended=True, root_name=masked[t].root_name)
             ReceivedTrace.objects.filter(pk=trace.pk).update(**changes)
-    return Received(len(ids), sum(b.span_count for b in batches.values()))
+        for t in sorted(refused):
+            # Who tried to add what to whose trace: the owner is named here, never in the answer to the sender.
+            audit_record(
+                actor=sender.user if sender is not None else None,
+                action="otlp.spans_refused",
+                target=f"trace {t}",
+                detail={
+                    "spans": refused[t],
+                    "token": sender.token_prefix if sender is not None else "",
+                    "owner_token_id": traces[t].opened_by_token_id,
+                    "owner_user_id": traces[t].opened_by_id,
+                    "reason": "another sender opened this trace",
+                },
+            )
+    return Received(len(taken), sum(masked[t].batch.span_count for t in taken), refused=refused)
 
 
 def _due_q(now: datetime) -> Q:
@@ -299,7 +377,7 @@ def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> R
     now = timezone.now()
     if not _claim(trace_pk, now, force=force):
         return ReceivedTrace.objects.get(pk=trace_pk)
-    trace = ReceivedTrace.objects.get(pk=trace_pk)
+    trace = ReceivedTrace.objects.select_related("opened_by").get(pk=trace_pk)
     claimed = ReceivedTrace.objects.filter(pk=trace_pk, state=ReceivedTrace.State.FINALIZING, claimed_at=now)
     try:
         payload, last, masked_on_arrival = _joined_chunks(trace_pk, late=False)
@@ -317,7 +395,8 @@ def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> R
             )
         imported = import_converted(
             [converted],
-            user=user,
+            # The run is the trace's sender's (issue 33), whoever finalises it: the worker, or an operator's flush.
+            user=user if trace.opened_by is None else trace.opened_by,
             label=f"trace {trace.trace_id}",
             made_by=OTLP_MAKER,
             masked_before=masked_on_arrival,
