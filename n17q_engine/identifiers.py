@@ -16,6 +16,11 @@ The grammar:
 - in Unicode normalisation form NFC: a non-NFC id is refused, not normalised (two spellings of one id would be
   two ids that display alike; the harness is told to send the NFC form).
 
+Run ids a subsystem derives are reserved to it (issue 33, `DERIVED_RUN_IDS`): a replay's `<run>~<mode>-<pk>`, the
+OTLP converter's `otlp-<trace id>`, the Inspect converter's `inspect-<task>-<sample>-e<epoch>…`. A run id in one of
+these namespaces is imported only by the subsystem that derives it (`derived_run_id_problem`), so nobody names a run
+ahead of the subsystem that will make it (a forged replay result, a trace's run pre-empted by a bundle).
+
 Scenario names are stricter (lowercase ASCII letters, digits and "-", at most 100): they appear in
 `name@version` references and in file names.
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass
 from typing import Any
 
 # The width of the columns that keep ids (runs.models: run_id, event_id, refs; fixtures_review: tool).
@@ -114,6 +120,62 @@ def replay_run_id_problem(source_run_id: str, mode: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class DerivedRunIds:
+    """A namespace of run ids that one subsystem derives from what it converts or runs: ids holding `separator`
+    anywhere, or starting with `prefix`. Only `maker` imports a run whose id is in it."""
+
+    maker: str  # the subsystem, as the importer is told who is importing (runs.importer: `made_by`)
+    named: str  # the subsystem as a sentence names it
+    prefix: str = ""
+    separator: str = ""
+
+    def holds(self, run_id: str) -> bool:
+        return bool(self.separator and self.separator in run_id) or bool(self.prefix and run_id.startswith(self.prefix))
+
+    @property
+    def shape(self) -> str:
+        return f"holding {self.separator!r}" if self.separator else f"starting {self.prefix!r}"
+
+
+# The subsystems that derive run ids, as the importer is told who imports.
+REPLAY_MAKER = "replay"
+OTLP_MAKER = "otlp"
+INSPECT_MAKER = "inspect"
+OTLP_RUN_PREFIX = "otlp-"
+INSPECT_RUN_PREFIX = "inspect-"
+
+# Every namespace of derived run ids, in the order they are matched: a replay's id starts with its source run's
+# (`otlp-<trace>~replay-7`), so the separator is looked at first. A new subsystem that names runs itself declares its
+# namespace here, and the importer refuses that namespace to every other door.
+DERIVED_RUN_IDS = (
+    DerivedRunIds(REPLAY_MAKER, "the replay worker", separator=REPLAY_SEPARATOR),
+    DerivedRunIds(
+        OTLP_MAKER,
+        "the OTLP converter (the receiver at /v1/traces, or an OTLP trace file's import)",
+        prefix=OTLP_RUN_PREFIX,
+    ),
+    DerivedRunIds(INSPECT_MAKER, "the Inspect log converter", prefix=INSPECT_RUN_PREFIX),
+)
+
+
+def derived_run_ids(run_id: str) -> DerivedRunIds | None:
+    """The namespace of derived run ids `run_id` is in, or None (a name a harness may give)."""
+    return next((d for d in DERIVED_RUN_IDS if d.holds(run_id)), None)
+
+
+def derived_run_id_problem(run_id: str, *, made_by: str | None) -> str | None:
+    """Why a run named `run_id` may not be imported by `made_by` (a maker of DERIVED_RUN_IDS; None: a bundle a
+    harness or a person wrote), as the rest of a sentence ("must ..."), or None when it may."""
+    derived = derived_run_ids(run_id)
+    if derived is None or derived.maker == made_by:
+        return None
+    return (
+        f"must not be a run id {derived.shape}: those are reserved for the runs {derived.named} makes; "
+        "name the run otherwise"
+    )
+
+
 def scenario_name_problem(value: Any) -> str | None:
     if not isinstance(value, str) or not _SCENARIO_NAME.fullmatch(value) or len(value) > MAX_SCENARIO_NAME_CHARS:
         shown = repr(value if not isinstance(value, str) or len(value) <= 60 else value[:60] + "\u2026")
@@ -144,12 +206,19 @@ def make_id(text: Any, limit: int) -> str:
 
 
 __all__ = [
+    "DERIVED_RUN_IDS",
+    "INSPECT_MAKER",
     "INT32_MAX",
     "INT64_MAX",
     "INT64_MIN",
     "MAX_ID_CHARS",
     "MAX_RUN_ID_CHARS",
     "MAX_SCENARIO_NAME_CHARS",
+    "OTLP_MAKER",
+    "REPLAY_MAKER",
+    "DerivedRunIds",
+    "derived_run_id_problem",
+    "derived_run_ids",
     "id_problem",
     "int_problem",
     "make_id",

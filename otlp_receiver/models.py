@@ -1,5 +1,8 @@
 """Spans received over OTLP/HTTP, buffered per trace until the trace becomes a run.
 
+A trace belongs to the sender of its first accepted spans (issue 33): the harness token, and its user, that opened
+it. Only that sender adds spans to it (otlp_receiver.services.spans_receive), and every chunk names who sent it.
+
 One `ReceivedTrace` row per trace id, one `TraceChunk` row per (request, trace): the spans a request brought for
 that trace, as one zlib-compressed ExportTraceServiceRequest (otlp_receiver.wire). A request costs a fixed number
 of queries per trace it touches, never one per span, and a span is stored once, compressed, not as rows of columns.
@@ -7,6 +10,7 @@ of queries per trace it touches, never one per span, and a span is stored once, 
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from console.gated_fields import GatedBinaryField, GatedCharField, GatedJSONField
@@ -36,6 +40,28 @@ class ReceivedTrace(models.Model):
     finalized_at = models.DateTimeField(null=True, blank=True)
     run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     error = GatedCharField(max_length=1000, blank=True, default="")
+    # Who opened the trace (issue 33): the token (null when a signed-in session sent them) and its user. Kept as
+    # they were, without a constraint, when the token or the user is deleted: the trace stays theirs (fail closed),
+    # never ownerless and open to the next sender. Both null: a trace received before owners were recorded, taken
+    # by its next sender.
+    opened_by_token = models.ForeignKey(
+        "accounts.HarnessToken",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
+    opened_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
 
     class Meta:
         ordering = ["-last_received_at", "-id"]
@@ -64,6 +90,26 @@ class TraceChunk(models.Model):
     # What the gate masked in this request on arrival ({path, rule, preview}; never a value): the run made from the
     # trace records them as its own masked secrets, so its page does not say the scan found nothing (issue 32).
     masked = GatedJSONField(default=list, blank=True)
+    # Who sent this request's spans (issue 33): always the trace's owner since owners are recorded; kept per chunk
+    # so that what a run was made from is accounted for request by request. No index: read through the trace only.
+    sent_by_token = models.ForeignKey(
+        "accounts.HarnessToken",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
+    sent_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
 
     class Meta:
         indexes = [models.Index(fields=["trace", "late", "id"], name="otlp_chunk_trace")]

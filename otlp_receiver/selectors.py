@@ -33,7 +33,7 @@ SPANS_SHOWN = 500
 def trace_list() -> QuerySet[ReceivedTrace]:
     """Traces still receiving (or being finalised) first, each group latest first."""
     return (
-        ReceivedTrace.objects.select_related("run")
+        ReceivedTrace.objects.select_related("run", "opened_by", "opened_by_token")
         .defer("run__manifest_run")
         .annotate(
             open=Case(
@@ -47,7 +47,11 @@ def trace_list() -> QuerySet[ReceivedTrace]:
 
 
 def trace_get(trace_id: str) -> ReceivedTrace | None:
-    return ReceivedTrace.objects.select_related("run").filter(trace_id=trace_id.strip().lower()).first()
+    return (
+        ReceivedTrace.objects.select_related("run", "opened_by", "opened_by_token")
+        .filter(trace_id=trace_id.strip().lower())
+        .first()
+    )
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Receiving spans, and turning a finished trace into a run (issue 17, point 1).
 
 - `spans_receive` stores one request's spans: a fixed number of queries per trace it touches (create the trace row
-  if new, lock it, one chunk row, one counter update), never one per span.
+  if new, lock it, one chunk row, one counter update), never one per span. A trace is its opener's (issue 33): the
+  spans of a trace another sender opened are refused and audited, and every chunk names who sent it.
 - A trace is due when its root span has ended and nothing has arrived for N17Q_OTLP_QUIET_SECONDS. `traces_due`
   finds them; `traces_enqueue_due` sends a finalisation task for each (called by the receiver after a request, at
   most once per half quiet period, and by a loop in each Celery worker: otlp_receiver.tasks), and `otlp_flush`
@@ -10,7 +11,8 @@
   N17Q_OTLP_FINALIZE_LEASE_S can be taken over, for a worker that died), joins its chunks, converts them with
   n17q_engine.formats.otlp and imports the run through the same all-or-nothing path as a file
   (runs.import_formats.import_converted); in that transaction the chunks the run was made from are removed and the
-  trace is marked finalized. Run twice, it does the work once.
+  trace is marked finalized. Run twice, it does the work once. A run already under the trace's run id was not made
+  by this receiver (it records each run it makes in that transaction): the trace is refused, never adopting it.
 - Spans arriving for a trace that is no longer receiving are kept as its late addendum (`TraceChunk.late`),
   counted on the trace, never merged into the run's history.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -32,9 +34,11 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
+from accounts.audit import audit_record
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError
 from n17q_engine.formats.otlp import convert_trace, flatten_protobuf
+from n17q_engine.identifiers import OTLP_MAKER
 from n17q_secrets import gate, scanning
 from runs.import_formats import import_converted
 from runs.models import Run
@@ -56,9 +60,42 @@ SWEEP_LIMIT = 200
 
 
 @dataclass(frozen=True)
+class Sender:
+    """Who sends a request's spans: the harness token (None for a signed-in session) and its user. A trace is its
+    opener's; the same user's other token is another sender (a token is what an exporter holds and loses)."""
+
+    token_id: int | None
+    user_id: int | None
+    user: Any = None  # the user, for the audit log
+    token_prefix: str = ""
+
+    @property
+    def key(self) -> tuple[int | None, int | None]:
+        return (self.token_id, self.user_id)
+
+
+@dataclass(frozen=True)
 class Received:
     traces: int
     accepted: int
+    # Traces of this request that another sender opened: trace id -> spans refused.
+    refused: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def refused_spans(self) -> int:
+        return sum(self.refused.values())
+
+    def refusal(self) -> str:
+        """One line: whose traces the refused spans were meant for."""
+        if not self.refused:
+            return ""
+        ids = sorted(self.refused)
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        return (
+            f"{self.refused_spans} span{'s' if self.refused_spans != 1 else ''} of trace{'s' if len(ids) > 1 else ''} "
+            f"{shown} refused: another token opened {'them' if len(ids) > 1 else 'it'}, and only the token that "
+            "opened a trace adds spans to it"
+        )
 
 
 @dataclass(frozen=True)
@@ -84,13 +121,22 @@ def batch_mask(batch: wire.TraceBatch) -> MaskedBatch:
     return MaskedBatch(batch, chunk, root_name[:200], service_name[:200], found)
 
 
-def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None = None) -> Received:
-    """Store one request's spans, trace by trace, in one transaction, masked (`batch_mask`) before any is stored."""
+def spans_receive(
+    batches: dict[str, wire.TraceBatch], *, sender: Sender | None = None, now: datetime | None = None
+) -> Received:
+    """Store one request's spans, trace by trace, in one transaction, masked (`batch_mask`) before any is stored.
+
+    A trace is its opener's: the sender whose spans created its row (one INSERT ... ON CONFLICT DO NOTHING; of two
+    senders racing for a new trace id, the row's writer wins and the other is refused). Spans for a trace another
+    sender opened are refused, counted in the answer and audited; a trace received before owners were recorded (no
+    owner) is taken by its next sender. `sender` None: a caller that is no sender (tests, the demo), whose traces
+    have no owner."""
     if not batches:
         return Received(0, 0)
     masked = {t: batch_mask(b) for t, b in batches.items()}
     now = now or timezone.now()
     ids = sorted(batches)
+    token_id, user_id = sender.key if sender is not None else (None, None)
     with transaction.atomic():
         ReceivedTrace.objects.bulk_create(
             [
@@ -99,6 +145,8 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
                     first_received_at=now,
                     last_received_at=now,
                     service_name=masked[t].service_name,
+                    opened_by_token_id=token_id,
+                    opened_by_id=user_id,
                 )
                 for t in ids
             ],
@@ -106,10 +154,26 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
         )
         # Locked (PostgreSQL; SQLite's write transaction already serializes): a finalisation claiming one of these
         # traces waits for this request, so every chunk is either in the run or in its late addendum, never lost.
+        # The owner is read under the same lock, so no other request changes it between the check and the chunk.
         traces = {
             t.trace_id: t
-            for t in ReceivedTrace.objects.select_for_update().filter(trace_id__in=ids).only("id", "trace_id", "state")
+            for t in ReceivedTrace.objects.select_for_update()
+            .filter(trace_id__in=ids)
+            .only("id", "trace_id", "state", "opened_by_token_id", "opened_by_id")
         }
+        refused: dict[str, int] = {}
+        ownerless: list[int] = []
+        for t in ids:
+            owner = (traces[t].opened_by_token_id, traces[t].opened_by_id)
+            if owner == (None, None):
+                ownerless.append(traces[t].pk)
+            elif owner != (token_id, user_id):
+                refused[t] = masked[t].batch.span_count
+        if ownerless and sender is not None:
+            ReceivedTrace.objects.filter(pk__in=ownerless, opened_by_token__isnull=True, opened_by__isnull=True).update(
+                opened_by_token_id=token_id, opened_by_id=user_id
+            )
+        taken = [t for t in ids if t not in refused]
         TraceChunk.objects.bulk_create(
             [
                 TraceChunk(
@@ -119,11 +183,13 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
                     late=traces[t].state != ReceivedTrace.State.RECEIVING,
                     data=masked[t].chunk,
                     masked=masked[t].found,
+                    sent_by_token_id=token_id,
+                    sent_by_id=user_id,
                 )
-                for t in ids
+                for t in taken
             ]
         )
-        for t in ids:
+        for t in taken:
             batch, trace = masked[t].batch, traces[t]
             changes: dict[str, Any] = {"last_received_at": now}
             if trace.state != ReceivedTrace.State.RECEIVING:
@@ -133,7 +199,21 @@ def spans_receive(batches: dict[str, wire.TraceBatch], *, now: datetime | None =
                 if batch.root_ended:
                     changes.update(root_ended=True, root_name=masked[t].root_name)
             ReceivedTrace.objects.filter(pk=trace.pk).update(**changes)
-    return Received(len(ids), sum(b.span_count for b in batches.values()))
+        for t in sorted(refused):
+            # Who tried to add what to whose trace: the owner is named here, never in the answer to the sender.
+            audit_record(
+                actor=sender.user if sender is not None else None,
+                action="otlp.spans_refused",
+                target=f"trace {t}",
+                detail={
+                    "spans": refused[t],
+                    "token": sender.token_prefix if sender is not None else "",
+                    "owner_token_id": traces[t].opened_by_token_id,
+                    "owner_user_id": traces[t].opened_by_id,
+                    "reason": "another sender opened this trace",
+                },
+            )
+    return Received(len(taken), sum(masked[t].batch.span_count for t in taken), refused=refused)
 
 
 def _due_q(now: datetime) -> Q:
@@ -297,28 +377,32 @@ def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> R
     now = timezone.now()
     if not _claim(trace_pk, now, force=force):
         return ReceivedTrace.objects.get(pk=trace_pk)
-    trace = ReceivedTrace.objects.get(pk=trace_pk)
+    trace = ReceivedTrace.objects.select_related("opened_by").get(pk=trace_pk)
     claimed = ReceivedTrace.objects.filter(pk=trace_pk, state=ReceivedTrace.State.FINALIZING, claimed_at=now)
     try:
         payload, last, masked_on_arrival = _joined_chunks(trace_pk, late=False)
         converted = convert_trace(flatten_protobuf(payload), original=payload, original_media_type=wire.PROTOBUF)
         run_id = converted.run["id"]
-        existing = Run.objects.filter(run_id=run_id).first()
-        if existing is not None and existing.bundle_digest and _made_from_this_trace(existing, trace):
-            # A finalisation that imported the run and died before it could say so (before the two were one
-            # transaction): the run is this trace's.
-            with transaction.atomic():
-                _record_run(claimed, existing, trace_pk=trace_pk, made_from=last)
-            run = existing
-        else:
-            imported = import_converted(
-                [converted],
-                user=user,
-                label=f"trace {trace.trace_id}",
-                masked_before=masked_on_arrival,
-                on_stored=lambda results: _record_run(claimed, results[0].run, trace_pk=trace_pk, made_from=last),
+        existing = Run.objects.filter(run_id=run_id).select_related("imported_by").first()
+        if existing is not None:
+            # Every run this receiver makes is recorded on its trace in the run's own transaction (issue 31), so a
+            # run already under this id is not this trace's: made from a file, another trace, or imported before
+            # derived ids were reserved (issue 33). Never adopted: the trace says whose it is and keeps its spans.
+            by = existing.imported_by.get_username() if existing.imported_by else "nobody signed in"
+            raise BundleError(
+                f"run {run_id} is already imported ({existing.imported_at:%Y-%m-%d %H:%M:%S} UTC, by {by}), not made "
+                "from this trace's spans: a trace's run is made only from the spans its sender sent"
             )
-            run = imported.first.run
+        imported = import_converted(
+            [converted],
+            # The run is the trace's sender's (issue 33), whoever finalises it: the worker, or an operator's flush.
+            user=user if trace.opened_by is None else trace.opened_by,
+            label=f"trace {trace.trace_id}",
+            made_by=OTLP_MAKER,
+            masked_before=masked_on_arrival,
+            on_stored=lambda results: _record_run(claimed, results[0].run, trace_pk=trace_pk, made_from=last),
+        )
+        run = imported.first.run
     except (ConversionError, BundleError) as exc:
         message = " ".join(str(exc).splitlines())[:1000]
         claimed.update(state=ReceivedTrace.State.REFUSED, error=message, finalized_at=timezone.now())
@@ -340,12 +424,6 @@ def _record_run(claimed: QuerySet[ReceivedTrace], run: Run, *, trace_pk: int, ma
         TraceChunk.objects.filter(trace_id=trace_pk, late=False, pk__lte=made_from).delete()
     if not claimed.update(state=ReceivedTrace.State.FINALIZED, run=run, finalized_at=timezone.now(), error=""):
         raise _ClaimLost
-
-
-def _made_from_this_trace(run: Run, trace: ReceivedTrace) -> bool:
-    return trace.trace_id in str(run.manifest_run.get("id", "")) or trace.trace_id in str(
-        (run.manifest_run.get("task") or {}).get("id", "")
-    )
 
 
 def traces_flush(

@@ -1,8 +1,9 @@
 """The OTLP/HTTP receiver (`POST /v1/traces`) and the pages of received traces.
 
 The receiver answers as OTLP/HTTP specifies: 200 with an ExportTraceServiceResponse in the request's encoding
-(`partial_success` when some spans were refused), and a google.rpc.Status for a refused request: 400 bad data, 401
-no or unknown token, 403 a token without the `runs:import` scope or a user without the operator role, 413 too large,
+(`partial_success` when some spans were refused: spans without valid ids, or spans of a trace another token opened),
+and a google.rpc.Status for a refused request: 400 bad data, 401 no or unknown token, 403 a token without the
+`runs:import` scope or a user without the operator role, or spans only of traces another token opened, 413 too large,
 415 a content type or encoding it does not read, 429 too many requests (with Retry-After, which exporters honour).
 An exporter authenticates with the harness token it sends in its headers (`OTEL_EXPORTER_OTLP_HEADERS=
 "Authorization=Bearer <key>"`).
@@ -96,13 +97,28 @@ class TraceExportApi(APIView):
             split = wire.split_by_trace(wire.parse_request(raw, encoding))
         except wire.WireError as exc:
             return _status_response(encoding, exc.status, exc.message)
-        services.spans_receive(split.batches)
+        received = services.spans_receive(split.batches, sender=_sender(request))
+        if received.refused and not received.traces and not split.rejected:
+            # Every span was for traces another token opened: nothing of the request was taken.
+            return _status_response(encoding, 403, received.refusal())
         try:
             services.traces_enqueue_due(throttled=True)
         except Exception:  # the export succeeded; finding due traces is the sweep's job too
             log.warning("could not look for traces due to finalise", exc_info=True)
-        body_out = wire.success_body(encoding, rejected=split.rejected, message=split.error_message())
+        message = "; ".join(m for m in (received.refusal(), split.error_message()) if m)
+        body_out = wire.success_body(encoding, rejected=split.rejected + received.refused_spans, message=message)
         return HttpResponse(body_out, status=200, content_type=wire.JSON if encoding == "json" else wire.PROTOBUF)
+
+
+def _sender(request: Request) -> services.Sender:
+    """The request's sender: its harness token and the token's user, or a signed-in user's session (no token)."""
+    token = request.auth if isinstance(request.auth, HarnessToken) else None
+    return services.Sender(
+        token_id=token.pk if token is not None else None,
+        user_id=request.user.pk,
+        user=request.user,
+        token_prefix=token.prefix if token is not None else "",
+    )
 
 
 def trace_list(request: HttpRequest) -> HttpResponse:

@@ -41,6 +41,7 @@ from n17q_engine.formats import ConversionError, ConvertedRun, write_bundle
 from n17q_engine.formats.inspect_log import looks_like_inspect_log
 from n17q_engine.formats.otlp import MAX_ORIGINAL_BLOB_BYTES, looks_like_otlp
 from n17q_engine.formats.sniff import describe
+from n17q_engine.identifiers import INSPECT_MAKER, OTLP_MAKER
 
 from . import secret_scan
 from .importer import ImportResult, _import_root, _remove_blobs, run_import_from_path, run_import_from_upload
@@ -54,6 +55,10 @@ CONVERTED_MAX_BYTES = 512 * 1024 * 1024
 NOT_A_RUN = "not a bundle archive, an OTLP trace file or an Inspect log"
 # The media type an OTLP file's original is kept under (n17q_engine.formats.otlp): scanned ahead of its runs.
 ORIGINAL_MEDIA_TYPES = {"otlp-protobuf": "application/x-protobuf", "otlp-json": "application/json"}
+# The subsystem each converter is, to the importer: the run ids it derives (`otlp-<trace id>`, `inspect-…`) are
+# reserved to it (identifiers.DERIVED_RUN_IDS), and the door that runs it imports them as it (docs/decisions.md,
+# issue 33: the OTLP file door runs the converter, so its `otlp-` runs are the converter's; a bundle is nobody's).
+CONVERTER_MAKERS = {"otlp-protobuf": OTLP_MAKER, "otlp-json": OTLP_MAKER, "inspect": INSPECT_MAKER}
 # Where the engine package lives: the converting process is started there, whatever the web process's cwd.
 ENGINE_ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,7 +162,7 @@ def _convert_and_import(fh: IO[bytes], size: int | None, *, user: Any, label: st
 
     with tempfile.TemporaryDirectory(prefix="n17q-converting-") as tmp:
         runs = _converted_by_worker(fmt, data, Path(tmp), while_converting=scan_original)
-        return _import_prepared(runs, user=user, label=label, prescanned=prescanned)
+        return _import_prepared(runs, user=user, label=label, made_by=CONVERTER_MAKERS[fmt], prescanned=prescanned)
 
 
 def converter_format(data: bytes) -> str:
@@ -291,11 +296,13 @@ def import_converted(
     *,
     user: Any,
     label: str,
+    made_by: str,
     on_stored: Callable[[list[ImportResult]], None] | None = None,
     masked_before: Sequence[dict[str, str]] = (),
 ) -> FileImport:
     """Import every run of one converted file, all or none, each written as a bundle folder and imported before the
-    next is converted (the OTLP receiver's one trace; files go through the converting process instead).
+    next is converted (the OTLP receiver's one trace; files go through the converting process instead). `made_by`:
+    the converter that made them (identifiers.DERIVED_RUN_IDS), whose derived run ids they may hold.
 
     `on_stored`: called with the runs' results inside the import's transaction once every run is stored, so that
     what it writes commits with them (the receiver removes the buffered spans a run was made from, and records the
@@ -308,6 +315,7 @@ def import_converted(
             _written(converted, Path(tmp), total),
             user=user,
             label=label,
+            made_by=made_by,
             on_stored=on_stored,
             masked_before=masked_before,
         )
@@ -328,6 +336,7 @@ def _import_prepared(
     *,
     user: Any,
     label: str,
+    made_by: str,
     prescanned: Mapping[str, secret_scan.ScannedBlob] | None = None,
     on_stored: Callable[[list[ImportResult]], None] | None = None,
     masked_before: Sequence[dict[str, str]] = (),
@@ -345,6 +354,7 @@ def _import_prepared(
                         _import_root(
                             run.root,
                             user=user,
+                            made_by=made_by,
                             blobs_written=written,
                             prescanned=prescanned,
                             masked_before=masked_before,

@@ -35,7 +35,7 @@ from django.urls import reverse
 
 from accounts.audit import audit_record
 from console.blob_store import BlobStoreRefused, blob_put
-from n17q_engine import archive, bundle
+from n17q_engine import archive, bundle, identifiers
 from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError, parse_iso
 from n17q_engine.lineage import LineageGraph
@@ -135,7 +135,7 @@ def _audit_refusals(describe: Any) -> Any:
 def run_import_from_path(path: Path, *, user: Any = None, made_by_replay: int | None = None) -> ImportResult:
     """Import a bundle given as a folder, a .zip or a .tar.gz on disk. `made_by_replay`: the pk of the replay whose
     worker, holding its claim, imports the sandbox's log as the replay's child run (only then may the run's id be
-    in the replays' namespace, REPLAY_RUN_SEPARATOR)."""
+    in the replays' namespace: identifiers.DERIVED_RUN_IDS)."""
     try:
         path = Path(path)
         exists = path.exists()
@@ -200,34 +200,32 @@ def _bundle_digest(manifest_raw: bytes, events_path: Path) -> tuple[str, int]:
     return "sha256:" + h.hexdigest(), lines + (last != b"\n")
 
 
-# A replay's child run is named `<source run>~<mode>-<replay pk>`: the separator is reserved for runs the console's
-# replay worker makes, so no harness can import a run under a replay's name ahead of it (a forged replay result).
-REPLAY_RUN_SEPARATOR = "~"
-
-
 def _import_root(
     root: Path,
     *,
     user: Any,
     made_by_replay: int | None = None,
+    made_by: str | None = None,
     blobs_written: list[str] | None = None,
     prescanned: Mapping[str, secret_scan.ScannedBlob] | None = None,
     masked_before: Sequence[dict[str, str]] = (),
     events_check: secret_scan.EventsCheckProcess | None = None,
 ) -> ImportResult:
-    """`blobs_written`: a caller importing several runs in one outer transaction (runs.import_formats) is told the
+    """`made_by`: the subsystem importing a run it derived (identifiers.DERIVED_RUN_IDS: a converter); a replay's
+    worker says `made_by_replay` instead.
+
+    `blobs_written`: a caller importing several runs in one outer transaction (runs.import_formats) is told the
     blob files this import wrote, to remove them if its transaction does not commit either. `prescanned`: blobs that
     caller's secret scan has read already (secret_scan.scan_blob_ahead). `masked_before`: secrets the door masked
     before the bundle was made (import_formats.import_converted), recorded with the run's own. `events_check`: that
     caller's checking process, shared by its runs (else a large events.jsonl starts one of its own)."""
     manifest, manifest_raw = _read_manifest(root)
-    if made_by_replay is None and REPLAY_RUN_SEPARATOR in manifest.run["id"]:
-        raise BundleError(
-            f"run ids holding {REPLAY_RUN_SEPARATOR!r} are reserved for the replays this console runs; "
-            "name the run without it",
-            file="manifest.json",
-            field="run.id",
-        )
+    # A run id a subsystem derives (a replay's, a trace's, an Inspect sample's) is that subsystem's alone: nobody
+    # names a run ahead of it, so what it later makes is never refused as "already imported", or taken for another.
+    maker = identifiers.REPLAY_MAKER if made_by_replay is not None else made_by
+    reserved = identifiers.derived_run_id_problem(manifest.run["id"], made_by=maker)
+    if reserved is not None:
+        raise BundleError(reserved, file="manifest.json", field="run.id")
     events_path = root / "events.jsonl"
     if events_path.is_symlink() or not events_path.is_file():
         raise BundleError("events.jsonl is missing from the bundle")

@@ -25,8 +25,13 @@ from accounts.models import HarnessToken
 from fixtures_review.models import ScenarioVersion, StagedRecording
 from n17q_demo import seed_scenarios
 from n17q_engine.identifiers import (
+    INSPECT_MAKER,
     MAX_ID_CHARS,
     MAX_RUN_ID_CHARS,
+    OTLP_MAKER,
+    REPLAY_MAKER,
+    derived_run_id_problem,
+    derived_run_ids,
     id_problem,
     make_id,
     replay_run_id_problem,
@@ -215,6 +220,54 @@ def test_an_otlp_file_naming_a_hostile_run_id_is_refused(tmp_path, _blob_store, 
     message = _import_refused(_otlp_file(tmp_path, value))
     assert "n17q.run.id" in message, message
     _nothing_stored(_blob_store)
+
+
+# ------------------------------------------------------------------------------------------------ derived run ids
+# Issue 33: a run id a subsystem derives is reserved to it in one place (identifiers.DERIVED_RUN_IDS), and every door
+# asks it. Before, only `~` was reserved (by a check in the importer): a bundle named `otlp-<trace id>` was imported
+# and then adopted as that trace's run.
+
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+DERIVED = [
+    ("replay", "run-000-recorded~rerun-4", REPLAY_MAKER),
+    ("replay-of-a-trace", f"otlp-{TRACE_ID}~counterfactual-9", REPLAY_MAKER),  # the separator decides
+    ("trace", f"otlp-{TRACE_ID}", OTLP_MAKER),
+    ("inspect-sample", "inspect-adder-2-e1-njaDawEy", INSPECT_MAKER),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "maker"), DERIVED)
+def test_each_derived_run_id_is_reserved_to_the_one_subsystem_that_derives_it(name, value, maker):
+    assert derived_run_ids(value).maker == maker, name
+    assert derived_run_id_problem(value, made_by=maker) is None
+    for other in (None, *({REPLAY_MAKER, OTLP_MAKER, INSPECT_MAKER} - {maker})):
+        problem = derived_run_id_problem(value, made_by=other)
+        assert problem is not None and problem.startswith("must not be") and "reserved" in problem
+
+
+@pytest.mark.parametrize("value", ["run-000-recorded", "my-otlp-run", "OTLP-export", "inspected", "e-003-claim"])
+def test_a_name_a_harness_gives_is_in_no_derived_namespace(value):
+    assert derived_run_ids(value) is None and derived_run_id_problem(value, made_by=None) is None
+
+
+@pytest.mark.parametrize(("name", "value", "maker"), DERIVED)
+def test_import_run_refuses_a_hand_written_bundle_under_a_derived_run_id(tmp_path, _blob_store, name, value, maker):
+    message = _import_refused(_bundle(tmp_path, run_id=value))
+    assert "run.id" in message and "reserved" in message, message
+    _nothing_stored(_blob_store)
+
+
+@pytest.mark.parametrize("value", [f"otlp-{TRACE_ID}", "inspect-adder-2-e1-x", "run-000-recorded~rerun-4"])
+def test_an_otlp_file_naming_another_subsystems_run_id_is_refused(tmp_path, _blob_store, value):
+    message = _import_refused(_otlp_file(tmp_path, value))
+    assert "n17q.run.id" in message and "reserved" in message, message
+    _nothing_stored(_blob_store)
+
+
+def test_an_otlp_file_imports_under_the_run_id_the_converter_derives(tmp_path):
+    call_command("import_run", str(_otlp_file(tmp_path, None)), "--json", stdout=io.StringIO())
+    run_id = Run.objects.get().run_id
+    assert derived_run_ids(run_id).maker == OTLP_MAKER and len(run_id) == len("otlp-") + 32
 
 
 # ------------------------------------------------------------------------------------------------ captures

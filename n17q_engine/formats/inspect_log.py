@@ -27,7 +27,7 @@ from typing import Any
 
 from n17q_engine import zip_members
 from n17q_engine.canonical import digest_json, evidence_set_digest, request_digest
-from n17q_engine.identifiers import MAX_RUN_ID_CHARS, make_id, run_id_problem
+from n17q_engine.identifiers import INSPECT_RUN_PREFIX, MAX_RUN_ID_CHARS, make_id, run_id_problem
 
 from . import ConversionError, ConversionReport, ConvertedRun
 
@@ -382,9 +382,9 @@ class _SampleConverter:
         if not isinstance(sid, (int, str)) or isinstance(sid, bool):
             raise ConversionError("a sample of the Inspect log has no id")
         eval_id = _run_id_part(spec.get("eval_id") or spec.get("run_id") or "", 8)
-        base = f"inspect-{_run_id_part(task, 80)}-{_run_id_part(sid, 80)}-e{epoch}"
+        base = f"{INSPECT_RUN_PREFIX}{_run_id_part(task, 80)}-{_run_id_part(sid, 80)}-e{epoch}"
         if len(base) + 12 > MAX_RUN_ID_CHARS:  # room for "-<eval id>-<n>" within a run id's length
-            base = f"inspect-{_run_id_part(task, 60)}-{_run_id_part(sid, 60)}-e{epoch}"
+            base = f"{INSPECT_RUN_PREFIX}{_run_id_part(task, 60)}-{_run_id_part(sid, 60)}-e{epoch}"
         # Two evals of one task name the same samples: the eval's id tells their runs apart, and importing the
         # same log twice names the same runs (refused as already imported, never doubled).
         run_id = f"{base}-{eval_id}" if eval_id and eval_id != "x" else base

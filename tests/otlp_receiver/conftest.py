@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
+from django.urls import reverse
 from opentelemetry import trace as otel_trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -136,3 +138,35 @@ def export(url: str, key: str | None, spans: Sequence[ReadableSpan], **options) 
 
 
 Export = Callable[..., object]
+
+
+# ---- two operators, each with an exporter token (issue 33: a trace is the token's that opened it)
+
+
+def post(client, spans, key: str):
+    data = encode_spans(spans).SerializeToString()
+    return client.post(
+        reverse("otlp:export-traces"),
+        data=data,
+        content_type="application/x-protobuf",
+        HTTP_AUTHORIZATION=f"Bearer {key}",
+    )
+
+
+@pytest.fixture
+def victim(role_user):
+    user = role_user("operator", "victim")
+    return user, token_for(user, HarnessToken.Scope.IMPORT_RUNS)
+
+
+@pytest.fixture
+def attacker(role_user):
+    user = role_user("operator", "attacker")
+    return user, token_for(user, HarnessToken.Scope.IMPORT_RUNS)
+
+
+def opened_trace(client, recorder, key: str):
+    """The victim's agent turn, sent while its root span is still open: (the open root, the trace's id)."""
+    root = agent_turn(recorder.tracer, end_root=False)
+    assert post(client, recorder.take(), key).status_code == 200
+    return root, format(root.get_span_context().trace_id, "032x")

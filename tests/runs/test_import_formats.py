@@ -26,6 +26,7 @@ from google.protobuf import json_format
 from accounts.models import AuditEntry, HarnessToken
 from n17q_engine.formats.inspect_log import convert_inspect_log
 from n17q_engine.formats.sniff import describe
+from n17q_engine.identifiers import INSPECT_MAKER
 from runs.import_formats import import_converted
 from runs.models import Blob, Event, Run
 from tests import bundles
@@ -84,7 +85,7 @@ def test_a_file_of_several_runs_imports_all_or_none_and_leaves_no_blob(inspect_l
     data = inspect_logs["eval"].read_bytes()
     converted = convert_inspect_log(data)
     # The last of the file's runs is already here: the file must be refused after writing the others, and undo them.
-    import_converted([converted[-1]], user=None, label="test")
+    import_converted([converted[-1]], user=None, label="test", made_by=INSPECT_MAKER)
     files, blobs = stored_blob_files(_blob_store), Blob.objects.count()
     message = refusal(inspect_logs["eval"])
     assert f"run {len(converted)} of {len(converted)}" in message and "already imported" in message

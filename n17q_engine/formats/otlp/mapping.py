@@ -12,7 +12,7 @@ from typing import Any
 
 from n17q_engine.bundle import title_problem
 from n17q_engine.canonical import canonical_json, digest_bytes
-from n17q_engine.identifiers import run_id_problem
+from n17q_engine.identifiers import OTLP_RUN_PREFIX, derived_run_id_problem, derived_run_ids, run_id_problem
 
 from .. import ConversionError, ConvertedRun
 from .conventions import (
@@ -185,8 +185,15 @@ class _TraceConverter(_SpanMapper):
             return value
 
         run_id = run_attr(N17Q_RUN_ID)
+        derived = f"{OTLP_RUN_PREFIX}{self.trace_id}"
         if run_id is None:
-            run_id = f"otlp-{self.trace_id}"
+            run_id = derived
+        elif isinstance(run_id, str) and run_id != derived and derived_run_ids(run_id) is not None:
+            # The converter imports as the subsystem that derives `otlp-` ids (identifiers.DERIVED_RUN_IDS): a trace
+            # naming its run `otlp-<another trace>`, a replay's or an Inspect sample's would take that name ahead of
+            # its maker (issue 33). Only the id it would derive itself may be named.
+            problem = derived_run_id_problem(run_id, made_by=None)
+            raise ConversionError(f"{root.where()}: attribute {N17Q_RUN_ID} {problem}")
         problem = run_id_problem(run_id)
         if problem is not None:
             raise ConversionError(f"{root.where()}: attribute {N17Q_RUN_ID} {problem}")
