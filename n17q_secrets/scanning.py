@@ -1007,11 +1007,7 @@ def mask_binary(
     (the caller checked that the body holds nothing its schema does not know). `named`: {value: rule} of values the
     caller found by the name they are given (`field_classes.secret_pair_values`), overwritten the same way."""
     text = raw.decode("latin-1")  # one character a byte: offsets are the bytes'
-    needles: dict[str, str] = {
-        value.encode("utf-8").decode("latin-1"): rule
-        for value, rule in (named or {}).items()
-        if len(value) >= _MIN_SECRET
-    }
+    needles: dict[str, str] = {}
     ascii_runs = _PRINTABLE_RUN.findall(text) if printable_runs or strings is None else []
     if ascii_runs:
         joined = _BINARY_SEPARATOR.join(ascii_runs)
@@ -1024,6 +1020,9 @@ def mask_binary(
     texts = "\n".join(strings) if strings else ""
     if texts:
         for value, rule in _values_in_texts(texts, where, findings).items():
+            needles.setdefault(value.encode("utf-8").decode("latin-1"), rule)
+    for value, rule in (named or {}).items():  # last: a value a provider's rule knows is named by that rule
+        if len(value) >= _MIN_SECRET:
             needles.setdefault(value.encode("utf-8").decode("latin-1"), rule)
     masked = (
         _mask_values(
