@@ -47,42 +47,37 @@ class HarnessTokenAuthentication(authentication.BaseAuthentication):
 
 
 class HasScope(permissions.BasePermission):
-    """A request made with a harness token may do only what the token's scopes name.
+    """A request made with a harness token may do only what the token's scopes name: every one of `token_scopes`.
 
-    Requests made in a browser session are judged by the user's role alone.
+    Requests made in a browser session are judged by the user's role alone. Every API operation declares the scopes
+    it needs through one of these among its permissions (`scoped`, `AnyTokenScope`), and the OpenAPI schema lists
+    them (`x-required-scopes`, console.openapi.declared_token_scopes); tests/accounts/test_scopes.py walks the
+    URLconf so that no operation goes without a declaration.
     """
 
     message = "this token's scopes do not allow this request"
-
-    def __init__(self, scope: str) -> None:
-        self.scope = scope
+    token_scopes: tuple[str, ...] = ()  # the name console.openapi.declared_token_scopes reads
 
     def has_permission(self, request: Any, view: Any) -> bool:
         token = request.auth
         if isinstance(token, HarnessToken):
-            return self.scope in (token.scopes or [])
+            held = set(token.scopes or [])
+            return all(scope in held for scope in self.token_scopes)
         return True
 
 
-class NotCaptureOnly(permissions.BasePermission):
-    """A capture token can only capture (issue 5): it reads nothing, whatever its user's role allows."""
-
-    message = "this token can only post captures"
-
-    def has_permission(self, request: Any, view: Any) -> bool:
-        token = request.auth
-        if isinstance(token, HarnessToken):
-            return set(token.scopes or []) != {HarnessToken.Scope.CAPTURE}
-        return True
+def scoped(*scopes: str) -> type[HasScope]:
+    """The permission a token needs for an operation: all of `scopes`. `scoped()` declares that any token may."""
+    names = "_".join(scope.replace(":", "_") for scope in scopes) or "any"
+    return type(f"HasScope_{names}", (HasScope,), {"token_scopes": tuple(scopes)})
 
 
-def scoped(scope: str) -> type[permissions.BasePermission]:
-    class _Scoped(HasScope):
-        def __init__(self) -> None:
-            super().__init__(scope)
+# Declared, not forgotten: an operation any signed-in token may use (the schema, which holds no data; /health/).
+AnyTokenScope = scoped()
 
-    _Scoped.__name__ = f"HasScope_{scope.replace(':', '_')}"
-    return _Scoped
+# A token reads runs (their list, summary, lineage, findings, results) when its scopes name runs: `runs:import` (a
+# harness reads back what it imports). A capture token names captures only and reads nothing (issue 5).
+READ_RUNS = HarnessToken.Scope.IMPORT_RUNS
 
 
 class DjangoPerm(permissions.BasePermission):

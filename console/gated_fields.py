@@ -184,6 +184,7 @@ UNGATED: dict[tuple[str, str], str] = {
     ("fixtures_review.Connection", "state"): _CHOICE,
     ("fixtures_review.Connection", "kind"): _CHOICE,
     ("fixtures_review.Connection", "endpoint_scheme"): _CHOICE,
+    ("fixtures_review.Connection", "approved_identity"): _DIGEST + " (of what a reviewer approved)",
     ("fixtures_review.RequestObservation", "public_id"): _OWN_TOKEN + " (an observation's public id)",
     ("fixtures_review.RequestObservation", "kind"): _CHOICE,
     ("fixtures_review.RequestObservation", "scenario_name"): _SCENARIO,

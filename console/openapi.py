@@ -40,6 +40,16 @@ ERRORS = {
 }
 
 
+def declared_token_scopes(view: Any) -> tuple[str, ...] | None:
+    """The scopes a harness token needs for `view`'s operation (for its request's method), all of them; None when the
+    view declares none. A permission declares scopes by its `token_scopes` (accounts.auth.scoped: console sits below
+    accounts, so it reads the attribute, not the class)."""
+    declared = [p.token_scopes for p in view.get_permissions() if isinstance(getattr(p, "token_scopes", None), tuple)]
+    if not declared:
+        return None
+    return tuple(sorted({scope for scopes in declared for scope in scopes}))
+
+
 class AutoSchema(SpectacularAutoSchema):
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         operation = super().get_operation(*args, **kwargs)
@@ -50,8 +60,13 @@ class AutoSchema(SpectacularAutoSchema):
         wanted = []
         if self.view.get_authenticators():
             wanted += ["401", "429"]  # a wrong token is refused, and tokens are throttled, on any view
-        if not all(isinstance(p, AllowAny) for p in self.view.get_permissions()):
+        permissions = self.view.get_permissions()
+        if not all(isinstance(p, AllowAny) or getattr(p, "token_scopes", None) == () for p in permissions):
             wanted.append("403")
+        scopes = declared_token_scopes(self.view)
+        if scopes is not None:
+            # What a harness token needs for this operation, all of it (accounts.auth); none: any token, or none.
+            operation["x-required-scopes"] = list(scopes)
         if "{" in self.path:
             wanted.append("404")
         has_query = any(p.get("in") == "query" for p in operation.get("parameters", []))

@@ -84,11 +84,11 @@ class ConnectionAdmin(admin.ModelAdmin):
 
     def save_model(self, request: Any, obj: Connection, form: Any, change: bool) -> None:
         was = Connection.objects.filter(pk=obj.pk).values_list("state", flat=True).first() if change else None
-        state = connections.connection_policy_change(
-            connection=obj, user=request.user, changed=set(form.changed_data), created=not change
-        )
+        state = connections.connection_change(connection=obj, user=request.user, created=not change)
         if was == Connection.State.APPROVED and state == Connection.State.PROPOSED:
-            self.message_user(request, f"{obj.name}: its policy changed, so it is proposed again until approved.")
+            self.message_user(
+                request, f"{obj.name}: its name, reach or policy changed, so it is proposed again until approved."
+            )
 
     @admin.action(description="Approve the selected connections (record mode may use them)")
     def approve(self, request: Any, queryset: Any) -> None:

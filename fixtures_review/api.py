@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.auth import requires_perm, scoped
+from accounts.auth import READ_RUNS, requires_perm, scoped
 from accounts.models import HarnessToken
 from runs.models import Run
 
@@ -327,7 +327,13 @@ class RunCaptureApi(APIView):
     A result staged before is listed in `already`, never staged twice."""
 
     parser_classes = [JSONParser, FormParser]
-    permission_classes = [requires_perm(CAPTURE_PERM), scoped(HarnessToken.Scope.CAPTURE)]
+    # It stages (captures:create) and answers with the run's contents, its result events and tools: reading a run
+    # (READ_RUNS). A capture token, which reads nothing, is refused (issue 33); a person signed in needs both roles.
+    permission_classes = [
+        requires_perm(CAPTURE_PERM),
+        requires_perm("runs.view_run"),
+        scoped(HarnessToken.Scope.CAPTURE, READ_RUNS),
+    ]
 
     @extend_schema(
         request=inline_serializer(

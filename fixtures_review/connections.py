@@ -9,7 +9,7 @@ leaves its trace even though nothing of it is staged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import transaction
@@ -37,6 +37,18 @@ ENDPOINT_FIELDS = ("endpoint_scheme", "endpoint_host", "endpoint_port", "endpoin
 REVIEWED_FIELDS = ("kind", *POLICY_FIELDS, *ENDPOINT_FIELDS)
 
 
+# What only approving, retiring or a change of identity writes; no door sets them.
+_LIFECYCLE_FIELDS = (
+    "state",
+    "proposed_by_id",
+    "approved_by_id",
+    "approved_at",
+    "approved_identity",
+    "retired_by_id",
+    "retired_at",
+)
+
+
 class ConnectionRefused(ValueError):
     """A connection action the rules do not allow; one sentence."""
 
@@ -61,9 +73,13 @@ def policy_of(connection: Connection | None) -> record_policy.ConnectionPolicy |
     if connection is None:
         return None
     since = connection.retired_at if connection.state == Connection.State.RETIRED else connection.proposed_at
+    state = connection.state
+    if _approved_as_something_else(connection):
+        # What it says now was never approved.
+        state, since = "changed since it was approved", None
     return record_policy.ConnectionPolicy(
         name=connection.name,
-        state=connection.state,
+        state=state,
         reaches=connection.reaches,
         source_classes=tuple(connection.source_classes or ()),
         capabilities=tuple(connection.capabilities or ()),
@@ -105,7 +121,7 @@ def endpoint_gaps(connection: Connection) -> list[str]:
 def approved_model_connections() -> list[Connection]:
     """The model connections an operator may choose for a live relay: approved, and whose endpoint still checks."""
     held = Connection.objects.filter(kind=Connection.Kind.MODEL, state=Connection.State.APPROVED).order_by("name")
-    return [c for c in held if not endpoint_gaps(c)]
+    return [c for c in held if not endpoint_gaps(c) and not _approved_as_something_else(c)]
 
 
 def model_connection_resolve(name: str) -> ModelEndpoint:
@@ -122,6 +138,10 @@ def model_connection_resolve(name: str) -> ModelEndpoint:
     gaps = endpoint_gaps(connection)
     if gaps:
         raise ConnectionRefused(f"model connection {name}: {gaps[0]}")
+    if _approved_as_something_else(connection):
+        raise ConnectionRefused(
+            f"model connection {name} was changed since it was approved: a reviewer approves it again"
+        )
     return model_endpoint_of(connection)
 
 
@@ -143,24 +163,45 @@ def connection_propose(*, name: str, user: Any, description: str = "", **policy:
     return connection
 
 
-def connection_policy_change(
-    *, connection: Connection, user: Any, changed: Iterable[str] = (), created: bool = False
-) -> str:
-    """Save a connection the admin's form has filled in, and audit it. A new one is proposed by `user`. A changed
-    policy of an approved connection is no longer the policy a reviewer approved: it goes back to proposed, and
-    whoever changed it is its proposer (so another reviewer approves it). Returns the state it is in."""
-    if created:
-        connection.state = Connection.State.PROPOSED
-        connection.proposed_by = _person(user)
-    elif set(changed) & set(REVIEWED_FIELDS) and connection.state != Connection.State.RETIRED:
-        connection.state = Connection.State.PROPOSED
-        connection.approved_by = None
-        connection.approved_at = None
-        connection.proposed_by = _person(user)
-    connection.save()
-    action = "connection.propose" if created else "connection.change"
-    _audit(user, action, connection.name, {**_policy_detail(connection), "state": connection.state})
+def connection_change(*, connection: Connection, user: Any, created: bool = False) -> str:
+    """Save a connection a door has filled in (the admin's form, a command), and audit it: the one way a connection
+    changes. A new one is proposed by `user`. A change to what an approved connection is (`IDENTITY_FIELDS`: its
+    name, its reach, its policy) is no longer what a reviewer approved: it goes back to proposed, and whoever changed
+    it is its proposer (so another reviewer approves it). What changed is read from the stored row, never taken
+    from the door's word. Returns the state it is in."""
+    with transaction.atomic():
+        stored = None if created else Connection.objects.select_for_update().filter(pk=connection.pk).first()
+        changed = (
+            sorted(f for f in Connection.IDENTITY_FIELDS if getattr(stored, f) != getattr(connection, f))
+            if stored is not None
+            else []
+        )
+        if created or stored is None:
+            connection.state = Connection.State.PROPOSED
+            connection.proposed_by = _person(user)
+        elif stored.state != Connection.State.RETIRED and (changed or _approved_as_something_else(stored)):
+            connection.state = Connection.State.PROPOSED
+            connection.approved_by = None
+            connection.approved_at = None
+            connection.approved_identity = ""
+            connection.proposed_by = _person(user)
+        else:
+            # The lifecycle is this module's, not the door's: a state the door holds (stale or set) is not saved.
+            for field in _LIFECYCLE_FIELDS:
+                setattr(connection, field, getattr(stored, field))
+        connection.save()
+        action = "connection.propose" if created or stored is None else "connection.change"
+        detail = {**_policy_detail(connection), "name": connection.name, "state": connection.state}
+        if stored is not None:
+            # A rename is audited under the new name; the entry says what it was and what changed.
+            detail.update(changed=changed, was={f: getattr(stored, f) for f in changed}, state_before=stored.state)
+        _audit(user, action, connection.name, detail)
     return connection.state
+
+
+def _approved_as_something_else(stored: Connection) -> bool:
+    """Approved, but not as it stands: written past this service (a queryset update, a shell)."""
+    return stored.state == Connection.State.APPROVED and stored.approved_identity != stored.identity_digest()
 
 
 def connection_approve(*, connection: Connection, user: Any) -> Connection:
@@ -170,8 +211,14 @@ def connection_approve(*, connection: Connection, user: Any) -> Connection:
         _audit(user, "connection.approve_refused", connection.name, {"reason": refusal})
         raise ConnectionRefused(refusal)
     with transaction.atomic():
+        # The approval covers what the reviewer read: if the row says something else now (changed meanwhile), it is
+        # not claimed. Its identity digest is kept, and admission checks the row still has it.
+        seen = connection.identity_digest()
+        stored = Connection.objects.select_for_update().filter(pk=connection.pk).first()
+        if stored is None or stored.identity_digest() != seen:
+            raise ConnectionRefused(f"connection {connection.name} was changed meanwhile: reload it")
         claimed = Connection.objects.filter(pk=connection.pk, state=Connection.State.PROPOSED).update(
-            state=Connection.State.APPROVED, approved_by=user, approved_at=timezone.now()
+            state=Connection.State.APPROVED, approved_by=user, approved_at=timezone.now(), approved_identity=seen
         )
         if claimed != 1:
             raise ConnectionRefused(f"connection {connection.name} was approved or retired meanwhile: reload it")

@@ -108,7 +108,7 @@ def recording_copy_similar(
         red = intake.intake(capture, digest_key=capture_digest_key())
     except intake.CaptureError as exc:
         raise ReviewRefused(f"the candidate cannot be staged: {exc}") from None
-    recording = _stage(
+    recording = _stage_copy(
         red,
         origin=StagedRecording.Origin.COPY_SIMILAR,
         actor=user,
@@ -188,6 +188,14 @@ def _recorded_body(run: Any, digest: str | None) -> Any:
             return {"encoding": "base64", "data": base64.b64encode(data).decode("ascii")}
 
 
+def _stage_copy(red: Any, **fields: Any) -> StagedRecording:
+    """`_stage`, its refusals (a copy's effect class not its contract's, issue 33) told as a reviewer's refusal."""
+    try:
+        return _stage(red, **fields)
+    except intake.CaptureError as exc:
+        raise ReviewRefused(f"the copy cannot be staged: {exc}") from None
+
+
 def recording_copy_recorded(*, replay_run: Any, missing_event_id: str, user: Any) -> StagedRecording:
     """'Copy the recorded answer' on a fixture.missing event of a replay's run: a staged candidate keyed by the
     missing request, whose outcome, status and body are those the source run recorded in its tool.result for the
@@ -236,7 +244,7 @@ def recording_copy_recorded(*, replay_run: Any, missing_event_id: str, user: Any
         red = intake.intake(capture, digest_key=capture_digest_key())
     except intake.CaptureError as exc:
         raise ReviewRefused(f"the recorded answer cannot be staged: {exc}") from None
-    recording = _stage(
+    recording = _stage_copy(
         red,
         origin=StagedRecording.Origin.COPY_RECORDED,
         actor=user,

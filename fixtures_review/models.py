@@ -9,12 +9,14 @@ Replays are pinned to one version; a new version is a new row, never an edit.
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.db import models
 
 from console.append_only import AppendOnlyModel
 from console.gated_fields import GatedCharField, GatedJSONField, GatedTextField
+from n17q_engine import canonical
 
 
 class ScenarioVersion(AppendOnlyModel):
@@ -235,8 +237,14 @@ class Connection(models.Model):
     edges"): what it reaches, the source classes and account scopes it records, the capabilities it may exercise,
     and its capture policy (the result classes it may keep). Intake stages a capture only from an approved one.
 
-    Proposed, then approved by a reviewer other than the proposer, then retired; a change to the policy of an
-    approved connection sends it back to proposed (`fixtures_review.connections`). Each step is an audit entry.
+    Proposed, then approved by a reviewer other than the proposer, then retired; a change to what an approved
+    connection is (its name, what it reaches, its policy, a model endpoint's reach: `IDENTITY_FIELDS`) sends it back
+    to proposed through `fixtures_review.connections.connection_change`. Each step is an audit entry.
+
+    The approval covers that identity, not the row: `approved_identity` keeps the digest of what the reviewer
+    approved, and the record policy (and the relay) admit it only while the row still has it (`identity_digest`). So
+    a door that writes the row some other way (a queryset update, a shell, a door added later) cannot keep a changed
+    connection approved; `save` refuses it outright, and admission refuses it even when `save` was skipped.
 
     A connection of kind `model` (issue 33) is a model endpoint the live relay may reach instead: the same lifecycle,
     naming a scheme, host, port and path prefix and the ONE credential reference the relay may send there (a name in
@@ -251,6 +259,25 @@ class Connection(models.Model):
     class Scheme(models.TextChoices):
         HTTPS = "https"
         HTTP = "http"
+
+    # What a reviewer approves: the name captures (and recording files, by host) use to say where they came
+    # from, whether it reaches the live world, and the policy; for a model endpoint, where the relay may go and the
+    # credential it may send there.
+    IDENTITY_FIELDS = (
+        "name",
+        "kind",
+        "reaches",
+        "source_classes",
+        "capabilities",
+        "account_scopes",
+        "capture_result_classes",
+        "default_result_class",
+        "endpoint_scheme",
+        "endpoint_host",
+        "endpoint_port",
+        "endpoint_path_prefix",
+        "credential_name",
+    )
 
     class State(models.TextChoices):
         PROPOSED = "proposed"
@@ -301,6 +328,8 @@ class Connection(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     approved_at = models.DateTimeField(null=True, blank=True)
+    # The digest of IDENTITY_FIELDS as approved (`identity_digest`); blank until approved.
+    approved_identity = models.CharField(max_length=71, blank=True, default="", editable=False)
     retired_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
@@ -311,6 +340,25 @@ class Connection(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # The last guard for a door that skips the lifecycle service: an approved row may not take a new identity
+        # and stay approved (connection_change sends it back to proposed first, so it never trips this).
+        if self.pk is not None and self.state == self.State.APPROVED:
+            stored = Connection.objects.filter(pk=self.pk).first()
+            if stored is not None and stored.identity_digest() != self.identity_digest():
+                raise ConnectionIdentityChanged(
+                    f"connection {stored.name} is approved: a change to its name, reach or policy goes through "
+                    "fixtures_review.connections.connection_change, which sends it back to proposed"
+                )
+        super().save(*args, **kwargs)
+
+    def identity_digest(self) -> str:
+        return canonical.digest_json({field: getattr(self, field) for field in self.IDENTITY_FIELDS})
+
+
+class ConnectionIdentityChanged(ValueError):
+    """An approved connection saved with a new identity while still approved; one sentence."""
 
 
 def _observation_id() -> str:

@@ -22,12 +22,12 @@ from django.utils.crypto import salted_hmac
 
 from console.blob_store import BlobStoreRefused, blob_put
 from n17q_engine import canonical
-from n17q_engine.contracts import ContractError
+from n17q_engine.contracts import Contract, ContractError
 from n17q_engine.package import PackageError, load_scenario
 from n17q_secrets import gate
 
 from . import intake
-from .models import ReviewEvent, ScenarioVersion, StagedRecording
+from .models import ContractRevision, ReviewEvent, ScenarioVersion, StagedRecording
 from .retention import capture_retention_class, recording_bodies_hold
 from .scenarios import ScenarioRefused, scenario_package
 
@@ -80,7 +80,9 @@ def _stage(
     admitted: Any = None,
 ) -> StagedRecording:
     cap = red.capture
-    normalized, digest, key_note = _key(cap["scenario"], cap["tool"], cap["contract_revision"], cap["request"]["args"])
+    contract, note = _contract(cap["scenario"], cap["tool"], cap["contract_revision"])
+    _effect_class_check(cap, contract)
+    normalized, digest, key_note = _key_under(contract, note, cap["request"]["args"])
     excluded = sorted({u.pk for u in (actor, getattr(token, "user", None)) if u is not None})
     findings = [{"id": f"f{i + 1}", **f} for i, f in enumerate(red.findings)]
     retention = capture_retention_class(cap)
@@ -159,30 +161,65 @@ def _stage_all(items: list[dict[str, Any]], *, actor: Any, token: Any) -> list[S
     return staged
 
 
-def _key(scenario: str, tool: str, revision: int, args: Any) -> tuple[dict | None, str, str]:
-    """(normalized request, request digest, a note when it could not be normalized)."""
+class EffectClassRefused(intake.CaptureError):
+    """A capture whose effect class is not its tool contract's; one line (HTTP 400 from the API)."""
+
+
+def _effect_class_check(cap: dict[str, Any], contract: Contract | None) -> None:
+    """A capture's effect class is its contract's, never its own word: a live mutation labelled `read` would pass
+    the record policy's live-mutation rule and be stored. The contract is the one the scenario's latest version
+    pins at the capture's revision, else the revision declared to the console (ContractRevision); with neither
+    there is no contract to disagree with (the recording cannot be promoted until there is one)."""
+    tool, revision, said = cap["tool"], cap["contract_revision"], cap["effect_class"]
+    if contract is not None:
+        effect, where = contract.effect_class, f"the contract scenario {cap['scenario']} pins"
+    else:
+        declared = ContractRevision.objects.filter(tool=tool, revision=revision).values_list("contract", flat=True)
+        found = declared.first()
+        if not isinstance(found, dict) or "effect_class" not in found:
+            return
+        effect, where = found["effect_class"], "the contract declared to the console"
+    if effect != said:
+        raise EffectClassRefused(
+            f"effect_class: {tool} revision {revision} is a {effect} ({where}), the capture says {said}: a "
+            "capture's effect class is its contract's; nothing was stored"
+        )
+
+
+def _contract(scenario: str, tool: str, revision: int) -> tuple[Contract | None, str]:
+    """The contract of `tool` at `revision` the scenario's latest version pins, or None and why there is none."""
     latest = ScenarioVersion.objects.filter(name=scenario).order_by("-version").first()
-    as_sent = canonical.request_digest(args)
     if latest is None:
-        return None, as_sent, f"no version of scenario {scenario} is held yet: the digest is of the arguments as sent"
+        return None, f"no version of scenario {scenario} is held yet: the digest is of the arguments as sent"
     try:
         contracts = load_scenario(scenario_package(latest)).contracts
     except (ScenarioRefused, PackageError) as exc:
-        return None, as_sent, f"{latest.ref} cannot be loaded: {exc}"
+        return None, f"{latest.ref} cannot be loaded: {exc}"
     if tool not in contracts:
-        return None, as_sent, f"{latest.ref} pins no contract for {tool}: the digest is of the arguments as sent"
+        return None, f"{latest.ref} pins no contract for {tool}: the digest is of the arguments as sent"
     contract = contracts.get(tool)
     if contract.revision != revision:
         return (
             None,
-            as_sent,
             f"contract mismatch: {latest.ref} pins {tool} revision {contract.revision}, the capture was made "
             f"under revision {revision}",
         )
+    return contract, ""
+
+
+def _key(scenario: str, tool: str, revision: int, args: Any) -> tuple[dict | None, str, str]:
+    """(normalized request, request digest, a note when it could not be normalized)."""
+    return _key_under(*_contract(scenario, tool, revision), args)
+
+
+def _key_under(contract: Contract | None, note: str, args: Any) -> tuple[dict | None, str, str]:
+    as_sent = canonical.request_digest(args)
+    if contract is None:
+        return None, as_sent, note
     try:
         normalized, digest = contract.digest(args)
     except ContractError as exc:
-        return None, as_sent, f"the arguments break {tool} revision {revision}: {exc}"
+        return None, as_sent, f"the arguments break {contract.tool} revision {contract.revision}: {exc}"
     return normalized, digest, ""
 
 

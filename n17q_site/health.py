@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.auth import AnyTokenScope
 from replays.models import Replay, WorkerHeartbeat
 
 CHECKS = ("database", "broker", "worker")
@@ -125,7 +126,8 @@ def health_report(checks: tuple[str, ...] = CHECKS) -> dict[str, Any]:
 class HealthApi(APIView):
     """`/health/`: for load balancers and compose health checks (no sign-in), and for people (details)."""
 
-    permission_classes = [AllowAny]
+    # No sign-in, so no scope either: a load balancer holds no token (declared, like every API operation's scopes).
+    permission_classes = [AllowAny, AnyTokenScope]
 
     class Output(serializers.Serializer):
         status = serializers.ChoiceField(choices=["ok", "down"])

@@ -227,7 +227,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Run bundles, run graphs, lineage findings, captures and replays.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["accounts.permissions.HasRole"],  # the schema and the docs need a role, like the API
+    # The schema and the docs need a role, like the API; any token may read them (they describe, they hold no data).
+    "SERVE_PERMISSIONS": ["accounts.permissions.HasRole", "accounts.auth.AnyTokenScope"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.auth import NotCaptureOnly, requires_perm, scoped
+from accounts.auth import READ_RUNS, requires_perm, scoped
 from accounts.models import HarnessToken
 from console.openapi import ErrorOutput
 from console.pagination import StrictLimitOffsetPagination
@@ -134,7 +134,7 @@ class RunCollectionApi(APIView):
     def get_permissions(self):
         if self.request.method == "POST":
             return [requires_perm("runs.import_run")(), scoped(HarnessToken.Scope.IMPORT_RUNS)()]
-        return [requires_perm("runs.view_run")(), NotCaptureOnly()]
+        return [requires_perm("runs.view_run")(), scoped(READ_RUNS)()]
 
     @extend_schema(
         summary="List runs",
@@ -215,7 +215,7 @@ class RunCollectionApi(APIView):
 
 
 class RunDetailApi(APIView):
-    permission_classes = [requires_perm("runs.view_run"), NotCaptureOnly]
+    permission_classes = [requires_perm("runs.view_run"), scoped(READ_RUNS)]
 
     @extend_schema(summary="One run's summary", responses=RunOutput, parameters=[RUN_ID])
     def get(self, request: Request, run_id: str) -> Response:
@@ -223,7 +223,7 @@ class RunDetailApi(APIView):
 
 
 class RunLineageApi(APIView):
-    permission_classes = [requires_perm("runs.view_run"), NotCaptureOnly]
+    permission_classes = [requires_perm("runs.view_run"), scoped(READ_RUNS)]
 
     @extend_schema(
         summary="Lineage findings of a run",
@@ -251,7 +251,7 @@ class RunLineageApi(APIView):
 class RunFindingsApi(APIView):
     """The lineage findings stored when the run was imported, in the checker's order, page by page."""
 
-    permission_classes = [requires_perm("runs.view_run"), NotCaptureOnly]
+    permission_classes = [requires_perm("runs.view_run"), scoped(READ_RUNS)]
     pagination_class = StrictLimitOffsetPagination
 
     @extend_schema(

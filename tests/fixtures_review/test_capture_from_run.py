@@ -169,18 +169,30 @@ def test_the_button_refusal_is_a_message_on_the_run_page(client, role_user, caps
 # --- the API -----------------------------------------------------------------------------------------------------
 
 
-def _token(user) -> str:
+def _token(user, *scopes: str) -> str:
     key = HarnessToken.new_key()
     HarnessToken.objects.create(name="h", user=user, key_digest=HarnessToken.digest_key(key), prefix=key[:9],
-                                scopes=[HarnessToken.Scope.CAPTURE])  # fmt: skip
+                                scopes=list(scopes or [HarnessToken.Scope.CAPTURE]))  # fmt: skip
     return key
+
+
+def test_a_capture_only_token_reads_nothing_of_a_run_through_its_captures(demo, client, role_user):
+    # Issue 33: on 89ef8a5 a token that can only capture staged a run's results and read back their event ids and
+    # tools (and, refused, which events the run holds). The answer is the run's contents: reading a run needs a scope
+    # that names runs.
+    url = reverse("api-run-captures", args=["run-000-recorded"])
+    response = client.post(url, data={"tool": "docs.search", "connection": "docs-api"}, content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Token {_token(role_user('operator', 'capturer'))}")  # fmt: skip
+    assert response.status_code == 403 and "e-000" not in response.content.decode()
+    assert not StagedRecording.objects.filter(origin="run-result").exists()
 
 
 def test_the_api_stages_a_runs_results(demo, client, role_user):
     harness = role_user("operator", "harness")
     url = reverse("api-run-captures", args=["run-000-recorded"])
+    key = _token(harness, HarnessToken.Scope.CAPTURE, HarnessToken.Scope.IMPORT_RUNS)  # it captures and reads runs
     response = client.post(url, data={"tool": "docs.search", "connection": "docs-api"}, content_type="application/json",
-                           HTTP_AUTHORIZATION=f"Token {_token(harness)}")  # fmt: skip
+                           HTTP_AUTHORIZATION=f"Token {key}")  # fmt: skip
     assert response.status_code == 201, response.content
     body = response.json()
     assert [r["event"] for r in body["recordings"]] == ["e-000-res-search"]

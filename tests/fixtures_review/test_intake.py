@@ -180,7 +180,7 @@ def test_a_capture_token_can_only_capture(client, role_user):
     key = token(role_user("operator"), HarnessToken.Scope.CAPTURE)
     for url in ("/api/v1/runs/", "/api/v1/runs/x/", "/api/v1/runs/x/lineage/"):
         response = client.get(url, HTTP_AUTHORIZATION=f"Token {key}")
-        assert response.status_code == 403 and "only post captures" in response.json()["error"], url
+        assert response.status_code == 403 and "scopes do not allow" in response.json()["error"], url
 
 
 @pytest.mark.django_db

@@ -17,7 +17,7 @@ from fixtures_review.connections import (
     CaptureRefused,
     ConnectionRefused,
     connection_approve,
-    connection_policy_change,
+    connection_change,
     connection_propose,
     connection_retire,
 )
@@ -125,7 +125,7 @@ def test_a_mutation_beyond_a_sandbox_connections_capabilities_is_refused_and_wit
 def test_a_policy_change_sends_an_approved_connection_back_to_proposed(reviewed_connections):
     connection = reviewed_connections["status-service"]
     connection.capture_result_classes = ["public", "internal", "personal"]
-    state = connection_policy_change(connection=connection, user=None, changed={"capture_result_classes"})
+    state = connection_change(connection=connection, user=None)
     assert state == "proposed" and connection.approved_by is None
     refused(status_capture(result_class="personal"), "connection status-service: proposed")
     assert AuditEntry.objects.filter(action="connection.change", target="status-service").exists()

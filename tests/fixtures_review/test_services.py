@@ -497,3 +497,19 @@ def test_the_same_answer_as_a_promoted_fixture_is_no_conflict_whatever_defaults_
     assert promoted_key_conflict(same) is None
     other = stage(search_capture(body={"hits": []}))
     assert "already answers this request with fixture search-rotate-keys" in (promoted_key_conflict(other) or "")
+
+
+def test_a_copy_the_staging_refuses_is_a_reviewers_refusal_in_one_line(paused_000, role_user, monkeypatch):
+    # Issue 33: staging refuses a capture whose effect class is not its contract's. A copy takes its effect class
+    # from the replay's scenario ("read" when it pins no contract), so a contract declared to the console can
+    # disagree: the refusal reaches the page as a ReviewRefused, not as an error the view does not catch.
+    from fixtures_review import staging
+
+    def disagree(cap, contract):
+        raise staging.EffectClassRefused("effect_class: status.lookup revision 2 is a mutation, the capture says read")
+
+    monkeypatch.setattr(staging, "_effect_class_check", disagree)
+    run, missing = paused_000
+    with pytest.raises(ReviewRefused, match=r"the copy cannot be staged: effect_class: status\.lookup revision 2"):
+        recording_copy_recorded(replay_run=run, missing_event_id=missing["event"], user=role_user("reviewer", "o"))
+    assert not StagedRecording.objects.filter(origin="copy-recorded").exists()

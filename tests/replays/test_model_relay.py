@@ -26,7 +26,7 @@ from fixtures_review.connections import (
     ConnectionRefused,
     approved_model_connections,
     connection_approve,
-    connection_policy_change,
+    connection_change,
     connection_retire,
     model_connection_resolve,
 )
@@ -211,7 +211,7 @@ def test_a_connection_changed_or_retired_after_launch_is_never_followed_by_the_w
     # changed to reach elsewhere: proposed again (its changer is its proposer), then approved by another reviewer
     connection.endpoint_host = "203.0.113.7"
     changer = reviewers()[1]
-    assert connection_policy_change(connection=connection, user=changer, changed={"endpoint_host"}) == "proposed"
+    assert connection_change(connection=connection, user=changer) == "proposed"
     connection_approve(connection=Connection.objects.get(pk=connection.pk), user=reviewers()[0])
     with pytest.raises(services.AgentError, match="changed since this replay was launched"):
         services._relay_for(replay)
@@ -362,3 +362,14 @@ def test_the_replay_records_its_relayed_calls_and_that_the_cap_stopped_it(agent_
         "stopped_by_cap": True,
     }
     assert SECRET not in json.dumps(list(Replay.objects.values()), default=str)
+
+
+def test_a_model_connection_rewritten_around_the_services_after_its_approval_is_neither_offered_nor_resolved():
+    """The approval covers the endpoint it approved (`approved_identity`): a row pointed elsewhere by a queryset
+    update, past `save` and `connection_change`, is not what a reviewer approved."""
+    connection = approve_model_connection("rewritten", port=9, credential="N17Q_MODEL_CREDENTIAL_PROVIDER")
+    assert model_connection_resolve("rewritten").host == "127.0.0.1"  # the positive control
+    Connection.objects.filter(pk=connection.pk).update(endpoint_host="203.0.113.7")
+    with pytest.raises(ConnectionRefused, match="changed since it was approved"):
+        model_connection_resolve("rewritten")
+    assert approved_model_connections() == []
