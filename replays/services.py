@@ -483,7 +483,11 @@ def _execute_claimed(replay: Replay, token: str) -> Replay:
     except SandboxError as exc:
         return _end(replay, token, Replay.State.FAILED, str(exc))
     replay.isolation, replay.wall_s, replay.violations = result.isolation, result.wall_s, result.violations
-    if not result.ok:
+    # An agent replay stopped for the agent's violations still ends normally: the engine stopped the run, wrote its
+    # record (`stopped`, the `sandbox.violation` events) and exited 0. That record is the replay's result; only a
+    # sandbox that did not finish (a timeout, a non-zero exit, no output) leaves none.
+    recorded = result.returncode == 0 and not result.timed_out and bool(result.output)
+    if not result.ok and not recorded:
         errors = [e.get("message", "") for e in result.events if e.get("event") == "sandbox.error"]
         why = (
             "timed out"
@@ -520,7 +524,8 @@ def _execute_claimed(replay: Replay, token: str) -> Replay:
         Event.objects.filter(run=run, kind="checkpoint").order_by("-seq").values_list("event_id", flat=True).first()
     )
     replay.progress_checkpoint = last_checkpoint or ""
-    return _end(replay, token, Replay.State.FINISHED, "")
+    note = f"the run stopped on {len(result.violations)} sandbox violation(s)" if result.violations else ""
+    return _end(replay, token, Replay.State.FINISHED, note)
 
 
 def _run_agent(replay: Replay, package: Any, progress: Any) -> Any:

@@ -28,6 +28,7 @@ import json
 import os
 import queue
 import select
+import signal
 import subprocess
 import threading
 from collections.abc import Generator
@@ -94,6 +95,7 @@ class AgentSession:
 
     def start(self) -> None:
         executable = self.spec.executable()
+        _unsignallable_by_the_agent()
         sandbox_child.grant_agent(executable)  # one launch of exactly this program, one listener on its address
         port = self.bridge.start_model_endpoint(sandbox_child.NAMESPACE_HOST)
         home = os.path.join(os.getcwd(), "agent-home")
@@ -234,6 +236,25 @@ class AgentSession:
                 request.reply.set_exception(Refused("the replay has stopped"))
         if self.watch is not None:
             self.watch.close()
+
+
+def _unsignallable_by_the_agent() -> None:
+    """Make sure nothing the agent sends can end the engine (issue 33), before the agent exists.
+
+    The agent shares the engine's PID namespace and uid, so kill(2) can name the engine: it is pid 1 there (its
+    parent, its process group, `kill(-1)`...). What holds is the kernel's rule for a namespace's first process: a
+    signal sent from inside the namespace is dropped unless the process has a handler installed for it, and SIGKILL
+    and SIGSTOP are always dropped (only an ancestor namespace, the launcher outside, can force them; the kernel's
+    own signals on the agent's behalf, such as SIGIO to the owner of its O_ASYNC descriptor, are dropped alike). The
+    interpreter installs a handler for SIGINT (KeyboardInterrupt), so every handler goes back to the default here,
+    after everything the engine imports. Refused (the run fails, the agent never starts) when the engine is not its
+    namespace's first process or cannot reset them (off the main thread). docs/decisions.md says why not a nested
+    PID namespace."""
+    if os.getpid() != 1:
+        raise RuntimeError("an agent starts only from the first process of the sandbox's PID namespace")
+    for number in signal.valid_signals():
+        if callable(signal.getsignal(number)):
+            signal.signal(number, signal.SIG_DFL)
 
 
 def _violation(item: dict[str, Any], agent: str, *, after_stop: bool = False) -> dict[str, Any]:

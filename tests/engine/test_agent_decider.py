@@ -654,3 +654,22 @@ def test_the_agent_holds_no_descriptor_of_the_watch_and_cannot_reach_the_engines
     assert all(f.split(">", 1)[1].startswith("pipe:") or f.endswith("/fds.sh") for f in own), reason
     assert "Permission denied" in reason.split("engine: ", 1)[1]
     assert "No such file or directory" in reason.split("tun: ", 1)[1]
+
+
+# --- issue 33: the agent cannot stop its own replay's record ------------------------------------------------------
+
+
+def test_an_agent_that_signals_its_parent_pid_1_and_every_pid_cannot_stop_the_engine(tmp_path):
+    """Attack: the agent sends SIGINT, SIGTERM, SIGHUP, SIGUSR1/2, SIGPIPE, SIGQUIT, SIGALRM, SIGSTOP and SIGKILL to
+    its parent, pid 1, its process group and every pid it may signal (`kill(-1)`). The engine is in the PID namespace
+    above the agent's (and the agent leads its own session): it is not reached, and the replay ends with a run that
+    records what the agent did (its exit status and its last stderr lines)."""
+    folder = agent_folder(tmp_path, "signal_agent.py")
+    agent = register(folder, ("python", "signal_agent.py"), name="signaller")
+    _out, log, result = replay_with(agent, "run-001-recorded", with_model("email-delivery", []))
+    state = final(log)
+    assert state["state"] == "failed" and "agent signaller exited with status 3" in state["reason"], state
+    assert "signals " in state["reason"]  # its own words, from its stderr
+    # nothing outside its own tree was there to be named: its parent is not in its namespace (getppid() is 0)
+    assert "-1:SIGINT" in state["reason"]
+    assert result.returncode == 0 and not result.violations

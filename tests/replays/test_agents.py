@@ -711,3 +711,44 @@ def test_the_cli_refuses_a_model_connection_for_a_decider_that_is_not_an_agent(d
             "--inline",
         )
     assert not Replay.objects.exists()
+
+
+# --- issue 33: a stopped agent always leaves a run ----------------------------------------------------------------
+
+
+def _launch_agent(capsys, tmp_path, name: str, files: tuple[str, ...], command: str, extra=None) -> Replay:
+    folder = agent_folder(tmp_path, *files, extra=extra)
+    register(capsys, name, str(folder), "--command", command)
+    call_command(
+        "replay", RUN, "--mode", "counterfactual", "--vary", f"decider=agent:{name}", "--checkpoint", A1, "--inline"
+    )
+    capsys.readouterr()
+    return Replay.objects.get(decider=f"agent:{name}")
+
+
+def test_an_agent_stopped_for_network_attempts_leaves_a_stopped_run_with_its_violations(demo, tmp_path, capsys):
+    """Attack: a quiet agent tries TCP, UDP and DNS and exits 0. The network watch stops the run; the worker keeps
+    the engine's record of it: a `stopped` run with `sandbox.violation` events, never a failed replay with no run."""
+    _isolation_or_skip()
+    shell = "TCP_PORT=9\nUDP_PORT=9\nDNS_NAME=localhost\n"  # nothing listens: inside, every route ends at the watch
+    replay = _launch_agent(capsys, tmp_path, "quiet", ("quiet_probe.sh",), "quiet_probe.sh", {"targets.sh": shell})
+    assert replay.state == Replay.State.FINISHED and replay.run is not None, replay.error
+    assert replay.violations and all(v["stopped"] for v in replay.violations)
+    assert "sandbox violation" in replay.error  # the replay says why it stopped
+    run = replay.run
+    assert run.final_state == "stopped" and run.event_count > 0
+    in_log = list(Event.objects.filter(run=run, kind="sandbox.violation").values_list("body", flat=True))
+    assert in_log and {v["target"] for v in in_log} <= {v["target"] for v in replay.violations}
+    state = Event.objects.filter(run=run, kind="run.state").order_by("-seq").first().body
+    assert state["reason"].startswith("sandbox.violation: agent quiet attempted")
+
+
+def test_an_agent_that_signals_every_pid_it_can_name_still_leaves_a_run(demo, tmp_path, capsys):
+    """Attack: the agent signals its parent, pid 1, its group and every pid (`kill(-1)`), SIGINT to SIGKILL. The
+    engine is out of its reach: the replay finishes with a `failed` run naming its exit status and its last words."""
+    _isolation_or_skip()
+    replay = _launch_agent(capsys, tmp_path, "signaller", ("signal_agent.py",), "python signal_agent.py")
+    assert replay.state == Replay.State.FINISHED and replay.run is not None, replay.error
+    assert replay.run.final_state == "failed"
+    state = Event.objects.filter(run=replay.run, kind="run.state").order_by("-seq").first().body
+    assert "agent signaller exited with status 3" in state["reason"] and "signals " in state["reason"]
