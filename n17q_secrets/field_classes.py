@@ -278,6 +278,9 @@ _CODE_OPERATORS = ("||", "&&", "=>", "==", "!=")
 _IDENTIFIER_PATH = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)+$")
 
 
+# A body repeats its assignments (a log, a config dumped per request, the hostile body of near-matches in
+# benchmarks/bench_capture.py): each distinct (value, name) is judged once. Bounded, so no body can grow it.
+@functools.lru_cache(maxsize=1 << 16)
 def is_value(value: str, name: str = "") -> bool:
     """Whether `value`, assigned to a secret-named field `name`, is a secret: not a placeholder, a reference, code,
     the name of a thing (an ARN, a route, the constant it is assigned to), nor under a name that measures, labels or
