@@ -88,9 +88,9 @@ def _re2_finder(
                     value = pick(data, spans)
                 else:
                     key = data[max(0, spans[0][0] - context) : spans[0][1]]
-                    value = picked.get(key)
-                    if value is None:
-                        value = picked[key] = pick(data, spans)
+                    if key not in picked:
+                        picked[key] = pick(data, spans)
+                    value = picked[key]
                 if value:
                     yield decode(value)
 
