@@ -48,15 +48,24 @@ def _b64url(data: bytes) -> str:
 
 
 def _jwt() -> tuple[str, int, tuple[str, ...]]:
-    """A JWT, the length of its fixed header, and a second payload of the same shape: the base64 of the payload's
-    fixed JSON (`{"sub": "`, `", "iat": 1700000000}`) is the same in both, and is public (a certificate's base64 holds
-    `MDAwMDAw`, "000000", as this payload's `iat` does); only the pieces the two do not share are this canary's."""
+    """A JWT, the length of its fixed header, and the pieces of its payload that are no evidence of it.
+
+    The payload's base64 holds its fixed JSON (`{"sub": "`, `", "sid": "`, `", "iat": 1700000000}`; a
+    certificate's base64 holds `MDAwMDAw`, "000000", as this `iat` does), and where a random value meets the fixed
+    JSON a base64 character carries a few bits of each: a piece made mostly of such characters is shared by many
+    tokens of this shape (another test's token in a free page of the same database file matched one). A character
+    is this token's where payloads of the same shape differ (one in 64 samples); a piece is evidence only when at
+    least six of its eight characters are such (30 bits or more)."""
     header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
 
     def payload() -> str:
         return _b64url(json.dumps({"sub": rnd(16), "sid": rnd(16), "iat": 1_700_000_000}).encode())
 
-    return f"{header}.{payload()}.{_b64url(secrets.token_bytes(32))}", len(header) + 1, (payload(),)
+    mine = payload()
+    samples = [payload() for _ in range(64)]
+    varies = [any(other[i] != mine[i] for other in samples) for i in range(len(mine))]
+    shared = tuple(mine[i : i + PIECE] for i in range(len(mine) - PIECE + 1) if sum(varies[i : i + PIECE]) < PIECE - 2)
+    return f"{header}.{mine}.{_b64url(secrets.token_bytes(32))}", len(header) + 1, shared
 
 
 def _pem() -> tuple[str, str, str]:
