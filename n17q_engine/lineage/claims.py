@@ -17,8 +17,14 @@ Decisions taken where DESIGN §4 is silent (the project docs cite this list):
   complete, for the claim's scope (its purposes or suites meet the scope; with no scope, any receipt that speaks for a
   purpose or suite), contradicts it unless the claim cites it (then LIN008 judges it as a support, and a receipt
   LIN008 already reported is not reported twice), a waiver covers it, or a completed passing rerun of the same purpose
-  followed it on that lineage. A claim that names no artifact is listed under `unevaluated()` for LIN015, never
-  passed.
+  followed it on that lineage.
+- LIN015 for a claim that names no artifact (issue 34): it speaks for the workspace and tree its supports ran at (the
+  receipts behind them, a receipt's last recorded tree), so the receipts judged are those on that workspace's lineage
+  (as above) that ran at that same tree: "All tests pass" citing a focused receipt is contradicted by the broad run
+  that timed out on the same workspace and tree. Failures on another tree of the workspace are not what it speaks for.
+  When the supports hold no receipt with a known workspace and tree, or disagree on them (two workspaces, two trees),
+  the claim is listed under `unevaluated()` for LIN015 with the reason (naming the spots it could not choose between),
+  never passed.
 - A claim a replay marked `unevaluated` (it rests on a tool the scenario excludes) is neither supported nor
   contradicted: LIN008 skips it and `unevaluated()` names it (n17q_engine/lineage/codes.py).
 """
@@ -115,38 +121,46 @@ def _claim_scope(graph: LineageGraph, claim: _Claim) -> tuple[str, ...]:
 
 def _claim_supports(graph: LineageGraph, claim: _Claim) -> tuple[dict[str, set[str]], list[str]]:
     """The receipts behind a claim's supports (with the purposes they were cited for), and their workspaces."""
-    supported: dict[str, set[str]] = {}
-    for support in claim.supports:
-        receipt_id, purpose = None, None
-        if support in graph._receipts:
-            receipt_id = support
-        elif support in graph._admissions:
-            admission = graph._admissions[support]
-            receipt_id, purpose = graph._source_receipt(admission), admission.purpose
-        elif support in graph._observations:
-            source = graph._observations[support].source
-            receipt_id = source if source in graph._receipts else None
-        if receipt_id is not None:
-            cited = supported.setdefault(receipt_id, set())
-            if purpose:
-                cited.add(purpose)
+    supported = graph._claim_receipts(claim)
     starts = _unique(w for w in (graph._receipts[r].workspace for r in supported) if w is not None)
     return supported, starts
+
+
+def _claim_places(graph: LineageGraph, claim: _Claim) -> list[tuple[str, str, str | None]]:
+    """What a claim speaks for, as (words, workspace, tree): its artifacts (any tree of their lineage), or, when it
+    names none, the one workspace and tree its supports ran at (that tree only). Nothing when neither is known or the
+    supports disagree (`LineageGraph.unevaluated` says so)."""
+    places: list[tuple[str, str, str | None]] = []
+    artifacts = graph._claim_artifacts(claim)
+    for artifact_id in artifacts:
+        artifact = graph._artifacts.get(artifact_id)
+        if artifact is not None and artifact.workspace is not None:
+            places.append((f"speaks for artifact {artifact_id}", artifact.workspace, None))
+    if not artifacts:
+        spots = graph._claim_spots(claim)
+        if len(spots) == 1:
+            workspace, tree = spots[0]
+            places.append(
+                (
+                    f"names no artifact, so it speaks for workspace {workspace} at tree {tree}, where its supports ran",
+                    workspace,
+                    tree,
+                )
+            )
+    return places
 
 
 def _check_claim_artifacts(
     graph: LineageGraph, claim_id: str, claim: _Claim, label: str, scope: tuple[str, ...], skip: set[str]
 ) -> Iterator[Finding]:
-    """LIN015: a failed or unfinished receipt for the claim's scope on its artifact's lineage that the claim does
-    not cite (a cited one is LIN008's to judge, `skip`), neither waived nor rerun with success before the claim."""
+    """LIN015: a failed or unfinished receipt for the claim's scope on the lineage of what it speaks for
+    (`_claim_places`) that the claim does not cite (a cited one is LIN008's to judge, `skip`), neither waived nor
+    rerun with success before the claim."""
     candidates = [r for r in _unique(_open_on_artifacts(graph).get(claim_id, ())) if r not in skip]
     if not candidates:
         return
-    for artifact_id in graph._claim_artifacts(claim):
-        artifact = graph._artifacts.get(artifact_id)
-        if artifact is None:
-            continue
-        spots = dict.fromkeys(graph._lineage(artifact.workspace, claim.seq))
+    for words, workspace, tree in _claim_places(graph, claim):
+        spots = dict.fromkeys(graph._lineage(workspace, claim.seq))
         caps = dict(spots.keys())
         for receipt_id in candidates:
             if receipt_id in skip:
@@ -154,7 +168,9 @@ def _check_claim_artifacts(
             receipt = graph._receipts[receipt_id]
             cap = caps.get(receipt.workspace) if receipt.workspace is not None else None
             if cap is None or receipt.seq >= cap:
-                continue  # not on this artifact's lineage (another artifact of the claim's, perhaps)
+                continue  # not on this lineage (another artifact of the claim's, perhaps)
+            if tree is not None and tree not in receipt.trees:
+                continue  # another tree than the one the claim's supports ran at
             speaks_for = graph._purposes.get(receipt_id, set()).union(receipt.suites)
             if not speaks_for or (scope and speaks_for.isdisjoint(scope)):
                 continue  # not a validation of the claimed scope (an unfinished `ls` contradicts nothing)
@@ -167,9 +183,9 @@ def _check_claim_artifacts(
                 "LIN015",
                 claim_id,
                 receipt_id,
-                f"{label} speaks for artifact {artifact_id}, but {graph._failure_text(receipt_id, receipt)} on "
-                f"its lineage{within} {what}, and the claim neither cites it nor was it waived or followed by a "
-                f"passing rerun; cite it and narrow the claim, or rerun to completion.",
+                f"{label} {words}, but {graph._failure_text(receipt_id, receipt)} on its lineage{within} {what}, "
+                f"and the claim neither cites it nor was it waived or followed by a passing rerun; cite it and "
+                f"narrow the claim, or rerun to completion.",
             )
 
 
@@ -231,20 +247,17 @@ def _open_failures(graph: LineageGraph) -> dict[str, list[str]]:
 
 
 def _open_on_artifacts(graph: LineageGraph) -> dict[str, list[str]]:
-    """claim id -> the failed or unfinished receipts on its artifacts' lineages that their own workspace had not
-    resolved by then (LIN015's candidates; the claim check applies the exact tests), by the sweep of
-    `_open_failures`."""
+    """claim id -> the failed or unfinished receipts on the lineages of what it speaks for (`_claim_places`) that
+    their own workspace had not resolved by then (LIN015's candidates; the claim check applies the exact tests), by
+    the sweep of `_open_failures`."""
     memo = graph._memo()
     index = memo.get("open_unsettled")
     if index is not None:
         return index
     queries: dict[str, list[tuple[int, str]]] = {}
     for claim_id, claim in graph._claims.items():
-        for artifact_id in graph._claim_artifacts(claim):
-            artifact = graph._artifacts.get(artifact_id)
-            if artifact is None:
-                continue
-            for workspace, cap in graph._lineage(artifact.workspace, claim.seq):
+        for _words, start, _tree in _claim_places(graph, claim):
+            for workspace, cap in graph._lineage(start, claim.seq):
                 if graph._unsettled.get(workspace):
                     queries.setdefault(workspace, []).append((cap, claim_id))
     index = _sweep(graph, graph._unsettled, queries)

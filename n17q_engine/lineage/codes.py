@@ -15,7 +15,7 @@ where):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 CODES: dict[str, str] = {
@@ -34,8 +34,9 @@ CODES: dict[str, str] = {
     "LIN013": "required evidence missing",
     # Extension (seed 000): a replay whose fixture adapter fetched from the present on a miss.
     "LIN014": "live observation in a non-live run",
-    # Extension (seed 003): a claim that leaves out the failed or unfinished receipt on its artifact's lineage.
-    "LIN015": "claim contradicted on the artifact lineage",
+    # Extension (seed 003): a claim that leaves out the failed or unfinished receipt on the lineage it speaks for (its
+    # artifact's, or with none named, its supports' workspace and tree: issue 34).
+    "LIN015": "claim contradicted on the lineage it speaks for",
 }
 
 # What each finding means, for the glossary page and wherever a code is shown (a finding names its own ends).
@@ -68,9 +69,12 @@ EXPLANATIONS: dict[str, str] = {
     "for the intent's artifact.",
     "LIN014": "A tool result with origin live in a run that is not live: a replay fetched from the present "
     "instead of stopping on a missing fixture.",
-    "LIN015": "A validation or completion claim about an artifact leaves out a failed or unfinished receipt for the "
-    "claimed scope on that artifact's lineage (neither cited, waived nor followed by a passing rerun): the account "
-    "reads green while the artifact's own history says otherwise.",
+    "LIN015": "A validation or completion claim leaves out a failed or unfinished receipt for the claimed scope on "
+    "the lineage of what it speaks for (neither cited, waived nor followed by a passing rerun): the account reads "
+    "green while that history says otherwise. A claim speaks for the artifacts it names; one that names none speaks "
+    'for the workspace and tree its supports ran at, so "All tests pass" citing a focused receipt is contradicted '
+    "by the broad run that failed or timed out there. Not evaluated only when even that is unknown, or when its "
+    "supports disagree on workspace or tree (the reason names them).",
 }
 
 # A dangling reference is worth investigating but may be an export that left something out; every
@@ -93,7 +97,8 @@ REQUIRED_INPUTS: dict[str, tuple[tuple[str, ...], ...]] = {
     "LIN012": (("effect.intent", "effect.execution"),),
     "LIN013": (("policy.decision",), ("effect.intent",)),
     "LIN014": (("tool.result",),),
-    "LIN015": (("account.claim",), ("artifact.created",), ("command.receipt",)),
+    # A claim naming no artifact speaks for its supports' workspace and tree, so a run without artifacts is judged.
+    "LIN015": (("account.claim",), ("command.receipt",)),
 }
 _INPUT_WORDS = {
     "evidence.admitted": "evidence admissions",
@@ -117,17 +122,21 @@ def claim_is_judged(event: dict) -> bool:
 def unevaluated_checks(
     kinds: dict[str, int],
     unevaluated_claims: dict[str, tuple[str, ...]],
-    claims_without_artifact: Iterable[str] = (),
+    claims_without_ground: Iterable[str] = (),
+    claims_split: Mapping[str, Sequence[tuple[str, str]]] | None = None,
 ) -> list[dict[str, Any]]:
     """The checks that had nothing to judge (DESIGN §10): `[{"code", "reason"}]` in code order, plus `events` where
     only some inputs were left out (claims resting on excluded tools). A code listed here has no findings because it
     could not have any, not because the run passed it.
 
     `kinds`: events per kind, where `account.claim` counts only the claims LIN008 judges (`claim_is_judged`);
-    `unevaluated_claims`: claim id -> the excluded tools it rests on; `claims_without_artifact`: the judged claims that
-    name no artifact (no `artifact_id`, no admission among their supports), whose artifact's lineage LIN015 cannot
-    read. A caller that cannot tell (a migration counting kinds) leaves it empty."""
-    without = list(claims_without_artifact)
+    `unevaluated_claims`: claim id -> the excluded tools it rests on; `claims_without_ground`: the judged claims that
+    name no artifact (no `artifact_id`, no admission among their supports) and whose supports hold no receipt with a
+    known workspace and tree, so LIN015 has no lineage to read; `claims_split`: claim id -> the (workspace, tree)
+    spots of its supports, for the claims naming no artifact whose supports disagree on where they ran (LIN015 picks
+    none of them). A caller that cannot tell (a migration counting kinds) leaves both empty."""
+    without = list(claims_without_ground)
+    split = dict(claims_split or {})
     out: list[dict[str, Any]] = []
     for code, groups in REQUIRED_INPUTS.items():
         absent = [group for group in groups if not any(kinds.get(kind, 0) > 0 for kind in group)]
@@ -149,10 +158,21 @@ def unevaluated_checks(
         if code == "LIN015" and without and entry is None:
             n = len(without)
             reasons.append(
-                f"{n} claim{'s' if n != 1 else ''} name{'s' if n == 1 else ''} no artifact (no artifact_id, no "
-                "admission among the supports): no artifact lineage to read"
+                f"{n} claim{'s' if n != 1 else ''} name{'s' if n == 1 else ''} no artifact and no workspace and "
+                f"tree of a receipt among {'their' if n != 1 else 'its'} supports: no lineage to read"
             )
             claims = list(dict.fromkeys([*claims, *without]))  # unique, in order
+        if code == "LIN015" and split and entry is None:
+            spots = "; ".join(
+                f"{claim_id}: " + ", ".join(f"{ws} at {_short(tree)}" for ws, tree in where)
+                for claim_id, where in split.items()
+            )
+            n = len(split)
+            reasons.append(
+                f"{n} claim{'s' if n != 1 else ''} name{'s' if n == 1 else ''} no artifact and "
+                f"{'their' if n != 1 else 'its'} supports disagree on workspace or tree ({spots}): judged at none"
+            )
+            claims = list(dict.fromkeys([*claims, *split]))
         if reasons:
             reason = "; ".join(reasons)
             entry = {"code": code, "reason": reason if entry is None else f"{entry['reason']}; {reason}"}
@@ -160,3 +180,9 @@ def unevaluated_checks(
         if entry is not None:
             out.append(entry)
     return out
+
+
+def _short(tree: str) -> str:
+    """A tree digest short enough for a sentence (`sha256:` and 12 hex digits)."""
+    algorithm, sep, digest = tree.partition(":")
+    return f"{algorithm}:{digest[:12]}" if sep and len(digest) > 12 else tree

@@ -588,8 +588,17 @@ class LineageGraph:
 
     def unevaluated(self) -> list[dict[str, Any]]:
         """The checks that had nothing to judge in this run: see `unevaluated_checks`."""
-        without = [claim_id for claim_id, claim in self._claims.items() if not self._claim_artifacts(claim)]
-        return unevaluated_checks(self._kinds, self._unevaluated_claims, without)
+        without: list[str] = []
+        split: dict[str, list[tuple[str, str]]] = {}
+        for claim_id, claim in self._claims.items():
+            if self._claim_artifacts(claim):
+                continue
+            spots = self._claim_spots(claim)
+            if not spots:
+                without.append(claim_id)
+            elif len(spots) > 1:
+                split[claim_id] = spots
+        return unevaluated_checks(self._kinds, self._unevaluated_claims, without, split)
 
     def intent_findings(self, intent_id: str) -> list[Finding]:
         """The findings about one effect.intent: what the final policy gate must see before activating it."""
@@ -704,6 +713,38 @@ class LineageGraph:
             parts.append(f"exit code {receipt.exit_code}")
         parts.append(f"completion {receipt.completion}")
         return f"receipt {receipt_id} in workspace {receipt.workspace} ({', '.join(parts)})"
+
+    def _claim_receipts(self, claim: _Claim) -> dict[str, set[str]]:
+        """The receipts behind a claim's supports (a receipt, an admission's or an observation's source), each with
+        the purposes an admission cited it for."""
+        supported: dict[str, set[str]] = {}
+        for support in claim.supports:
+            receipt_id, purpose = None, None
+            if support in self._receipts:
+                receipt_id = support
+            elif support in self._admissions:
+                admission = self._admissions[support]
+                receipt_id, purpose = self._source_receipt(admission), admission.purpose
+            elif support in self._observations:
+                source = self._observations[support].source
+                receipt_id = source if source in self._receipts else None
+            if receipt_id is not None:
+                cited = supported.setdefault(receipt_id, set())
+                if purpose:
+                    cited.add(purpose)
+        return supported
+
+    def _claim_spots(self, claim: _Claim) -> list[tuple[str, str]]:
+        """Where a claim that names no artifact speaks for: the distinct (workspace, tree) of the receipts behind its
+        supports, a receipt's tree being the last it recorded (after, else before). A receipt with no workspace or
+        no known tree says nothing about where; more than one spot is a disagreement the caller reports."""
+        spots: list[tuple[str, str]] = []
+        for receipt_id in self._claim_receipts(claim):
+            receipt = self._receipts[receipt_id]
+            trees = receipt.trees
+            if receipt.workspace is not None and trees:
+                spots.append((receipt.workspace, trees[-1]))
+        return list(dict.fromkeys(spots))
 
     def _claim_artifacts(self, claim: _Claim) -> list[str]:
         """The artifacts a claim speaks for: its own `artifact_id`, and those of the admissions it cites."""
