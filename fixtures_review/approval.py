@@ -29,7 +29,12 @@ log = logging.getLogger("fixtures_review.services")
 
 
 # The review actions that write content a fixture version will hold: whoever did one is one of its authors.
-AUTHORING_ACTIONS = (ReviewEvent.Action.SYNTHESIZE, ReviewEvent.Action.REDACT)
+AUTHORING_ACTIONS = (ReviewEvent.Action.SYNTHESIZE, ReviewEvent.Action.REDACT, ReviewEvent.Action.NO_CHANGE)
+_AUTHORED = {
+    ReviewEvent.Action.SYNTHESIZE.value: "synthesized {path} in it",
+    ReviewEvent.Action.REDACT.value: "redacted {path} in it",
+    ReviewEvent.Action.NO_CHANGE.value: "declared that its answer changed nothing in the world",
+}
 
 
 def content_authors(recording: StagedRecording) -> dict[int, str]:
@@ -52,8 +57,7 @@ def content_authors(recording: StagedRecording) -> dict[int, str]:
             authors[pk] = "own the token that captured it"
     events = ReviewEvent.objects.filter(recording=recording, action__in=AUTHORING_ACTIONS, actor__isnull=False)
     for actor_id, action, path in events.order_by("id").values_list("actor_id", "action", "path"):
-        done = "synthesized" if action == ReviewEvent.Action.SYNTHESIZE else "redacted"
-        authors.setdefault(actor_id, f"{done} {path} in it")
+        authors.setdefault(actor_id, _AUTHORED[str(action)].format(path=path))
     return authors
 
 
@@ -193,6 +197,8 @@ def _approve(
         }
         if conflict:
             detail["replaces"] = conflict
+        if recording.no_change_reason and not fixture.get("transition"):
+            detail["no_change"] = recording.no_change_reason  # what the approver accepted for the ambiguous answer
         _event(recording, ReviewEvent.Action.APPROVE, user, reason=note, detail=detail)
     log.info("approved %s: fixture %s in %s", recording.public_id, version.fixture_id, scenario.ref)
     return recording

@@ -1,7 +1,7 @@
 """The fixture a staged recording becomes (`fixture_dict`, its id `fixture_id_for`) and the checks it must pass
 before it is promoted: the contract tests against the latest version of its scenario (`_latest_base`,
 `_fixture_for`) and the mutation test (`mutation_gaps`: a mutation's success declares its world transition and its
-receipt).
+receipt; an ambiguous answer, its transition or a reviewed "no change").
 """
 
 from __future__ import annotations
@@ -118,7 +118,13 @@ def _fixture_for(recording: StagedRecording, base: ScenarioVersion) -> dict[str,
         Fixture.from_dict(fixture, contract)
     except FixtureError as exc:
         raise ReviewRefused(f"contract test: {exc}") from None
-    missing = mutation_gaps(fixture, contract.effect_class)
+    missing = mutation_gaps(fixture, contract.effect_class, no_change=recording.no_change_reason)
+    if missing and recording.outcome in AMBIGUOUS_OUTCOMES:
+        raise ReviewRefused(
+            f"mutation test: fixture {fixture['id']} ({recording.tool}, a mutation answered {recording.outcome}) "
+            "declares no world transition and no reviewed no-change: an ambiguous answer may have changed the world "
+            "(declare the transition it made, or record no change with its reason)"
+        )
     if missing:
         raise ReviewRefused(
             f"mutation test: fixture {fixture['id']} ({recording.tool}, a mutation answered {recording.outcome}) "
@@ -130,16 +136,25 @@ def _fixture_for(recording: StagedRecording, base: ScenarioVersion) -> dict[str,
 
 # A mutation answered with one of these said it happened: the world must change and the provider must say so.
 _MUTATION_SUCCESS = ("ok", "empty")
+# A mutation answered with one of these may or may not have happened (seed 000: "a static error was insufficient for
+# ambiguous outcomes"): a reviewer must say which, with the transition it made or an explicit "no change".
+AMBIGUOUS_OUTCOMES = ("unknown", "timeout", "error")
 
 
-def mutation_gaps(fixture: Mapping[str, Any], effect_class: str) -> list[str]:
+def mutation_gaps(fixture: Mapping[str, Any], effect_class: str, *, no_change: str = "") -> list[str]:
     """What a fixture for a mutating tool lacks to be promoted (seed 000, "Missing mutations were treated most
     strictly"; seed 001, "The simulated world started from a snapshot"): a success needs the world transition it
     made and the receipt it answered with (a non-empty response body: the provider's identity for the effect).
-    A failure (denied, not_found, error, …) changed nothing and needs neither."""
+    An ambiguous answer (unknown, timeout, error: issue 34) needs the world transition it made, or `no_change`, a
+    reviewer's reason for declaring that it made none. A refusal (denied, not_found, deleted) changed nothing and
+    needs neither."""
     if effect_class != "mutation":
         return []
     response = fixture.get("response") or {}
+    if response.get("outcome") in AMBIGUOUS_OUTCOMES:
+        if fixture.get("transition") or no_change.strip():
+            return []
+        return ["world transition", "reviewed no-change"]
     if response.get("outcome") not in _MUTATION_SUCCESS:
         return []
     missing = []

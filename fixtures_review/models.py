@@ -107,6 +107,10 @@ class StagedRecording(models.Model):
     body_blobs = models.JSONField(default=dict)  # {"request.body": digest, "response.body": digest} in the blob store
     synthetic = models.BooleanField(default=False)
     fidelity_note = GatedTextField(blank=True, default="")
+    # A mutation answered ambiguously (unknown, timeout, error) may have changed the world: it is promoted only with a
+    # declared world transition or this, a reviewer's explicit "no change" and why (issue 34; the `no_change` event
+    # says who; fixture_checks.mutation_gaps).
+    no_change_reason = GatedTextField(blank=True, default="")
     # Retention and sensitivity (docs/retention.md): the class named at capture (or N17Q_CAPTURE_RETENTION_CLASS);
     # its period counts from `captured_at`. When the sweep removes a body's bytes the inline copy here goes too and
     # `expired_bodies` keeps {"response.body": deletion record id} so the page can say what went and why.
@@ -171,6 +175,7 @@ class ReviewEvent(AppendOnlyModel):
         REJECT = "reject"
         APPROVE = "approve"
         REFUSED = "refused"  # an approval (or other action) the rules refused, with the reason
+        NO_CHANGE = "no_change"  # a reviewer declared that an ambiguous mutation answer changed nothing, and why
 
     recording = models.ForeignKey(StagedRecording, on_delete=models.PROTECT, related_name="events")
     action = models.CharField(max_length=20, choices=Action.choices)

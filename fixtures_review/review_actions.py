@@ -1,6 +1,8 @@
 """A reviewer's actions on a staged recording: redact a value (`recording_redact`), synthesize a replacement
-(`recording_synthesize`: where meaning changes, with a fidelity note), reject it (`recording_reject`), or exclude its
-tool from the scenario with the limitation recorded (`recording_exclude_tool`, which mints a version without it).
+(`recording_synthesize`: where meaning changes, with a fidelity note), declare that a mutation's ambiguous answer
+changed nothing in the world (`recording_declare_no_change`, with the reason), reject it (`recording_reject`), or
+exclude its tool from the scenario with the limitation recorded (`recording_exclude_tool`, which mints a version
+without it).
 
 Each needs the reviewer role, changes a locked, still-staged recording at the revision the reviewer read, and is an
 append-only `ReviewEvent` that never holds a value that was removed. Approving is in `approval`.
@@ -20,7 +22,7 @@ from n17q_secrets import scanning
 
 from . import intake
 from .content import _locate, content_of, is_meaning_path
-from .fixture_checks import _latest_base
+from .fixture_checks import AMBIGUOUS_OUTCOMES, _latest_base
 from .minting import _lock_scenario, scenario_version_mint
 from .models import ReviewEvent, StagedRecording
 from .retention import recording_bodies_hold
@@ -65,6 +67,7 @@ def _change(recording: StagedRecording, revision: int | None, mutate: Any) -> St
                 "synthetic",
                 "fidelity_note",
                 "outcome",
+                "no_change_reason",
                 "normalized_request",
                 "request_digest",
                 "key_note",
@@ -141,6 +144,8 @@ def recording_synthesize(
         if meaning:
             locked.synthetic = True
             locked.fidelity_note = "; ".join(p for p in (locked.fidelity_note, f"{path}: {note}") if p)
+        if intake.covers("proposed_transition", path) and content["proposed_transition"]:
+            locked.no_change_reason = ""  # a declared transition says the world changed: no longer "no change"
         if intake.covers("request.args", path):
             locked.normalized_request, locked.request_digest, locked.key_note = _key(
                 locked.scenario_name, locked.tool, locked.contract_revision, content["request"]["args"]
@@ -156,6 +161,38 @@ def recording_synthesize(
             fidelity_note=note[:4000],
             detail={"value": value, "meaning_changed": meaning},
         )
+    return recording
+
+
+def recording_declare_no_change(
+    *, recording: StagedRecording, reason: str, user: Any, revision: int | None = None
+) -> StagedRecording:
+    """Declare that a mutation answered `unknown`, `timeout` or `error` changed nothing in the world, and why (issue
+    34; seed 000: "a static error was insufficient for ambiguous outcomes"). Without this or a declared transition
+    such a recording is not promotable. The declaration is part of what the fixture stands for, so whoever makes it
+    is one of its authors (four eyes: another reviewer approves)."""
+    _require_reviewer(user, recording)
+    reason = (reason or "").strip()
+    if recording.effect_class != "mutation":
+        raise ReviewRefused(f"{recording.tool} is a {recording.effect_class}: it changes no world state to declare")
+    if recording.outcome not in AMBIGUOUS_OUTCOMES:
+        raise ReviewRefused(
+            f"no change is declared only for an ambiguous answer ({', '.join(AMBIGUOUS_OUTCOMES)}); this mutation "
+            f"answered {recording.outcome}"
+        )
+    if recording.proposed_transition:
+        raise ReviewRefused(
+            "it declares a world transition: a recording cannot say both that the world changed and not"
+        )
+    if not reason:
+        raise ReviewRefused("declaring no change needs its reason (how you know the world did not change)")
+
+    def mutate(content: dict[str, Any], locked: StagedRecording) -> None:
+        locked.no_change_reason = reason[:2000]
+
+    with transaction.atomic():
+        recording = _change(recording, revision, mutate)
+        _event(recording, ReviewEvent.Action.NO_CHANGE, user, path="proposed_transition", reason=reason[:2000])
     return recording
 
 

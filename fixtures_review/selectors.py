@@ -206,6 +206,8 @@ class RecordingPage:
     needed_by: list[Any] = field(default_factory=list)  # NeededBy: the replay runs that stopped for want of it
     retention: Any = None  # runs.retention.RetentionClass the recording is kept under
     expiries: dict[str, Any] = field(default_factory=dict)  # {"response": Expiry}: bodies the sweep removed
+    # A mutation answered ambiguously with no transition and no declared no-change: the page offers the declaration.
+    no_change_offered: bool = False
 
 
 def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
@@ -245,6 +247,12 @@ def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
         duplicates=duplicates_of([recording]).get(recording.pk, []),
         conflict=services.promoted_key_conflict(recording) if recording.state == "staged" else None,
         needed_by=runs_needing(recording),
+        no_change_offered=(
+            recording.effect_class == "mutation"
+            and recording.outcome in services.AMBIGUOUS_OUTCOMES
+            and not recording.proposed_transition
+            and not recording.no_change_reason
+        ),
         retention=retention_class(recording.retention_class) if recording.retention_class else None,
         # One query, and only for a recording the sweep has touched.
         expiries={where.split(".")[0]: x for where, x in recording_expiries(recording).items()}

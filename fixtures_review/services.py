@@ -45,9 +45,15 @@ from .approval import (
 from .captures import FailedCapture, RecordingsResult, capture_receive, capture_stage, recordings_stage
 from .content import content_of, is_meaning_path, leaf_paths, unresolved_findings
 from .copying import recording_copy_recorded, recording_copy_similar
-from .fixture_checks import fixture_dict, fixture_id_for, mutation_gaps
+from .fixture_checks import AMBIGUOUS_OUTCOMES, fixture_dict, fixture_id_for, mutation_gaps
 from .minting import _lock_scenario, fixture_request_digest, scenario_files_mint, scenario_version_mint
-from .review_actions import recording_exclude_tool, recording_redact, recording_reject, recording_synthesize
+from .review_actions import (
+    recording_declare_no_change,
+    recording_exclude_tool,
+    recording_redact,
+    recording_reject,
+    recording_synthesize,
+)
 from .review_rules import (
     _OUTCOME_STATUS,
     CAPTURE_PERM,
@@ -61,6 +67,7 @@ from .run_results import MAX_RUN_RESULTS, RECORDED_ORIGINS, RunRecordingsResult,
 from .staging import StageResult, _audit, _blob_name, _stage, capture_digest_key, capture_original_digest
 
 __all__ = [
+    "AMBIGUOUS_OUTCOMES",
     "AUTHORING_ACTIONS",
     "CAPTURE_PERM",
     "EDITABLE_ROOTS",
@@ -92,6 +99,7 @@ __all__ = [
     "recording_approve",
     "recording_copy_recorded",
     "recording_copy_similar",
+    "recording_declare_no_change",
     "recording_exclude_tool",
     "recording_redact",
     "recording_reject",

@@ -73,7 +73,7 @@ def _render_recording(request: HtmxHttpRequest, recording: StagedRecording, *, o
     return render(request, template, {"p": page, "outcome": outcome, "action_error": error}, status=status)
 
 
-ACTIONS = ("redact", "synthesize", "reject", "exclude", "approve")
+ACTIONS = ("redact", "synthesize", "no-change", "reject", "exclude", "approve")
 
 
 @require_POST
@@ -104,6 +104,11 @@ def recording_action(request: HtmxHttpRequest, public_id: str, action: str) -> H
                 revision=revision,
             )
             outcome = f"Synthesized {post.get('path')}."
+        elif action == "no-change":
+            recording = services.recording_declare_no_change(
+                recording=recording, reason=post.get("reason", ""), user=request.user, revision=revision
+            )
+            outcome = "Declared no change: its ambiguous answer changed nothing in the world."
         elif action == "reject":
             recording = services.recording_reject(
                 recording=recording, reason=post.get("reason", ""), user=request.user, revision=revision
@@ -124,9 +129,10 @@ def recording_action(request: HtmxHttpRequest, public_id: str, action: str) -> H
             outcome = f"Approved: fixture version {minted.fixture_id} in new scenario version {scenario_version.ref}."
     except services.ReviewRefused as exc:
         recording.refresh_from_db()
+        said = "No change" if action == "no-change" else action.capitalize()
         if request.htmx:
-            return _render_recording(request, recording, error=f"{action.capitalize()} refused: {exc}")
-        messages.error(request, f"{action.capitalize()} refused: {exc}")
+            return _render_recording(request, recording, error=f"{said} refused: {exc}")
+        messages.error(request, f"{said} refused: {exc}")
         return redirect("fixtures:recording", public_id=public_id)
     if request.htmx:
         return _render_recording(request, recording, outcome=outcome)

@@ -16,8 +16,10 @@ from fixtures_review.models import StagedRecording
 from fixtures_review.services import (
     ReviewRefused,
     capture_stage,
+    mutation_gaps,
     promotion_blockers,
     recording_approve,
+    recording_declare_no_change,
     recording_exclude_tool,
 )
 from tests.fixtures_review.conftest import status_capture
@@ -124,3 +126,127 @@ def test_the_recording_page_offers_exclusion_for_a_mutation_only(seed_scenarios,
     )
     assert b"Excluded email.send: scenario version email-delivery@2 records why." in response.content
     assert StagedRecording.objects.get(pk=send.pk).state == "rejected"
+
+
+# ---- issue 34 point 5: an ambiguous answer needs a world (seed 000: "a static error was insufficient for ambiguous
+# outcomes"): a mutation answered unknown, timeout or error is promoted only with the world transition it made, or a
+# reviewer's explicit "no change" with its reason.
+
+
+def ambiguous(status: int, *, transition=None) -> dict:
+    capture = send_capture(body={"error": "upstream did not answer"}, transition=transition)
+    capture["response"]["status"] = status
+    return capture
+
+
+@pytest.mark.parametrize("outcome", ["unknown", "timeout", "error"])
+def test_the_mutation_test_asks_an_ambiguous_answer_for_its_world(outcome):
+    fixture = {"response": {"outcome": outcome, "body": {"error": "upstream did not answer"}}}
+    assert mutation_gaps(fixture, "mutation") == ["world transition", "reviewed no-change"]
+    assert mutation_gaps({**fixture, "transition": TRANSITION}, "mutation") == []
+    assert mutation_gaps(fixture, "mutation", no_change="the provider's log shows nothing") == []
+    assert mutation_gaps(fixture, "mutation", no_change="  ") == ["world transition", "reviewed no-change"]
+    assert mutation_gaps(fixture, "read") == []
+    assert mutation_gaps({"response": {"outcome": "denied"}}, "mutation") == []
+
+
+def test_an_ambiguous_mutation_answer_without_a_world_is_not_promotable(seed_scenarios, role_user):
+    # email.send revision 3 answers ok, error or denied: a 500 is its ambiguous answer (no seed mutation contract
+    # admits timeout or unknown; the rule above covers them alike).
+    rec = capture_stage(raw=ambiguous(500)).recording
+    assert rec.outcome == "error"
+    (blocker,) = promotion_blockers(rec)
+    assert "(email.send, a mutation answered error)" in blocker and "\n" not in blocker
+    assert "declares no world transition and no reviewed no-change" in blocker
+    with pytest.raises(ReviewRefused, match="no world transition and no reviewed no-change"):
+        recording_approve(recording=rec, user=role_user("reviewer"))
+    rec.refresh_from_db()
+    assert rec.state == "staged" and rec.fixture_version is None
+
+
+def test_an_ambiguous_answer_with_its_world_transition_is_promoted(seed_scenarios, role_user):
+    rec = capture_stage(raw=ambiguous(500, transition=TRANSITION)).recording
+    assert promotion_blockers(rec) == []
+    assert recording_approve(recording=rec, user=role_user("reviewer")).fixture_version.fixture["transition"]
+
+
+def test_a_reviewed_no_change_with_its_reason_makes_it_promotable_by_another_reviewer(seed_scenarios, role_user):
+    rec = capture_stage(raw=ambiguous(500)).recording
+    declarer, approver = role_user("reviewer", "rhea"), role_user("reviewer", "sam")
+    with pytest.raises(ReviewRefused, match="needs its reason"):
+        recording_declare_no_change(recording=rec, reason="  ", user=declarer)
+    rec = recording_declare_no_change(
+        recording=rec, reason="the provider's log shows no message for draft dr-7001", user=declarer
+    )
+    assert rec.no_change_reason.startswith("the provider's log") and promotion_blockers(rec) == []
+    event = rec.events.get(action="no_change")
+    assert (event.actor, event.reason) == (declarer, rec.no_change_reason)
+    with pytest.raises(ReviewRefused, match="four eyes: you declared that its answer changed nothing"):
+        recording_approve(recording=rec, user=declarer)
+    promoted = recording_approve(recording=rec, user=approver, revision=rec.revision)
+    assert promoted.state == "promoted" and "transition" not in promoted.fixture_version.fixture
+    assert promoted.events.get(action="approve").detail["no_change"] == rec.no_change_reason
+
+
+def test_no_change_is_refused_where_it_means_nothing(seed_scenarios, role_user):
+    reviewer = role_user("reviewer")
+    denied = ambiguous(403)
+    with pytest.raises(ReviewRefused, match="only for an ambiguous answer"):
+        recording_declare_no_change(recording=capture_stage(raw=denied).recording, reason="x", user=reviewer)
+    with pytest.raises(ReviewRefused, match="changes no world state"):
+        recording_declare_no_change(recording=capture_stage(raw=status_capture()).recording, reason="x", user=reviewer)
+    with_world = capture_stage(raw=ambiguous(500, transition=TRANSITION)).recording
+    with pytest.raises(ReviewRefused, match="declares a world transition"):
+        recording_declare_no_change(recording=with_world, reason="x", user=reviewer)
+
+
+def test_the_review_page_offers_no_change_and_refuses_approval_in_one_line(seed_scenarios, client, role_user):
+    rec = capture_stage(raw=ambiguous(500)).recording
+    rhea, sam = role_user("reviewer", "rhea"), role_user("reviewer", "sam")
+    client.force_login(rhea)
+    url = reverse("fixtures:recording", args=[rec.public_id])
+    page = client.get(url).content.decode()
+    assert 'id="no-change-form"' in page and "no world transition and no reviewed no-change" in page
+    refused = client.post(reverse("fixtures:action", args=[rec.public_id, "approve"]), {"revision": rec.revision})
+    assert refused.status_code == 302
+    shown = client.get(url).content.decode()
+    assert "Approve refused: mutation test: fixture fx-" in shown
+    empty = client.post(
+        reverse("fixtures:action", args=[rec.public_id, "no-change"]), {"reason": "", "revision": rec.revision},
+        follow=True,
+    )  # fmt: skip
+    assert b"No change refused: declaring no change needs its reason" in empty.content
+    declared = client.post(
+        reverse("fixtures:action", args=[rec.public_id, "no-change"]),
+        {"reason": "the provider's log shows no message", "revision": rec.revision},
+        follow=True,
+    )
+    assert b"Declared no change" in declared.content
+    rec.refresh_from_db()
+    assert rec.no_change_reason == "the provider's log shows no message"
+    page = client.get(url).content.decode()
+    assert 'id="no-change"' in page and 'id="no-change-form"' not in page
+    client.force_login(sam)
+    approved = client.post(
+        reverse("fixtures:action", args=[rec.public_id, "approve"]), {"revision": rec.revision}, follow=True
+    )
+    assert b"Approved: fixture version" in approved.content
+    assert StagedRecording.objects.get(pk=rec.pk).state == "promoted"
+
+
+def test_the_capture_api_says_an_ambiguous_mutation_is_not_promotable_and_why(seed_scenarios, client, role_user):
+    from accounts.models import HarnessToken
+
+    key = HarnessToken.new_key()
+    harness = role_user("operator", "harness")
+    HarnessToken.objects.create(name="ci", user=harness, key_digest=HarnessToken.digest_key(key), prefix=key[:9],
+                                scopes=[HarnessToken.Scope.CAPTURE])  # fmt: skip
+    response = client.post(
+        reverse("api-captures"), data=json.dumps(ambiguous(500)), content_type="application/json",
+        HTTP_AUTHORIZATION=f"Token {key}",
+    )  # fmt: skip
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["promotable"] is False
+    (blocker,) = body["blockers"]
+    assert "a mutation answered error" in blocker and "no world transition and no reviewed no-change" in blocker
