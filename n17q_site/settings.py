@@ -172,8 +172,15 @@ N17Q_MAX_BUNDLE_MEMBERS = env_int("N17Q_MAX_BUNDLE_MEMBERS", 200_000, minimum=3)
 N17Q_IMPORT_SLICES = env_bool("N17Q_IMPORT_SLICES", True)
 N17Q_IMPORT_STALE_S = env_int("N17Q_IMPORT_STALE_S", 300, minimum=1)
 # Replays (n17q_engine.sandbox): a sandbox without its own network namespace is refused unless this is set,
-# and then every replay it runs is labelled isolation "degraded".
+# and then every replay it runs is labelled isolation "degraded" (shown as `isolation: none`, in red). For development
+# only: with production settings (N17Q_DEBUG=0) every process refuses to start with it (issue 34; seeds 000 and 001:
+# "the absence of traffic was backed by the absence of a route").
 N17Q_ALLOW_DEGRADED_ISOLATION = env_bool("N17Q_ALLOW_DEGRADED_ISOLATION", False)
+if N17Q_ALLOW_DEGRADED_ISOLATION and not DEBUG:
+    raise ConfigurationError(
+        "N17Q_ALLOW_DEGRADED_ISOLATION=1 is refused with production settings (N17Q_DEBUG=0): a replay without its own "
+        "network namespace is for development only"
+    )
 N17Q_REPLAY_TIMEOUT_S = env_int("N17Q_REPLAY_TIMEOUT_S", 300, minimum=1)
 N17Q_REPLAY_MEMORY_MB = env_int("N17Q_REPLAY_MEMORY_MB", 1024, minimum=128)
 # The live model relay (replays/relay.py, issue 33): at most this many model calls of one replay reach the approved

@@ -60,7 +60,10 @@ class CounterfactualForm(LaunchForm):
     # An agent decider's live model (issues 18, 33): one of the approved model connections, chosen by name. Nothing
     # typed here becomes a URL or a variable name: the connection names its endpoint and its one credential reference,
     # and a name that is not an approved one's is not a choice (Django refuses it as "not one of the available").
-    model_connection = forms.ChoiceField(required=False, label="Live model (agent only): approved model connection")
+    # Issue 34: never one option among the diagnostic variables: the page offers it apart, as its own kind of run.
+    model_connection = forms.ChoiceField(
+        required=False, label="Fresh comparison run (live model, not reproducible): approved model connection"
+    )
 
     def __init__(self, *args, choices: dict[str, list[tuple[str, str]]], **kwargs):
         super().__init__(*args, **kwargs)
@@ -78,7 +81,7 @@ class CounterfactualForm(LaunchForm):
         from fixtures_review.connections import approved_model_connections
 
         self.choice_field("model_connection").choices = [
-            ("", "none: the model answers from fixtures"),
+            ("", "none: a counterfactual replay, the model answering from fixtures"),
             *((c.name, f"{c.name} ({c.endpoint_host}:{c.endpoint_port})") for c in approved_model_connections()),
         ]
 

@@ -71,8 +71,15 @@ TERMS: tuple[tuple[str, str], ...] = (
     ("incomplete test world", "A replay that stopped on a missing fixture instead of reaching a live service."),
     (
         "isolation",
-        "How a replay's sandbox was bounded: netns (its own namespaces, nothing of the host) or "
-        "degraded (explicitly allowed, labelled).",
+        "How a replay's sandbox was bounded: netns (its own namespaces, nothing of the host) or degraded (no "
+        "network namespace: allowed only for development, never with production settings, and shown as "
+        '"isolation: none" in red on the run, the replay and the comparison).',
+    ),
+    (
+        "fresh comparison run",
+        "A run whose agent's model answered live through an approved model connection (its calls recorded as "
+        "live results): not a replay and not reproducible, since nothing guarantees the same answers again. "
+        "Chosen apart from the counterfactual's diagnostic variables, and labelled on every page that shows it.",
     ),
 )
 

@@ -97,6 +97,13 @@ class Run(models.Model):
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise HistoryIsAppendOnly(f"run {self.run_id} is history and cannot be deleted")
 
+    @property
+    def fresh_comparison(self) -> bool:
+        """Whether an agent's model answered live in this run (issue 33's relay: the manifest's model names
+        `source: live:<host:port>`): a fresh comparison run, not reproducible (issue 34)."""
+        model = (self.manifest_run or {}).get("model") if isinstance(self.manifest_run, dict) else None
+        return isinstance(model, dict) and str(model.get("source") or "").startswith("live:")
+
 
 class RunImport(models.Model):
     """An import writing its run in slices, not yet published (runs/import_slices.py; SQLite only).

@@ -64,6 +64,11 @@ def test_a_command_without_a_database_says_so_in_one_line_and_creates_none(tmp_p
     [
         ({"N17Q_DEBUG": "0"}, "ConfigurationError: environment variable N17Q_SECRET_KEY is required"),
         (
+            {"N17Q_DEBUG": "0", "N17Q_SECRET_KEY": "k" * 50, "N17Q_ALLOW_DEGRADED_ISOLATION": "1"},
+            "ConfigurationError: N17Q_ALLOW_DEGRADED_ISOLATION=1 is refused with production settings (N17Q_DEBUG=0): "
+            "a replay without its own network namespace is for development only",
+        ),
+        (
             {"N17Q_DEBUG": "perhaps"},
             "ConfigurationError: N17Q_DEBUG='perhaps' is not a boolean (use 1/0, true/false, yes/no, on/off)",
         ),

@@ -285,6 +285,10 @@ def test_a_declared_live_model_is_relayed_by_the_worker_and_the_run_is_a_fresh_c
         )
         assert SECRET not in stored
         assert SECRET not in operator.get(f"/replays/{replay.pk}/").content.decode()
+        # issue 34: the relayed run says on every page that it is a fresh comparison run, not reproducible
+        assert replay.run.fresh_comparison
+        for url in (f"/replays/{replay.pk}/", f"/replays/{replay.pk}/comparison/", f"/runs/{replay.run.run_id}/"):
+            assert "fresh comparison run (live model): not reproducible" in operator.get(url).content.decode(), url
     finally:
         provider.close()
 
