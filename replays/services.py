@@ -556,8 +556,10 @@ def _run_agent(replay: Replay, package: Any, progress: Any) -> Any:
             on_event=progress,
         )
     finally:
-        if relay is not None:  # the replay's record says what the relay did, however the run ended (`_end`)
-            replay.model_calls, replay.model_calls_refused = relay.calls, relay.refused
+        if relay is not None:  # the replay's record says what the relay did, however the run ended: its durable count
+            replay.model_calls, replay.model_calls_refused = Replay.objects.filter(pk=replay.pk).values_list(
+                "model_calls", "model_calls_refused"
+            )[0]
 
 
 def _relay_for(replay: Replay) -> Any:
@@ -568,6 +570,7 @@ def _relay_for(replay: Replay) -> Any:
     if not chosen:
         return None
     from .relay import ModelRelay
+    from .relay_count import ReplayCallCount
 
     try:
         endpoint = model_connection_resolve(str(chosen.get("connection") or ""))
@@ -578,7 +581,12 @@ def _relay_for(replay: Replay) -> Any:
             f"model connection {chosen['connection']} changed since this replay was launched: it now reaches "
             f"{endpoint.base_url}; launch again to use it"
         )
-    return ModelRelay(endpoint, max_calls=int(chosen.get("max_calls") or settings.N17Q_MODEL_RELAY_MAX_CALLS))
+    # Counted in the replay's row, not this worker's memory: the cap holds across claims and concurrent workers.
+    return ModelRelay(
+        endpoint,
+        max_calls=int(chosen.get("max_calls") or settings.N17Q_MODEL_RELAY_MAX_CALLS),
+        count=ReplayCallCount(replay.pk),
+    )
 
 
 def _ingest(replay: Replay, output: bytes) -> Run:
@@ -649,8 +657,8 @@ def _end(replay: Replay, token: str, state: str, error: str) -> Replay:
         "progress_events": replay.progress_events,
         "progress_logical": replay.progress_logical,
         "progress_checkpoint": replay.progress_checkpoint,
-        "model_calls": replay.model_calls,
-        "model_calls_refused": replay.model_calls_refused,
+        # Not model_calls / model_calls_refused: the relay counts them in this row as each call is made
+        # (replays.relay_count); a worker's copy written back here could undo another claim's calls.
     }
     held = Replay.objects.filter(pk=replay.pk, state=Replay.State.RUNNING, claim_token=token)
     if held.update(**fields) != 1:
