@@ -397,7 +397,8 @@ def test_the_cap_holds_when_a_replay_is_claimed_again_after_its_worker_died(agen
     done = services.replay_execute(replay.pk)  # the claim again
     assert len(provider.received) == 2
     assert (done.model_calls, done.model_calls_refused) == (2, 3)
-    assert done.model_relay_record["stopped_by_cap"] is True
+    record = done.model_relay_record
+    assert record is not None and record["stopped_by_cap"] is True
     assert "cap of 2 model calls for this replay is reached (2 made, counting every claim of it)" in done.error
 
 
