@@ -25,7 +25,6 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.core.files.storage import storages
 from django.db import transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
@@ -43,8 +42,9 @@ from n17q_engine.identifiers import replay_run_id_problem
 from n17q_engine.package import VARY_KEYS, PackageError, build_replay
 from n17q_engine.replay import ReplayError, ReplayOutput
 from n17q_engine.sandbox import IsolationUnavailable, Limits, SandboxError, run_sandboxed
+from runs.blob_access import run_blob_open
 from runs.importer import run_import_from_path
-from runs.models import Event, Finding, Run, RunBlob, blob_storage_name
+from runs.models import Event, Finding, Run, RunBlob
 from runs.retention import run_blob_expiries
 from runs.selectors import LINEAGE_FINDINGS_IN_ANSWER
 
@@ -171,22 +171,19 @@ def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes], dict[str
         canonical.canonical_json(body) + b"\n"
         for body in Event.objects.filter(run=run).order_by("seq").values_list("body", flat=True).iterator(2000)
     ]
-    store = storages["blobs"]
     blobs: dict[str, bytes] = {}
     meta: dict[str, Any] = {}
     gone: list[str] = []
     for rb in RunBlob.objects.filter(run=run).select_related("blob", "hold"):
         digest = rb.blob.digest
         meta[digest] = {"media_type": rb.media_type, "size": rb.blob.size, "role": rb.role, "retention": rb.retention}
-        # The run's own hold (per holder): bytes another run stored again after this run's removal are not its own.
-        if rb.bytes_removed:
-            gone.append(digest)
+        # The run's own hold decides (per holder): bytes another run keeps, or stored again, are not this run's.
+        handle = run_blob_open(rb)
+        if handle is None:
+            gone.append(digest)  # its hold ended (or the sweep removed it since the query): its record says so below
             continue
-        try:
-            with store.open(blob_storage_name(digest), "rb") as fh:
-                blobs[digest] = fh.read()
-        except FileNotFoundError:
-            gone.append(digest)  # the sweep removed it since the query; its record says so below
+        with handle:
+            blobs[digest] = handle.read()
     expiries = run_blob_expiries(run, gone)
     unexplained = sorted(set(gone) - set(expiries))
     if unexplained:
