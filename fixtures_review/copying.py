@@ -12,7 +12,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from django.core.files.storage import storages
 from django.utils import timezone
 
 from n17q_engine.package import load_scenario
@@ -163,20 +162,18 @@ def _recorded_answer(replay_run: Any, missing: Mapping[str, Any]) -> tuple[dict[
 
 def _recorded_body(run: Any, digest: str | None) -> Any:
     """A recorded result's body: its blob read from the blob store, JSON when it parses, else text."""
-    from runs.models import RunBlob, blob_storage_name
+    from runs.blob_access import run_blob_open, run_blob_row
 
     if not digest:
         return None
-    held = RunBlob.objects.filter(run=run, blob__digest=digest).select_related("blob", "hold").first()
+    held = run_blob_row(run, digest)
     if held is None:
         raise ReviewRefused(f"the recorded body {digest} is not held with run {run.run_id}")
-    if held.bytes_removed:  # this run's hold ended (per holder), whatever another run stored since
+    handle = run_blob_open(held)  # this run's own hold decides, whatever another run holds or stored since
+    if handle is None:
         raise ReviewRefused(f"the recorded body {digest} of run {run.run_id} is no longer held")
-    try:
-        with storages["blobs"].open(blob_storage_name(digest), "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
-        raise ReviewRefused(f"the recorded body {digest} of run {run.run_id} is no longer held") from None
+    with handle:
+        data = handle.read()
     try:
         return json.loads(data)
     except ValueError:

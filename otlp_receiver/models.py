@@ -62,6 +62,10 @@ class ReceivedTrace(models.Model):
         db_index=False,
         related_name="+",
     )
+    # Who sent the spans its run was made from, kept when finalisation removes those chunks (their `sent_by_*`):
+    # [{"token_id", "user_id", "spans"}]. Spans still held as chunks (late ones, a trace not yet a run) are read from
+    # the chunks themselves (services.trace_senders).
+    senders = GatedJSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-last_received_at", "-id"]

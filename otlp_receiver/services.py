@@ -13,6 +13,9 @@
   (runs.import_formats.import_converted); in that transaction the chunks the run was made from are removed and the
   trace is marked finalized. Run twice, it does the work once. A run already under the trace's run id was not made
   by this receiver (it records each run it makes in that transaction): the trace is refused, never adopting it.
+- Only a trace's opener (the user behind the token that opened it) or an admin finalises it on demand
+  (`trace_may_finalize`, `trace_flush`: "Import now", `otlp_flush --user`); anyone else is refused in one line and
+  audited, like spans sent for another's trace. The due finalisation (the worker's sweep) is nobody's act.
 - Spans arriving for a trace that is no longer receiving are kept as its late addendum (`TraceChunk.late`),
   counted on the trace, never merged into the run's history.
 """
@@ -35,6 +38,7 @@ from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from accounts.audit import audit_record
+from accounts.roles import ADMIN, user_roles
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError
 from n17q_engine.formats.otlp import convert_trace, flatten_protobuf
@@ -216,6 +220,59 @@ def spans_receive(
     return Received(len(taken), sum(masked[t].batch.span_count for t in taken), refused=refused)
 
 
+class TraceRefused(Exception):
+    """An act on a trace that is not the actor's (one line, safe to show the actor)."""
+
+
+def _ownerless_q() -> Q:
+    return Q(opened_by_token__isnull=True, opened_by__isnull=True)
+
+
+def trace_may_finalize(trace: ReceivedTrace, user: Any) -> bool:
+    """Whether `user` may finalise `trace` now (an explicit flush): its opener, the user behind the token (or the
+    session) whose spans opened it, or an admin. A trace received before owners were recorded is nobody's: any
+    importer may. A token without its user (never written so) is nobody's to finalise but an admin's (fail closed)."""
+    if trace.opened_by_token_id is None and trace.opened_by_id is None:
+        return True
+    if not getattr(user, "is_authenticated", False):
+        return False
+    return (trace.opened_by_id is not None and trace.opened_by_id == user.pk) or ADMIN in user_roles(user)
+
+
+def _finalizable_by_q(user: Any) -> Q:
+    """`trace_may_finalize` as a queryset condition, for a flush of every trace the user may finalise."""
+    if ADMIN in user_roles(user):
+        return Q()
+    return _ownerless_q() | Q(opened_by_id=user.pk)
+
+
+def _finalize_refused(trace: ReceivedTrace, user: Any) -> TraceRefused:
+    """Audit the refusal (the owner is named there, never in the answer) and say it in one line."""
+    audit_record(
+        actor=user,
+        action="otlp.finalize_refused",
+        target=f"trace {trace.trace_id}",
+        detail={
+            "owner_token_id": trace.opened_by_token_id,
+            "owner_user_id": trace.opened_by_id,
+            "reason": "another user opened this trace",
+        },
+    )
+    return TraceRefused(
+        f"trace {trace.trace_id} was opened by another user: only the user who opened trace {trace.trace_id}, "
+        "or an admin, may import it now"
+    )
+
+
+def trace_flush(*, trace_pk: int, user: Any) -> ReceivedTrace:
+    """`user`'s "Import now": the trace finalised without waiting for its root span or the quiet period, if
+    `user` may (`trace_may_finalize`); else TraceRefused, audited. The run is its opener's whoever flushes it."""
+    trace = ReceivedTrace.objects.get(pk=trace_pk)
+    if not trace_may_finalize(trace, user):
+        raise _finalize_refused(trace, user)
+    return trace_finalize(trace_pk=trace_pk, force=True, user=user)
+
+
 def _due_q(now: datetime) -> Q:
     """Due to be finalised: receiving, root ended and quiet; or claimed by a finalisation whose lease has lapsed."""
     quiet = now - timedelta(seconds=settings.N17Q_OTLP_QUIET_SECONDS)
@@ -344,21 +401,32 @@ def _claim(trace_pk: int, now: datetime, *, force: bool) -> bool:
 
 def trace_payload(trace_pk: int, *, late: bool = False) -> bytes:
     """The trace's spans as one ExportTraceServiceRequest (its chunks joined in arrival order)."""
-    return _joined_chunks(trace_pk, late=late)[0]
+    return _joined_chunks(trace_pk, late=late).payload
 
 
-def _joined_chunks(trace_pk: int, *, late: bool) -> tuple[bytes, int | None, list[dict[str, str]]]:
-    """The chunks joined, the pk of the last one read (None: there were none), and what was masked in them on
-    arrival, each as a masked secret of the run they make (place `received`). One query."""
-    chunks = TraceChunk.objects.filter(trace_id=trace_pk, late=late).order_by("id").values_list("id", "data", "masked")
+@dataclass
+class _Joined:
+    payload: bytes
+    last: int | None  # the pk of the last chunk read (None: there were none)
+    masked: list[dict[str, str]]  # what was masked on arrival, each as a masked secret of the run (place `received`)
+    senders: list[dict[str, Any]]  # who sent the chunks: [{"token_id", "user_id", "spans"}] in first-sent order
+
+
+def _joined_chunks(trace_pk: int, *, late: bool) -> _Joined:
+    """The trace's chunks joined, and what the run made from them must remember of them. One query."""
+    chunks = TraceChunk.objects.filter(trace_id=trace_pk, late=late).order_by("id")
     parts: list[bytes] = []
     last: int | None = None
     found: list[dict[str, str]] = []
-    for pk, data, masked in chunks.iterator(chunk_size=200):
+    senders: dict[tuple[int | None, int | None], int] = {}
+    rows = chunks.values_list("id", "data", "masked", "sent_by_token_id", "sent_by_id", "span_count")
+    for pk, data, masked, token_id, user_id, spans in rows.iterator(chunk_size=200):
         parts.append(zlib.decompress(bytes(data)))
         found.extend({"place": "received", **m} for m in masked or ())
+        senders[(token_id, user_id)] = senders.get((token_id, user_id), 0) + spans
         last = pk
-    return b"".join(parts), last, found
+    kept = [{"token_id": t, "user_id": u, "spans": n} for (t, u), n in senders.items()]
+    return _Joined(b"".join(parts), last, found, kept)
 
 
 class _ClaimLost(Exception):
@@ -380,7 +448,8 @@ def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> R
     trace = ReceivedTrace.objects.select_related("opened_by").get(pk=trace_pk)
     claimed = ReceivedTrace.objects.filter(pk=trace_pk, state=ReceivedTrace.State.FINALIZING, claimed_at=now)
     try:
-        payload, last, masked_on_arrival = _joined_chunks(trace_pk, late=False)
+        joined = _joined_chunks(trace_pk, late=False)
+        payload = joined.payload
         converted = convert_trace(flatten_protobuf(payload), original=payload, original_media_type=wire.PROTOBUF)
         run_id = converted.run["id"]
         existing = Run.objects.filter(run_id=run_id).select_related("imported_by").first()
@@ -399,8 +468,8 @@ def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> R
             user=user if trace.opened_by is None else trace.opened_by,
             label=f"trace {trace.trace_id}",
             made_by=OTLP_MAKER,
-            masked_before=masked_on_arrival,
-            on_stored=lambda results: _record_run(claimed, results[0].run, trace_pk=trace_pk, made_from=last),
+            masked_before=joined.masked,
+            on_stored=lambda results: _record_run(claimed, results[0].run, trace_pk=trace_pk, joined=joined),
         )
         run = imported.first.run
     except (ConversionError, BundleError) as exc:
@@ -415,14 +484,17 @@ def trace_finalize(*, trace_pk: int, force: bool = False, user: Any = None) -> R
     return ReceivedTrace.objects.get(pk=trace_pk)
 
 
-def _record_run(claimed: QuerySet[ReceivedTrace], run: Run, *, trace_pk: int, made_from: int | None) -> None:
-    """In the run's transaction: remove the chunks it was made from and mark the trace finalized as `run`, or raise
-    _ClaimLost (which undoes the run) when the claim is no longer this finalisation's. Every chunk that is not late
-    was stored before the claim (spans_receive locks the trace and writes a chunk as late once the trace is no longer
-    receiving), so the chunks up to `made_from`, the last one read, are all of them; a late one is never touched."""
-    if made_from is not None:
-        TraceChunk.objects.filter(trace_id=trace_pk, late=False, pk__lte=made_from).delete()
-    if not claimed.update(state=ReceivedTrace.State.FINALIZED, run=run, finalized_at=timezone.now(), error=""):
+def _record_run(claimed: QuerySet[ReceivedTrace], run: Run, *, trace_pk: int, joined: _Joined) -> None:
+    """In the run's transaction: remove the chunks it was made from and mark the trace finalized as `run`, keeping
+    who sent those chunks (`ReceivedTrace.senders`), or raise _ClaimLost (which undoes the run) when the claim is no
+    longer this finalisation's. Every chunk that is not late was stored before the claim (spans_receive locks the
+    trace and writes a chunk as late once the trace is no longer receiving), so the chunks up to `joined.last`, the
+    last one read, are all of them; a late one is never touched."""
+    if joined.last is not None:
+        TraceChunk.objects.filter(trace_id=trace_pk, late=False, pk__lte=joined.last).delete()
+    if not claimed.update(
+        state=ReceivedTrace.State.FINALIZED, run=run, finalized_at=timezone.now(), error="", senders=joined.senders
+    ):
         raise _ClaimLost
 
 
@@ -430,13 +502,23 @@ def traces_flush(
     trace_ids: Iterable[str] | None = None, *, everything: bool = False, user: Any = None
 ) -> list[ReceivedTrace]:
     """Finalise now, in this process: the named traces (whatever their state: a finished one is answered as it is),
-    or every due trace, or with `everything` every trace still receiving."""
+    or every due trace, or with `everything` every trace still receiving.
+
+    `user` (`otlp_flush --user`): the flush is that user's act, so a named trace they may not finalise is refused
+    (TraceRefused, audited) and `everything` takes only theirs. None: the console's host (the command run without
+    --user by whoever holds its database and secret key), or the due finalisation, which is nobody's act."""
     if trace_ids is not None:
-        pks = list(ReceivedTrace.objects.filter(trace_id__in=list(trace_ids)).values_list("pk", flat=True))
+        traces = list(ReceivedTrace.objects.filter(trace_id__in=list(trace_ids)).order_by("pk"))
+        if user is not None:
+            for trace in traces:
+                if trace.state == ReceivedTrace.State.RECEIVING and not trace_may_finalize(trace, user):
+                    raise _finalize_refused(trace, user)
+        pks = [t.pk for t in traces]
         force = True
     elif everything:
         pks = list(
             ReceivedTrace.objects.filter(state=ReceivedTrace.State.RECEIVING)
+            .filter(_finalizable_by_q(user) if user is not None else Q())
             .order_by("last_received_at")
             .values_list("pk", flat=True)
         )
@@ -446,7 +528,51 @@ def traces_flush(
     return [trace_finalize(trace_pk=pk, force=force, user=user) for pk in pks]
 
 
+def trace_senders(trace: ReceivedTrace) -> list[dict[str, Any]]:
+    """Who sent the trace's spans: [{"token_id", "user_id", "spans"}], those its run was made from (kept on the trace
+    when its chunks went) and those still held (not yet a run, refused, or late), in first-sent order. One query."""
+    senders = {(s["token_id"], s["user_id"]): int(s["spans"]) for s in trace.senders or ()}
+    rows = (
+        TraceChunk.objects.filter(trace=trace)
+        .order_by("id")
+        .values_list("sent_by_token_id", "sent_by_id", "span_count")
+    )
+    for token_id, user_id, spans in rows:
+        senders[(token_id, user_id)] = senders.get((token_id, user_id), 0) + spans
+    return [{"token_id": t, "user_id": u, "spans": n} for (t, u), n in senders.items()]
+
+
+def _names(token_ids: set[int], user_ids: set[int]) -> tuple[dict[int, str], dict[int, str]]:
+    from django.contrib.auth import get_user_model
+
+    from accounts.models import HarnessToken
+
+    tokens = dict(HarnessToken.objects.filter(pk__in=token_ids).values_list("pk", "prefix")) if token_ids else {}
+    model = get_user_model()
+    users = dict(model.objects.filter(pk__in=user_ids).values_list("pk", model.USERNAME_FIELD)) if user_ids else {}
+    return tokens, users
+
+
+def _who(token_id: int | None, user_id: int | None, tokens: dict[int, str], users: dict[int, str]) -> dict[str, Any]:
+    # A removed user or token reads as None, like a session's missing token: the id is not a name.
+    return {
+        "user": users.get(user_id) if user_id is not None else None,
+        "token": tokens.get(token_id) if token_id is not None else None,
+    }
+
+
 def trace_json(trace: ReceivedTrace) -> dict[str, Any]:
+    """The `otlp_flush --json` shape of one trace. Keys are added, never renamed (DESIGN §8): `opened_by` and
+    `sent_by` came with issue 33's owners."""
+    senders = trace_senders(trace)
+    owned = trace.opened_by_token_id is not None or trace.opened_by_id is not None
+    token_ids: set[int] = {s["token_id"] for s in senders if s["token_id"]}
+    user_ids: set[int] = {s["user_id"] for s in senders if s["user_id"]}
+    if trace.opened_by_token_id is not None:
+        token_ids.add(trace.opened_by_token_id)
+    if trace.opened_by_id is not None:
+        user_ids.add(trace.opened_by_id)
+    tokens, users = _names(token_ids, user_ids)
     return {
         "trace_id": trace.trace_id,
         "state": trace.state,
@@ -459,4 +585,8 @@ def trace_json(trace: ReceivedTrace) -> dict[str, Any]:
         "last_received_at": trace.last_received_at.isoformat(),
         "run": trace.run.run_id if trace.run_id and trace.run else None,
         "error": trace.error or None,
+        # Who opened the trace (its owner: the only sender whose spans it takes), null for a trace received before
+        # owners were recorded; and who sent the spans, each with how many (issue 33).
+        "opened_by": _who(trace.opened_by_token_id, trace.opened_by_id, tokens, users) if owned else None,
+        "sent_by": [{**_who(s["token_id"], s["user_id"], tokens, users), "spans": s["spans"]} for s in senders],
     }

@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -145,7 +146,9 @@ def trace_detail(request: HttpRequest, trace_id: str) -> HttpResponse:
             # when it was refused. A finalized trace's chunks are gone: its run holds its spans (the page says so).
             "received": selectors.received_spans(trace) if trace.state != ReceivedTrace.State.FINALIZED else None,
             "quiet_seconds": settings.N17Q_OTLP_QUIET_SECONDS,
-            "can_flush": trace.state == ReceivedTrace.State.RECEIVING and request.user.has_perm("runs.import_run"),
+            "can_flush": trace.state == ReceivedTrace.State.RECEIVING
+            and request.user.has_perm("runs.import_run")
+            and services.trace_may_finalize(trace, request.user),
         },
     )
 
@@ -153,11 +156,15 @@ def trace_detail(request: HttpRequest, trace_id: str) -> HttpResponse:
 @permission_required("runs.import_run", raise_exception=True)
 @require_POST
 def trace_flush(request: HttpRequest, trace_id: str) -> HttpResponse:
-    """An operator's "Import now": the trace becomes a run without waiting for the quiet period."""
+    """An operator's "Import now": the trace becomes a run without waiting for the quiet period. Only its opener's
+    (or an admin's): anyone else gets 403 with one line, audited (services.trace_flush)."""
     trace = selectors.trace_get(trace_id)
     if trace is None:
         raise Http404("no trace of that id was received")
-    done = services.trace_finalize(trace_pk=trace.pk, force=True, user=request.user)
+    try:
+        done = services.trace_flush(trace_pk=trace.pk, user=request.user)
+    except services.TraceRefused as exc:
+        raise PermissionDenied(str(exc)) from None
     if done.state == ReceivedTrace.State.FINALIZED and done.run is not None:
         messages.success(request, f"Trace {done.trace_id} imported as run {done.run.run_id}.")
     elif done.state == ReceivedTrace.State.REFUSED:

@@ -7,7 +7,10 @@ reference. `ModelRelay(endpoint, max_calls=…)` is the callable the sandbox's r
 with (`n17q_engine.sandbox._RelayChannel`): it resolves the credential from the worker's environment when called
 (never stored, never sent into the sandbox), POSTs the request to `<scheme>://<host>:<port><prefix>/chat/completions`
 and nowhere else (no redirect is followed, no proxy is used), answers `{"body": <chat completion>}` or
-`{"error": "..."}`, and counts its calls: past `max_calls` it refuses. Django-free: the engine's tests use it as is.
+`{"error": "..."}`, and counts its calls: past `max_calls` it refuses. The count is a `CallCount`: in memory by default
+(the engine's tests use the relay as is), or the replay's own row in the database (`replays.relay_count`), so the cap
+is per replay, not per worker: a replay claimed again after its worker died, or taken over while the first worker
+still runs, continues the count its earlier claims left.
 
 The endpoint and the credential namespace are defined in `fixtures_review.model_endpoints`.
 """
@@ -19,7 +22,7 @@ import os
 import threading
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, Protocol
 
 from fixtures_review.model_endpoints import EndpointRefused, ModelEndpoint
 
@@ -43,17 +46,49 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
 
-class ModelRelay:
-    """The relay of one replay: at most `max_calls` requests reach the endpoint; the rest are refused and counted."""
+class CallCount(Protocol):
+    """Where a replay's relayed calls are counted. `take` claims one call under `cap` atomically (True: it may be
+    sent) or counts a refusal (False); `made` is how many calls were sent so far, by every holder of the count."""
 
-    def __init__(self, endpoint: ModelEndpoint, *, max_calls: int) -> None:
+    def take(self, cap: int) -> bool: ...
+
+    def made(self) -> int: ...
+
+
+class LocalCount:
+    """A count held by this relay alone (a relay outside any replay's row: the engine's tests)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.refused = 0
+        self._lock = threading.Lock()
+
+    def take(self, cap: int) -> bool:
+        with self._lock:
+            if self.calls >= cap:
+                self.refused += 1
+                return False
+            self.calls += 1
+            return True
+
+    def made(self) -> int:
+        return self.calls
+
+
+class ModelRelay:
+    """The relay of one replay: at most `max_calls` requests reach the endpoint, counted in `count` (shared by every
+    relay of the same replay when it is the replay's row); the rest are refused and counted. `calls` and `refused`
+    are this relay's own share."""
+
+    def __init__(self, endpoint: ModelEndpoint, *, max_calls: int, count: CallCount | None = None) -> None:
         endpoint.check()
         if max_calls < 1:
             raise RelayRefused(f"the relay's call cap must be at least 1, got {max_calls}")
         self.endpoint = endpoint
         self.max_calls = max_calls
-        self.calls = 0  # requests sent to the endpoint
-        self.refused = 0  # requests the cap refused
+        self.count: CallCount = count if count is not None else LocalCount()
+        self.calls = 0  # requests this relay sent to the endpoint
+        self.refused = 0  # requests the cap refused this relay
         self._lock = threading.Lock()
         self.url = endpoint.base_url + "/chat/completions"
         if not endpoint.admits(self.url):  # the URL is built, never given; this keeps it so
@@ -64,12 +99,14 @@ class ModelRelay:
         return self.refused > 0
 
     def __call__(self, line: bytes) -> bytes:
-        with self._lock:
-            if self.calls >= self.max_calls:
+        if not self.count.take(self.max_calls):
+            with self._lock:
                 self.refused += 1
-                return _answer(
-                    error=f"the relay's cap of {self.max_calls} model calls for this replay is reached: call refused"
-                )
+            return _answer(
+                error=f"the relay's cap of {self.max_calls} model calls for this replay is reached "
+                f"({self.count.made()} made, counting every claim of it): call refused"
+            )
+        with self._lock:
             self.calls += 1
         credential = os.environ.get(self.endpoint.credential)
         if not credential:

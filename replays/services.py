@@ -25,7 +25,6 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.core.files.storage import storages
 from django.db import transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
@@ -43,8 +42,9 @@ from n17q_engine.identifiers import replay_run_id_problem
 from n17q_engine.package import VARY_KEYS, PackageError, build_replay
 from n17q_engine.replay import ReplayError, ReplayOutput
 from n17q_engine.sandbox import IsolationUnavailable, Limits, SandboxError, run_sandboxed
+from runs.blob_access import run_blob_open
 from runs.importer import run_import_from_path
-from runs.models import Event, Finding, Run, RunBlob, blob_storage_name
+from runs.models import Event, Finding, Run, RunBlob
 from runs.retention import run_blob_expiries
 from runs.selectors import LINEAGE_FINDINGS_IN_ANSWER
 
@@ -171,22 +171,19 @@ def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes], dict[str
         canonical.canonical_json(body) + b"\n"
         for body in Event.objects.filter(run=run).order_by("seq").values_list("body", flat=True).iterator(2000)
     ]
-    store = storages["blobs"]
     blobs: dict[str, bytes] = {}
     meta: dict[str, Any] = {}
     gone: list[str] = []
     for rb in RunBlob.objects.filter(run=run).select_related("blob", "hold"):
         digest = rb.blob.digest
         meta[digest] = {"media_type": rb.media_type, "size": rb.blob.size, "role": rb.role, "retention": rb.retention}
-        # The run's own hold (per holder): bytes another run stored again after this run's removal are not its own.
-        if rb.bytes_removed:
-            gone.append(digest)
+        # The run's own hold decides (per holder): bytes another run keeps, or stored again, are not this run's.
+        handle = run_blob_open(rb)
+        if handle is None:
+            gone.append(digest)  # its hold ended (or the sweep removed it since the query): its record says so below
             continue
-        try:
-            with store.open(blob_storage_name(digest), "rb") as fh:
-                blobs[digest] = fh.read()
-        except FileNotFoundError:
-            gone.append(digest)  # the sweep removed it since the query; its record says so below
+        with handle:
+            blobs[digest] = handle.read()
     expiries = run_blob_expiries(run, gone)
     unexplained = sorted(set(gone) - set(expiries))
     if unexplained:
@@ -556,8 +553,10 @@ def _run_agent(replay: Replay, package: Any, progress: Any) -> Any:
             on_event=progress,
         )
     finally:
-        if relay is not None:  # the replay's record says what the relay did, however the run ended (`_end`)
-            replay.model_calls, replay.model_calls_refused = relay.calls, relay.refused
+        if relay is not None:  # the replay's record says what the relay did, however the run ended: its durable count
+            replay.model_calls, replay.model_calls_refused = Replay.objects.filter(pk=replay.pk).values_list(
+                "model_calls", "model_calls_refused"
+            )[0]
 
 
 def _relay_for(replay: Replay) -> Any:
@@ -568,6 +567,7 @@ def _relay_for(replay: Replay) -> Any:
     if not chosen:
         return None
     from .relay import ModelRelay
+    from .relay_count import ReplayCallCount
 
     try:
         endpoint = model_connection_resolve(str(chosen.get("connection") or ""))
@@ -578,7 +578,12 @@ def _relay_for(replay: Replay) -> Any:
             f"model connection {chosen['connection']} changed since this replay was launched: it now reaches "
             f"{endpoint.base_url}; launch again to use it"
         )
-    return ModelRelay(endpoint, max_calls=int(chosen.get("max_calls") or settings.N17Q_MODEL_RELAY_MAX_CALLS))
+    # Counted in the replay's row, not this worker's memory: the cap holds across claims and concurrent workers.
+    return ModelRelay(
+        endpoint,
+        max_calls=int(chosen.get("max_calls") or settings.N17Q_MODEL_RELAY_MAX_CALLS),
+        count=ReplayCallCount(replay.pk),
+    )
 
 
 def _ingest(replay: Replay, output: bytes) -> Run:
@@ -649,8 +654,8 @@ def _end(replay: Replay, token: str, state: str, error: str) -> Replay:
         "progress_events": replay.progress_events,
         "progress_logical": replay.progress_logical,
         "progress_checkpoint": replay.progress_checkpoint,
-        "model_calls": replay.model_calls,
-        "model_calls_refused": replay.model_calls_refused,
+        # Not model_calls / model_calls_refused: the relay counts them in this row as each call is made
+        # (replays.relay_count); a worker's copy written back here could undo another claim's calls.
     }
     held = Replay.objects.filter(pk=replay.pk, state=Replay.State.RUNNING, claim_token=token)
     if held.update(**fields) != 1:

@@ -15,7 +15,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.core.files.storage import storages
 from django.utils.safestring import SafeString, mark_safe
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -23,7 +22,8 @@ from pygments.lexers import DiffLexer, HtmlLexer, JsonLexer, TextLexer
 
 from console.captured_html import sanitize_captured_html
 
-from .models import Run, RunBlob, blob_storage_name
+from .blob_access import run_blob_open
+from .models import RunBlob
 
 PREVIEW_BYTES = 64 * 1024
 # Raster formats a browser shows and never runs; an SVG (script inside) is a download like any other bytes.
@@ -120,31 +120,26 @@ def _json_members(value: dict[str, Any]) -> list[JsonMember]:
     return members
 
 
-def blob_read_head(digest: str, limit: int = PREVIEW_BYTES) -> bytes | None:
-    """The first `limit` bytes of a stored blob, or None when the store does not hold it."""
-    store = storages["blobs"]
-    name = blob_storage_name(digest)
-    try:
-        with store.open(name, "rb") as handle:
-            return handle.read(limit)
-    except (FileNotFoundError, OSError):
-        return None
+def blob_preview(run_blob: RunBlob, *, expiry: Any = None) -> BlobPreview:
+    """A blob of a run, as its event's panel shows it: read through the run's own hold (runs.blob_access), so a run
+    whose hold ended shows "expired" with `expiry` (the record that ended it), never bytes another run still holds."""
+    digest, size = run_blob.blob.digest, run_blob.blob.size
+    handle = run_blob_open(run_blob)
+    if handle is None:
+        preview = blob_preview_of(None, digest=digest, media_type=run_blob.media_type, size=size, role=run_blob.role)
+        if run_blob.bytes_removed:
+            preview.render, preview.expiry = "expired", expiry
+        return preview
+    with handle:
+        try:
+            head: bytes | None = handle.read(PREVIEW_BYTES + 1)
+        except OSError:
+            head = None
+    return blob_preview_of(head, digest=digest, media_type=run_blob.media_type, size=size, role=run_blob.role)
 
 
-def blob_for_run(run: Run, digest: str) -> tuple[RunBlob, Any] | None:
-    """The run's record of a blob and an open handle on its bytes; None when the run does not hold it, or the
-    retention sweep removed them for this run (per holder: bytes another run stored again later are not this run's)."""
-    run_blob = RunBlob.objects.filter(run=run, blob__digest=digest[:71]).select_related("blob", "hold").first()
-    if run_blob is None or run_blob.bytes_removed:
-        return None
-    try:
-        return run_blob, storages["blobs"].open(blob_storage_name(run_blob.blob.digest), "rb")
-    except (FileNotFoundError, OSError):
-        return None
-
-
-def blob_preview(digest: str, *, media_type: str, size: int, role: str = "") -> BlobPreview:
-    head = blob_read_head(digest, PREVIEW_BYTES + 1)
+def blob_preview_of(head: bytes | None, *, digest: str, media_type: str, size: int, role: str = "") -> BlobPreview:
+    """The preview of a blob whose first bytes are `head` (at most PREVIEW_BYTES + 1 of them; None: not held)."""
     preview = BlobPreview(digest=digest, media_type=media_type, size=size, role=role, render="missing")
     if head is None:
         return preview

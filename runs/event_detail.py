@@ -136,19 +136,7 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
         rb = stored.get(digest)
         if rb is not None and digest not in seen:
             seen.add(digest)
-            if rb.bytes_removed:
-                blobs.append(
-                    BlobPreview(
-                        digest=digest,
-                        media_type=rb.media_type,
-                        size=rb.blob.size,
-                        role=rb.role,
-                        render="expired",
-                        expiry=expiries.get(digest),
-                    )
-                )
-            else:
-                blobs.append(blob_preview(digest, media_type=rb.media_type, size=rb.blob.size, role=rb.role))
+            blobs.append(blob_preview(rb, expiry=expiries.get(digest)))
     named_expired = [(f, expiries[d]) for f, d in named_missing if d in expiries]
     named_missing = [(f, d) for f, d in named_missing if d not in expiries]
     findings = [

@@ -216,6 +216,14 @@ class RunBlobHold(models.Model):
         "BlobDeletion", null=True, blank=True, on_delete=models.PROTECT, related_name="ended_holds"
     )
 
+    class Meta:
+        # The sweep's second question: which live holds ran out while a longer hold keeps their bytes.
+        indexes = [
+            models.Index(
+                fields=["expires_at"], condition=models.Q(removed_by__isnull=True), name="runblobhold_due_to_end"
+            )
+        ]
+
     def __str__(self) -> str:
         return f"hold of {self.run_blob}"
 
@@ -354,7 +362,11 @@ class MaskedSecret(AppendOnlyModel):
 class BlobDeletion(AppendOnlyModel):
     """The record the retention sweep leaves when it removes a blob's bytes: which digest, under which class and
     sensitivity, when it was due and when it went, who removed it, why, and what held it. Append-only: the only
-    trace that the bytes ever existed past their digest."""
+    trace that the bytes ever existed past their digest.
+
+    Per holder (issue 33): when some holds of a blob run out while a longer hold keeps its bytes, the sweep ends
+    those holds with a record of their own (`bytes_removed` false, `holders` the holders it ended): for them the
+    bytes are gone, and stay gone, exactly as if the store had dropped them."""
 
     blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="deletions")
     digest = models.CharField(max_length=71)
@@ -367,6 +379,8 @@ class BlobDeletion(AppendOnlyModel):
     reason = GatedTextField()
     # What held the bytes when they went, as the pages name them: ["run run-001", "recording sr-…"] (bounded).
     holders = GatedJSONField(default=list)
+    # False: only `holders`' holds ended here, the bytes stay in the store for the holds still live.
+    bytes_removed = models.BooleanField(default=True)
 
     class Meta:
         ordering = ["id"]

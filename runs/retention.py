@@ -12,9 +12,12 @@ Decisions:
   its class, its clock, the deletion record that ended it); a recording holds its bodies under its own class. The
   `Blob` row keeps the longest live hold for the sweep. A removal ends every hold live at that moment, and stays
   true for each of them: a later holder recording the same bytes stores them again as a new hold with its own class
-  and clock (`blobs_bytes_back`), and the earlier holders still answer "removed". Reading bytes (a download, a replay
-  package, a reconstruction importing what it read) never starts a clock: a run a replay made holds what it read
-  from the run it replays under that run's hold.
+  and clock (`blobs_bytes_back`), and the earlier holders still answer "removed". A run's hold that runs out while a
+  longer hold keeps the bytes is ended by the sweep too, with a deletion record of its own (`bytes_removed` false:
+  `holds_end`), so the run answers "removed" from then on exactly as if the bytes had gone; every reader of a run's
+  bytes asks the run's own hold (runs.blob_access.run_blob_open), never whether the store has the file. Reading
+  bytes (a download, a replay package, a reconstruction importing what it read) never starts a clock: a run a replay
+  made holds what it read from the run it replays under that run's hold.
 - **Shared bytes are kept for the longest holder.** A blob is content-addressed and shared (two runs, a run and a
   capture); removing it when the first holder's period runs out would break another holder's promise. A holder
   whose class keeps forever, or names a class that is not declared, pins the bytes: removal cannot be undone, so an
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -160,12 +163,15 @@ class Expiry:
     removed_at: datetime
     removed_by: str
     record_id: int
+    bytes_removed: bool = True  # False: the holder's hold ended, the bytes stay for other holders (`holds_end`)
 
     @property
     def sentence(self) -> str:
         sensitivity = f", sensitivity {self.sensitivity}" if self.sensitivity else ""
+        # The same answer either way: for this holder the bytes are gone. Which of the two it was is said, not hidden.
+        gone = "the bytes were removed" if self.bytes_removed else "the bytes were removed for this holder"
         return (
-            f"expired under retention class {self.retention_class!r}{sensitivity}: the bytes were removed on "
+            f"expired under retention class {self.retention_class!r}{sensitivity}: {gone} on "
             f"{self.removed_at:%Y-%m-%d %H:%M} UTC (deletion record {self.record_id}); the digest stays"
         )
 
@@ -188,6 +194,7 @@ def expiry_of(record: BlobDeletion) -> Expiry:
         removed_at=record.removed_at,
         removed_by=record.removed_by,
         record_id=record.pk,
+        bytes_removed=record.bytes_removed,
     )
 
 
@@ -199,7 +206,8 @@ def blob_expiries(digests: Iterable[str]) -> dict[str, Expiry]:
     if not wanted:
         return {}
     found: dict[str, Expiry] = {}
-    for record in BlobDeletion.objects.filter(digest__in=wanted, blob__bytes_removed_at__isnull=False).order_by("id"):
+    removals = BlobDeletion.objects.filter(digest__in=wanted, bytes_removed=True, blob__bytes_removed_at__isnull=False)
+    for record in removals.order_by("id"):
         found[record.digest] = expiry_of(record)
     return found
 
@@ -274,6 +282,8 @@ def run_blobs_hold(*, run: Run, carried: Collection[str], read_from: Run | None)
             if ended is None:  # the importer refused such a listing before anything was written
                 raise AssertionError(f"{digest} listed without bytes and without a deletion record")
             name, expires = (read.retention_class, read.expires_at) if read else (rb.retention, None)
+            if read is not None and read.removed_by_id is not None:
+                ended = read.removed_by_id  # the record that ended the source's hold: the same gap, the same record
         elif read is not None:
             name, expires, ended = read.retention_class, read.expires_at, read.removed_by_id
             if ended is not None:
@@ -313,6 +323,64 @@ HOLDER_HOOKS: list[Any] = []  # callables digest -> [holder names]; fixtures_rev
 # Callables (digest, record) run inside the removal's transaction: a holder that keeps its own copy of the same
 # material (a capture's inline body) drops it there, so no copy outlives the bytes' removal.
 EXPIRY_HOOKS: list[Any] = []
+
+
+def holds_end(*, blob_pk: int, now: datetime, by: str) -> list[BlobDeletion]:
+    """End the runs' holds on one blob that ran out while a longer hold keeps its bytes: one deletion record per
+    (class, expiry) of the holds ended (`bytes_removed` false), each naming the runs whose holds it ended. The bytes
+    stay for the holds still live; the blob's own removal (`blob_expire`) is the last hold's.
+
+    Locks the blob row first, as `blob_expire`'s claim does, so a removal and this never interleave on one blob; the
+    holds are ended by a conditional UPDATE (still live), and a sweep that finds them ended already writes nothing."""
+    records: list[BlobDeletion] = []
+    with transaction.atomic():
+        blob = Blob.objects.select_for_update().filter(pk=blob_pk, bytes_removed_at__isnull=True).first()
+        if blob is None:
+            return records
+        due = list(
+            RunBlobHold.objects.filter(blob=blob, removed_by__isnull=True, expires_at__lte=now)
+            .order_by("expires_at", "pk")
+            .values_list("pk", "retention_class", "expires_at", "run_blob__run__run_id")
+        )
+        groups: dict[tuple[str, datetime], list[tuple[int, str]]] = {}
+        for pk, name, expires, run_id in due:
+            assert expires is not None  # the query's condition
+            groups.setdefault((name, expires), []).append((pk, run_id))
+        live = RunBlobHold.objects.filter(blob=blob, removed_by__isnull=True).count() - len(due)
+        for (name, expires), holds in groups.items():
+            cls = retention_class(name)
+            names = [f"run {run_id}" for _, run_id in holds]
+            record = BlobDeletion.objects.create(
+                blob=blob,
+                digest=blob.digest,
+                size=blob.size,
+                retention_class=name,
+                sensitivity=cls.sensitivity,
+                expired_at=expires,
+                removed_at=now,
+                removed_by=f"retention sweep ({by})",
+                reason=f"the retention period of class {cls.name!r} ({cls.period_text}) ran out on "
+                f"{expires:%Y-%m-%d %H:%M} UTC for these holders; the bytes stay for the holders still keeping them"
+                f" ({live} run hold{'s' if live != 1 else ''} or a recording)",
+                holders=names[:HOLDERS_KEPT]
+                + ([f"and {len(names) - HOLDERS_KEPT} more"] if len(names) > HOLDERS_KEPT else []),
+                bytes_removed=False,
+            )
+            ended = RunBlobHold.objects.filter(pk__in=[pk for pk, _ in holds], removed_by__isnull=True)
+            if ended.update(removed_by=record) != len(holds):
+                # Another sweep ended some of them first (the lock makes this a SQLite-without-locks case): undo.
+                transaction.set_rollback(True)
+                return []
+            audit_record(
+                actor=None,
+                action="blob.hold_expired",
+                target=blob.digest,
+                detail={"class": name, "record": record.pk, "holders": record.holders},
+            )
+            records.append(record)
+    for record in records:
+        log.info("retention: ended %s's hold on %s (class %s)", record.holders, record.digest, record.retention_class)
+    return records
 
 
 def blob_expire(*, blob_pk: int, now: datetime, by: str) -> BlobDeletion | None:
@@ -361,9 +429,12 @@ def blob_expire(*, blob_pk: int, now: datetime, by: str) -> BlobDeletion | None:
 class SweepResult:
     removed: list[str]
     due_left: bool  # more were due than one pass takes
+    # Digests some of whose run holds ran out and were ended while a longer hold keeps the bytes (`holds_end`).
+    holds_ended: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        return {"removed": self.removed, "due_left": self.due_left}
+        # `holds_ended` is an added key (DESIGN §8: keys are added, never renamed).
+        return {"removed": self.removed, "due_left": self.due_left, "holds_ended": self.holds_ended}
 
 
 def retention_sweep(*, now: datetime | None = None, by: str = "worker", batch: int = SWEEP_BATCH) -> SweepResult:
@@ -380,4 +451,17 @@ def retention_sweep(*, now: datetime | None = None, by: str = "worker", batch: i
         record = blob_expire(blob_pk=pk, now=now, by=by)
         if record is not None:
             removed.append(record.digest)
-    return SweepResult(removed=removed, due_left=len(due) > batch)
+    # Then the holds that ran out on bytes a longer hold keeps (after the removals: a blob removed above has no live
+    # hold left, so no hold is ended twice over).
+    held_on = list(
+        RunBlobHold.objects.filter(removed_by__isnull=True, expires_at__lte=now, blob__bytes_removed_at__isnull=True)
+        .order_by("blob_id")
+        .values_list("blob_id", flat=True)
+        .distinct()[: batch + 1]
+    )
+    ended: list[str] = []
+    for pk in held_on[:batch]:
+        for record in holds_end(blob_pk=pk, now=now, by=by):
+            if record.digest not in ended:
+                ended.append(record.digest)
+    return SweepResult(removed=removed, due_left=len(due) > batch or len(held_on) > batch, holds_ended=ended)

@@ -17,7 +17,8 @@ from typing import Any
 from n17q_engine.formats import ConversionError
 from n17q_engine.formats.otlp import parse_byte_range, source_span_from_bytes, source_span_from_chunk
 
-from .blob_preview import JsonMember, _json_members, blob_for_run
+from .blob_access import blob_for_run
+from .blob_preview import JsonMember, _json_members
 from .models import Run
 
 # A span is read whole, up to this many bytes (the exporter's spans are kilobytes; a 4 MiB attribute is a blob's

@@ -15,13 +15,13 @@ from console.htmx import HtmxHttpRequest
 from n17q_engine.bundle import BundleError
 
 from . import run_page, selectors
-from .blob_preview import INLINE_IMAGE_TYPES, blob_for_run
+from .blob_access import run_blob_read
+from .blob_preview import INLINE_IMAGE_TYPES
 from .event_detail import event_detail_build
 from .forms import BundleUploadForm, RunFilterForm
 from .glossary import glossary_entries
 from .import_formats import runs_import_from_upload
 from .models import Run
-from .retention import run_blob_expiries
 from .trace import SEARCH_SPAN
 
 
@@ -100,16 +100,16 @@ def event_detail(request: HtmxHttpRequest, run_id: str, event_id: str) -> HttpRe
 def blob_download(request: HtmxHttpRequest, run_id: str, digest: str) -> HttpResponse | FileResponse:
     """A blob of the run: raster images inline (the detail panel shows them), everything else as an attachment."""
     run = get_object_or_404(Run, run_id=run_id)
-    found = blob_for_run(run, digest)
-    if found is None:
-        # Bytes the retention sweep removed are gone, not missing: 410 with the deletion record, one line.
-        expiry = run_blob_expiries(run, [digest]).get(digest[:71])
-        if expiry is not None:
-            return HttpResponse(
-                f"{digest[:71]}: {expiry.sentence}\n", status=410, content_type="text/plain; charset=utf-8"
-            )
+    read = run_blob_read(run, digest)
+    if read.expiry is not None:
+        # Bytes the run's hold no longer covers are gone for it, not missing: 410 with the deletion record, one line
+        # (whether the sweep removed them or only ended this run's hold while another run's keeps them).
+        return HttpResponse(
+            f"{digest[:71]}: {read.expiry.sentence}\n", status=410, content_type="text/plain; charset=utf-8"
+        )
+    if read.run_blob is None or read.handle is None:
         raise Http404("this run holds no such blob")
-    run_blob, handle = found
+    run_blob, handle = read.run_blob, read.handle
     inline = run_blob.media_type in INLINE_IMAGE_TYPES and request.GET.get("inline") == "1"
     response = FileResponse(
         handle,

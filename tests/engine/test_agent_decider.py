@@ -632,6 +632,46 @@ def test_a_live_relay_that_fails_stops_the_run_with_the_reason(monkeypatch, tmp_
     assert f"the worker's environment holds no {CREDENTIAL_NAME}" in state["reason"]
 
 
+def test_a_relay_whose_replay_already_used_its_cap_stops_the_run_saying_so(monkeypatch, tmp_path):
+    """The count is the replay's, not the relay's (issue 33): a relay built for a replay claimed again continues the
+    count its earlier claim left. At the cap, the agent's first call is refused, reaches no endpoint, and the run
+    stops with a reason that says the cap was reached and how many calls were made."""
+    from replays.relay import LocalCount, ModelRelay
+
+    provider = Provider()
+    monkeypatch.setenv(CREDENTIAL_NAME, SECRET)
+    try:
+        count = LocalCount()  # the replay's count (in the console: its row, replays.relay_count)
+        earlier = ModelRelay(provider.endpoint(), max_calls=1, count=count)  # the claim whose worker died
+        assert "body" in json.loads(earlier(json.dumps({"model": "probe", "messages": []}).encode()))
+        folder = agent_folder(tmp_path, "live_probe_agent.py")
+        agent = register(folder, ("python", "live_probe_agent.py"), name="live-probe")
+        b = BUNDLES["run-001-recorded"]
+        pkg = rl.replay_package(
+            SEEDS["email-delivery"],
+            b.manifest,
+            b"".join(canonical_json(e) + b"\n" for e in b.events),
+            blobs=b.blobs,
+            mode="counterfactual",
+            vary={"decider": agent.decider_name},
+        )
+        result = run_agent_replay(
+            pkg,
+            agent,
+            timeout_s=120,
+            allow_test_entries=True,
+            relay=ModelRelay(provider.endpoint(), max_calls=1, count=count),
+            live_connection="loopback-provider",
+        )
+    finally:
+        provider.close()
+    log = list(iter_output_events(ReplayOutput.from_wire(result.output)))
+    assert len(provider.received) == 1  # only the earlier claim's call
+    state = final(log)
+    assert state["state"] == "stopped"
+    assert "cap of 1 model calls for this replay is reached (1 made, counting every claim of it)" in state["reason"]
+
+
 def test_the_agent_holds_no_descriptor_of_the_watch_and_cannot_reach_the_engines(tmp_path):
     """The TUN's descriptor stays the engine's: the agent inherits only its stdio, and the engine (the same uid) is
     non-dumpable, so its /proc/1/fd cannot be listed (nor its descriptors taken with pidfd_getfd)."""

@@ -126,3 +126,81 @@ def test_spans_of_a_trace_opened_before_owners_were_recorded_are_taken_from_the_
     assert post(client, recorder.take(), victim[1]).status_code == 200
     trace.refresh_from_db()
     assert trace.opened_by_id == victim[0].pk
+
+
+# ---- only its opener (or an admin) finalises a trace
+
+
+def flush_json(*args: str) -> dict:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("otlp_flush", *args, "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_another_operator_cannot_import_now_a_trace_it_did_not_open(client, recorder, victim, attacker):
+    _root, trace_id = opened_trace(client, recorder, victim[1])
+    client.force_login(attacker[0])
+    page = client.get(reverse("otlp:trace-detail", args=[trace_id])).content.decode()
+    assert "Import now" not in page  # not offered...
+
+    response = client.post(reverse("otlp:trace-flush", args=[trace_id]))  # ...and refused when pressed anyway
+    assert response.status_code == 403
+    body = response.content.decode()
+    assert "only the user who opened trace" in body and "or an admin, may import it now" in body
+    trace = ReceivedTrace.objects.get(trace_id=trace_id)
+    assert trace.state == "receiving" and trace.run is None
+    refusal = AuditEntry.objects.get(action="otlp.finalize_refused")
+    assert refusal.actor == "attacker" and trace_id in refusal.target
+    assert refusal.detail["owner_user_id"] == victim[0].pk
+
+    # The positive control: the opener presses it, and the trace is imported.
+    client.force_login(victim[0])
+    assert "Import now" in client.get(reverse("otlp:trace-detail", args=[trace_id])).content.decode()
+    assert client.post(reverse("otlp:trace-flush", args=[trace_id])).status_code == 302
+    assert ReceivedTrace.objects.get(trace_id=trace_id).state == "finalized"
+
+
+def test_an_admin_may_import_now_any_trace(client, recorder, victim, role_user):
+    _root, trace_id = opened_trace(client, recorder, victim[1])
+    client.force_login(role_user("admin", "the-admin"))
+    assert client.post(reverse("otlp:trace-flush", args=[trace_id])).status_code == 302
+    trace = ReceivedTrace.objects.get(trace_id=trace_id)
+    assert trace.state == "finalized" and trace.run.imported_by == victim[0]
+    assert not AuditEntry.objects.filter(action="otlp.finalize_refused").exists()
+
+
+def test_otlp_flush_as_another_user_is_refused_in_one_line_and_audited(client, recorder, victim, attacker):
+    from django.core.management import CommandError, call_command
+
+    _root, trace_id = opened_trace(client, recorder, victim[1])
+    with pytest.raises(CommandError) as refused:
+        call_command("otlp_flush", trace_id, "--user", "attacker", "--json")
+    message = str(refused.value)
+    assert "\n" not in message and "only the user who opened trace" in message
+    assert ReceivedTrace.objects.get(trace_id=trace_id).state == "receiving"
+    assert AuditEntry.objects.filter(action="otlp.finalize_refused", target=f"trace {trace_id}").count() == 1
+
+    # --all as that user leaves others' traces alone; as their opener it imports them.
+    assert flush_json("--all", "--user", "attacker")["traces"] == []
+    assert ReceivedTrace.objects.get(trace_id=trace_id).state == "receiving"
+    (done,) = flush_json(trace_id, "--user", "victim")["traces"]
+    assert done["state"] == "finalized"
+
+
+def test_otlp_flush_json_names_who_opened_the_trace_and_who_sent_its_spans(client, recorder, victim):
+    root, trace_id = opened_trace(client, recorder, victim[1])
+    root.end()
+    assert post(client, recorder.take(), victim[1]).status_code == 200
+    token = HarnessToken.objects.get(user=victim[0])
+
+    (done,) = flush_json(trace_id)["traces"]
+
+    assert done["state"] == "finalized" and done["run"]  # the keys it had stay as they were
+    assert done["opened_by"] == {"user": "victim", "token": token.prefix}
+    # The chunks the run was made from are gone with finalisation; who sent them is kept on the trace.
+    assert done["sent_by"] == [{"user": "victim", "token": token.prefix, "spans": done["spans"]}]
+    assert not TraceChunk.objects.filter(trace__trace_id=trace_id).exists()

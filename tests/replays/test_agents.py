@@ -225,6 +225,9 @@ def test_an_agent_with_its_own_environment_runs_from_the_checkpoint_launched_fro
     assert "agent:own-env" in page and "Model source: fixtures" in page
 
 
+# Transactional: the worker's relay answers from the sandbox's relay thread, which counts each call in the replay's
+# row over a connection of its own (replays.relay_count): it must see the committed replay, as a worker does.
+@pytest.mark.django_db(transaction=True)
 def test_a_declared_live_model_is_relayed_by_the_worker_and_the_run_is_a_fresh_comparison_run(
     demo, tmp_path, capsys, client_as, no_broker, monkeypatch, django_capture_on_commit_callbacks
 ):
@@ -612,6 +615,9 @@ def test_a_bad_wheel_is_refused_in_one_line_and_nothing_is_registered(tmp_path, 
 # --- the live model connection from the CLI -------------------------------------------------------------------------
 
 
+# Transactional: the worker's relay answers from the sandbox's relay thread, which counts each call in the replay's
+# row over a connection of its own (replays.relay_count): it must see the committed replay, as a worker does.
+@pytest.mark.django_db(transaction=True)
 def test_the_cli_relays_a_declared_live_model_through_the_worker_and_says_it_is_a_fresh_comparison_run(
     demo, tmp_path, capsys, monkeypatch
 ):

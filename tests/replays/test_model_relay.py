@@ -373,3 +373,57 @@ def test_a_model_connection_rewritten_around_the_services_after_its_approval_is_
     with pytest.raises(ConnectionRefused, match="changed since it was approved"):
         model_connection_resolve("rewritten")
     assert approved_model_connections() == []
+
+
+# --- the cap holds across claims and workers (counted in the database) ----------------------------------------------
+
+
+def test_the_cap_holds_when_a_replay_is_claimed_again_after_its_worker_died(agent_run, provider, settings, monkeypatch):
+    """A worker relays two calls under a cap of two and dies; the replay is claimed again. The new worker's relay
+    starts from the replay's durable count, not from zero: its calls are refused, none reaches the endpoint, and the
+    run says the cap refused them."""
+    settings.N17Q_MODEL_RELAY_MAX_CALLS = 2
+    approve_model_connection("loopback-model", port=provider.port, credential=CREDENTIAL_NAME)
+    replay = launch(agent_run, "loopback-model")
+    first_worker = services._relay_for(replay)  # the relay of the worker that dies after two calls
+    assert all("body" in json.loads(first_worker(request_line(n))) for n in (1, 2))
+    assert Replay.objects.get(pk=replay.pk).model_calls == 2  # already in the database, before any end is recorded
+
+    def three_calls(package: Any, spec: Any, *, relay: Any, **kwargs: Any) -> Any:
+        answers = [json.loads(relay(request_line(n))) for n in (3, 4, 5)]
+        raise services.SandboxError(f"the agent stopped: {answers[0]['error']}")
+
+    monkeypatch.setattr(services, "run_agent_replay", three_calls)
+    done = services.replay_execute(replay.pk)  # the claim again
+    assert len(provider.received) == 2
+    assert (done.model_calls, done.model_calls_refused) == (2, 3)
+    record = done.model_relay_record
+    assert record is not None and record["stopped_by_cap"] is True
+    assert "cap of 2 model calls for this replay is reached (2 made, counting every claim of it)" in done.error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_relays_of_one_replay_share_one_cap(agent_run, provider, settings):
+    """Two workers holding the same replay (a lapsed lease taken over while the first still runs), each relaying from
+    several threads at once: exactly the cap's number of calls reach the endpoint."""
+    settings.N17Q_MODEL_RELAY_MAX_CALLS = 3
+    approve_model_connection("loopback-model", port=provider.port, credential=CREDENTIAL_NAME)
+    replay = launch(agent_run, "loopback-model")
+    relays = [services._relay_for(replay), services._relay_for(replay)]
+    answers: list[dict] = []
+    lock = threading.Lock()
+
+    def call(n: int) -> None:
+        answer = json.loads(relays[n % 2](request_line(n)))
+        with lock:
+            answers.append(answer)
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(answers) == 10
+    assert sum("body" in a for a in answers) == 3 and len(provider.received) == 3
+    stored = Replay.objects.get(pk=replay.pk)
+    assert (stored.model_calls, stored.model_calls_refused) == (3, 7)

@@ -131,15 +131,54 @@ def test_the_sweep_keeps_shared_bytes_while_any_hold_is_live_then_ends_them_all(
     august = RECORDED + timedelta(days=31)
     _import(tmp_path, "run-august", recorded=august)
 
-    assert retention_sweep(now=RECORDED + timedelta(days=8)).removed == []  # august's hold is live
-    assert _download(viewer, "run-july").status_code == 200
+    assert retention_sweep(now=RECORDED + timedelta(days=8)).removed == []  # august's hold is live: the bytes stay
+    assert _in_store()
     assert retention_sweep(now=august + timedelta(days=8)).removed == [RESULT_DIGEST]
 
-    record = BlobDeletion.objects.get()
-    assert sorted(record.holders) == ["run run-august", "run run-july"]
-    for run_id in ("run-july", "run-august"):
+    july_ended, removal = BlobDeletion.objects.order_by("id")
+    assert july_ended.holders == ["run run-july"] and not july_ended.bytes_removed
+    assert removal.holders == ["run run-august"] and removal.bytes_removed
+    for run_id, record in (("run-july", july_ended), ("run-august", removal)):
         response = _download(viewer, run_id)
         assert response.status_code == 410 and f"(deletion record {record.pk})" in response.content.decode()
+
+
+def test_an_expired_hold_answers_as_deleted_for_its_run_while_another_run_still_serves_the_bytes(
+    tmp_path, capsys, viewer
+):
+    """Run A's hold runs out while run B still holds the same bytes: the sweep keeps the bytes for B but ends A's hold
+    with a deletion record of its own, and everything that serves A's blob (the download, the event's preview, a
+    replay's package) answers as deleted for A, as it would had the bytes gone; B's still serves."""
+    _import(tmp_path, "run-july")
+    august = RECORDED + timedelta(days=31)
+    _import(tmp_path, "run-august", recorded=august)
+
+    swept = retention_sweep(now=RECORDED + timedelta(days=8))
+
+    assert swept.removed == [] and swept.holds_ended == [RESULT_DIGEST] and _in_store()
+    record = BlobDeletion.objects.get()
+    assert record.holders == ["run run-july"] and record.expired_at == RECORDED + timedelta(days=7)
+    assert record.retention_class == "sensitive" and not record.bytes_removed
+    july = _download(viewer, "run-july")
+    assert july.status_code == 410
+    assert f"(deletion record {record.pk})" in july.content.decode()
+    assert "expired under retention class 'sensitive'" in july.content.decode()
+    assert _download(viewer, "run-august").status_code == 200
+    july_page = viewer.get("/runs/run-july/?event=e-res1").content.decode()
+    assert "Expired: expired under retention class &#x27;sensitive&#x27;" in july_page
+    august_page = viewer.get("/runs/run-august/?event=e-res1").content.decode()
+    assert "Expired:" not in august_page
+    # A replay of A is packaged without the bytes and says why; its run holds nothing of them.
+    out = _reconstruct(capsys, "run-july")
+    child = Run.objects.get(run_id=out["run"])
+    (scope,) = child.events.filter(kind="replay.scope").values_list("body", flat=True)
+    assert any(RESULT_DIGEST in line and "expired under retention class" in line for line in scope["uncovered"])
+    assert _download(viewer, child.run_id).status_code == 410
+    # A second sweep finds nothing more to do; B's own expiry removes the bytes.
+    again = retention_sweep(now=RECORDED + timedelta(days=8))
+    assert (again.removed, again.holds_ended) == ([], []) and BlobDeletion.objects.count() == 1
+    assert retention_sweep(now=august + timedelta(days=8)).removed == [RESULT_DIGEST] and not _in_store()
+    assert f"(deletion record {record.pk})" in _download(viewer, "run-july").content.decode()
 
 
 def _reconstruct(capsys, run_id: str) -> dict:

@@ -28,7 +28,8 @@ def _stored(data: bytes) -> str:
 
 
 def _preview(data: bytes, media_type: str) -> bp.BlobPreview:
-    return bp.blob_preview(_stored(data), media_type=media_type, size=len(data))
+    head = data[: bp.PREVIEW_BYTES + 1]
+    return bp.blob_preview_of(head, digest=_stored(data), media_type=media_type, size=len(data))
 
 
 def test_it_folds_the_long_members_of_a_json_object_and_highlights_them():
@@ -88,7 +89,7 @@ def test_it_reads_only_the_first_part_of_a_large_blob():
 
 
 def test_it_says_when_the_store_does_not_hold_the_bytes():
-    preview = bp.blob_preview("sha256:" + "0" * 64, media_type="text/plain", size=10)
+    preview = bp.blob_preview_of(None, digest="sha256:" + "0" * 64, media_type="text/plain", size=10)
     assert preview.render == "missing"
 
 

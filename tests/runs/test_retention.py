@@ -200,8 +200,8 @@ def test_the_sweep_task_is_idempotent_and_scheduled_by_beat(tmp_path, monkeypatc
     # The task reads the clock: the example was recorded in 2026, so make its blob due by now whatever today is.
     Blob.objects.filter(digest=RESULT_DIGEST).update(expires_at=datetime.now(UTC) - timedelta(seconds=1))
 
-    assert retention_sweep_task.run() == {"removed": [RESULT_DIGEST], "due_left": False}
-    assert retention_sweep_task.run() == {"removed": [], "due_left": False}
+    assert retention_sweep_task.run() == {"removed": [RESULT_DIGEST], "due_left": False, "holds_ended": []}
+    assert retention_sweep_task.run() == {"removed": [], "due_left": False, "holds_ended": []}
     assert BlobDeletion.objects.count() == 1
     entry = celery_app.conf.beat_schedule["retention-sweep"]
     assert entry["task"] == RETENTION_TASK == retention_sweep_task.name
