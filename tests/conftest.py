@@ -63,6 +63,14 @@ def pytest_report_header(config):
     return f"database: {settings.DATABASES['default']['ENGINE']} ({settings.DATABASES['default'].get('NAME')})"
 
 
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("django"):
+        from django.conf import settings
+
+        # Users made by the suite (role_user, load_demo: hundreds a pass) hash their password once, not 1.2M times.
+        settings.PASSWORD_HASHERS = ["tests.password_hashing.OneIterationPBKDF2", *settings.PASSWORD_HASHERS]
+
+
 def pytest_sessionstart(session):
     if os.environ.get("N17Q_TEST_POSTGRES") == "1":
         from django.conf import settings
