@@ -673,3 +673,37 @@ def test_an_agent_that_signals_its_parent_pid_1_and_every_pid_cannot_stop_the_en
     # nothing outside its own tree was there to be named: its parent is not in its namespace (getppid() is 0)
     assert "-1:SIGINT" in state["reason"]
     assert result.returncode == 0 and not result.violations
+
+
+def _probes(reason: str, label: str) -> dict[str, dict[str, str]]:
+    """`label: <pid>:probe=result,...` from the ptrace agent's stderr line in the run's reason, by pid."""
+    line = reason.split(f"{label}: ", 1)[1].split(" | ", 1)[0]
+    out = {}
+    for group in line.split():
+        pid, _, probes = group.partition(":")
+        if pid.isdigit():
+            out[pid] = dict(p.split("=", 1) for p in probes.split(","))
+    return out
+
+
+def test_an_agent_cannot_ptrace_the_engine_or_read_its_memory_environment_descriptors_or_maps(tmp_path):
+    """Attack: the agent, the engine's uid, tries PTRACE_ATTACH and PTRACE_SEIZE on every pid it can name that is not
+    its own (its parent, pid 1) and opens /proc/<pid>/mem, environ, fd/ and maps of those and of every /proc entry
+    outside its own tree. The engine made itself non-dumpable before the agent started: each is refused (EPERM,
+    EACCES). The positive control: the same probes against the agent's own child all succeed. The run records the
+    agent's exit and its words."""
+    folder = agent_folder(tmp_path, "ptrace_agent.py")
+    agent = register(folder, ("python", "ptrace_agent.py"), name="tracer")
+    _out, log, result = replay_with(agent, "run-001-recorded", with_model("email-delivery", []))
+    state = final(log)
+    assert state["state"] == "failed" and "agent tracer exited with status 4" in state["reason"], state
+    reason = state["reason"]
+    own = dict(p.split("=", 1) for p in reason.split("own child: ", 1)[1].split(" | ", 1)[0].split(","))
+    assert own == dict.fromkeys(("attach", "seize", "mem", "environ", "fd", "maps", "signal"), "ok"), reason
+    by_pid, by_proc = _probes(reason, "by pid"), _probes(reason, "by proc")
+    assert by_proc, reason  # the engine's /proc entry is there to be tried
+    for probes in by_pid.values():
+        assert probes["attach"] == probes["seize"] == "EPERM", reason
+    for probes in [*by_pid.values(), *by_proc.values()]:
+        assert {probes[k] for k in ("mem", "environ", "fd", "maps")} == {"EACCES"}, reason
+    assert result.returncode == 0 and not result.violations
