@@ -36,6 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import canonical, sandbox_child
+from ..agent_starter import STARTER_ENV, StartedAgent, start_agent, starter_from_env
 from ..deciders import (
     REASON_CHARS,
     Action,
@@ -50,6 +51,7 @@ from ..deciders import (
     recorded,
 )
 from ..package import ScenarioPackage, refused_by
+from ..replay import ISOLATION_ENV
 from ..vocabulary import VIOLATION_TARGETS
 from .bridge import Bridge, Refused, Request, tool_schema
 from .model import MODEL_CONTRACT, MODEL_TOOL, LiveModel
@@ -87,7 +89,7 @@ class AgentSession:
             if c.tool != MODEL_TOOL
         ]
         self.bridge = Bridge(tools)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | StartedAgent | None = None
         self.stderr_thread: threading.Thread | None = None
         self.stderr_tail: list[str] = []
         self.current: Request | None = None
@@ -112,15 +114,18 @@ class AgentSession:
             "N17Q_AGENT_FOLDER": self.spec.folder,
             "N17Q_MCP": "stdio",
         }
-        self.proc = subprocess.Popen(
-            [executable, *self.spec.command[1:]],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=self.spec.folder,  # its own files, read-only; HOME and TMPDIR are its writable folder
-            env=env,
-            close_fds=True,
-        )
+        argv = [executable, *self.spec.command[1:]]
+        # its own files, read-only, are its working folder; HOME and TMPDIR are its writable one
+        starter = starter_from_env(os.environ.get(STARTER_ENV))
+        if starter is not None:  # the agent is pid 1 of a PID namespace of its own, below the engine's
+            self.proc = start_agent(starter, argv, env, self.spec.folder)
+        elif os.environ.get(ISOLATION_ENV) == "netns":
+            raise RuntimeError("the sandbox made no agent starter: an agent never shares the engine's PID namespace")
+        else:  # degraded isolation (no namespaces at all): there is no namespace to give it
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.spec.folder,
+                env=env, close_fds=True,
+            )  # fmt: skip
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self.bridge.serve_tools(self.proc.stdout, self.proc.stdin)
         self.stderr_thread = threading.Thread(target=self._watch, name="n17q-agent-watch", daemon=True)
@@ -239,17 +244,16 @@ class AgentSession:
 
 
 def _unsignallable_by_the_agent() -> None:
-    """Make sure nothing the agent sends can end the engine (issue 33), before the agent exists.
+    """Make sure nothing the agent sends can end the engine (issue 33), before the agent exists: the second line.
 
-    The agent shares the engine's PID namespace and uid, so kill(2) can name the engine: it is pid 1 there (its
-    parent, its process group, `kill(-1)`...). What holds is the kernel's rule for a namespace's first process: a
-    signal sent from inside the namespace is dropped unless the process has a handler installed for it, and SIGKILL
-    and SIGSTOP are always dropped (only an ancestor namespace, the launcher outside, can force them; the kernel's
-    own signals on the agent's behalf, such as SIGIO to the owner of its O_ASYNC descriptor, are dropped alike). The
-    interpreter installs a handler for SIGINT (KeyboardInterrupt), so every handler goes back to the default here,
-    after everything the engine imports. Refused (the run fails, the agent never starts) when the engine is not its
-    namespace's first process or cannot reset them (off the main thread). docs/decisions.md says why not a nested
-    PID namespace."""
+    The first is the agent's own PID namespace (`n17q_engine.agent_starter`): no pid it can name is the engine's. Were
+    one named, what holds is the kernel's rule for a namespace's first process (the engine is pid 1 of its own): a
+    signal sent from inside the namespace or below it is dropped unless the process has a handler installed for it,
+    and SIGKILL and SIGSTOP are always dropped (only an ancestor namespace, the launcher outside, can force them; the
+    kernel's own signals on the agent's behalf, such as SIGIO to the owner of its O_ASYNC descriptor, are dropped
+    alike). The interpreter installs a handler for SIGINT (KeyboardInterrupt), so every handler goes back to the
+    default here, after everything the engine imports. Refused (the run fails, the agent never starts) when the
+    engine is not its namespace's first process or cannot reset them (off the main thread)."""
     if os.getpid() != 1:
         raise RuntimeError("an agent starts only from the first process of the sandbox's PID namespace")
     for number in signal.valid_signals():

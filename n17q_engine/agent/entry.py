@@ -63,6 +63,7 @@ def run_agent_replay(
         extra_read_only=(agent.folder, agent.environment, engine_site),
         loopback=True,
         network_watch=True,
+        agent_starter=True,
         on_event=on_event,
         relay=relay,
     )

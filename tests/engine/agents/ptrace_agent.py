@@ -63,13 +63,14 @@ def files(path: str) -> list[str]:
     ]
 
 
-def by_pid(pid: int, *, own: bool = False) -> list[str]:
+def by_pid(pid: int, entry: int, *, own: bool = False) -> list[str]:
+    """ptrace by `pid` (as the agent names it), /proc by `entry` (as the /proc in its view numbers it)."""
     out = [f"attach={call(lambda: ptrace(PTRACE_ATTACH, pid))}"]
     if own and out[0] == "attach=ok":
         os.waitpid(pid, 0)  # the attach stopped it: let it go again before seizing it
         ptrace(PTRACE_DETACH, pid)
     out.append(f"seize={call(lambda: ptrace(PTRACE_SEIZE, pid))}")
-    return out + files(f"/proc/{pid}")
+    return out + files(f"/proc/{entry}")
 
 
 child = os.fork()
@@ -77,8 +78,9 @@ if child == 0:
     while True:
         signal.pause()
 mine = {os.getpid(), child}
-# The /proc entries of its own tree as /proc numbers them (the /proc in its view may belong to the engine's namespace)
-own_entries = {int(os.readlink("/proc/self"))}
+# Its own tree's /proc entries as that /proc numbers them (the /proc in its view may be an ancestor namespace's)
+me = int(os.readlink("/proc/self"))
+children = []
 for entry in os.listdir("/proc"):
     if entry.isdigit():
         try:
@@ -86,14 +88,15 @@ for entry in os.listdir("/proc"):
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if ppid in own_entries:
-            own_entries.add(int(entry))
+        if ppid == me:
+            children.append(int(entry))
+own_entries = {me, *children}
 targets = sorted({os.getppid(), 1} - {0} - mine)
 others = sorted(int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) not in own_entries)
-print("by pid: " + " ".join(f"{p}:" + ",".join(by_pid(p)) for p in targets) + " ppid=" + str(os.getppid()),
+print("by pid: " + " ".join(f"{p}:" + ",".join(by_pid(p, p)) for p in targets) + " ppid=" + str(os.getppid()),
       file=sys.stderr, flush=True)  # fmt: skip
 print("by proc: " + " ".join(f"{p}:" + ",".join(files(f"/proc/{p}")) for p in others), file=sys.stderr, flush=True)
-print("own child: " + ",".join(by_pid(child, own=True)), file=sys.stderr, flush=True)
+print("own child: " + ",".join(by_pid(child, children[0], own=True)), file=sys.stderr, flush=True)
 os.kill(child, signal.SIGKILL)
 os.waitpid(child, 0)
 sys.exit(4)
