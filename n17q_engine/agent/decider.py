@@ -31,8 +31,9 @@ import select
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Generator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import canonical, sandbox_child
@@ -73,8 +74,11 @@ def _bounded(text: str) -> str:
 class AgentSession:
     """The agent process and its two endpoints, for one replay."""
 
-    def __init__(self, spec: AgentSpec, sc: ScenarioPackage, watch: NetWatch | None = None) -> None:
-        self.spec, self.sc, self.watch = spec, sc, watch
+    def __init__(
+        self, spec: AgentSpec, sc: ScenarioPackage, watch: NetWatch | None = None, deadline: Deadline | None = None
+    ) -> None:
+        self.spec, self.sc, self.watch, self.deadline = spec, sc, watch, deadline
+        self.out_of_time = False  # the deadline came: the agent is killed at close, without the grace period
         self.watch_lock = threading.Lock()
         self.observed: list[dict[str, str]] = []  # attempts the watch saw that no stop has reported yet
         self.held: list[Request] = []  # requests set aside because an attempt came first (refused at close)
@@ -174,12 +178,16 @@ class AgentSession:
         """The agent's next request; an attempt the watch saw first comes before it (the request is held, and refused
         when the session closes)."""
         while True:
+            wait = IDLE_S if self.deadline is None else min(IDLE_S, max(0.0, self.deadline.left()))
             try:
-                request = self.bridge.requests.get(timeout=IDLE_S)
+                request = self.bridge.requests.get(timeout=wait)
             except queue.Empty:
-                request = Request("idle", None)
+                request = Request(
+                    "deadline" if self.deadline is not None and self.deadline.left() <= 0 else "idle", None
+                )
+                self.out_of_time = request.kind == "deadline"
             if self._drain_network():
-                if request.kind not in ("watch", "idle"):
+                if request.kind not in ("watch", "idle", "deadline"):
                     self.held.append(request)
                 request = Request("attempt", {"attempts": self._take_observed(), "kernel": True})
             elif request.kind == "watch":
@@ -212,7 +220,8 @@ class AgentSession:
                 with contextlib.suppress(OSError, ValueError):
                     proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=GRACE_S)  # the error it was just given may end it by itself
+                # the error it was just given may end it by itself (unless the replay is out of time)
+                proc.wait(timeout=0 if self.out_of_time else GRACE_S)
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
@@ -281,16 +290,35 @@ def _violation(item: dict[str, Any], agent: str, *, after_stop: bool = False) ->
     }
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """The replay's own deadline (issue 33): `at` on CLOCK_MONOTONIC (system-wide: the launcher set it), `margin_s`
+    before the launcher's `timeout_s`, so a replay that runs out of time still ends with a run, not a killed
+    engine."""
+
+    at: float
+    timeout_s: float
+    margin_s: float
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+
 def agent_decider(
-    spec: AgentSpec, sc: ScenarioPackage, live: LiveModel | None = None, watch: NetWatch | None = None
+    spec: AgentSpec,
+    sc: ScenarioPackage,
+    live: LiveModel | None = None,
+    watch: NetWatch | None = None,
+    deadline: Deadline | None = None,
 ) -> Decider:
     """The decider `agent:<name>`; with `live`, the agent's model calls are relayed live (a fresh comparison run,
     not a replay: its model is named `live:<connection>`), otherwise answered from model fixtures. `watch` is the
-    sandbox's network watch (attempts to reach out, seen by the kernel route)."""
+    sandbox's network watch (attempts to reach out, seen by the kernel route); at `deadline` the agent still waited
+    for is stopped and killed, and the run ends `stopped` with the timeout and its last stderr lines."""
     fixtures = {f.id: f for f in sc.fixtures}
 
     def actions(source: SourceRun, view: View) -> Generator[Action, None, None]:
-        session = AgentSession(spec, sc, watch)
+        session = AgentSession(spec, sc, watch, deadline)
         session.start()
         try:
             yield from _Drive(spec, sc, fixtures, source, view, session, live).run()
@@ -422,6 +450,17 @@ class _Drive:
                 "stopped",
                 _bounded(f"sandbox.violation: agent {self.spec.name} attempted " + "; ".join(described or ["?"])),
             )
+            return "stopped"
+        if request.kind == "deadline":
+            deadline = self.s.deadline
+            assert deadline is not None
+            tail = " | ".join(self.s.stderr_tail[-3:]) or "(nothing on its stderr)"
+            reason = (
+                f"sandbox timeout: agent {self.spec.name} was still running at the replay's deadline, "
+                f"{deadline.margin_s:g} s before the sandbox's {deadline.timeout_s:g} s timeout; it was stopped. "
+                f"Its last words on stderr: {tail}"
+            )
+            yield Stop(None, when, "stopped", _bounded(reason))
             return "stopped"
         if request.kind in ("exit", "idle"):
             code = (request.body or {}).get("returncode") if request.kind == "exit" else None

@@ -738,3 +738,25 @@ def test_an_agent_cannot_ptrace_the_engine_or_read_its_memory_environment_descri
     assert "ppid=0" in reason and _probes(reason, "by pid") == {}, reason  # no pid outside its tree to name
     assert _probes(reason, "by proc") == {}, reason  # and no /proc entry outside it
     assert result.returncode == 0 and not result.violations
+
+
+def test_an_agent_that_sleeps_past_the_timeout_still_leaves_a_stopped_run_naming_it(tmp_path):
+    """An agent that says one line and then sleeps forever, under a short timeout. The engine's own deadline comes a
+    margin before the launcher's (`deadline_margin`): it stops the agent (killed at once, no grace period) and ends
+    the run `stopped`, naming the timeout and the agent's last stderr line; the launcher never has to kill the engine
+    (before, the launcher's SIGKILL at the timeout left no run at all)."""
+    script = (
+        "import sys, time\n"
+        "print('thinking very hard', file=sys.stderr, flush=True)\n"
+        "while True:\n"
+        "    time.sleep(3600)\n"
+    )
+    folder = agent_folder(tmp_path, extra={"sleeper.py": script})
+    agent = register(folder, ("python", "sleeper.py"), name="sleeper")
+    pkg = agent_package(agent, "run-001-recorded", with_model("email-delivery", []))
+    result = run_agent_replay(pkg, agent, timeout_s=20, allow_test_entries=True)
+    assert result.returncode == 0 and not result.timed_out and result.output, (result.returncode, result.stderr)
+    state = final(list(iter_output_events(ReplayOutput.from_wire(result.output))))
+    assert state["state"] == "stopped", state
+    assert state["reason"].startswith("sandbox timeout: agent sleeper was still running"), state
+    assert "the sandbox's 20 s timeout" in state["reason"] and "thinking very hard" in state["reason"], state
