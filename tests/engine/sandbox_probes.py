@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import socket
@@ -294,6 +295,22 @@ def agent_starter_twice(payload: bytes) -> bytes:
     agent = agent_starter.start_agent(fd, [python, "-S", "-c", _STARTED], {"PATH": "/usr/bin"}, "/")
     assert agent.stdout is not None and agent.stdin is not None and agent.stderr is not None
     first = {"pid": agent.pid, "said": agent.stdout.read().decode().strip(), "returncode": agent.wait(timeout=30)}
+    # the starter, the same uid as this engine, is non-dumpable: its environment cannot be read
+    starters = []
+    for entry in (e for e in os.listdir("/proc") if e.isdigit()):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"starter" in argv and agent_starter.STARTER_CODE.encode() in argv:
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    f.read()
+                starters.append("readable")
+            except OSError as exc:
+                starters.append(errno.errorcode.get(exc.errno or 0, "?"))
+    first["starter_environ"] = starters
     if _args(payload).get("through_hook"):
         agent_starter.start_agent(fd, [python, "-S", "-c", _STARTED], {"PATH": "/usr/bin"}, "/")
     ends = [os.pipe() for _ in range(3)]

@@ -760,3 +760,22 @@ def test_an_agent_that_sleeps_past_the_timeout_still_leaves_a_stopped_run_naming
     assert state["state"] == "stopped", state
     assert state["reason"].startswith("sandbox timeout: agent sleeper was still running"), state
     assert "the sandbox's 20 s timeout" in state["reason"] and "thinking very hard" in state["reason"], state
+
+
+def test_an_isolated_engine_without_its_agent_starter_refuses_to_start_the_agent(monkeypatch, tmp_path):
+    """Fail closed: inside the kernel boundary the agent is started only by the starter, in its own PID namespace. A
+    sandbox made without one (`agent_starter=False`) does not fall back to starting the agent in the engine's
+    namespace: the replay fails, saying so, and the agent never runs."""
+    from n17q_engine.agent import entry
+
+    def without_starter(*args: Any, **kw: Any) -> Any:
+        return run_sandboxed(*args, **{**kw, "agent_starter": False})
+
+    monkeypatch.setattr(entry, "run_sandboxed", without_starter)
+    folder = agent_folder(tmp_path, "signal_agent.py")
+    agent = register(folder, ("python", "signal_agent.py"), name="signaller")
+    pkg = agent_package(agent, "run-001-recorded", with_model("email-delivery", []))
+    result = run_agent_replay(pkg, agent, timeout_s=60, allow_test_entries=True)
+    assert result.returncode != 0 and not result.output
+    errors = [e for e in result.events if e.get("event") == "sandbox.error"]
+    assert errors and "the sandbox made no agent starter" in errors[-1]["message"], result.events

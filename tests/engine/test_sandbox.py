@@ -715,6 +715,7 @@ def test_the_agent_starter_starts_one_program_as_pid_1_of_its_own_namespace_and_
     out = json.loads(result.output)
     first, second = out["first"], out["second"]
     assert first["said"] == "pid=1 ppid=0" and first["returncode"] == 7
+    assert first["starter_environ"] == ["EACCES"]  # the starter is non-dumpable: not even the engine reads it
     assert first["pid"] > 1  # the engine is pid 1 of its namespace; the program is another process there
     assert second == {"error": "refused: this starter started its agent"}
     # without the flag no starter is made
