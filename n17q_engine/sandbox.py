@@ -42,6 +42,11 @@ holds (at the number in ``N17Q_NETWATCH_FD``, close-on-exec once the engine runs
 Nothing is forwarded or answered. The agent holds no capability to change a route, an address or a device, and
 ``/dev/net/tun`` is not in its view.
 
+With ``agent_starter=True`` (agent replays) the pre-exec step also forks the agent starter
+(:class:`_StarterSetup`, :mod:`n17q_engine.agent_starter`): the one process that may start the agent, as the first
+process of a PID namespace (with its own /proc) below the engine's, so the agent cannot name the engine; the engine
+never unshares a PID namespace itself (it would lose its threads).
+
 Inside, the child installs an audit hook that records and stops socket, DNS, subprocess and out-of-folder
 file-write attempts (see :mod:`n17q_engine.sandbox_child`).
 
@@ -53,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import fcntl
 import json
 import os
 import re
@@ -69,6 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .agent_starter import FIRST_FD, STARTER_CODE, STARTER_ENV, STARTER_FD
 from .sandbox_child import CHILD_CODE, EXIT_VIOLATION, NAMESPACE_HOST, NETWATCH_ENV, entry_allowed
 
 __all__ = [
@@ -176,6 +183,8 @@ class _Libc:
         self.mount_fn = lib.mount
         self.mount_fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
         self.socket_fn = lib.socket
+        self.socketpair_fn = lib.socketpair
+        self.socketpair_fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         self.socket_fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
         self.ioctl_fn = lib.ioctl
         self.ioctl_fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
@@ -348,6 +357,83 @@ class _NetWatchSetup:
             os.close(fd6)
 
 
+_AF_UNIX, _SOCK_SEQPACKET = 1, 5
+
+
+class _StarterSetup:
+    """The agent starter (:mod:`n17q_engine.agent_starter`), prepared in the launcher: after fork only socketpair(2),
+    fork(2), unshare(2), mount(2), dup2(2), close_range(2), the privilege drop and execve(2) run, on these values.
+
+    Forked from the engine's first process in the pre-exec step, inside the view and while the capabilities are still
+    held: the starter unshares ``CLONE_NEWPID`` and ``CLONE_NEWNS`` (so the engine never does, and keeps its threads)
+    and forks the new namespace's first process, which mounts the namespace's own /proc over the engine's. Each keeps
+    one socket (the starter: the engine's at :data:`STARTER_FD` and its own to the first process at :data:`FIRST_FD`;
+    the first process: its end at :data:`FIRST_FD`), /dev/null for stdin and stdout and the event channel as stderr,
+    closes every other descriptor (the launcher's, the engine's pipes), drops its privileges as the engine does and
+    execs a fresh interpreter. The engine's end lands on `fd_slot` (kept across exec: pass_fds), named by
+    ``N17Q_AGENT_STARTER_FD``."""
+
+    def __init__(self, fd_slot: int) -> None:
+        self.fd_slot = fd_slot
+        self.pair = (ctypes.c_int * 2)()
+        self.inner = (ctypes.c_int * 2)()
+        python = os.path.realpath(sys.executable)
+        self.argv_first = [python, "-P", "-S", "-c", STARTER_CODE, "first"]
+        self.argv_starter = [python, "-P", "-S", "-c", STARTER_CODE, "starter"]
+        self.env = {k: v for k, v in child_environment().items() if k != "N17Q_SANDBOX_ISOLATION"}
+
+    @staticmethod
+    def _keep(fds: tuple[tuple[int, int], ...]) -> None:
+        """/dev/null on 0 and 1, `fds` moved (source, target), every other descriptor above 2 closed."""
+        null = os.open(b"/dev/null", os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        top = max(target for _s, target in fds)
+        # copies above every target first, so no move overwrites a source still to be moved
+        moved = [fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, top + 1) for source, _target in fds]
+        for copy, (_source, target) in zip(moved, fds, strict=True):
+            os.dup2(copy, target)  # inheritable: kept across the exec
+        os.closerange(top + 1, 1 << 20)
+        for number in range(3, top):
+            if number not in {target for _s, target in fds}:
+                with contextlib.suppress(OSError):
+                    os.close(number)
+
+    def spawn(self, libc: _Libc, drop: Callable[[], None]) -> None:
+        """In the engine's first process: fork the starter; `drop` is the engine's own privilege drop."""
+        libc._check(libc.socketpair_fn(_AF_UNIX, _SOCK_SEQPACKET, 0, self.pair))
+        ours, theirs = self.pair[0], self.pair[1]
+        engine = os.getpid()
+        if os.fork() == 0:
+            try:
+                libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != engine:
+                    os._exit(_EXIT_SETUP_FAILED)
+                libc.unshare(CLONE_NEWPID | CLONE_NEWNS)  # for its children: the agent's namespace, its own /proc
+                libc._check(libc.socketpair_fn(_AF_UNIX, _SOCK_SEQPACKET, 0, self.inner))
+                starter = os.getpid()
+                first = os.fork()
+                if first == 0:  # pid 1 of the agent's namespace
+                    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                    libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+                    self._keep(((self.inner[1], FIRST_FD),))
+                    drop()
+                    os.execve(self.argv_first[0], self.argv_first, self.env)
+                    os._exit(_EXIT_SETUP_FAILED)
+                self._keep(((theirs, STARTER_FD), (self.inner[0], FIRST_FD)))
+                drop()
+                if os.getppid() != engine or os.getpid() != starter:
+                    os._exit(_EXIT_SETUP_FAILED)
+                os.execve(self.argv_starter[0], [*self.argv_starter, str(first)], self.env)
+            except BaseException:
+                pass
+            os._exit(_EXIT_SETUP_FAILED)
+        os.close(theirs)
+        if ours != self.fd_slot:
+            os.dup2(ours, self.fd_slot)  # inheritable: it survives the interpreter's exec
+            os.close(ours)
+
+
 _libc: _Libc | None = None
 
 
@@ -469,6 +555,7 @@ def _make_preexec(
     view: _View | None = None,
     loopback: bool = False,
     watch: _NetWatchSetup | None = None,
+    starter: _StarterSetup | None = None,
 ) -> Callable[[], None]:
     libc = _get_libc()
     root = os.geteuid() == 0
@@ -478,6 +565,20 @@ def _make_preexec(
         flags |= CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
     do_unshare = unshare if unshare is not None else libc.unshare
     rlimits = _rlimits(limits)
+
+    def drop() -> None:  # the limits and the privilege drop, the engine's and the agent starter's alike
+        for which, value in rlimits:
+            _soft, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY and value > hard and not root:
+                value = hard
+            resource.setrlimit(which, (value, value))
+        if view is not None and root:  # root leaves its bounding set empty, then becomes nobody
+            libc.drop_bounding_set(required=True)
+            os.setgroups([])
+            os.setgid(SANDBOX_GID)
+            os.setuid(SANDBOX_UID)
+        libc.drop_capabilities(required=root and view is None)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
 
     def preexec() -> None:  # runs in the forked child, before exec; keep it to plain system calls
         if isolate:
@@ -505,18 +606,9 @@ def _make_preexec(
                         watch.configure(libc)
                 except BaseException:  # no boundary could be made: as good as no namespace (refused, or degraded)
                     os._exit(_EXIT_NO_NAMESPACE)
-            for which, value in rlimits:
-                _soft, hard = resource.getrlimit(which)
-                if hard != resource.RLIM_INFINITY and value > hard and not root:
-                    value = hard
-                resource.setrlimit(which, (value, value))
-            if view is not None and root:  # root leaves its bounding set empty, then becomes nobody
-                libc.drop_bounding_set(required=True)
-                os.setgroups([])
-                os.setgid(SANDBOX_GID)
-                os.setuid(SANDBOX_UID)
-            libc.drop_capabilities(required=root and view is None)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if starter is not None:  # the agent's starter: forked now, with the view entered and capabilities held
+                starter.spawn(libc, drop)
+            drop()
             if view is None and os.getppid() != parent_pid:  # the launcher died before the death signal was armed
                 os._exit(_EXIT_SETUP_FAILED)
         except BaseException:
@@ -565,6 +657,7 @@ def _spawn(
     loopback: bool = False,
     relay: Callable[[bytes], bytes] | None = None,
     network_watch: bool = False,
+    agent_starter: bool = False,
 ) -> tuple[int, bytes, bytes, float, int, bool]:
     workdir = tempfile.mkdtemp(prefix="n17q-sandbox-")
     view = _view(workdir, allow_test_entries=allow_test_entries, extra_read_only=extra_read_only) if isolate else None
@@ -574,6 +667,9 @@ def _spawn(
     watch = _NetWatchSetup(slot) if slot is not None else None
     if watch is not None and view is not None:
         view = dataclasses.replace(view, resolv=watch.resolv)
+    # The agent starter's socket: the engine's end lands on a slot reserved the same way.
+    starter_slot = os.open(os.devnull, os.O_RDONLY) if agent_starter and view is not None else None
+    starter = _StarterSetup(starter_slot) if starter_slot is not None else None
     # Inside the new root the interpreter is found at its real path (the venv's link is not in the view).
     argv = [os.path.realpath(sys.executable) if view else sys.executable, "-P", "-S", "-c", CHILD_CODE, entry]
     if allow_test_entries:
@@ -586,11 +682,14 @@ def _spawn(
         view=view,
         loopback=loopback or watch is not None,
         watch=watch,
+        starter=starter,
     )
     timed_out = False
     env = child_environment("netns" if isolate else "degraded")
     if slot is not None:
         env[NETWATCH_ENV] = str(slot)
+    if starter_slot is not None:
+        env[STARTER_ENV] = str(starter_slot)
     channel = _RelayChannel(relay, env) if relay is not None else None
     try:
         spawn_ns = time.monotonic_ns()
@@ -602,15 +701,19 @@ def _spawn(
             cwd=workdir,
             env=env,
             close_fds=True,
-            pass_fds=(*(channel.child_fds if channel else ()), *((slot,) if slot is not None else ())),
+            pass_fds=(
+                *(channel.child_fds if channel else ()),
+                *(fd for fd in (slot, starter_slot) if fd is not None),
+            ),
             start_new_session=True,
             preexec_fn=preexec,
         )
         if channel is not None:
             channel.start()
-        if slot is not None:
-            os.close(slot)
-            slot = None
+        for reserved in (slot, starter_slot):
+            if reserved is not None:
+                os.close(reserved)
+        slot = starter_slot = None
         try:
             if on_event is not None:
                 out, err, timed_out = _communicate_streaming(proc, payload, timeout_s, on_event)
@@ -629,8 +732,9 @@ def _spawn(
         _kill_group(proc)  # anything the child left behind in its group
         return proc.returncode, out, err, wall_s, spawn_ns, timed_out
     finally:
-        if slot is not None:  # the child never started
-            os.close(slot)
+        for reserved in (slot, starter_slot):  # the child never started
+            if reserved is not None:
+                os.close(reserved)
         if channel is not None:
             channel.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -764,6 +868,7 @@ def run_sandboxed(
     loopback: bool = False,
     relay: Callable[[bytes], bytes] | None = None,
     network_watch: bool = False,
+    agent_starter: bool = False,
     _unshare: Callable[[int], None] | None = None,
 ) -> SandboxResult:
     """Run ``entry`` ("n17q_engine.module:function") on ``payload`` in a sandboxed child process.
@@ -779,6 +884,9 @@ def run_sandboxed(
     ``network_watch`` routes every address through a TUN whose descriptor only the engine holds (see the module
     docstring; it implies ``loopback``, with :data:`NAMESPACE_HOST` as the namespace's own address, and is never
     made without namespaces: a degraded run has no watch, and ``N17Q_NETWATCH_FD`` is then not set).
+    ``agent_starter`` forks the agent starter (:mod:`n17q_engine.agent_starter`) in the pre-exec step: the one
+    process that may start an agent, in a PID namespace below the engine's; the engine finds its end of the starter's
+    socket in ``N17Q_AGENT_STARTER_FD`` (never made without namespaces: a degraded run has no starter).
     ``_unshare`` replaces the ``unshare(2)`` call, so tests can make namespace creation fail.
     Raises :class:`IsolationUnavailable` when no namespace can be made and ``allow_degraded`` is false.
     """
@@ -795,6 +903,7 @@ def run_sandboxed(
         "loopback": loopback,
         "relay": relay,
         "network_watch": network_watch,
+        "agent_starter": agent_starter,
     }
     rc, out, err, wall_s, spawn_ns, timed_out = _spawn(entry, payload, isolate=True, **common)
     events, other = _parse_stderr(err)

@@ -15,7 +15,8 @@ this hook, is the boundary.
 
 Agent replays (``n17q_engine.agent``): the engine may start exactly one agent program and serve it one listening
 socket on the namespace's own loopback. :func:`grant_agent` asks the hook for both, once per sandbox run: the hook
-then lets through one ``subprocess.Popen`` of exactly that executable and one ``bind`` to :data:`NAMESPACE_HOST`, and
+then lets through one ``subprocess.Popen`` of exactly that executable (the event the agent starter's request raises:
+:func:`n17q_engine.agent_starter.start_agent`) and one ``bind`` to :data:`NAMESPACE_HOST`, and
 nothing else, ever (a second grant is refused; a second launch or bind is a violation like any other). The agent
 itself is not bound by this hook at all; what holds it is the kernel boundary it inherits.
 """

@@ -31,11 +31,13 @@ import select
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Generator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import canonical, sandbox_child
+from ..agent_starter import STARTER_ENV, StartedAgent, start_agent, starter_from_env
 from ..deciders import (
     REASON_CHARS,
     Action,
@@ -50,6 +52,7 @@ from ..deciders import (
     recorded,
 )
 from ..package import ScenarioPackage, refused_by
+from ..replay import ISOLATION_ENV
 from ..vocabulary import VIOLATION_TARGETS
 from .bridge import Bridge, Refused, Request, tool_schema
 from .model import MODEL_CONTRACT, MODEL_TOOL, LiveModel
@@ -71,8 +74,11 @@ def _bounded(text: str) -> str:
 class AgentSession:
     """The agent process and its two endpoints, for one replay."""
 
-    def __init__(self, spec: AgentSpec, sc: ScenarioPackage, watch: NetWatch | None = None) -> None:
-        self.spec, self.sc, self.watch = spec, sc, watch
+    def __init__(
+        self, spec: AgentSpec, sc: ScenarioPackage, watch: NetWatch | None = None, deadline: Deadline | None = None
+    ) -> None:
+        self.spec, self.sc, self.watch, self.deadline = spec, sc, watch, deadline
+        self.out_of_time = False  # the deadline came: the agent is killed at close, without the grace period
         self.watch_lock = threading.Lock()
         self.observed: list[dict[str, str]] = []  # attempts the watch saw that no stop has reported yet
         self.held: list[Request] = []  # requests set aside because an attempt came first (refused at close)
@@ -87,7 +93,7 @@ class AgentSession:
             if c.tool != MODEL_TOOL
         ]
         self.bridge = Bridge(tools)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | StartedAgent | None = None
         self.stderr_thread: threading.Thread | None = None
         self.stderr_tail: list[str] = []
         self.current: Request | None = None
@@ -112,15 +118,18 @@ class AgentSession:
             "N17Q_AGENT_FOLDER": self.spec.folder,
             "N17Q_MCP": "stdio",
         }
-        self.proc = subprocess.Popen(
-            [executable, *self.spec.command[1:]],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=self.spec.folder,  # its own files, read-only; HOME and TMPDIR are its writable folder
-            env=env,
-            close_fds=True,
-        )
+        argv = [executable, *self.spec.command[1:]]
+        # its own files, read-only, are its working folder; HOME and TMPDIR are its writable one
+        starter = starter_from_env(os.environ.get(STARTER_ENV))
+        if starter is not None:  # the agent is pid 1 of a PID namespace of its own, below the engine's
+            self.proc = start_agent(starter, argv, env, self.spec.folder)
+        elif os.environ.get(ISOLATION_ENV) == "netns":
+            raise RuntimeError("the sandbox made no agent starter: an agent never shares the engine's PID namespace")
+        else:  # degraded isolation (no namespaces at all): there is no namespace to give it
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.spec.folder,
+                env=env, close_fds=True,
+            )  # fmt: skip
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self.bridge.serve_tools(self.proc.stdout, self.proc.stdin)
         self.stderr_thread = threading.Thread(target=self._watch, name="n17q-agent-watch", daemon=True)
@@ -169,12 +178,16 @@ class AgentSession:
         """The agent's next request; an attempt the watch saw first comes before it (the request is held, and refused
         when the session closes)."""
         while True:
+            wait = IDLE_S if self.deadline is None else min(IDLE_S, max(0.0, self.deadline.left()))
             try:
-                request = self.bridge.requests.get(timeout=IDLE_S)
+                request = self.bridge.requests.get(timeout=wait)
             except queue.Empty:
-                request = Request("idle", None)
+                request = Request(
+                    "deadline" if self.deadline is not None and self.deadline.left() <= 0 else "idle", None
+                )
+                self.out_of_time = request.kind == "deadline"
             if self._drain_network():
-                if request.kind not in ("watch", "idle"):
+                if request.kind not in ("watch", "idle", "deadline"):
                     self.held.append(request)
                 request = Request("attempt", {"attempts": self._take_observed(), "kernel": True})
             elif request.kind == "watch":
@@ -207,7 +220,8 @@ class AgentSession:
                 with contextlib.suppress(OSError, ValueError):
                     proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=GRACE_S)  # the error it was just given may end it by itself
+                # the error it was just given may end it by itself (unless the replay is out of time)
+                proc.wait(timeout=0 if self.out_of_time else GRACE_S)
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
@@ -239,17 +253,16 @@ class AgentSession:
 
 
 def _unsignallable_by_the_agent() -> None:
-    """Make sure nothing the agent sends can end the engine (issue 33), before the agent exists.
+    """Make sure nothing the agent sends can end the engine (issue 33), before the agent exists: the second line.
 
-    The agent shares the engine's PID namespace and uid, so kill(2) can name the engine: it is pid 1 there (its
-    parent, its process group, `kill(-1)`...). What holds is the kernel's rule for a namespace's first process: a
-    signal sent from inside the namespace is dropped unless the process has a handler installed for it, and SIGKILL
-    and SIGSTOP are always dropped (only an ancestor namespace, the launcher outside, can force them; the kernel's
-    own signals on the agent's behalf, such as SIGIO to the owner of its O_ASYNC descriptor, are dropped alike). The
-    interpreter installs a handler for SIGINT (KeyboardInterrupt), so every handler goes back to the default here,
-    after everything the engine imports. Refused (the run fails, the agent never starts) when the engine is not its
-    namespace's first process or cannot reset them (off the main thread). docs/decisions.md says why not a nested
-    PID namespace."""
+    The first is the agent's own PID namespace (`n17q_engine.agent_starter`): no pid it can name is the engine's. Were
+    one named, what holds is the kernel's rule for a namespace's first process (the engine is pid 1 of its own): a
+    signal sent from inside the namespace or below it is dropped unless the process has a handler installed for it,
+    and SIGKILL and SIGSTOP are always dropped (only an ancestor namespace, the launcher outside, can force them; the
+    kernel's own signals on the agent's behalf, such as SIGIO to the owner of its O_ASYNC descriptor, are dropped
+    alike). The interpreter installs a handler for SIGINT (KeyboardInterrupt), so every handler goes back to the
+    default here, after everything the engine imports. Refused (the run fails, the agent never starts) when the
+    engine is not its namespace's first process or cannot reset them (off the main thread)."""
     if os.getpid() != 1:
         raise RuntimeError("an agent starts only from the first process of the sandbox's PID namespace")
     for number in signal.valid_signals():
@@ -277,16 +290,35 @@ def _violation(item: dict[str, Any], agent: str, *, after_stop: bool = False) ->
     }
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """The replay's own deadline (issue 33): `at` on CLOCK_MONOTONIC (system-wide: the launcher set it), `margin_s`
+    before the launcher's `timeout_s`, so a replay that runs out of time still ends with a run, not a killed
+    engine."""
+
+    at: float
+    timeout_s: float
+    margin_s: float
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+
 def agent_decider(
-    spec: AgentSpec, sc: ScenarioPackage, live: LiveModel | None = None, watch: NetWatch | None = None
+    spec: AgentSpec,
+    sc: ScenarioPackage,
+    live: LiveModel | None = None,
+    watch: NetWatch | None = None,
+    deadline: Deadline | None = None,
 ) -> Decider:
     """The decider `agent:<name>`; with `live`, the agent's model calls are relayed live (a fresh comparison run,
     not a replay: its model is named `live:<connection>`), otherwise answered from model fixtures. `watch` is the
-    sandbox's network watch (attempts to reach out, seen by the kernel route)."""
+    sandbox's network watch (attempts to reach out, seen by the kernel route); at `deadline` the agent still waited
+    for is stopped and killed, and the run ends `stopped` with the timeout and its last stderr lines."""
     fixtures = {f.id: f for f in sc.fixtures}
 
     def actions(source: SourceRun, view: View) -> Generator[Action, None, None]:
-        session = AgentSession(spec, sc, watch)
+        session = AgentSession(spec, sc, watch, deadline)
         session.start()
         try:
             yield from _Drive(spec, sc, fixtures, source, view, session, live).run()
@@ -418,6 +450,17 @@ class _Drive:
                 "stopped",
                 _bounded(f"sandbox.violation: agent {self.spec.name} attempted " + "; ".join(described or ["?"])),
             )
+            return "stopped"
+        if request.kind == "deadline":
+            deadline = self.s.deadline
+            assert deadline is not None
+            tail = " | ".join(self.s.stderr_tail[-3:]) or "(nothing on its stderr)"
+            reason = (
+                f"sandbox timeout: agent {self.spec.name} was still running at the replay's deadline, "
+                f"{deadline.margin_s:g} s before the sandbox's {deadline.timeout_s:g} s timeout; it was stopped. "
+                f"Its last words on stderr: {tail}"
+            )
+            yield Stop(None, when, "stopped", _bounded(reason))
             return "stopped"
         if request.kind in ("exit", "idle"):
             code = (request.body or {}).get("returncode") if request.kind == "exit" else None

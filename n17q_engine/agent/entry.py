@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import sysconfig
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,10 @@ def run_agent_replay(
         # The live model relay: the agent's chat requests leave the sandbox only through the relay pipe pair, to
         # `relay` here (which alone holds the credential); the header names the connection, never the credential.
         head["live"] = {"connection": live_connection or "model-connection"}
+    # The engine's own deadline, a margin before the launcher's timeout (which kills the engine and leaves no run):
+    # the agent is stopped then and the run ends `stopped`, naming the timeout (CLOCK_MONOTONIC is system-wide).
+    margin = deadline_margin(timeout_s)
+    head["deadline"] = {"at": time.monotonic() + timeout_s - margin, "timeout_s": timeout_s, "margin_s": margin}
     header = json.dumps(head, sort_keys=True).encode()
     return run_sandboxed(
         ENTRY,
@@ -63,9 +68,15 @@ def run_agent_replay(
         extra_read_only=(agent.folder, agent.environment, engine_site),
         loopback=True,
         network_watch=True,
+        agent_starter=True,
         on_event=on_event,
         relay=relay,
     )
+
+
+def deadline_margin(timeout_s: float) -> float:
+    """How long before the launcher's timeout the engine stops the agent: room to kill it and write the run."""
+    return min(15.0, max(3.0, timeout_s * 0.2))
 
 
 def sandbox_main(payload: bytes) -> bytes:
@@ -81,6 +92,12 @@ def sandbox_main(payload: bytes) -> bytes:
         header = json.loads(head)
         agent = AgentSpec.from_dict(header["agent"])
         engine_site = str(header["engine_site"])
+        limit = header.get("deadline")
+        deadline = (
+            (float(limit["at"]), float(limit["timeout_s"]), float(limit["margin_s"]))
+            if isinstance(limit, dict)
+            else None
+        )
     except (ValueError, KeyError, TypeError, AgentError) as exc:
         raise ReplayError(f"agent replay header: {exc}") from None
     live = None
@@ -93,12 +110,12 @@ def sandbox_main(payload: bytes) -> bytes:
         live = LiveModel(read_fd, write_fd, str(header["live"].get("connection") or "model-connection"))
     if engine_site not in sys.path:
         sys.path.append(engine_site)
-    from .decider import agent_decider
+    from .decider import Deadline, agent_decider
 
     package = load_replay(Package.from_wire(wire, REPLAY_FORMAT))
     if package.scenario is None:
         raise ReplayError("an agent replay needs a scenario (its tools and model fixtures)")
-    decider = agent_decider(agent, package.scenario, live, watch)
+    decider = agent_decider(agent, package.scenario, live, watch, Deadline(*deadline) if deadline else None)
     DECIDERS[decider.name] = decider
     return run_replay(package, isolation="netns").to_wire()
 

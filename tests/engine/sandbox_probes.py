@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import socket
@@ -273,3 +274,48 @@ def netwatch_connect(payload: bytes) -> bytes:
         time.sleep(0.01)
     os.close(fd)
     return json.dumps(found).encode()
+
+
+_STARTED = "import os, sys; print(f'pid={os.getpid()} ppid={os.getppid()}', flush=True); sys.exit(7)"
+
+
+def agent_starter_twice(payload: bytes) -> bytes:
+    """Start one program through the agent starter (granted, as the agent decider does), then send the starter a
+    second start request directly (no audit event: the starter itself must refuse it). With {"through_hook": true}
+    the second start goes through `start_agent` again, which the audit hook stops."""
+    import sys
+
+    from n17q_engine import agent_starter, sandbox_child
+
+    fd = agent_starter.starter_from_env(os.environ.get(agent_starter.STARTER_ENV))
+    if fd is None:
+        return b'{"starter": null}'
+    python = os.path.realpath(sys.executable)
+    sandbox_child.grant_agent(python)
+    agent = agent_starter.start_agent(fd, [python, "-S", "-c", _STARTED], {"PATH": "/usr/bin"}, "/")
+    assert agent.stdout is not None and agent.stdin is not None and agent.stderr is not None
+    first = {"pid": agent.pid, "said": agent.stdout.read().decode().strip(), "returncode": agent.wait(timeout=30)}
+    # the starter, the same uid as this engine, is non-dumpable: its environment cannot be read
+    starters = []
+    for entry in (e for e in os.listdir("/proc") if e.isdigit()):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"starter" in argv and agent_starter.STARTER_CODE.encode() in argv:
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    f.read()
+                starters.append("readable")
+            except OSError as exc:
+                starters.append(errno.errorcode.get(exc.errno or 0, "?"))
+    first["starter_environ"] = starters
+    if _args(payload).get("through_hook"):
+        agent_starter.start_agent(fd, [python, "-S", "-c", _STARTED], {"PATH": "/usr/bin"}, "/")
+    ends = [os.pipe() for _ in range(3)]
+    agent_starter.send(
+        fd, {"argv": [python, "-S", "-c", _STARTED], "env": {}, "cwd": "/"}, (ends[0][0], ends[1][1], ends[2][1])
+    )
+    second, _fds = agent_starter.receive(fd)
+    return json.dumps({"first": first, "second": second}).encode()

@@ -673,12 +673,13 @@ def test_a_relay_whose_replay_already_used_its_cap_stops_the_run_saying_so(monke
 
 
 def test_the_agent_holds_no_descriptor_of_the_watch_and_cannot_reach_the_engines(tmp_path):
-    """The TUN's descriptor stays the engine's: the agent inherits only its stdio, and the engine (the same uid) is
-    non-dumpable, so its /proc/1/fd cannot be listed (nor its descriptors taken with pidfd_getfd)."""
+    """The TUN's descriptor stays the engine's: the agent inherits only its stdio, and no process of the engine's is
+    in its /proc at all (its PID namespace's own: only its own tree; the engine is also non-dumpable, so even named
+    it would refuse /proc/<pid>/fd and pidfd_getfd)."""
     script = (
         "#!/bin/bash\n"
         'echo "own: $(ls -l /proc/$$/fd | tail -n +2 | sed "s/.* \\([0-9]*\\) -> /\\1>/" | tr "\\n" " ")" >&2\n'
-        'echo "engine: $(ls /proc/1/fd 2>&1 >/dev/null | head -c 120)" >&2\n'
+        'echo "procs: $$ $(for p in /proc/[0-9]*; do echo -n "$(cat $p/comm 2>&1) "; done)" >&2\n'
         'echo "tun: $(ls /dev/net/tun 2>&1 | head -c 120)" >&2\n'
         "exit 5\n"
     )
@@ -692,7 +693,9 @@ def test_the_agent_holds_no_descriptor_of_the_watch_and_cannot_reach_the_engines
     # its stdio (pipes to the engine), bash's script and its own command-substitution pipe: nothing else
     assert [f.split(">")[0] for f in own][:3] == ["0", "1", "2"], reason
     assert all(f.split(">", 1)[1].startswith("pipe:") or f.endswith("/fds.sh") for f in own), reason
-    assert "Permission denied" in reason.split("engine: ", 1)[1]
+    procs = reason.split("procs: ", 1)[1].split(" | ", 1)[0].split()
+    # the script is pid 1 of its own namespace, and its /proc holds its own tree only (no engine, no starter)
+    assert procs[0] == "1" and procs[1:] and set(procs[1:]) == {"fds.sh"}, reason
     assert "No such file or directory" in reason.split("tun: ", 1)[1]
 
 
@@ -701,15 +704,118 @@ def test_the_agent_holds_no_descriptor_of_the_watch_and_cannot_reach_the_engines
 
 def test_an_agent_that_signals_its_parent_pid_1_and_every_pid_cannot_stop_the_engine(tmp_path):
     """Attack: the agent sends SIGINT, SIGTERM, SIGHUP, SIGUSR1/2, SIGPIPE, SIGQUIT, SIGALRM, SIGSTOP and SIGKILL to
-    its parent, pid 1, its process group and every pid it may signal (`kill(-1)`). The engine is in the PID namespace
-    above the agent's (and the agent leads its own session): it is not reached, and the replay ends with a run that
-    records what the agent did (its exit status and its last stderr lines)."""
+    its parent, pid 1, its process group and every pid it may signal (`kill(-1)`), SIGIO through an O_ASYNC pipe, and
+    SIGKILL through a descriptor of every /proc entry outside its own tree (pidfd_send_signal). The agent is the first
+    process of a PID namespace of its own (the agent starter's), leading its own session: it has no parent it can name
+    (getppid() is 0), pid 1 and its group are itself, `kill(-1)` finds nobody (ESRCH), and its /proc, the namespace's
+    own, holds no entry of the engine's or the starter's. The replay ends with a run that
+    records what the agent did (its exit status and its last stderr lines): the engine wrote it after the agent had
+    gone."""
     folder = agent_folder(tmp_path, "signal_agent.py")
     agent = register(folder, ("python", "signal_agent.py"), name="signaller")
     _out, log, result = replay_with(agent, "run-001-recorded", with_model("email-delivery", []))
     state = final(log)
     assert state["state"] == "failed" and "agent signaller exited with status 3" in state["reason"], state
-    assert "signals " in state["reason"]  # its own words, from its stderr
-    # nothing outside its own tree was there to be named: its parent is not in its namespace (getppid() is 0)
-    assert "-1:SIGINT" in state["reason"]
+    reason = state["reason"]
+    assert "ppid=0 pid=1 | " in reason, reason  # pid 1 of its own namespace, no parent in it
+    sent = dict(t.split(":", 1) for t in reason.split("signals ", 1)[1].split())
+    assert sent["-1"] == "ESRCH", reason  # nothing outside its own tree to signal
+    assert sent["0"] == sent["1"] == "sent", reason  # its own group and itself (it ignores what it can)
+    # its /proc is its own namespace's: no entry of the engine's or the starter's to signal through
+    assert not [t for t in sent if t.startswith("proc")], reason
     assert result.returncode == 0 and not result.violations
+
+
+def test_an_agent_that_leaves_a_grandchild_sleeping_forever_does_not_keep_the_replay_alive(tmp_path):
+    """Attack: the agent forks a grandchild that holds its stderr and sleeps forever, then exits. The agent was its
+    PID namespace's first process, so the kernel ends the namespace with it: the stderr pipe closes, the engine sees
+    the agent's exit at once and the replay ends well within its timeout (before, the grandchild held the pipe open
+    until the engine gave up waiting, and the launcher's timeout left no run)."""
+    script = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    while True:\n"
+        "        time.sleep(3600)\n"
+        "print('left a grandchild behind', file=sys.stderr, flush=True)\n"
+        "sys.exit(5)\n"
+    )
+    folder = agent_folder(tmp_path, extra={"forker.py": script})
+    agent = register(folder, ("python", "forker.py"), name="forker")
+    pkg = agent_package(agent, "run-001-recorded", with_model("email-delivery", []))
+    result = run_agent_replay(pkg, agent, timeout_s=60, allow_test_entries=True)
+    assert result.returncode == 0 and not result.timed_out and result.output, (result.returncode, result.stderr)
+    state = final(list(iter_output_events(ReplayOutput.from_wire(result.output))))
+    assert (
+        state["state"] == "failed" and "agent forker exited with status 5: left a grandchild behind" in state["reason"]
+    )
+
+
+def _probes(reason: str, label: str) -> dict[str, dict[str, str]]:
+    """`label: <pid>:probe=result,...` from the ptrace agent's stderr line in the run's reason, by pid."""
+    line = reason.split(f"{label}: ", 1)[1].split(" | ", 1)[0]
+    out = {}
+    for group in line.split():
+        pid, _, probes = group.partition(":")
+        if pid.isdigit():
+            out[pid] = dict(p.split("=", 1) for p in probes.split(","))
+    return out
+
+
+def test_an_agent_cannot_ptrace_the_engine_or_read_its_memory_environment_descriptors_or_maps(tmp_path):
+    """Attack: the agent, the engine's uid, tries PTRACE_ATTACH and PTRACE_SEIZE on every pid it can name that is not
+    its own (its parent, pid 1) and opens /proc/<pid>/mem, environ, fd/ and maps of every /proc entry outside its own
+    tree (and signals 0 through it). There is none: it is pid 1 of its own PID namespace, with no parent there, and
+    its /proc is that namespace's (the engine and the starter, non-dumpable besides, are in neither). The positive
+    control: the same probes against the agent's own child all succeed. The run records the agent's exit and words."""
+    folder = agent_folder(tmp_path, "ptrace_agent.py")
+    agent = register(folder, ("python", "ptrace_agent.py"), name="tracer")
+    _out, log, result = replay_with(agent, "run-001-recorded", with_model("email-delivery", []))
+    state = final(log)
+    assert state["state"] == "failed" and "agent tracer exited with status 4" in state["reason"], state
+    reason = state["reason"]
+    own = dict(p.split("=", 1) for p in reason.split("own child: ", 1)[1].split(" | ", 1)[0].split(","))
+    assert own == dict.fromkeys(("attach", "seize", "mem", "environ", "fd", "maps", "signal"), "ok"), reason
+    assert "ppid=0" in reason and _probes(reason, "by pid") == {}, reason  # no pid outside its tree to name
+    assert _probes(reason, "by proc") == {}, reason  # and no /proc entry outside it
+    assert result.returncode == 0 and not result.violations
+
+
+def test_an_agent_that_sleeps_past_the_timeout_still_leaves_a_stopped_run_naming_it(tmp_path):
+    """An agent that says one line and then sleeps forever, under a short timeout. The engine's own deadline comes a
+    margin before the launcher's (`deadline_margin`): it stops the agent (killed at once, no grace period) and ends
+    the run `stopped`, naming the timeout and the agent's last stderr line; the launcher never has to kill the engine
+    (before, the launcher's SIGKILL at the timeout left no run at all)."""
+    script = (
+        "import sys, time\n"
+        "print('thinking very hard', file=sys.stderr, flush=True)\n"
+        "while True:\n"
+        "    time.sleep(3600)\n"
+    )
+    folder = agent_folder(tmp_path, extra={"sleeper.py": script})
+    agent = register(folder, ("python", "sleeper.py"), name="sleeper")
+    pkg = agent_package(agent, "run-001-recorded", with_model("email-delivery", []))
+    result = run_agent_replay(pkg, agent, timeout_s=20, allow_test_entries=True)
+    assert result.returncode == 0 and not result.timed_out and result.output, (result.returncode, result.stderr)
+    state = final(list(iter_output_events(ReplayOutput.from_wire(result.output))))
+    assert state["state"] == "stopped", state
+    assert state["reason"].startswith("sandbox timeout: agent sleeper was still running"), state
+    assert "the sandbox's 20 s timeout" in state["reason"] and "thinking very hard" in state["reason"], state
+
+
+def test_an_isolated_engine_without_its_agent_starter_refuses_to_start_the_agent(monkeypatch, tmp_path):
+    """Fail closed: inside the kernel boundary the agent is started only by the starter, in its own PID namespace. A
+    sandbox made without one (`agent_starter=False`) does not fall back to starting the agent in the engine's
+    namespace: the replay fails, saying so, and the agent never runs."""
+    from n17q_engine.agent import entry
+
+    def without_starter(*args: Any, **kw: Any) -> Any:
+        return run_sandboxed(*args, **{**kw, "agent_starter": False})
+
+    monkeypatch.setattr(entry, "run_sandboxed", without_starter)
+    folder = agent_folder(tmp_path, "signal_agent.py")
+    agent = register(folder, ("python", "signal_agent.py"), name="signaller")
+    pkg = agent_package(agent, "run-001-recorded", with_model("email-delivery", []))
+    result = run_agent_replay(pkg, agent, timeout_s=60, allow_test_entries=True)
+    assert result.returncode != 0 and not result.output
+    errors = [e for e in result.events if e.get("event") == "sandbox.error"]
+    assert errors and "the sandbox made no agent starter" in errors[-1]["message"], result.events

@@ -701,3 +701,59 @@ def test_the_network_watch_is_made_without_root_in_the_sandbox_s_own_user_namesp
     (seen,) = json.loads(out["output"])
     assert seen["target"] == f"tcp 127.0.0.1:{canary.address[1]}"
     assert canary.settled_count() == 0
+
+
+# --- issue 33: the agent starter ----------------------------------------------------------------------------------
+
+
+def test_the_agent_starter_starts_one_program_as_pid_1_of_its_own_namespace_and_refuses_a_second_request():
+    """The starter (forked in the pre-exec step, `agent_starter=True`) starts the granted program as the first process
+    of a PID namespace of its own (its pid is 1 there and it has no parent it can name), reports its pid as the engine
+    sees it and its exit status, and refuses a second start request sent to it directly."""
+    result = sandboxed("agent_starter_twice", agent_starter=True, timeout_s=60)
+    assert result.ok, (result.returncode, result.stderr, result.events)
+    out = json.loads(result.output)
+    first, second = out["first"], out["second"]
+    assert first["said"] == "pid=1 ppid=0" and first["returncode"] == 7
+    assert first["starter_environ"] == ["EACCES"]  # the starter is non-dumpable: not even the engine reads it
+    assert first["pid"] > 1  # the engine is pid 1 of its namespace; the program is another process there
+    assert second == {"error": "refused: this starter started its agent"}
+    # without the flag no starter is made
+    plain = sandboxed("agent_starter_twice", timeout_s=60)
+    assert plain.ok and json.loads(plain.output) == {"starter": None}
+
+
+def test_a_second_agent_start_through_the_engine_is_stopped_by_the_audit_hook():
+    """The grant is one start of one executable: a second `start_agent` raises the launch's audit event again and
+    the hook stops the run (a `sandbox.violation`), before anything reaches the starter."""
+    result = sandboxed("agent_starter_twice", {"through_hook": True}, agent_starter=True, timeout_s=60)
+    assert result.returncode == sandbox_child.EXIT_VIOLATION and not result.output
+    assert [v["attempted"] for v in result.violations] == ["subprocess"]
+
+
+@pytest.mark.skipif(_system_python_for_nobody() is None, reason="needs root and a system Python 3.11+ for nobody")
+def test_the_agent_starter_is_made_without_root_in_the_sandbox_s_own_user_namespace(engine_copy):
+    """Unprivileged, the starter's PID and mount namespaces (and the agent's own /proc) are made inside the sandbox's
+    user namespace, while the set-up still holds its capabilities there: the same program, the same answers."""
+    script = (
+        "import json, sys; from n17q_engine.sandbox import run_sandboxed, Limits\n"
+        "r = run_sandboxed('tests.engine.sandbox_probes:agent_starter_twice', b'{}', allow_degraded=False, "
+        "limits=Limits(), timeout_s=60, allow_test_entries=True, agent_starter=True)\n"
+        "print(json.dumps({'isolation': r.isolation, 'output': r.output.decode(), 'rc': r.returncode}))"
+    )
+    launched = subprocess.run(
+        ["/usr/bin/python3", "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/tmp",
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(engine_copy)},
+        user=65534,
+        group=65534,
+        extra_groups=[],
+    )
+    out = json.loads(launched.stdout)
+    assert out["isolation"] == "netns" and out["rc"] == 0, launched.stderr
+    answers = json.loads(out["output"])
+    assert answers["first"]["said"] == "pid=1 ppid=0" and answers["first"]["returncode"] == 7
+    assert answers["second"] == {"error": "refused: this starter started its agent"}
