@@ -33,6 +33,7 @@ import contextlib
 import ctypes
 import json
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -48,6 +49,7 @@ MESSAGE_BYTES = 1 << 20  # a request: the agent's argv, environment and folder
 _SOL_SOCKET, _SCM_RIGHTS, _MSG_CMSG_CLOEXEC = 1, 1, 0x40000000
 _PR_SET_DUMPABLE = 4
 _STD_FDS = 3
+ENGINE_PROCESS_RESERVE = 32  # processes and threads of the uid the agent can never take from the engine
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -149,10 +151,24 @@ def _request_problem(request: dict[str, Any], fds: list[int]) -> str | None:
     return None
 
 
+def _leave_the_engine_its_processes() -> None:
+    """RLIMIT_NPROC counts every process and thread of the uid, the engine's included: the agent's limit (soft and
+    hard, so it cannot raise it back) is the engine's less ENGINE_PROCESS_RESERVE, so an agent that forks until the
+    kernel refuses leaves the engine the threads it needs to end the run and write its record."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft == resource.RLIM_INFINITY:
+        return
+    lowered = max(1, soft - ENGINE_PROCESS_RESERVE)
+    resource.setrlimit(
+        resource.RLIMIT_NPROC, (lowered, lowered if hard == resource.RLIM_INFINITY else min(hard, lowered))
+    )
+
+
 def _exec_agent(request: dict[str, Any], fds: list[int]) -> None:
     """In the forked child, the new namespace's pid 1: the agent on the three descriptors, nothing else open."""
     try:
         os.setsid()  # its own session and group: kill(0, ...) reaches its own tree, not the engine's group
+        _leave_the_engine_its_processes()
         for number in (signal.SIGPIPE, signal.SIGXFSZ):  # the interpreter ignores these; the agent starts as exec does
             signal.signal(number, signal.SIG_DFL)
         for target, fd in enumerate(fds):

@@ -750,6 +750,39 @@ def test_an_agent_that_leaves_a_grandchild_sleeping_forever_does_not_keep_the_re
     )
 
 
+def test_an_agent_that_forks_until_the_kernel_refuses_still_leaves_a_run_and_its_processes_end_with_it(tmp_path):
+    """Attack: a fork bomb. RLIMIT_NPROC counts the uid's processes and threads, the engine's included, so an agent
+    that took them all would leave the engine unable to start the threads that end its run. The agent's limit is the
+    engine's less a reserve (`agent_starter.ENGINE_PROCESS_RESERVE`): the agent's forks stop there, its children stay
+    asleep holding their slots, and the engine still ends the run with the agent's exit and words; the children end
+    with the agent's namespace. (Not red before the reserve: the engine's threads all start with the agent, before its
+    first fork can run, and none was found that it makes later; the reserve keeps that true of any it will.)"""
+    script = (
+        "import os, sys, time\n"
+        "forked = 0\n"
+        "while True:\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError as exc:\n"
+        "        refused = type(exc).__name__\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        while True:\n"
+        "            time.sleep(3600)\n"
+        "    forked += 1\n"
+        "print(f'forked {forked} then {refused}', file=sys.stderr, flush=True)\n"
+        "sys.exit(6)\n"
+    )
+    folder = agent_folder(tmp_path, extra={"bomb.py": script})
+    agent = register(folder, ("python", "bomb.py"), name="bomb")
+    pkg = agent_package(agent, "run-001-recorded", with_model("email-delivery", []))
+    result = run_agent_replay(pkg, agent, timeout_s=120, allow_test_entries=True)
+    assert result.returncode == 0 and not result.timed_out and result.output, (result.returncode, result.stderr)
+    state = final(list(iter_output_events(ReplayOutput.from_wire(result.output))))
+    assert state["state"] == "failed" and "agent bomb exited with status 6: forked " in state["reason"], state
+    assert "then BlockingIOError" in state["reason"] or "then PermissionError" in state["reason"], state
+
+
 def _probes(reason: str, label: str) -> dict[str, dict[str, str]]:
     """`label: <pid>:probe=result,...` from the ptrace agent's stderr line in the run's reason, by pid."""
     line = reason.split(f"{label}: ", 1)[1].split(" | ", 1)[0]
