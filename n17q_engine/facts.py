@@ -113,6 +113,7 @@ class FactBuilder:
         self.state = ""
         self.reason = ""
         self.claims: dict[str, int] = {}
+        self.unevaluated_claims: list[str] = []  # claims resting on an excluded tool's answer (a replay marks them)
 
     # --- the events ---
 
@@ -250,6 +251,8 @@ class FactBuilder:
     def _claim(self, e: Mapping[str, Any]) -> None:
         kind = str(e.get("claim_kind") or "other")
         self.claims[kind] = self.claims.get(kind, 0) + 1
+        if e.get("unevaluated"):
+            self.unevaluated_claims.append(str(e.get("id")))
         if kind in ("validation", "completion"):
             self.required.update(p for p in _strs(e.get("scope")) if p.startswith(VALIDATION_PREFIX))
         for ref in _strs(e.get("supports")):
@@ -309,7 +312,12 @@ class FactBuilder:
             "validations": self._validations(),
             "workspaces": {"count": len(self.workspaces), "items": list(self.workspaces.values())[:LIST_CAP]},
             "approvals": self._approvals(),
-            "outcome": {"state": self.state, "reason": self.reason, "claims": dict(sorted(self.claims.items()))},
+            "outcome": {
+                "state": self.state,
+                "reason": self.reason,
+                "claims": dict(sorted(self.claims.items())),
+                "unevaluated_claims": self.unevaluated_claims[:LIST_CAP],
+            },
         }
 
     def _effects(self) -> dict[str, Any]:

@@ -47,3 +47,64 @@ def test_the_declared_race_is_two_deliveries_to_one_intent_on_the_comparison_and
 
     outcome = run_outcome(child)
     assert outcome.effects.startswith("1 effect intent, 2 deliveries")
+
+
+def _import_child(tmp_path, source_id: str, mode: str, events: list[dict], **run_fields) -> Run:
+    """A run made from `source_id` (as a replay's worker would import it), from the given event bodies."""
+    from runs.importer import run_import_from_path
+    from tests.bundles import write_folder
+
+    source = Run.objects.get(run_id=source_id)
+    run = {
+        **source.manifest_run,
+        "id": f"{source_id}-{mode}-t",
+        "environment": "fixture",
+        "mode": mode,
+        "parent_run": source_id,
+        "created_at": "2026-07-01T09:00:00Z",
+        **run_fields,
+    }
+    run.pop("title", None)
+    lines = []
+    for seq, body in enumerate(events, start=1):
+        body = {k: (None if k in ("blob", "output_blob") else v) for k, v in body.items()}  # no blobs carried
+        lines.append({**body, "seq": seq})
+    folder = write_folder(tmp_path / run["id"], {"format": "n17q.run-bundle/1", "run": run, "blobs": {}}, lines, {})
+    return run_import_from_path(folder).run
+
+
+def _history(source_id: str, until: str) -> list[dict]:
+    source = Run.objects.get(run_id=source_id)
+    cut = Event.objects.get(run=source, event_id=until).seq
+    return list(Event.objects.filter(run=source, seq__lte=cut).order_by("seq").values_list("body", flat=True))
+
+
+def test_a_counterfactual_whose_agent_exits_at_once_is_not_validation_complete(demo, tmp_path):
+    history = _history("run-003-review-request", "e-003-a1-checkpoint")
+    stop = {
+        "id": "cf-stopped",
+        "kind": "run.state",
+        "at": history[-1]["at"],
+        "attempt": "a1",
+        "state": "stopped",
+        "reason": "the agent exited",
+    }
+    child = _import_child(tmp_path, "run-003-review-request", "counterfactual", [*history, stop])
+    outcome = run_outcome(child)
+    assert outcome.validation == "validation incomplete: validation:broad never ran"
+    # the metamorphic twin: with the broad suite run and passing, it is complete
+    broad = {
+        **Event.objects.get(run__run_id="run-003-review-request", event_id="e-003-broad-receipt").body,
+        "id": "cf-broad",
+        "completion": "completed",
+        "post_tree": history[-1]["workspaces"]["ws-1"],
+        "results": {"passed": 120, "failed": 0, "skipped": 0},
+        "exit_code": 0,
+    }
+    seen = {**broad, "kind": "evidence.observed", "id": "cf-broad-seen", "source": "cf-broad"}
+    seen = {k: seen[k] for k in ("id", "kind", "at", "attempt", "source")}
+    seen.update(workspace_id="ws-1", tree_digest=history[-1]["workspaces"]["ws-1"], scope=["validation:broad"])
+    child2 = _import_child(
+        tmp_path, "run-003-review-request", "counterfactual", [*history, broad, seen, stop], id="cf-2"
+    )
+    assert run_outcome(child2).validation == "validation complete"
