@@ -304,12 +304,14 @@ class FactBuilder:
             if intent is not None:
                 self._attribute(intent, change, resource)
         self.pending.clear()
+        effects, validations = self._effects(), self._validations()
         return {
             "version": FACTS_VERSION,
             "run": self.run_id,
             "events": self.events,
-            "effects": self._effects(),
-            "validations": self._validations(),
+            "headline": _headline(effects, validations),
+            "effects": effects,
+            "validations": validations,
             "workspaces": {"count": len(self.workspaces), "items": list(self.workspaces.values())[:LIST_CAP]},
             "approvals": self._approvals(),
             "outcome": {
@@ -444,6 +446,20 @@ class FactBuilder:
                 }
             )
         return {"count": len(self.approvals), "items": items[:LIST_CAP]}
+
+
+def _headline(effects: Mapping[str, Any], validations: Mapping[str, Any]) -> dict[str, str]:
+    """Short texts for a list row (the run list reads them by key, never the whole facts)."""
+    if not effects["intents"]:
+        short = "no request"
+    else:
+        short = f"{_plural(effects['intents'], 'intent')}, {_plural(effects['deliveries'], 'delivery', 'deliveries')}"
+    bad = not effects["at_most_one_delivery"] or bool(effects["left_containment"])
+    return {
+        "effects": short + (" (duplicate)" if not effects["at_most_one_delivery"] else ""),
+        "effects_tone": "bad" if bad else "ok",
+        "validation": str(validations["status"]),
+    }
 
 
 def _has_failures(receipt: Mapping[str, Any]) -> bool:

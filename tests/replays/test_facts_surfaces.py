@@ -11,6 +11,7 @@ import json
 
 import pytest
 from django.core.management import call_command
+from django.urls import reverse
 
 from replays.comparison import comparison_build, run_outcome
 from runs.models import Event, Finding, Run
@@ -108,3 +109,33 @@ def test_a_counterfactual_whose_agent_exits_at_once_is_not_validation_complete(d
         tmp_path, "run-003-review-request", "counterfactual", [*history, broad, seen, stop], id="cf-2"
     )
     assert run_outcome(child2).validation == "validation complete"
+
+
+def test_the_inspect_summary_of_story_003_names_its_recorded_workspaces(demo, role_user):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(role_user("operator", "operator-facts"))
+    page = client.get("/runs/run-003-review-request/launch/inspect/").content.decode()
+    assert "no workspaces in this scenario" not in page
+    assert "<code>ws-1</code>" in page and "<code>ws-2</code>" in page
+    assert "derived from <code>ws-1</code>" in page  # ws-2 was made from ws-1 (reconstruct)
+
+
+def test_the_run_page_and_the_run_list_say_what_the_facts_say_of_the_race(demo, capsys, role_user):
+    from django.test import Client
+
+    out = run_json(
+        capsys, "replay", "run-001-recorded", "--mode", "rerun", "--scenario", "email-delivery-race@1", "--inline"
+    )
+    client = Client()
+    client.force_login(role_user("viewer", "viewer-facts"))
+    page = client.get(f"/runs/{out['run']}/").content.decode()
+    assert '<dd class="fact-effects bad">1 effect intent, 2 deliveries' in page
+    assert "at most one delivery per intent does not hold (LIN012)" in page
+    assert "a second delivery of one intent" in page  # the mailbox change at revision 43 is marked
+    listing = client.get(reverse("runs:run-list"), {"replays": "on"}).content.decode()
+    assert '<span class="badge bad">1 intent, 2 deliveries (duplicate)</span>' in listing
+    story = client.get("/runs/run-003-review-request/").content.decode()
+    assert "2 workspaces: ws-1 (uncertain), ws-2" in story
+    assert "validation incomplete: unit+contract+integration in ws-1 termination_unknown" in story
