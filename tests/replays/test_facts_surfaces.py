@@ -48,6 +48,12 @@ def test_the_declared_race_is_two_deliveries_to_one_intent_on_the_comparison_and
 
     outcome = run_outcome(child)
     assert outcome.effects.startswith("1 effect intent, 2 deliveries")
+    # its own title, never the source's "Maintenance notice sent once…"
+    assert child.title == (
+        "Rerun of run-001-recorded: delivered 2 times to mailbox:beta-customers@lists.acme.example (duplicate "
+        "consequence); no validation; failed"
+    )
+    assert child.manifest_run["source_title"] == Run.objects.get(run_id="run-001-recorded").title
 
 
 def _import_child(tmp_path, source_id: str, mode: str, events: list[dict], **run_fields) -> Run:
