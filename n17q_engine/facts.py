@@ -205,7 +205,8 @@ class FactBuilder:
 
     def _receipt(self, e: Mapping[str, Any]) -> None:
         rid = str(e.get("id"))
-        results = e.get("results") if isinstance(e.get("results"), Mapping) else {}
+        held = e.get("results")
+        results: Mapping[str, Any] = held if isinstance(held, Mapping) else {}
         failed = results.get("failed") if isinstance(results.get("failed"), int) else 0
         suites = _strs(e.get("suites"))
         workspace = _str(e.get("workspace_id")) or ""
@@ -267,7 +268,8 @@ class FactBuilder:
         wid = _str(e.get("workspace_id"))
         if wid is None:
             return
-        derived = e.get("derived_from") if isinstance(e.get("derived_from"), Mapping) else {}
+        held = e.get("derived_from")
+        derived: Mapping[str, Any] = held if isinstance(held, Mapping) else {}
         self.workspaces[wid] = {
             "id": wid,
             "created_by": e.get("id"),
@@ -323,7 +325,7 @@ class FactBuilder:
         }
 
     def _effects(self) -> dict[str, Any]:
-        items = []
+        items: list[dict[str, Any]] = []
         per_destination: dict[str, int] = {}
         max_deliveries = max_acks = max_executions = 0
         acknowledged = executions = 0

@@ -23,6 +23,7 @@ def demo(capsys):
 def test_the_import_stores_the_facts_of_the_run(demo):
     run = Run.objects.get(run_id="run-003-review-request")
     facts = run.facts
+    assert facts is not None
     assert facts["version"] == FACTS_VERSION and facts["events"] == run.event_count
     assert sorted(w["id"] for w in facts["workspaces"]["items"]) == ["ws-1", "ws-2"]
     assert facts["validations"]["required"] == ["validation:broad", "validation:focused"]
