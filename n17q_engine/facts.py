@@ -90,6 +90,7 @@ class FactBuilder:
         self.key_reused: list[str] = []
         self.deliveries: dict[str, list[str]] = {}
         self.delivered_resources: dict[str, set[str]] = {}
+        self.per_resource: dict[str, int] = {}  # deliveries per world resource (the first LIST_CAP resources)
         self.accepted: dict[str, int] = {}  # intent -> ledger entries (accepted requests)
         self.delivery_count = 0
         self.world_changes = 0
@@ -186,6 +187,8 @@ class FactBuilder:
             return
         self.deliveries.setdefault(intent, []).append(change)
         self.delivered_resources.setdefault(intent, set()).add(resource)
+        if resource in self.per_resource or len(self.per_resource) < LIST_CAP:
+            self.per_resource[resource] = self.per_resource.get(resource, 0) + 1
         self.delivery_count += 1
 
     def _approval(self, e: Mapping[str, Any]) -> None:
@@ -367,6 +370,7 @@ class FactBuilder:
             "max_acknowledged_per_intent": max_acks,
             "max_executions_per_intent": max_executions,
             "per_destination": per_destination,
+            "per_resource": dict(sorted(self.per_resource.items())),
             "duplicate_intents": duplicates[:LIST_CAP],
             "reused_keys": self.key_reused[:LIST_CAP],
             "at_most_one_delivery": not duplicates and not self.key_reused,

@@ -145,3 +145,17 @@ def test_the_run_page_and_the_run_list_say_what_the_facts_say_of_the_race(demo, 
     story = client.get("/runs/run-003-review-request/").content.decode()
     assert "2 workspaces: ws-1 (uncertain), ws-2" in story
     assert "validation incomplete: unit+contract+integration in ws-1 termination_unknown" in story
+
+
+def test_a_regression_scenario_made_from_the_race_pins_one_delivery_not_none(demo, capsys):
+    from replays.regression import regression_base, regression_invariants
+
+    out = run_json(
+        capsys, "replay", "run-001-recorded", "--mode", "rerun", "--scenario", "email-delivery-race@1", "--inline"
+    )
+    child = Run.objects.get(run_id=out["run"])
+    base = regression_base(child)
+    assert base is not None
+    pinned = {i["id"]: i for i in regression_invariants(child, base)}
+    send = next(i for key, i in pinned.items() if key.startswith("regression-email-send"))
+    assert send["max"] == 1 and "made 2" in send["text"]
