@@ -140,6 +140,9 @@ def test_the_run_page_and_the_run_list_say_what_the_facts_say_of_the_race(demo, 
     assert '<dd class="fact-effects bad">1 effect intent, 2 deliveries' in page
     assert "at most one delivery per intent does not hold (LIN012)" in page
     assert "a second delivery of one intent" in page  # the mailbox change at revision 43 is marked
+    trace = client.get(f"/runs/{out['run']}/", {"facets": "effects"}).content.decode()
+    assert trace.count('<span class="badge bad">second delivery of one intent</span>') == 1
+    assert trace.count('<span class="badge delivery">delivery</span>') == 1
     listing = client.get(reverse("runs:run-list"), {"replays": "on"}).content.decode()
     assert '<span class="badge bad">1 intent, 2 deliveries (duplicate)</span>' in listing
     story = client.get("/runs/run-003-review-request/").content.decode()
