@@ -84,7 +84,7 @@ class Plan:
 @st.composite
 def plans(draw: st.DrawFn) -> Plan:
     workspaces = draw(st.integers(0, 3))
-    receipts = ()
+    receipts: tuple[Receipt, ...] = ()
     if workspaces:
         receipts = tuple(
             draw(

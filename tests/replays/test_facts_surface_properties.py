@@ -64,7 +64,8 @@ def _surfaces(plan: Plan) -> dict:
         "no_live_effect": invariants["no_live_effect"],
         "outcome": outcome,
         "lines": lines,
-        "row": (row.facts_effects, row.facts_effects_tone, row.facts_validation),
+        # the list's annotations (runs.selectors.run_list), not model fields
+        "row": tuple(getattr(row, name) for name in ("facts_effects", "facts_effects_tone", "facts_validation")),
     }
 
 
