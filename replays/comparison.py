@@ -31,6 +31,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from n17q_engine.facts import effects_label, validation_label
+from runs.facts import facts_of
 from runs.models import Event, Finding, Run
 
 LAYER_CAP = 5000
@@ -409,71 +411,51 @@ INVARIANT_TITLES = {
 
 
 def _invariants(run: Run) -> dict[str, Any]:
-    """Exact checks on one run's events. Each value: (what was counted, held or None when it does not apply)."""
-    events, _ = _events(
-        run, ("effect.intent", "effect.execution", "world.transition", "approval.recorded", "account.claim")
-    )
-    by_id = {e["id"]: e for e in events}
-    intents = [e for e in events if e["kind"] == "effect.intent"]
-    executions = [e for e in events if e["kind"] == "effect.execution"]
-    deliveries = [
-        e
-        for e in events
-        if e["kind"] == "world.transition"
-        and e.get("cause") in by_id
-        and by_id[e["cause"]]["kind"] == "effect.execution"
-    ]
+    """Exact checks on one run, read from its facts (runs/facts.py: the same facts every page reads). Each value:
+    (what was counted, held or None when it does not apply)."""
+    facts = facts_of(run)
+    effects = facts["effects"]
     live = run.environment == "live"
     out: dict[str, Any] = {}
 
-    bad = [e["id"] for e in intents if e.get("namespace") == "live"] + [
-        e["id"] for e in executions if not str(e.get("connection") or "").startswith("fixture:")
-    ]
+    bad = list(effects["left_containment"])
     out["no_live_effect"] = (
         ("a live recording: its effects were live" if live else f"{len(bad)} live intents or executions")
         + (f" ({', '.join(bad[:5])})" if bad and not live else ""),
         None if live else not bad,
     )
 
-    per_intent: Counter[str] = Counter()
-    for d in deliveries:
-        per_intent[by_id[d["cause"]].get("intent_id") or ""] += 1
-    worst = max(per_intent.values(), default=0)
+    count, worst = effects["deliveries"], effects["max_deliveries_per_intent"]
     kind = "live" if live else "simulated"
-    out["one_delivery"] = (
-        f"{len(deliveries)} {kind} deliver{'y' if len(deliveries) == 1 else 'ies'}, at most {worst} per intent",
-        worst <= 1,
-    )
+    text = f"{count} {kind} deliver{'y' if count == 1 else 'ies'}, at most {worst} per intent"
+    if effects["max_acknowledged_per_intent"] > 1:
+        text += f"; {effects['max_acknowledged_per_intent']} acknowledged executions of one intent (LIN012)"
+    if effects["reused_keys"]:
+        text += f"; an idempotency key names {len(effects['reused_keys']) + 1} intents (LIN012)"
+    out["one_delivery"] = (text, bool(effects["at_most_one_delivery"]))
     out["_deliveries"] = {
-        "count": len(deliveries),
+        "count": count,
         "kind": kind,
-        "events": [d["id"] for d in deliveries],
-        "resources": sorted({d.get("resource") for d in deliveries}),
+        "events": list(effects["delivery_events"]),
+        "resources": list(effects["delivered_resources"]),
     }
 
-    late = []
-    for x in executions:
-        intent = by_id.get(x.get("intent_id")) or {}
-        approval = by_id.get(intent.get("approval_id") or "")
-        if approval is None or approval["seq"] > x["seq"] or approval.get("origin") == "historical":
-            late.append(x["id"])
+    late = list(effects["executed_without_prior_approval"])
     out["approval_first"] = (
-        f"{len(executions)} executions, {len(late)} without a prior approval of this run"
+        f"{effects['executions']} executions, {len(late)} without a prior approval of this run"
         + (f" ({', '.join(late[:5])})" if late else ""),
         not late,
     )
 
-    tries: defaultdict[str, int] = defaultdict(int)
-    for x in executions:
-        tries[x.get("intent_id") or ""] += 1
-    most = max(tries.values(), default=0)
+    most = effects["max_executions_per_intent"]
     out["bounded_attempts"] = (
         f"at most {most} execution{'s' if most != 1 else ''} per intent (bound {BOUNDED_EXECUTIONS})",
         most <= BOUNDED_EXECUTIONS,
     )
 
-    effect_claims = [e for e in events if e["kind"] == "account.claim" and e.get("claim_kind") == "effect"]
-    unevaluated = [e["id"] for e in events if e["kind"] == "account.claim" and e.get("unevaluated")]
+    claims = facts["outcome"]["claims"]
+    effect_claims = claims.get("effect", 0)
+    unevaluated = list(facts["outcome"]["unevaluated_claims"])
     # a claim resting on an excluded tool is left unevaluated: its findings count neither way
     # Claims, not findings: one claim can break several ways (each its own LIN008 finding), and it is one claim.
     unsupported = (
@@ -483,10 +465,10 @@ def _invariants(run: Run) -> dict[str, Any]:
         .distinct()
         .count()
     )
-    matches = bool(effect_claims) == bool(deliveries) and unsupported == 0
+    matches = bool(effect_claims) == bool(count) and unsupported == 0
     out["account_matches"] = (
-        f"{len(effect_claims)} effect claim{'s' if len(effect_claims) != 1 else ''}, "
-        f"{len(deliveries)} deliver{'y' if len(deliveries) == 1 else 'ies'}, "
+        f"{effect_claims} effect claim{'s' if effect_claims != 1 else ''}, "
+        f"{count} deliver{'y' if count == 1 else 'ies'}, "
         f"{unsupported} unsupported claim{'' if unsupported == 1 else 's'} (LIN008)"
         + (f", {len(unevaluated)} not evaluated (excluded tools)" if unevaluated else ""),
         matches,
@@ -502,33 +484,6 @@ class Outcome:
 
 
 def run_outcome(run: Run) -> Outcome:
-    """What a finished run amounts to, in two plain sentences: validation, and effects (read from its events)."""
-    events, _ = _events(run, ("command.receipt", "waiver.granted", "effect.intent", "effect.execution"))
-    executions = {e["id"] for e in events if e["kind"] == "effect.execution"}
-    intents = [e for e in events if e["kind"] == "effect.intent"]
-    waived = {(w.get("failure"), w.get("suite")) for w in events if w["kind"] == "waiver.granted"}
-    latest: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for e in events:
-        if e["kind"] == "command.receipt":
-            suite = "+".join(e.get("suites") or []) or str(e.get("command"))
-            latest[(e.get("workspace_id"), suite)] = e  # the latest receipt of each suite in each workspace
-    problems = []
-    for (workspace, suite), e in latest.items():
-        failed = (e.get("results") or {}).get("failed") or 0
-        if e.get("completion") != "completed":
-            problems.append(f"{suite} in {workspace} {e.get('completion')}")
-        elif failed and (e["id"], suite) not in waived:
-            problems.append(f"{suite} in {workspace}: {failed} failed")
-    if not latest:
-        validation = "no validation recorded"
-    elif problems:
-        validation = "validation incomplete: " + "; ".join(sorted(problems))
-    else:
-        validation = "validation complete"
-    deliveries = Event.objects.filter(run=run, kind="world.transition", body__cause__in=list(executions)).count()
-    if not intents:
-        effects = "no request: no effect intent, no delivery"
-    else:
-        plural = "s" if len(intents) != 1 else ""
-        effects = f"{len(intents)} effect intent{plural}, {deliveries} deliver{'y' if deliveries == 1 else 'ies'}"
-    return Outcome(run.final_state, validation, effects)
+    """What a finished run amounts to, in two plain sentences: validation, and effects (read from its facts)."""
+    facts = facts_of(run)
+    return Outcome(run.final_state, validation_label(facts), effects_label(facts))

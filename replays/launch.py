@@ -26,6 +26,7 @@ from n17q_engine.deciders import DECIDERS, HUMAN_CHOICES
 from n17q_engine.package import PackageError, ScenarioPackage, check_fault, load_scenario
 from n17q_engine.vocabulary import FAULT_STAGES
 from n17q_engine.world import namespace_for, parse_time
+from runs.facts import facts_of
 from runs.models import Event, Run
 
 
@@ -484,8 +485,21 @@ def launch_summary(
         summary.update(
             scenario=f"{version.ref}" if version else None,
             policy={"revision": run.policy_revision, "note": "as recorded; today's lineage checks judge it"},
-            workspaces=[],
+            workspaces=[
+                {
+                    "id": ws["id"],
+                    "base_digest": ws.get("base_digest"),
+                    "overlay_digest": ws.get("overlay_digest"),
+                    "overlay_revision": ws.get("overlay_revision"),
+                    "environment_revision": ws.get("environment_revision"),
+                    "derived_from": ws.get("derived_from"),
+                    "relation": ws.get("relation"),
+                    "state": ws.get("state"),
+                }
+                for ws in facts_of(run)["workspaces"]["items"]
+            ],
             workspace_note="as recorded (re-projected, not rebuilt)",
+            workspace_none="no workspaces in this run",
             fixtures=None,
             clock={"start": run.first_logical_at.isoformat() if run.first_logical_at else None, "note": "as recorded"},
             can_touch=["nothing: no model, no tools, no world"],
@@ -512,6 +526,7 @@ def launch_summary(
             for ws_id, ws in sorted(sc.workspaces.items())
         ],
         workspace_note="rebuilt from the scenario version's snapshots inside the sandbox",
+        workspace_none="no workspaces in this scenario version",
         fixtures=_fixture_completeness(run, sc),
         clock={
             "start": vary.get("clock", sc.clock_start),

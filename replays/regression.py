@@ -25,7 +25,8 @@ from django.db.models import Max
 from fixtures_review.models import ScenarioVersion
 from fixtures_review.scenarios import ScenarioRefused
 from n17q_engine.package import PackageError, build_scenario, load_scenario
-from runs.models import Event, Run
+from runs.facts import facts_of
+from runs.models import Run
 
 from .launch import launch_options, scenario_loaded
 
@@ -43,18 +44,13 @@ def regression_base(run: Run) -> ScenarioVersion | None:
 def regression_invariants(run: Run, base: ScenarioVersion) -> list[dict[str, Any]]:
     sc = scenario_loaded(base)
     assert sc is not None
-    events = list(
-        Event.objects.filter(run=run, kind__in=("effect.execution", "world.transition"))
-        .order_by("seq")
-        .values_list("body", flat=True)
-    )
-    executions = {e["id"] for e in events if e["kind"] == "effect.execution"}
-    delivered = [e["resource"] for e in events if e["kind"] == "world.transition" and e.get("cause") in executions]
+    # Deliveries per world resource, from the run's facts (issue 34): a race's deliveries count too.
+    delivered = facts_of(run)["effects"]["per_resource"]
     out: list[dict[str, Any]] = [
         {"id": "regression-no-live-effect", "check": "no_live_effect", "text": f"no live effect (as in {run.run_id})"}
     ]
     for route in sc.effects:
-        made = sum(1 for r in delivered if r.startswith(route.destination_prefix))
+        made = sum(n for r, n in delivered.items() if r.startswith(route.destination_prefix))
         most = min(made, 1)
         out.append(
             {

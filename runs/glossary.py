@@ -70,6 +70,28 @@ TERMS: tuple[tuple[str, str], ...] = (
     ("counterfactual", "A replay that changes exactly one declared variable and compares the outcome."),
     ("incomplete test world", "A replay that stopped on a missing fixture instead of reaching a live service."),
     (
+        "facts",
+        "What a run's events say happened, computed once when the run is stored and read by every page: effects "
+        "(intents, executions, deliveries per intent and destination), validations (per purpose: completed, "
+        "failed, unfinished, cited), workspaces, approvals and what they bind, the outcome (docs/facts.md).",
+    ),
+    (
+        "delivery",
+        "A change in the world caused by an intent (by the intent, one of its executions, or a race step naming "
+        "it), other than the provider's ledger of accepted requests. More than one per intent is a duplicate "
+        "consequence (LIN012).",
+    ),
+    (
+        "validation complete",
+        "Every suite's latest receipt in every workspace completed without an unwaived failure, and every "
+        "required validation purpose has a receipt; a replay also owes what its source's policy required.",
+    ),
+    (
+        "source title",
+        "A replay's run is named from its own facts (mode, source, what it delivered, validation, state); the "
+        "title of the run it replays stays that run's, shown beside it.",
+    ),
+    (
         "isolation",
         "How a replay's sandbox was bounded: netns (its own namespaces, nothing of the host) or degraded (no "
         "network namespace: allowed only for development, never with production settings, and shown as "

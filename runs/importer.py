@@ -38,11 +38,13 @@ from console.blob_store import BlobStoreRefused, blob_put
 from n17q_engine import archive, bundle, identifiers
 from n17q_engine import vocabulary as v
 from n17q_engine.bundle import BundleError, parse_iso
+from n17q_engine.facts import FactBuilder
 from n17q_engine.lineage import LineageGraph
 from n17q_secrets import gate
 
 from . import import_slices, secret_scan
 from .bulk import Appender, BackgroundInserts, datetime_adapter, fewer_collections
+from .facts import required_for
 from .models import (
     SEARCH_VALUE_CHARS,
     SEARCH_VALUES_MAX,
@@ -495,6 +497,7 @@ def _write_run(
         run.pk = slices.run_pk
 
     graph = LineageGraph(run_meta)
+    facts = FactBuilder(run_meta, required=required_for(run.parent))
     events_out = Appender(
         Event._meta.db_table,
         ("id", "run_id", "seq", "event_id", "kind", "attempt_ref", "workspace_ref", "logical_at", "wall_at", "body"),
@@ -606,6 +609,7 @@ def _write_run(
                     )
             refs = v.references(event)
             graph.add(event, references=refs)
+            facts.add(event)
             first_at = first_at or logical
             last_at = logical
             if kind == "run.state":
@@ -661,6 +665,7 @@ def _write_run(
     run.last_logical_at = last_at
     run.tools = "\n".join(sorted(tools))
     run.destinations = "\n".join(sorted(destinations))
+    run.facts = facts.result()
     masked: list[dict[str, str]] = [
         {k: m[k] for k in ("place", "event", "path", "rule", "preview") if k in m} for m in masks.found
     ]
@@ -761,6 +766,7 @@ RUN_SUMMARY_FIELDS = [
     "bundle_digest",
     "tools",
     "destinations",
+    "facts",
 ]
 
 

@@ -76,6 +76,10 @@ class Run(models.Model):
     # `effect.intent` events, distinct, sorted, one per line, at most SEARCH_VALUES_MAX of each.
     tools = GatedTextField(blank=True, default="")
     destinations = GatedTextField(blank=True, default="")
+    # The run's facts (issue 34, n17q_engine/facts.py: effects, validations, workspaces, approvals, outcome), computed
+    # once as the import streams the events and read by every page; null for a run stored before they existed, whose
+    # facts are computed on first read and saved (runs/facts.py).
+    facts = GatedJSONField(null=True, blank=True, default=None)
 
     class Meta:
         ordering = ["-imported_at", "-id"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Case, Count, F, OuterRef, Q, QuerySet, Subquery, When
+from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
 from n17q_engine.lineage import Finding as LineageFinding
@@ -100,7 +101,14 @@ def run_list(
         "created_at",
         "parent_run_ref",
         "parent",
-    ).annotate(replay_count=Coalesce(Subquery(child_counts), 0), source_title=F("parent__title"))
+    ).annotate(
+        replay_count=Coalesce(Subquery(child_counts), 0),
+        source_title=F("parent__title"),
+        # What happened, from the run's stored facts (issue 34): three short texts read by key, never the whole facts.
+        facts_effects=KT("facts__headline__effects"),
+        facts_effects_tone=KT("facts__headline__effects_tone"),
+        facts_validation=KT("facts__headline__validation"),
+    )
     if q:
         runs = runs.filter(
             Q(run_id__icontains=q)
@@ -141,3 +149,16 @@ def run_list(
         "-imported_at",
         "-id",
     )
+
+
+def run_list_facts(rows: Any) -> None:
+    """Give the listed runs stored without facts (imported before issue 34) their facts now, saved (runs/facts.py):
+    a query or two per such run, once; a run with facts costs nothing here."""
+    from .facts import facts_of
+
+    for row in rows:
+        if row.facts_validation is None:
+            headline = facts_of(Run.objects.get(pk=row.pk))["headline"]
+            row.facts_effects = headline["effects"]
+            row.facts_effects_tone = headline["effects_tone"]
+            row.facts_validation = headline["validation"]

@@ -292,12 +292,27 @@ def call_tools(run: Run, events: list[Event]) -> dict[str, str]:
     }
 
 
+def delivery_badges(run: Run) -> dict[str, tuple[str, str]]:
+    """The badge of each world change the run's facts (runs/facts.py) count as a delivery of an intent: "delivery",
+    or "second delivery" (bad) for every one after an intent's first. No query when the facts are stored."""
+    from .facts import facts_of
+
+    marks: dict[str, tuple[str, str]] = {}
+    for item in facts_of(run)["effects"]["items"]:
+        for n, change in enumerate(item["delivery_events"]):
+            marks[change] = ("bad", "second delivery of one intent") if n else ("delivery", "delivery")
+    return marks
+
+
 def rows_of(run: Run, events: list[Event]) -> list[TraceRow]:
     tools = call_tools(run, events)
+    marks = delivery_badges(run) if any(e.kind == "world.transition" for e in events) else {}
     rows = []
     previous_attempt: str | None = None
     for index, event in enumerate(events):
         summary, badges = row_summary(event.body, tool=tools.get(str(event.body.get("call_id"))))
+        if event.event_id in marks:
+            badges = [*badges, marks[event.event_id]]
         rows.append(
             TraceRow(
                 event=event,

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from n17q_engine.facts import effects_label, validation_label
 from n17q_engine.lineage import CODES
 
+from .facts import facts_of
 from .models import Event, Finding, Run, RunObject
 
 FINDINGS_GROUPED = 200
@@ -54,6 +56,56 @@ class Chip:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class FactLine:
+    """One sentence of what happened, from the run's facts (runs/facts.py): the same words every page uses."""
+
+    key: str  # effects, validation, workspaces, approvals
+    label: str
+    text: str
+    tone: str = ""  # "bad" when the fact is a problem
+
+
+def fact_lines(facts: dict[str, Any]) -> list[FactLine]:
+    effects, workspaces, approvals = facts["effects"], facts["workspaces"], facts["approvals"]
+    lines = [
+        FactLine(
+            "effects",
+            "Effects",
+            effects_label(facts)
+            + ("" if effects["at_most_one_delivery"] else "; at most one delivery per intent does not hold (LIN012)")
+            + (f"; {len(effects['left_containment'])} left containment" if effects["left_containment"] else ""),
+            "" if effects["at_most_one_delivery"] and not effects["left_containment"] else "bad",
+        ),
+        FactLine(
+            "validation",
+            "Validation",
+            validation_label(facts),
+            "bad" if facts["validations"]["status"] == "incomplete" else "",
+        ),
+    ]
+    items = workspaces["items"]
+    if items:
+        names = ", ".join(
+            w["id"] + (f" ({w['state']})" if w.get("state") not in (None, "active") else "") for w in items[:CHIPS]
+        )
+        more = f" and {workspaces['count'] - CHIPS} more" if workspaces["count"] > CHIPS else ""
+        text = f"{workspaces['count']} workspace{'s' if workspaces['count'] != 1 else ''}: {names}{more}"
+    else:
+        text = "no workspaces in this run"
+    lines.append(FactLine("workspaces", "Workspaces", text))
+    if approvals["count"]:
+        unbound = [a["id"] for a in approvals["items"] if a.get("binds_evidence") is False]
+        foreign = [a["id"] for a in approvals["items"] if not a.get("own")]
+        text = f"{approvals['count']} approval{'s' if approvals['count'] != 1 else ''}"
+        if unbound:
+            text += f"; {len(unbound)} not of its intent's evidence set"
+        if foreign:
+            text += f"; {len(foreign)} not this run's own (read-only evidence)"
+        lines.append(FactLine("approvals", "Approvals", text, "bad" if unbound else ""))
+    return lines
+
+
 @dataclass
 class Verdict:
     groups: list[FindingGroup]
@@ -65,6 +117,8 @@ class Verdict:
     # The checks that had nothing to judge (Run.unevaluated, DESIGN §10), each with the code's title: a run without
     # workspaces has no LIN009 findings because it could have none, which is not the same as passing LIN009.
     unevaluated: list[dict[str, Any]] = field(default_factory=list)
+    # What happened, from the run's facts (issue 34): effects, validation, workspaces, approvals.
+    facts: list[FactLine] = field(default_factory=list)
 
     @property
     def checks_evaluated(self) -> int:
@@ -139,7 +193,7 @@ def group_findings(findings: list[Finding]) -> list[FindingGroup]:
     return groups
 
 
-def _effect_chip(event: Event, bad: set[str]) -> Chip:
+def _effect_chip(event: Event, bad: set[str], duplicates: set[str]) -> Chip:
     body = event.body
     tone = "bad" if event.event_id in bad else ""
     if event.kind == "effect.intent":
@@ -158,6 +212,9 @@ def _effect_chip(event: Event, bad: set[str]) -> Chip:
     if change.get("duplicate_of"):
         note += f", duplicate of {change['duplicate_of']}"
         tone = "bad"
+    if event.event_id in duplicates:
+        note += ", a second delivery of one intent"
+        tone = "bad"
     op = change.get("op")
     return Chip("world change", event.event_id, f"{op + ' ' if op else ''}{body.get('resource')}", tone, note)
 
@@ -171,7 +228,11 @@ def verdict_build(run: Run) -> Verdict:
     ]
     # One read per key kind would be four queries; one IN over the (run, kind, seq) index, capped, is one.
     key_events = list(Event.objects.filter(run=run, kind__in=KEY_KINDS).order_by("seq")[: CHIPS * 2])
-    effects = [_effect_chip(e, bad) for e in key_events if e.kind != "approval.recorded"][:CHIPS]
+    facts = facts_of(run)
+    duplicates = {
+        d for item in facts["effects"]["items"] if item["deliveries"] > 1 for d in item["delivery_events"][1:]
+    }
+    effects = [_effect_chip(e, bad, duplicates) for e in key_events if e.kind != "approval.recorded"][:CHIPS]
     approvals = []
     for e in key_events:
         if e.kind != "approval.recorded":
@@ -197,4 +258,5 @@ def verdict_build(run: Run) -> Verdict:
         unevaluated=[
             {**u, "title": CODES.get(str(u.get("code")), "")} for u in (run.unevaluated or []) if isinstance(u, dict)
         ],
+        facts=fact_lines(facts),
     )

@@ -31,6 +31,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = form.cleaned_data if form.is_valid() else {}
     runs = selectors.run_list(**{k: v for k, v in filters.items() if v})
     page = Paginator(runs, 50).get_page(request.GET.get("page"))
+    selectors.run_list_facts(page)
     template = "runs/run_list.html#run-table" if request.htmx else "runs/run_list.html"
     context = {
         "form": form,

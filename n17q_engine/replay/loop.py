@@ -257,6 +257,7 @@ class _Engine(_Branching):
                 **_run_meta(
                     pkg,
                     src,
+                    self.log.events,
                     environment="fixture",
                     mode=pkg.mode,
                     scenario=self.sc.ref,

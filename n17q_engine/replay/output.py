@@ -22,6 +22,7 @@ from typing import Any
 from .. import canonical
 from ..bundle import MAX_TITLE_CHARS, title_problem
 from ..deciders import SourceRun
+from ..facts import MODE_WORDS, replay_title, run_facts
 from ..package import ReplayPackage
 from ..vocabulary import BUNDLE_FORMAT
 from ..world import IdSource
@@ -166,7 +167,7 @@ class _Log:
         self.lines[event["seq"] - 1] = canonical.canonical_line(event)
 
 
-def _run_meta(package: ReplayPackage, source: SourceRun, **fields: Any) -> dict[str, Any]:
+def _run_meta(package: ReplayPackage, source: SourceRun, events: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
     src = source.run
     meta = {
         "id": package.run_id,
@@ -177,9 +178,10 @@ def _run_meta(package: ReplayPackage, source: SourceRun, **fields: Any) -> dict[
         "parent_run": src.get("id"),
         **fields,
     }
-    title = _replay_title(src.get("title"), str(fields.get("mode") or package.mode))
-    if title:
-        meta["title"] = title
+    meta["title"] = _replay_title(meta, source, events)
+    if isinstance(src.get("title"), str) and src["title"].strip() and title_problem(src["title"]) is None:
+        # The source's title stays the source's: kept apart, never the replay's name (issue 34).
+        meta["source_title"] = src["title"].strip()
     rules = src.get("compatibility_rules")
     if rules is not None:
         # The recorded admissions cite the rules the recorded run's policy declared: a replay judges them by those
@@ -188,16 +190,17 @@ def _run_meta(package: ReplayPackage, source: SourceRun, **fields: Any) -> dict[
     return meta
 
 
-def _replay_title(source_title: Any, mode: str) -> str:
-    """The source's title with the replay's mode after it (DESIGN §10: a run's name everywhere), shortened to fit;
-    "" when the source has no title a bundle could carry."""
-    if not isinstance(source_title, str) or not source_title.strip() or title_problem(source_title):
-        return ""
-    suffix = f" (replay: {mode})"
-    head = source_title.strip()
-    if len(head) + len(suffix) > MAX_TITLE_CHARS:
-        head = head[: MAX_TITLE_CHARS - len(suffix) - 1].rstrip() + "\u2026"
-    return head + suffix
+def _replay_title(meta: dict[str, Any], source: SourceRun, events: list[dict[str, Any]]) -> str:
+    """The replay's own title, from its own facts (n17q_engine/facts.py, issue 34): what it is, of which run, what
+    happened in it. The source's title described the source: a counterfactual that opened no review request must
+    not be named "Review request opened…", nor a rerun that sent twice "…sent once…"."""
+    required = run_facts(source.run, [*source.history, *source.events])["validations"]["required"]
+    facts = run_facts(meta, events, required=required)
+    mode = str(meta.get("mode") or "")
+    title = replay_title(mode, str(meta.get("parent_run") or "its source"), facts, MAX_TITLE_CHARS)
+    if title_problem(title) is not None:  # a destination holding what a title may not: named without it
+        title = f"{MODE_WORDS.get(mode, 'Replay')} of {meta.get('parent_run')}"[:MAX_TITLE_CHARS]
+    return title
 
 
 def _expired_text(entry: Mapping[str, Any]) -> str:
@@ -267,6 +270,7 @@ class _Reconstruction:
             "run": _run_meta(
                 pkg,
                 src,
+                log.events,
                 environment="sandbox",
                 mode="reconstruction",
                 scenario=run.get("scenario"),

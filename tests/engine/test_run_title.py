@@ -8,7 +8,6 @@ import json
 import pytest
 
 from n17q_engine.bundle import MAX_TITLE_CHARS, BundleError, parse_manifest, run_title, title_problem
-from n17q_engine.replay.output import _replay_title
 
 from ..bundles import EXAMPLE
 
@@ -63,12 +62,21 @@ def test_it_refuses_a_title_that_cannot_name_a_run_with_the_field_named(title, p
     assert "\n" not in str(refused.value)
 
 
-def test_it_names_a_replay_after_its_source_and_keeps_the_name_short_enough():
-    assert _replay_title("Key rotation research", "rerun") == "Key rotation research (replay: rerun)"
-    assert _replay_title("  padded  ", "counterfactual") == "padded (replay: counterfactual)"
-    long = _replay_title("x" * MAX_TITLE_CHARS, "reconstruction")
-    assert len(long) == MAX_TITLE_CHARS and long.endswith("x\u2026 (replay: reconstruction)")
-    assert title_problem(long) is None
-    # No title, or one no bundle could carry: the replay's run is named by its id.
-    for source in (None, "", "   ", 42, "two\nlines"):
-        assert _replay_title(source, "rerun") == ""
+def test_a_replay_title_is_its_own_and_keeps_short_enough():
+    """Issue 34: a replay is named from its own facts, never its source's words (a counterfactual that opened
+    nothing is not "Review request opened…"); long destinations are cut to fit."""
+    from n17q_engine.facts import replay_title, run_facts
+    from tests.engine.eventlib import EventLog
+
+    log = EventLog()
+    log.emit(
+        "effect.intent",
+        artifact_id=None,
+        admission_ids=[],
+        idempotency_key="k",
+        destination="mailbox:" + "x" * MAX_TITLE_CHARS,
+    )
+    log.emit("run.state", state="completed")
+    long = replay_title("rerun", "run-1", run_facts(log.run, log.events), MAX_TITLE_CHARS)
+    assert len(long) == MAX_TITLE_CHARS and long.startswith("Rerun of run-1: nothing delivered to mailbox:xxx")
+    assert long.endswith("\u2026") and title_problem(long) is None

@@ -231,12 +231,18 @@ def test_it_keeps_show_replays_when_paging(viewer_client, tmp_path):
     assert listed(page(viewer_client, "/?replays=on&page=2")) == ["run-many-r00"]
 
 
-def test_it_titles_a_replay_after_its_source(viewer_client, capsys):
+def test_a_replay_has_its_own_title_and_keeps_its_sources_beside_it(viewer_client, capsys):
     call_command("load_demo", "--json")
     capsys.readouterr()
     source = Run.objects.get(run_id="run-001-recorded")
     made = replays.replay_execute(replays.replay_create(source, mode="rerun").pk)
-    assert made.run is not None and made.run.title == f"{source.title} (replay: rerun)"
+    # Its own title, from its own facts (issue 34); the source's title stays the source's, kept beside it.
+    assert made.run is not None
+    assert (
+        made.run.title == "Rerun of run-001-recorded: delivered 1 time to mailbox:beta-customers@lists.acme.example; "
+        "no validation; completed"
+    )
+    assert made.run.manifest_run["source_title"] == source.title
     html = page(viewer_client)
     assert made.run.run_id not in listed(html) and "run-001-naive-replay" not in listed(html)
     # The harness's naive replay and the console's own: both runs with run-001-recorded as their parent.

@@ -1,0 +1,556 @@
+"""One set of facts per run (issue 34, DESIGN §10): what a run's events say happened, computed once, read by every page.
+
+Pure functions over a run's events, like the lineage checker (n17q_engine/lineage/): `FactBuilder.add` is called once
+per validated event in `seq` order and keeps compact records only; `result()` returns one JSON object. The console
+stores it with the run when the run is imported (a replay's run too, when its worker imports it) and every surface
+reads it instead of counting for itself: the verdict header, the comparison's invariants, a replay's outcome, the
+launch summary, the run list. The words they show come from here too (`validation_label`, `effects_label`,
+`replay_title`), so two pages cannot describe the same run two ways.
+
+The facts:
+
+- **effects**: intents (destination, namespace, key, approval), their executions (outcome, connection) and
+  deliveries; deliveries per intent and per destination; world changes; namespaces; what left containment.
+- **validations**: receipts per purpose (completed, failed, unfinished, cited), the latest receipt of each suite in
+  each workspace, the purposes the run required and which of them never ran.
+- **workspaces**: each workspace as created (base, overlay, environment), what it was derived from, its latest tree,
+  overlay revision and lifecycle state.
+- **approvals**: each approval, whether it is this run's own, which intent it binds and whether its evidence-set
+  digest is the intent's (DESIGN §3: the digest of the sorted admission ids).
+- **outcome**: the final state and its reason, the validation and effects sentences, and the claims made.
+
+Decisions (DESIGN is silent; docs/facts.md cites these):
+
+- A **delivery** is a world change caused by an intent: its `cause` is the intent, or an event that names the intent
+  in `intent_id` (an execution, a race's `schedule.step`), except the provider's ledger of accepted effects
+  (`effect:<tool>:<identity>`, n17q_engine.world.EFFECT_PREFIX), which records that the provider accepted a request,
+  not its consequence. A race whose two accepted requests both commit is two deliveries to one intent, whatever
+  event the world change names as its cause.
+- **At most one delivery per intent** holds when no intent has more than one delivery, no intent more than one
+  acknowledged execution, and no idempotency key names two intents: the same three facts LIN012 judges.
+- A receipt is **for** a purpose when an observation of it names the purpose in its `scope`, an admission of such an
+  observation has that purpose, or the purpose is `validation:<suite>` of one of its suites (graph.py's rule).
+- The **required** validation purposes are those the run's policy decisions required and its validation claims
+  scoped, plus any the caller passes in (a replay inherits its source run's: it answers the same task, so what the
+  recording's policy required of that task is still required of the replay).
+- **Validation complete** only when the latest receipt of every suite in every workspace completed without an
+  unwaived failure and every required purpose has a receipt; a required purpose with no receipt makes the run
+  "validation incomplete: <purpose> never ran". A run with no receipt and no requirement has "no validation recorded".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .canonical import digest_json
+from .lineage.effects import CONTAINED_CONNECTIONS
+from .lineage.graph import LIVE_ENVIRONMENTS, VALIDATION_PREFIX
+from .world import EFFECT_PREFIX
+
+FACTS_VERSION = 1
+# Items kept per list (intents, workspaces, approvals, receipts, event ids): the totals stay exact beyond it.
+LIST_CAP = 200
+# World changes whose cause had not appeared yet when they arrived, kept to be attributed at the end.
+PENDING_CAP = 100_000
+FINISHED_OK = "completed"
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _strs(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str) and v] if isinstance(value, list) else []
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+class FactBuilder:
+    """The facts of one run, built as its events go by (see the module docstring)."""
+
+    def __init__(self, run: Mapping[str, Any], *, required: Iterable[str] = ()) -> None:
+        self.run_id = str(run.get("id") or "")
+        self.environment = str(run.get("environment") or "")
+        self.mode = str(run.get("mode") or "")
+        reconstructs = run.get("reconstructs")
+        judged_env = self.environment
+        if self.mode == "reconstruction" and isinstance(reconstructs, Mapping):
+            judged_env = str(reconstructs.get("environment") or judged_env)
+        self.live = judged_env in LIVE_ENVIRONMENTS
+        self.inherited_required = {p for p in required if isinstance(p, str) and p.startswith(VALIDATION_PREFIX)}
+        self.events = 0
+        # effects
+        self.intents: dict[str, dict[str, Any]] = {}
+        self.intent_of: dict[str, str] = {}  # event id -> the intent it names (executions, schedule steps, intents)
+        self.executions: dict[str, list[dict[str, Any]]] = {}
+        self.first_key: dict[str, str] = {}
+        self.key_reused: list[str] = []
+        self.deliveries: dict[str, list[str]] = {}
+        self.delivered_resources: dict[str, set[str]] = {}
+        self.per_resource: dict[str, int] = {}  # deliveries per world resource (the first LIST_CAP resources)
+        self.accepted: dict[str, int] = {}  # intent -> ledger entries (accepted requests)
+        self.delivery_count = 0
+        self.world_changes = 0
+        self.pending: list[tuple[str, str, str]] = []
+        self.unattributed = 0
+        self.live_effects: list[str] = []
+        self.approvals: dict[str, dict[str, Any]] = {}
+        self.late: list[str] = []
+        # validations
+        self.receipts: dict[str, dict[str, Any]] = {}
+        self.receipt_purposes: dict[str, set[str]] = {}
+        self.observed: dict[str, str] = {}  # observation -> receipt
+        self.cited: set[str] = set()
+        self.admitted_observations: dict[str, str] = {}  # admission -> observation
+        self.waived: set[tuple[str | None, str | None]] = set()
+        self.required: set[str] = set()
+        self.latest_suite: dict[tuple[str, str], str] = {}  # (workspace, suite) -> receipt
+        # workspaces
+        self.workspaces: dict[str, dict[str, Any]] = {}
+        # outcome
+        self.state = ""
+        self.reason = ""
+        self.claims: dict[str, int] = {}
+        self.unevaluated_claims: list[str] = []  # claims resting on an excluded tool's answer (a replay marks them)
+
+    # --- the events ---
+
+    def add(self, event: Mapping[str, Any]) -> None:
+        self.events += 1
+        handler = _HANDLERS.get(str(event.get("kind")))
+        if handler is not None:
+            handler(self, event)
+        intent = _str(event.get("intent_id"))
+        if intent is not None and event.get("kind") != "effect.intent":
+            self.intent_of.setdefault(str(event.get("id")), intent)
+
+    def _intent(self, e: Mapping[str, Any]) -> None:
+        iid = str(e.get("id"))
+        self.intents[iid] = {
+            "id": iid,
+            "seq": e.get("seq"),
+            "effect_class": e.get("effect_class"),
+            "destination": e.get("destination"),
+            "namespace": e.get("namespace"),
+            "artifact": e.get("artifact_id"),
+            "approval": e.get("approval_id"),
+            "admissions": _strs(e.get("admission_ids")),
+            "idempotency_key": e.get("idempotency_key"),
+            "historical_intent": e.get("historical_intent"),
+        }
+        self.intent_of[iid] = iid
+        if e.get("namespace") == "live" and not self.live:
+            self.live_effects.append(iid)
+        key = e.get("idempotency_key")
+        if isinstance(key, str):
+            first = self.first_key.setdefault(key, iid)
+            if first != iid:
+                self.key_reused.append(iid)
+
+    def _execution(self, e: Mapping[str, Any]) -> None:
+        intent = _str(e.get("intent_id")) or ""
+        connection = e.get("connection")
+        record = {
+            "id": e.get("id"),
+            "outcome": e.get("outcome"),
+            "connection": connection,
+            "stage": e.get("stage"),
+            "attempt_no": e.get("attempt_no"),
+        }
+        self.executions.setdefault(intent, []).append(record)
+        if not self.live and isinstance(connection, str) and not connection.startswith(CONTAINED_CONNECTIONS):
+            self.live_effects.append(str(e.get("id")))
+        approval = self.approvals.get(str((self.intents.get(intent) or {}).get("approval")))
+        if approval is None or approval["origin"] == "historical":
+            self.late.append(str(e.get("id")))
+
+    def _world(self, e: Mapping[str, Any]) -> None:
+        self.world_changes += 1
+        cause = _str(e.get("cause"))
+        if cause is None:
+            return
+        resource = str(e.get("resource") or "")
+        intent = self.intent_of.get(cause)
+        if intent is not None:
+            self._attribute(intent, str(e.get("id")), resource)
+        elif len(self.pending) < PENDING_CAP:
+            self.pending.append((cause, str(e.get("id")), resource))
+        else:
+            self.unattributed += 1
+
+    def _attribute(self, intent: str, change: str, resource: str) -> None:
+        if resource.startswith(EFFECT_PREFIX):
+            self.accepted[intent] = self.accepted.get(intent, 0) + 1
+            return
+        self.deliveries.setdefault(intent, []).append(change)
+        self.delivered_resources.setdefault(intent, set()).add(resource)
+        if resource in self.per_resource or len(self.per_resource) < LIST_CAP:
+            self.per_resource[resource] = self.per_resource.get(resource, 0) + 1
+        self.delivery_count += 1
+
+    def _approval(self, e: Mapping[str, Any]) -> None:
+        aid = str(e.get("id"))
+        run, env = e.get("run"), e.get("environment")
+        self.approvals[aid] = {
+            "id": aid,
+            "subject": e.get("subject"),
+            "decision": e.get("decision"),
+            "origin": e.get("origin"),
+            "actor_role": e.get("actor_role"),
+            "run": run,
+            "environment": env,
+            "evidence_set_digest": e.get("evidence_set_digest"),
+            "own": run in (None, self.run_id) and env in (None, self.environment) and e.get("origin") != "historical",
+        }
+
+    def _receipt(self, e: Mapping[str, Any]) -> None:
+        rid = str(e.get("id"))
+        held = e.get("results")
+        results: Mapping[str, Any] = held if isinstance(held, Mapping) else {}
+        failed = results.get("failed") if isinstance(results.get("failed"), int) else 0
+        suites = _strs(e.get("suites"))
+        workspace = _str(e.get("workspace_id")) or ""
+        suite = "+".join(suites) or str(e.get("command"))
+        self.receipts[rid] = {
+            "id": rid,
+            "workspace": workspace,
+            "suite": suite,
+            "suites": suites,
+            "completion": e.get("completion"),
+            "failed": failed,
+            "exit_code": e.get("exit_code"),
+        }
+        self.receipt_purposes[rid] = {VALIDATION_PREFIX + s for s in suites}
+        self.latest_suite[(workspace, suite)] = rid
+
+    def _observed(self, e: Mapping[str, Any]) -> None:
+        source = _str(e.get("source"))
+        if source is None:
+            return
+        self.observed[str(e.get("id"))] = source
+        if source in self.receipt_purposes:
+            self.receipt_purposes[source].update(_strs(e.get("scope")))
+
+    def _admitted(self, e: Mapping[str, Any]) -> None:
+        observation = _str(e.get("observation_id"))
+        receipt = self.observed.get(observation or "")
+        purpose = _str(e.get("purpose"))
+        if observation is not None:
+            self.admitted_observations[str(e.get("id"))] = observation
+        if receipt in self.receipt_purposes and purpose is not None:
+            self.receipt_purposes[receipt].add(purpose)
+
+    def _waiver(self, e: Mapping[str, Any]) -> None:
+        self.waived.add((_str(e.get("failure")), _str(e.get("suite"))))
+        self.waived.add((_str(e.get("failure")), None))
+
+    def _decision(self, e: Mapping[str, Any]) -> None:
+        self.required.update(p for p in _strs(e.get("required")) if p.startswith(VALIDATION_PREFIX))
+        for input_id in _strs(e.get("input_ids")):
+            self._cite(input_id)
+
+    def _claim(self, e: Mapping[str, Any]) -> None:
+        kind = str(e.get("claim_kind") or "other")
+        self.claims[kind] = self.claims.get(kind, 0) + 1
+        if e.get("unevaluated"):
+            self.unevaluated_claims.append(str(e.get("id")))
+        if kind in ("validation", "completion"):
+            self.required.update(p for p in _strs(e.get("scope")) if p.startswith(VALIDATION_PREFIX))
+        for ref in _strs(e.get("supports")):
+            self._cite(ref)
+
+    def _cite(self, ref: str) -> None:
+        """A receipt cited by a decision or claim, directly or through an observation or admission."""
+        observation = self.admitted_observations.get(ref, ref)
+        self.cited.add(self.observed.get(observation, observation))
+
+    def _workspace_created(self, e: Mapping[str, Any]) -> None:
+        wid = _str(e.get("workspace_id"))
+        if wid is None:
+            return
+        held = e.get("derived_from")
+        derived: Mapping[str, Any] = held if isinstance(held, Mapping) else {}
+        self.workspaces[wid] = {
+            "id": wid,
+            "created_by": e.get("id"),
+            "base_digest": e.get("base_digest"),
+            "overlay_digest": e.get("overlay_digest"),
+            "overlay_revision": None,
+            "environment_revision": e.get("environment_revision"),
+            "derived_from": derived.get("workspace_id"),
+            "relation": derived.get("relation"),
+            "tree": None,
+            "state": "active",
+        }
+
+    def _workspace_changed(self, e: Mapping[str, Any]) -> None:
+        ws = self.workspaces.get(str(e.get("workspace_id")))
+        if ws is not None:
+            ws["tree"] = e.get("tree_digest")
+            ws["overlay_revision"] = e.get("overlay_revision")
+
+    def _workspace_lifecycle(self, e: Mapping[str, Any]) -> None:
+        ws = self.workspaces.get(str(e.get("workspace_id")))
+        if ws is not None:
+            ws["state"] = e.get("state")
+
+    def _state(self, e: Mapping[str, Any]) -> None:
+        self.state = str(e.get("state") or "")
+        self.reason = str(e.get("reason") or "")
+
+    # --- the answer ---
+
+    def result(self) -> dict[str, Any]:
+        for cause, change, resource in self.pending:
+            intent = self.intent_of.get(cause)
+            if intent is not None:
+                self._attribute(intent, change, resource)
+        self.pending.clear()
+        effects, validations = self._effects(), self._validations()
+        return {
+            "version": FACTS_VERSION,
+            "run": self.run_id,
+            "events": self.events,
+            "headline": _headline(effects, validations),
+            "effects": effects,
+            "validations": validations,
+            "workspaces": {"count": len(self.workspaces), "items": list(self.workspaces.values())[:LIST_CAP]},
+            "approvals": self._approvals(),
+            "outcome": {
+                "state": self.state,
+                "reason": self.reason,
+                "claims": dict(sorted(self.claims.items())),
+                "unevaluated_claims": self.unevaluated_claims[:LIST_CAP],
+            },
+        }
+
+    def _effects(self) -> dict[str, Any]:
+        items: list[dict[str, Any]] = []
+        per_destination: dict[str, int] = {}
+        max_deliveries = max_acks = max_executions = 0
+        acknowledged = executions = 0
+        duplicates: list[str] = []
+        for iid in list(self.intents) + [i for i in self.executions if i not in self.intents]:
+            intent = self.intents.get(iid) or {"id": iid, "destination": None, "namespace": None, "dangling": True}
+            runs = self.executions.get(iid, [])
+            acks = sum(1 for x in runs if x["outcome"] == "acknowledged")
+            delivered = self.deliveries.get(iid, [])
+            destination = str(intent.get("destination") or "")
+            per_destination[destination] = per_destination.get(destination, 0) + len(delivered)
+            max_deliveries = max(max_deliveries, len(delivered))
+            max_acks, max_executions = max(max_acks, acks), max(max_executions, len(runs))
+            acknowledged += acks
+            executions += len(runs)
+            if len(delivered) > 1 or acks > 1:
+                duplicates.append(iid)
+            if len(items) < LIST_CAP:
+                items.append(
+                    {
+                        **{k: v for k, v in intent.items() if k != "seq"},
+                        "executions": runs[:LIST_CAP],
+                        "acknowledged": acks,
+                        "deliveries": len(delivered),
+                        "delivery_events": delivered[:LIST_CAP],
+                        "delivered_to": sorted(self.delivered_resources.get(iid, ())),
+                        "accepted": self.accepted.get(iid, 0),
+                    }
+                )
+        all_deliveries = [d for iid in self.deliveries for d in self.deliveries[iid]]
+        return {
+            "intents": len(self.intents),
+            "executions": executions,
+            "acknowledged": acknowledged,
+            "deliveries": self.delivery_count,
+            "delivery_events": all_deliveries[:LIST_CAP],
+            "delivered_resources": sorted({r for rs in self.delivered_resources.values() for r in rs})[:LIST_CAP],
+            "max_deliveries_per_intent": max_deliveries,
+            "max_acknowledged_per_intent": max_acks,
+            "max_executions_per_intent": max_executions,
+            "per_destination": per_destination,
+            "per_resource": dict(sorted(self.per_resource.items())),
+            "duplicate_intents": duplicates[:LIST_CAP],
+            "reused_keys": self.key_reused[:LIST_CAP],
+            "at_most_one_delivery": not duplicates and not self.key_reused,
+            "world_changes": self.world_changes,
+            "unattributed_world_changes": self.unattributed,
+            "namespaces": sorted({str(i.get("namespace")) for i in self.intents.values() if i.get("namespace")}),
+            "live": self.live,
+            "left_containment": self.live_effects[:LIST_CAP],
+            "executed_without_prior_approval": self.late[:LIST_CAP],
+            "items": items,
+        }
+
+    def _validations(self) -> dict[str, Any]:
+        purposes: dict[str, dict[str, Any]] = {}
+        for rid, purposes_of in self.receipt_purposes.items():
+            receipt = self.receipts[rid]
+            for purpose in purposes_of:
+                row = purposes.setdefault(
+                    purpose, {"receipts": 0, "completed": 0, "failed": 0, "unfinished": 0, "cited": 0, "latest": None}
+                )
+                row["receipts"] += 1
+                if receipt["completion"] != FINISHED_OK:
+                    row["unfinished"] += 1
+                elif _has_failures(receipt):
+                    row["failed"] += 1
+                else:
+                    row["completed"] += 1
+                row["cited"] += rid in self.cited
+                row["latest"] = rid
+        required = sorted(self.required | self.inherited_required)
+        problems = []
+        latest = []
+        for (workspace, suite), rid in self.latest_suite.items():
+            receipt = self.receipts[rid]
+            waived = (rid, suite) in self.waived or (rid, None) in self.waived
+            status = "passed"
+            if receipt["completion"] != FINISHED_OK:
+                status = str(receipt["completion"])
+                problems.append(f"{suite} in {workspace} {receipt['completion']}")
+            elif _has_failures(receipt) and not waived:
+                status = "failed"
+                problems.append(f"{suite} in {workspace}: {receipt['failed']} failed")
+            elif _has_failures(receipt):
+                status = "waived"
+            latest.append({"workspace": workspace, "suite": suite, "receipt": rid, "status": status})
+        problems.sort()
+        never = [p for p in required if p not in purposes]
+        problems += [f"{p} never ran" for p in never]
+        if not self.receipts and not required:
+            status = "none"
+        elif problems:
+            status = "incomplete"
+        else:
+            status = "complete"
+        return {
+            "receipts": len(self.receipts),
+            "required": required,
+            "never_ran": never,
+            "purposes": dict(sorted(purposes.items())),
+            "latest": latest[:LIST_CAP],
+            "problems": problems[:LIST_CAP],
+            "status": status,
+        }
+
+    def _approvals(self) -> dict[str, Any]:
+        items = []
+        for aid, approval in self.approvals.items():
+            users = [i["id"] for i in self.intents.values() if i.get("approval") == aid]
+            subject = self.intents.get(str(approval.get("subject")))
+            binds = None
+            if subject is not None:
+                binds = approval.get("evidence_set_digest") == digest_json(sorted(subject["admissions"]))
+            items.append(
+                {
+                    **approval,
+                    "used_by": users[:LIST_CAP],
+                    "binds_admissions": subject["admissions"][:LIST_CAP] if subject else [],
+                    "binds_evidence": binds,
+                }
+            )
+        return {"count": len(self.approvals), "items": items[:LIST_CAP]}
+
+
+def _headline(effects: Mapping[str, Any], validations: Mapping[str, Any]) -> dict[str, str]:
+    """Short texts for a list row (the run list reads them by key, never the whole facts)."""
+    if not effects["intents"]:
+        short = "no request"
+    else:
+        short = f"{_plural(effects['intents'], 'intent')}, {_plural(effects['deliveries'], 'delivery', 'deliveries')}"
+    bad = not effects["at_most_one_delivery"] or bool(effects["left_containment"])
+    return {
+        "effects": short + (" (duplicate)" if not effects["at_most_one_delivery"] else ""),
+        "effects_tone": "bad" if bad else "ok",
+        "validation": str(validations["status"]),
+    }
+
+
+def _has_failures(receipt: Mapping[str, Any]) -> bool:
+    return bool(receipt.get("failed")) or bool(receipt.get("exit_code"))
+
+
+_HANDLERS = {
+    "effect.intent": FactBuilder._intent,
+    "effect.execution": FactBuilder._execution,
+    "world.transition": FactBuilder._world,
+    "approval.recorded": FactBuilder._approval,
+    "command.receipt": FactBuilder._receipt,
+    "evidence.observed": FactBuilder._observed,
+    "evidence.admitted": FactBuilder._admitted,
+    "waiver.granted": FactBuilder._waiver,
+    "policy.decision": FactBuilder._decision,
+    "account.claim": FactBuilder._claim,
+    "workspace.created": FactBuilder._workspace_created,
+    "workspace.changed": FactBuilder._workspace_changed,
+    "workspace.lifecycle": FactBuilder._workspace_lifecycle,
+    "run.state": FactBuilder._state,
+}
+
+
+def run_facts(run: Mapping[str, Any], events: Iterable[Mapping[str, Any]], *, required: Iterable[str] = ()) -> dict:
+    """The facts of a run from its events (validated, in seq order)."""
+    builder = FactBuilder(run, required=required)
+    for event in events:
+        builder.add(event)
+    return builder.result()
+
+
+# --- the words every page uses -------------------------------------------------------------------------------------
+
+
+def validation_label(facts: Mapping[str, Any]) -> str:
+    """ "validation complete" | "validation incomplete: …" | "no validation recorded" (see the module docstring)."""
+    v = facts["validations"]
+    if v["status"] == "none":
+        return "no validation recorded"
+    if v["status"] == "incomplete":
+        return "validation incomplete: " + "; ".join(v["problems"])
+    return "validation complete"
+
+
+def effects_label(facts: Mapping[str, Any]) -> str:
+    e = facts["effects"]
+    if not e["intents"]:
+        return "no request: no effect intent, no delivery"
+    text = f"{_plural(e['intents'], 'effect intent')}, {_plural(e['deliveries'], 'delivery', 'deliveries')}"
+    if e["max_deliveries_per_intent"] > 1:
+        text += f" (one intent delivered {e['max_deliveries_per_intent']} times)"
+    elif e["max_acknowledged_per_intent"] > 1:
+        text += f" (one intent acknowledged {e['max_acknowledged_per_intent']} times)"
+    return text
+
+
+MODE_WORDS = {
+    "reconstruction": "Reconstruction",
+    "rerun": "Rerun",
+    "counterfactual": "Counterfactual",
+    "regression": "Regression run",
+}
+
+
+def replay_title(mode: str, source_id: str, facts: Mapping[str, Any], max_chars: int = 300) -> str:
+    """A replay's own title, from its own facts: what it is, of what, and what happened in it (never its source's
+    words: a counterfactual that opened nothing must not be called "Review request opened…")."""
+    e = facts["effects"]
+    if not e["intents"]:
+        effects = "no effect requested"
+    else:
+        destinations = sorted(d for d in e["per_destination"] if d) or ["an unnamed destination"]
+        times = e["deliveries"]
+        done = f"delivered {_plural(times, 'time')}" if times else "nothing delivered"
+        effects = f"{done} to {', '.join(destinations[:2])}" + ("…" if len(destinations) > 2 else "")
+        if not e["at_most_one_delivery"]:
+            effects += " (duplicate consequence)"
+    status = facts["validations"]["status"]
+    validation = {"none": "no validation", "incomplete": "validation incomplete", "complete": "validation complete"}[
+        status
+    ]
+    state = facts["outcome"]["state"] or "no final state"
+    head = f"{MODE_WORDS.get(mode, mode.capitalize() or 'Replay')} of {source_id}: "
+    title = f"{head}{effects}; {validation}; {state}"
+    if len(title) > max_chars:
+        title = title[: max_chars - 1].rstrip() + "\u2026"
+    return title
