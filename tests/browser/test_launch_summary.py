@@ -66,3 +66,18 @@ def test_it_follows_the_version_selector_and_refuses_a_stale_summary(page, login
     assert Replay.objects.count() == 0
     assert re.search(r"/launch/replay/$", page.url)
     shot(page, "launch-summary-stale-refused")
+
+
+@pytest.mark.parametrize("button", ["replay", "counterfactual", "inspect"])
+def test_every_launch_page_fits_a_1400_pixel_window(page, login, live_server, demo, button):
+    """Issue 38's tour: the counterfactual page overflowed a 1400 px window (its checkpoint select's long choices set
+    the width of the form's grid). Every launch page of story 003, the run with the most checkpoints, fits."""
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    login("operator")
+    page.goto(f"{live_server.url}/runs/run-003-review-request/launch/{button}/")
+    page.wait_for_selector("form.launch-form")
+    wide = page.evaluate(
+        "() => [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 1400)"
+        ".map(e => e.tagName + (e.name ? '[' + e.name + ']' : ''))"
+    )
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400 and wide == [], wide
