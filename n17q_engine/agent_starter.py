@@ -330,8 +330,9 @@ class StartedAgent:
                     signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
 
-def starter_from_env(value: str | None) -> int | None:
-    """The engine's end of the starter's socket (its number in :data:`STARTER_ENV`), close-on-exec from now on."""
+def inherited_descriptor(value: str | None) -> int | None:
+    """An open descriptor the sandbox passed down under the number an environment variable holds (the starter's
+    socket, the network watch's device), or None when the variable is unset, not a number or names nothing open."""
     if not value:
         return None
     try:
@@ -339,7 +340,14 @@ def starter_from_env(value: str | None) -> int | None:
         os.fstat(fd)
     except (ValueError, OSError):
         return None
-    os.set_inheritable(fd, False)
+    return fd
+
+
+def starter_from_env(value: str | None) -> int | None:
+    """The engine's end of the starter's socket (its number in :data:`STARTER_ENV`), close-on-exec from now on."""
+    fd = inherited_descriptor(value)
+    if fd is not None:
+        os.set_inheritable(fd, False)
     return fd
 
 

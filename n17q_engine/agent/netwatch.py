@@ -20,6 +20,8 @@ import ipaddress
 import os
 from typing import Any
 
+from ..agent_starter import inherited_descriptor
+
 MAX_ATTEMPTS = 64  # a flood is cut short: the run stops at the first anyway
 _KERNEL_ICMP6 = frozenset({130, 131, 132, 133, 134, 135, 136, 137, 143})  # MLD and neighbour discovery chatter
 
@@ -34,14 +36,8 @@ class NetWatch:
 
     @classmethod
     def from_env(cls, value: str | None) -> NetWatch | None:
-        if not value:
-            return None
-        try:
-            fd = int(value)
-            os.fstat(fd)
-        except (ValueError, OSError):
-            return None
-        return cls(fd)
+        fd = inherited_descriptor(value)
+        return None if fd is None else cls(fd)
 
     def drain(self) -> list[dict[str, str]]:
         """Every attempt that has arrived since the last call (new flows only), in arrival order."""

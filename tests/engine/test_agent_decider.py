@@ -554,9 +554,8 @@ def provider(monkeypatch):
     p.close()
 
 
-def test_live_relay_sends_the_agents_model_calls_through_the_worker_and_the_credential_never_enters(provider, tmp_path):
-    from replays.relay import ModelRelay
-
+def _live_probe_replay(tmp_path):
+    """The live-probe agent registered, and story 001 packaged as a counterfactual with it as the decider."""
     folder = agent_folder(tmp_path, "live_probe_agent.py")
     agent = register(folder, ("python", "live_probe_agent.py"), name="live-probe")
     b = BUNDLES["run-001-recorded"]
@@ -568,6 +567,13 @@ def test_live_relay_sends_the_agents_model_calls_through_the_worker_and_the_cred
         mode="counterfactual",
         vary={"decider": agent.decider_name},
     )
+    return agent, pkg
+
+
+def test_live_relay_sends_the_agents_model_calls_through_the_worker_and_the_credential_never_enters(provider, tmp_path):
+    from replays.relay import ModelRelay
+
+    agent, pkg = _live_probe_replay(tmp_path)
     result = run_agent_replay(
         pkg,
         agent,
@@ -607,17 +613,7 @@ def test_a_live_relay_that_fails_stops_the_run_with_the_reason(monkeypatch, tmp_
     from replays.relay import ModelRelay
 
     monkeypatch.delenv(CREDENTIAL_NAME, raising=False)
-    folder = agent_folder(tmp_path, "live_probe_agent.py")
-    agent = register(folder, ("python", "live_probe_agent.py"), name="live-probe")
-    b = BUNDLES["run-001-recorded"]
-    pkg = rl.replay_package(
-        SEEDS["email-delivery"],
-        b.manifest,
-        b"".join(canonical_json(e) + b"\n" for e in b.events),
-        blobs=b.blobs,
-        mode="counterfactual",
-        vary={"decider": agent.decider_name},
-    )
+    agent, pkg = _live_probe_replay(tmp_path)
     result = run_agent_replay(
         pkg,
         agent,
@@ -644,17 +640,7 @@ def test_a_relay_whose_replay_already_used_its_cap_stops_the_run_saying_so(monke
         count = LocalCount()  # the replay's count (in the console: its row, replays.relay_count)
         earlier = ModelRelay(provider.endpoint(), max_calls=1, count=count)  # the claim whose worker died
         assert "body" in json.loads(earlier(json.dumps({"model": "probe", "messages": []}).encode()))
-        folder = agent_folder(tmp_path, "live_probe_agent.py")
-        agent = register(folder, ("python", "live_probe_agent.py"), name="live-probe")
-        b = BUNDLES["run-001-recorded"]
-        pkg = rl.replay_package(
-            SEEDS["email-delivery"],
-            b.manifest,
-            b"".join(canonical_json(e) + b"\n" for e in b.events),
-            blobs=b.blobs,
-            mode="counterfactual",
-            vary={"decider": agent.decider_name},
-        )
+        agent, pkg = _live_probe_replay(tmp_path)
         result = run_agent_replay(
             pkg,
             agent,
