@@ -116,6 +116,10 @@ class StagedRecording(models.Model):
     # `expired_bodies` keeps {"response.body": deletion record id} so the page can say what went and why.
     retention_class = GatedCharField(max_length=100, blank=True, default="")
     expired_bodies = GatedJSONField(default=dict, blank=True)
+    # When the recording's own hold on its bodies runs out (its class's period from `captured_at`, fixed when the
+    # bodies were held); None: kept indefinitely, or no body of it is held any more. The sweep ends the hold then,
+    # with a deletion record of its own, even while a run or another recording keeps the same bytes.
+    hold_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
     copied_from = GatedJSONField(null=True, blank=True)  # copy similar: {run, event, fixture, scenario}
     # A recording staged from a run's tool result: the run and the result event it came from (its provenance).
     # Unique together when set, so staging the same result twice finds the first instead of a second copy.

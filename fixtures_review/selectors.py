@@ -16,6 +16,7 @@ from n17q_engine.package import PackageError, load_scenario
 from runs.retention import retention_class
 
 from . import intake, services
+from .body_access import recording_body
 from .models import ReviewEvent, ScenarioVersion, StagedRecording
 from .retention import recording_expiries
 from .scenarios import ScenarioRefused, scenario_package
@@ -159,7 +160,7 @@ def nearest_fixture(recording: StagedRecording) -> Nearest | None:
     )
     staged = {
         "request": request,
-        "response": {"outcome": recording.outcome, "body": recording.response.get("body")},
+        "response": {"outcome": recording.outcome, "body": recording_body(recording, "response").value},
         "transition": recording.proposed_transition,
     }
     existing = {
@@ -217,11 +218,15 @@ def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
         FindingView(f["id"], f["rule"], f["path"], f["preview"], f["id"] not in unresolved) for f in recording.findings
     ]
     response = recording.response
-    body = response.get("body")
+    # The bodies as the recording holds them (fixtures_review.body_access): none once its own hold ended, whatever
+    # the row or the store still carry. One query, and only for a recording the sweep has touched.
+    expiries = recording_expiries(recording) if recording.expired_bodies else {}
+    held = {part: recording_body(recording, part, expiries) for part in ("request", "response")}
+    body = held["response"].value
     ctype = next((str(v) for k, v in (response.get("headers") or {}).items() if k.lower() == "content-type"), "")
     html = sanitize_captured_html(body[:HTML_PREVIEW_CHARS]) if looks_like_html(body, ctype) else None
     html_truncated = html is not None and len(body) > HTML_PREVIEW_CHARS
-    request = dict(recording.request)
+    request = {**recording.request, "body": held["request"].value}
     can_review = bool(getattr(user, "is_authenticated", False) and user.has_perm(services.REVIEW_PERM))
     return RecordingPage(
         recording=recording,
@@ -243,7 +248,7 @@ def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
         blockers=services.promotion_blockers(recording) if recording.state == "staged" else [],
         can_review=can_review,
         content_type=ctype,
-        downloads={where.split(".")[0]: digest for where, digest in recording.body_blobs.items()},
+        downloads={part: b.digest for part, b in held.items() if b.digest and not b.ended},
         duplicates=duplicates_of([recording]).get(recording.pk, []),
         conflict=services.promoted_key_conflict(recording) if recording.state == "staged" else None,
         needed_by=runs_needing(recording),
@@ -254,10 +259,7 @@ def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
             and not recording.no_change_reason
         ),
         retention=retention_class(recording.retention_class) if recording.retention_class else None,
-        # One query, and only for a recording the sweep has touched.
-        expiries={where.split(".")[0]: x for where, x in recording_expiries(recording).items()}
-        if recording.expired_bodies
-        else {},
+        expiries={part: b.expiry for part, b in held.items() if b.expiry is not None},
     )
 
 

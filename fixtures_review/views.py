@@ -12,7 +12,6 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.core.files.storage import storages
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,10 +21,10 @@ from django.views.decorators.http import require_http_methods, require_POST
 from accounts.audit import audit_record
 from console.htmx import HtmxHttpRequest
 
-from . import selectors, services, staging
+from . import selectors, services
+from .body_access import recording_body
 from .intake import CaptureError
 from .models import ScenarioVersion, StagedRecording
-from .retention import recording_expiries
 
 
 def _require_staging_access(user: Any) -> None:
@@ -162,14 +161,14 @@ def body_download(request: HtmxHttpRequest, public_id: str, part: str) -> HttpRe
     digest = recording.body_blobs.get(f"{part}.body")
     if part not in ("request", "response") or not digest:
         raise Http404("this recording has no such body")
-    store = storages["blobs"]
-    name = staging._blob_name(digest)
-    # The recording's own record first (per holder): bytes another holder stored again after this body's removal
-    # are not this recording's to serve.
-    expiry = recording_expiries(recording).get(f"{part}.body")
-    if expiry is not None:  # gone on purpose: say when, under which class, and which record says so
-        return HttpResponse(f"{digest}: {expiry.sentence}\n", status=410, content_type="text/plain; charset=utf-8")
-    if not store.exists(name):
+    # The recording's own record decides (per holder): bytes a run or another recording still keeps, or stored
+    # again after this body's removal, are not this recording's to serve once its hold ended.
+    body = recording_body(recording, part)
+    if body.ended:  # gone on purpose: say when, under which class, and which record says so
+        said = body.expiry.sentence if body.expiry is not None else "expired: its retention hold ended"
+        return HttpResponse(f"{digest}: {said}\n", status=410, content_type="text/plain; charset=utf-8")
+    handle = body.open()
+    if handle is None:
         raise Http404("the body's bytes are not in the blob store")
     # Reading captured bytes outside the page (masked, but still the world's data) is worth a line in the audit log.
     audit_record(
@@ -180,7 +179,7 @@ def body_download(request: HtmxHttpRequest, public_id: str, part: str) -> HttpRe
         request=request,
     )
     response = FileResponse(
-        store.open(name, "rb"),
+        handle,
         as_attachment=True,
         filename=f"{recording.public_id}-{part}-body.bin",
         content_type="application/octet-stream",

@@ -6,7 +6,8 @@ credential that endpoint may use, which the worker alone holds.
 reference. `ModelRelay(endpoint, max_calls=…)` is the callable the sandbox's relay channel answers each request line
 with (`n17q_engine.sandbox._RelayChannel`): it resolves the credential from the worker's environment when called
 (never stored, never sent into the sandbox), POSTs the request to `<scheme>://<host>:<port><prefix>/chat/completions`
-and nowhere else (no redirect is followed, no proxy is used), answers `{"body": <chat completion>}` or
+and nowhere else (no redirect is followed, no proxy is used; an endpoint approved as a host NAME is refused when the
+address it reached is not a global one, see `address_kind`), answers `{"body": <chat completion>}` or
 `{"error": "..."}`, and counts its calls: past `max_calls` it refuses. The count is a `CallCount`: in memory by default
 (the engine's tests use the relay as is), or the replay's own row in the database (`replays.relay_count`), so the cap
 is per replay, not per worker: a replay claimed again after its worker died, or taken over while the first worker
@@ -17,8 +18,12 @@ The endpoint and the credential namespace are defined in `fixtures_review.model_
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
 import os
+import socket
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -41,9 +46,104 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # urllib then raises the 3xx as an HTTPError
 
 
+_UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
+
+
+def address_kind(address: str) -> str | None:
+    """What kind of address `address` is when it is not a global one ("loopback", "private", "link-local",
+    "unique-local", "multicast", "reserved", "unspecified", or "non-global" for the rest, e.g. shared address space);
+    None for a global address. An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is judged as the IPv4 address it
+    carries: the kernel connects to that one."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_unspecified:
+        return "unspecified"
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link-local"
+    if ip.is_multicast:  # before `is_global`: 224.0.0.0/4 counts as global to Python 3.11
+        return "multicast"
+    if isinstance(ip, ipaddress.IPv6Address) and ip in _UNIQUE_LOCAL:
+        return "unique-local"
+    if ip.is_reserved:
+        return "reserved"
+    if ip.is_private:
+        return "private"
+    return None if ip.is_global else "non-global"
+
+
+class NotSent(OSError):
+    """The approved host NAME reached an address that is not global: the connection is closed before a byte of the
+    request (or a TLS handshake) is sent. Its text is the one line the run gets."""
+
+
+def _is_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _guarded_connect(host: str) -> Any:
+    """`socket.create_connection` for the approved `host`, checking the peer of the ESTABLISHED socket: the address
+    the kernel actually connected to, not a separate lookup a DNS answer could change in between (rebinding). An
+    address literal was approved as itself and is connected to as is."""
+
+    def connect(address: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
+        sock = socket.create_connection(address, *args, **kwargs)
+        if _is_literal(host):
+            return sock
+        try:
+            peer = str(sock.getpeername()[0]).partition("%")[0]  # an IPv6 scope (fe80::1%eth0) is not the address
+            kind = address_kind(peer)
+        except (OSError, ValueError) as exc:
+            sock.close()
+            raise NotSent(f"{host}: the address it reached could not be checked ({exc}): not sent") from None
+        if kind is not None:
+            sock.close()
+            raise NotSent(f"{host} resolved to {peer}, a {kind} address: not sent")
+        return sock
+
+    return connect
+
+
+class _GuardedHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = _guarded_connect(self.host)
+
+
+class _GuardedHTTPSConnection(http.client.HTTPSConnection):
+    # HTTPSConnection.connect opens the TCP connection through HTTPConnection.connect (so through the guard) and only
+    # then starts TLS: a refused peer never sees the handshake either.
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = _guarded_connect(self.host)
+
+
+class _GuardedHTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_GuardedHTTPConnection, req)
+
+
+class _GuardedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.context = ssl.create_default_context()  # what urllib's own handler uses: certificates and host checked
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_GuardedHTTPSConnection, req, context=self.context)
+
+
 # No proxy handler: the approved endpoint is the only host the worker connects to (a proxy from the environment
-# would see the credential of an http endpoint, and is a host nobody approved).
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+# would see the credential of an http endpoint, and is a host nobody approved). The guarded handlers replace urllib's
+# own http and https handlers (build_opener drops a default whose subclass is given).
+_OPENER = urllib.request.build_opener(
+    urllib.request.ProxyHandler({}), _NoRedirect(), _GuardedHTTPHandler(), _GuardedHTTPSHandler()
+)
 
 
 class CallCount(Protocol):
@@ -130,7 +230,11 @@ class ModelRelay:
         except urllib.error.HTTPError as exc:
             moved = " (a redirect, not followed)" if 300 <= exc.code < 400 else ""
             return _answer(error=f"the provider answered HTTP {exc.code}{moved}")
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, NotSent):
+                return _answer(error=str(exc.reason))
+            return _answer(error=f"the provider could not be reached: {exc.reason}")
+        except (OSError, TimeoutError) as exc:
             return _answer(error=f"the provider could not be reached: {getattr(exc, 'reason', exc)}")
         if len(data) > MAX_RESPONSE:
             return _answer(error=f"the provider's answer is larger than {MAX_RESPONSE} bytes")

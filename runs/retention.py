@@ -323,6 +323,9 @@ HOLDER_HOOKS: list[Any] = []  # callables digest -> [holder names]; fixtures_rev
 # Callables (digest, record) run inside the removal's transaction: a holder that keeps its own copy of the same
 # material (a capture's inline body) drops it there, so no copy outlives the bytes' removal.
 EXPIRY_HOOKS: list[Any] = []
+# Callables (now=, by=, batch=) -> (digests, more were due) the sweep runs after its own work: the holders of other
+# apps end their holds that ran out on bytes a longer hold keeps (a staged recording's, fixtures_review.retention).
+SWEEP_HOOKS: list[Any] = []
 
 
 def holds_end(*, blob_pk: int, now: datetime, by: str) -> list[BlobDeletion]:
@@ -429,7 +432,8 @@ def blob_expire(*, blob_pk: int, now: datetime, by: str) -> BlobDeletion | None:
 class SweepResult:
     removed: list[str]
     due_left: bool  # more were due than one pass takes
-    # Digests some of whose run holds ran out and were ended while a longer hold keeps the bytes (`holds_end`).
+    # Digests some of whose holds (a run's, `holds_end`; a recording's, SWEEP_HOOKS) ran out and were ended while a
+    # longer hold keeps the bytes.
     holds_ended: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -464,4 +468,9 @@ def retention_sweep(*, now: datetime | None = None, by: str = "worker", batch: i
         for record in holds_end(blob_pk=pk, now=now, by=by):
             if record.digest not in ended:
                 ended.append(record.digest)
-    return SweepResult(removed=removed, due_left=len(due) > batch or len(held_on) > batch, holds_ended=ended)
+    more = len(due) > batch or len(held_on) > batch
+    for hook in SWEEP_HOOKS:
+        digests, hook_more = hook(now=now, by=by, batch=batch)
+        ended.extend(d for d in digests if d not in ended)
+        more = more or hook_more
+    return SweepResult(removed=removed, due_left=more, holds_ended=ended)

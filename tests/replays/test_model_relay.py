@@ -34,7 +34,7 @@ from fixtures_review.model_endpoints import CREDENTIAL_PREFIX, EndpointRefused, 
 from fixtures_review.models import Connection
 from replays import services
 from replays.models import Replay
-from replays.relay import ModelRelay
+from replays.relay import ModelRelay, address_kind
 from replays.services import ReplayRefused, replay_create
 from runs.models import Run
 from tests.conftest import approve_connection
@@ -427,3 +427,142 @@ def test_concurrent_relays_of_one_replay_share_one_cap(agent_run, provider, sett
     assert sum("body" in a for a in answers) == 3 and len(provider.received) == 3
     stored = Replay.objects.get(pk=replay.pk)
     assert (stored.model_calls, stored.model_calls_refused) == (3, 7)
+
+
+# --- a host NAME is checked where it was reached, not where it was approved (DNS rebinding) ------------------------
+
+
+class RawModelServer:
+    """A loopback stand-in for the model API that records every byte of every connection it accepts (not only the
+    requests it could parse), and answers a whole HTTP request with a chat completion."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.connections: list[bytes] = []  # one entry per accepted connection, appended when it ends
+        self._lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self.listener.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: Any) -> None:
+        data = b""
+        with conn:
+            conn.settimeout(30)
+            try:
+                while True:
+                    head, sep, rest = data.partition(b"\r\n\r\n")
+                    if sep:
+                        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+                        if len(rest) >= length:
+                            answer = json.dumps(
+                                {"choices": [{"message": {"role": "assistant", "content": "reached"}}]}
+                            ).encode()
+                            conn.sendall(
+                                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                                + f"Content-Length: {len(answer)}\r\n\r\n".encode()
+                                + answer
+                            )
+                            break
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            except OSError:
+                pass
+        with self._lock:
+            self.connections.append(data)
+
+    def ended(self, n: int) -> list[bytes]:
+        """The bytes of the first `n` connections, once that many have ended (polled under a generous deadline)."""
+        import time
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.connections) >= n:
+                    return list(self.connections)
+            time.sleep(0.01)
+        raise AssertionError(f"{n} connection(s) did not end within 30 s: {self.connections!r}")
+
+    def close(self) -> None:
+        self._stop.set()
+        self.listener.close()
+
+
+@pytest.fixture
+def raw_server(monkeypatch):
+    monkeypatch.setenv(CREDENTIAL_NAME, SECRET)
+    server = RawModelServer()
+    yield server
+    server.close()
+
+
+def test_an_approved_host_name_that_resolves_to_loopback_is_refused_and_nothing_is_sent(raw_server):
+    """The approved host is a NAME (`localhost`, which resolves to loopback, as an attacker's name would after a
+    rebinding): the relay connects, sees its peer is a loopback address, and closes without sending a byte; the run
+    gets one line saying so. The listener accepted the connection and received nothing: no credential."""
+    approve_model_connection("named-model", port=raw_server.port, credential=CREDENTIAL_NAME, host="localhost")
+    relay = ModelRelay(model_connection_resolve("named-model"), max_calls=5)
+    answer = json.loads(relay(request_line()))
+    assert answer == {"error": "localhost resolved to 127.0.0.1, a loopback address: not sent"}
+    assert raw_server.ended(1) == [b""]
+
+
+def test_the_same_server_through_its_approved_address_literal_is_reached(raw_server):
+    """The positive control: an endpoint approved as an address literal (127.0.0.1) states its intent, and the same
+    listener receives the request with its credential."""
+    approve_model_connection("literal-model", port=raw_server.port, credential=CREDENTIAL_NAME, host="127.0.0.1")
+    relay = ModelRelay(model_connection_resolve("literal-model"), max_calls=5)
+    answer = json.loads(relay(request_line()))
+    assert answer["body"]["choices"][0]["message"]["content"] == "reached"
+    (received,) = raw_server.ended(1)
+    assert received.startswith(b"POST /v1/chat/completions ") and f"Bearer {SECRET}".encode() in received
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("127.8.9.10", "loopback"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped: judged as the IPv4 address it carries
+        ("10.1.2.3", "private"),
+        ("172.16.0.1", "private"),
+        ("192.168.1.1", "private"),
+        ("::ffff:10.0.0.1", "private"),
+        ("169.254.169.254", "link-local"),  # the cloud metadata service
+        ("fe80::1", "link-local"),
+        ("fd00::1", "unique-local"),
+        ("224.0.0.1", "multicast"),
+        ("ff02::1", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
+        ("::ffff:0.0.0.0", "unspecified"),
+        ("100.64.0.1", "non-global"),  # shared address space (carrier-grade NAT)
+        ("93.184.216.34", None),
+        ("2606:4700:4700::1111", None),
+    ],
+)
+def test_a_peer_address_that_is_not_global_is_named_by_its_kind(address, kind):
+    assert address_kind(address) == kind
+
+
+def test_an_https_host_name_that_resolves_to_loopback_is_refused_before_the_tls_handshake(raw_server):
+    """Over https the peer is checked before TLS starts: the listener receives not even a ClientHello (which names
+    the host, and is where an internal TLS service would start answering)."""
+    endpoint = ModelEndpoint("https", "localhost", raw_server.port, "/v1", CREDENTIAL_NAME)
+    answer = json.loads(ModelRelay(endpoint, max_calls=5)(request_line()))
+    assert answer == {"error": "localhost resolved to 127.0.0.1, a loopback address: not sent"}
+    assert raw_server.ended(1) == [b""]
