@@ -61,6 +61,19 @@ def content_authors(recording: StagedRecording) -> dict[int, str]:
     return authors
 
 
+def _expired_bodies(recording: StagedRecording) -> str | None:
+    """Its hold on a body ended under retention (docs/retention.md): a fixture minted from it would answer with
+    nothing, so it is not promotable; said with the deletion records."""
+    expired = sorted(recording.expired_bodies or {})
+    if not expired:
+        return None
+    records = ", ".join(str(recording.expired_bodies[where]) for where in expired)
+    return (
+        f"its {', '.join(expired)} expired under retention (deletion record {records}): nothing is left to "
+        "promote; capture the response again"
+    )
+
+
 def approval_refusal(recording: StagedRecording, user: Any) -> str | None:
     """Why `user` may not approve `recording` now (role, four eyes on its content, state, findings), or None."""
     if not (getattr(user, "is_authenticated", False) and user.has_perm(REVIEW_PERM)):
@@ -70,6 +83,9 @@ def approval_refusal(recording: StagedRecording, user: Any) -> str | None:
         return f"four eyes: you {authored}, so another reviewer must approve it"
     if recording.state != StagedRecording.State.STAGED:
         return f"{recording.public_id} is already {recording.state}"
+    expired = _expired_bodies(recording)
+    if expired:
+        return expired
     open_findings = unresolved_findings(recording)
     if open_findings:
         listed = ", ".join(f"{f['rule']} at {f['path']}" for f in open_findings[:5])
@@ -80,6 +96,9 @@ def approval_refusal(recording: StagedRecording, user: Any) -> str | None:
 def promotion_blockers(recording: StagedRecording) -> list[str]:
     """What stops this recording from being approved by any reviewer: findings, contract tests."""
     out = []
+    expired = _expired_bodies(recording)
+    if expired:
+        out.append(expired)
     open_findings = unresolved_findings(recording)
     if open_findings:
         out.append(f"{len(open_findings)} unresolved finding(s)")

@@ -5,6 +5,7 @@ run or another recording keeps the same bytes."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -176,3 +177,21 @@ def test_a_recording_that_is_the_longest_holder_loses_its_bytes_with_one_record(
     removal = BlobDeletion.objects.get(digest=RESULT_DIGEST, bytes_removed=True)
     assert removal.holders == [f"recording {recording.public_id}"]
     assert StagedRecording.objects.get(pk=recording.pk).expired_bodies == {"response.body": removal.pk}
+
+
+def test_a_recording_whose_body_expired_is_not_promotable(role_user, client):
+    """Once a recording's hold on its response body ended, approving it would mint a fixture answering with nothing:
+    it is refused in one line naming the deletion record (the positive control: promotable before the sweep)."""
+    from fixtures_review.approval import promotion_blockers, recording_approve
+    from fixtures_review.services import ReviewRefused
+
+    recording = _hits_recording(role_user("operator"))
+    assert not [b for b in promotion_blockers(recording) if "expired" in b]
+    retention_sweep(now=CAPTURED + timedelta(days=8))
+    recording = StagedRecording.objects.get(pk=recording.pk)
+    (record,) = BlobDeletion.objects.filter(digest=RESULT_DIGEST)
+    said = f"its response.body expired under retention (deletion record {record.pk})"
+    assert said in " ".join(promotion_blockers(recording))
+    with pytest.raises(ReviewRefused, match=re.escape(said)):
+        recording_approve(recording=recording, user=role_user("reviewer"))
+    assert StagedRecording.objects.get(pk=recording.pk).state == StagedRecording.State.STAGED
