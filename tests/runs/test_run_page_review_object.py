@@ -49,6 +49,9 @@ def test_the_approval_detail_shows_what_changed_after_it(viewer_client, tmp_path
     assert queries == 20
     other, _ = _detail(viewer_client, run_id, "decision")
     assert other == 19
+    # The verdict's approvals line counts it.
+    page = viewer_client.get(f"/runs/{run_id}/").content.decode()
+    assert "1 no longer binding what was approved" in page
 
 
 def test_an_untouched_approval_says_it_still_binds(viewer_client, tmp_path):
