@@ -440,6 +440,17 @@ def _validate_event(obj: Any, *, line: int, file: str) -> tuple[datetime, dateti
         value = obj.get(name)
         if value is not None and not is_digest(value):
             raise err(name, "must be sha256:<64 lowercase hex> or null")
+    for name in v.DIGEST_FIELDS.get(kind, ()):
+        value = obj.get(name)
+        if value is not None and not is_digest(value):
+            raise err(name, "must be sha256:<64 lowercase hex> or null")
+    for name in v.TIME_FIELDS.get(kind, ()):
+        value = obj.get(name)
+        if value is not None:
+            try:
+                parse_iso(value)
+            except (TypeError, ValueError):
+                raise err(name, "must be an ISO-8601 time with a timezone or null") from None
     if kind == "tool.result":
         for path, absence in obj["absent"].items():
             if absence not in v.ABSENCE_KINDS:

@@ -16,7 +16,10 @@ The facts:
 - **workspaces**: each workspace as created (base, overlay, environment), what it was derived from, its latest tree,
   overlay revision and lifecycle state.
 - **approvals**: each approval, whether it is this run's own, which intent it binds and whether its evidence-set
-  digest is the intent's (DESIGN §3: the digest of the sorted admission ids).
+  digest is the intent's (DESIGN §3: the digest of the sorted admission ids); and the digest of the review object it
+  approved (n17q_engine/lineage/review.py: effect, artifact, the admitted evidence's content, policy revision,
+  expiry, as the run stood at the approval), what of it changed before the intent was acted on, and whether the
+  approval still binds (nothing changed, and the `review_digest` it records, if any, is the engine's).
 - **outcome**: the final state and its reason, the validation and effects sentences, and the claims made.
 
 Decisions (DESIGN is silent; docs/facts.md cites these):
@@ -44,11 +47,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .canonical import digest_json
+from .lineage import LineageGraph
 from .lineage.effects import CONTAINED_CONNECTIONS
 from .lineage.graph import LIVE_ENVIRONMENTS, VALIDATION_PREFIX
+from .lineage.review import approval_review
 from .world import EFFECT_PREFIX
 
-FACTS_VERSION = 1
+# 2: approvals carry their review object's digest, what changed of it and whether they still bind (issue 34).
+FACTS_VERSION = 2
 # Items kept per list (intents, workspaces, approvals, receipts, event ids): the totals stay exact beyond it.
 LIST_CAP = 200
 # World changes whose cause had not appeared yet when they arrived, kept to be attributed at the end.
@@ -71,7 +77,11 @@ def _plural(n: int, one: str, many: str | None = None) -> str:
 class FactBuilder:
     """The facts of one run, built as its events go by (see the module docstring)."""
 
-    def __init__(self, run: Mapping[str, Any], *, required: Iterable[str] = ()) -> None:
+    def __init__(
+        self, run: Mapping[str, Any], *, required: Iterable[str] = (), graph: LineageGraph | None = None
+    ) -> None:
+        """`graph`: the run's lineage graph when the caller builds one from the same events (the importer does), else
+        the builder keeps its own: an approval's review object is read from it."""
         self.run_id = str(run.get("id") or "")
         self.environment = str(run.get("environment") or "")
         self.mode = str(run.get("mode") or "")
@@ -82,6 +92,8 @@ class FactBuilder:
         self.live = judged_env in LIVE_ENVIRONMENTS
         self.inherited_required = {p for p in required if isinstance(p, str) and p.startswith(VALIDATION_PREFIX)}
         self.events = 0
+        self.own_graph = graph is None
+        self.graph = LineageGraph(dict(run)) if graph is None else graph
         # effects
         self.intents: dict[str, dict[str, Any]] = {}
         self.intent_of: dict[str, str] = {}  # event id -> the intent it names (executions, schedule steps, intents)
@@ -120,6 +132,8 @@ class FactBuilder:
 
     def add(self, event: Mapping[str, Any]) -> None:
         self.events += 1
+        if self.own_graph:
+            self.graph.add(event if isinstance(event, dict) else dict(event))
         handler = _HANDLERS.get(str(event.get("kind")))
         if handler is not None:
             handler(self, event)
@@ -436,19 +450,25 @@ class FactBuilder:
         }
 
     def _approvals(self) -> dict[str, Any]:
-        items = []
+        items: list[dict[str, Any]] = []
         for aid, approval in self.approvals.items():
             users = [i["id"] for i in self.intents.values() if i.get("approval") == aid]
             subject = self.intents.get(str(approval.get("subject")))
             binds = None
             if subject is not None:
                 binds = approval.get("evidence_set_digest") == digest_json(sorted(subject["admissions"]))
+            review = approval_review(self.graph, aid) if len(items) < LIST_CAP else None
             items.append(
                 {
                     **approval,
                     "used_by": users[:LIST_CAP],
                     "binds_admissions": subject["admissions"][:LIST_CAP] if subject else [],
                     "binds_evidence": binds,
+                    # The review object (issue 34): None when the approval's subject is no intent of the run.
+                    "review_digest": review["review_digest"] if review else None,
+                    "recorded_review_digest": review["recorded_review_digest"] if review else None,
+                    "review_changes": review["changes"][:LIST_CAP] if review else [],
+                    "still_binds": review["binds"] if review else None,
                 }
             )
         return {"count": len(self.approvals), "items": items[:LIST_CAP]}

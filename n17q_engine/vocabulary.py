@@ -210,6 +210,10 @@ KINDS: dict[str, dict[str, Field]] = {
         "origin": f(STR, enum=APPROVAL_ORIGINS),
         "run": f(STR),
         "environment": f(STR, enum=ENVIRONMENTS),
+        # Extension (issue 34, seed 003): the digest of the review object the approver was shown (the harness's; the
+        # lineage checker recomputes it from the graph, LIN004 when they differ), and when the approval expires.
+        "review_digest": opt(STR),
+        "expires_at": opt(STR),
     },
     "human.input": {
         "actor_role": f(STR),
@@ -337,6 +341,10 @@ OBJECT_KINDS = {"attempt.started": "attempt", "workspace.created": "workspace", 
 
 # Fields whose value names a blob of the bundle.
 BLOB_FIELDS = {"tool.result": ("blob",), "command.receipt": ("output_blob",)}
+# Fields whose value, when present, is a digest (`sha256:<64 lowercase hex>`) that names no blob.
+DIGEST_FIELDS = {"approval.recorded": ("review_digest",)}
+# Fields whose value, when present, is an ISO-8601 time with a timezone.
+TIME_FIELDS = {"approval.recorded": ("expires_at",)}
 
 
 _SKIPPED_FIELDS = frozenset(ENVELOPE) | OPAQUE_FIELDS

@@ -18,6 +18,7 @@ from n17q_engine.lineage import CODES
 
 from .blob_preview import BlobPreview, blob_preview
 from .event_facts import Item, describe, items_annotate
+from .facts import facts_of
 from .models import Edge, Event, Finding, MaskedSecret, Run, RunBlob
 from .retention import Expiry, blob_expiries, run_blob_expiries
 from .source_span import SourceSpan, source_span_of
@@ -62,6 +63,9 @@ class EventDetail:
     named_expired: list[tuple[str, Expiry]] = field(default_factory=list)
     named_not_kept: list[tuple[str, str]] = field(default_factory=list)  # (field, keyed digest) of originals not kept
     source_span: SourceSpan | None = None  # a converted trace's event: the span it came from (runs/source_span.py)
+    # An approval's review object (issue 34), from the run's facts: its digest, the harness's, what changed of it
+    # between the approval and its intent's action, whether it still binds. None for other events.
+    review: dict[str, Any] | None = None
 
     @property
     def raw(self) -> str:
@@ -168,4 +172,13 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
         findings=findings,
         masked=masked,
         source_span=source_span,
+        review=_approval_review(run, event) if event.kind == "approval.recorded" else None,
     )
+
+
+def _approval_review(run: Run, event: Event) -> dict[str, Any] | None:
+    """The approval's entry in the run's facts, when it has a review object (stored with the run: no query)."""
+    for item in facts_of(run)["approvals"]["items"]:
+        if item.get("id") == event.event_id and item.get("review_digest"):
+            return item
+    return None

@@ -32,7 +32,16 @@ TERMS: tuple[tuple[str, str], ...] = (
     ),
     (
         "approval",
-        "A decision by a person (or a simulated or historical one) that binds a set of evidence to an intent.",
+        "A decision by a person (or a simulated or historical one) that binds a set of evidence to an intent, and "
+        "with it the intent's review object: what the approver was asked to release.",
+    ),
+    (
+        "review object",
+        "Everything an approval approves of one intent, computed from the run (seed 003): the effect (class, "
+        "destination, idempotency key, parameters), the artifact (digest, workspace, tree), each admitted "
+        "receipt's content (command, suites, completion, failures, trees), the policy revision and any expiry. "
+        "Its digest is the approval's review digest; anything in it that changes before the intent is acted on "
+        "invalidates the approval (LIN004), and the approval's detail shows what changed.",
     ),
     (
         "intent",

@@ -497,7 +497,8 @@ def _write_run(
         run.pk = slices.run_pk
 
     graph = LineageGraph(run_meta)
-    facts = FactBuilder(run_meta, required=required_for(run.parent))
+    # The facts read an approval's review object from the graph the import builds anyway (one graph, not two).
+    facts = FactBuilder(run_meta, required=required_for(run.parent), graph=graph)
     events_out = Appender(
         Event._meta.db_table,
         ("id", "run_id", "seq", "event_id", "kind", "attempt_ref", "workspace_ref", "logical_at", "wall_at", "body"),

@@ -100,9 +100,13 @@ def fact_lines(facts: dict[str, Any]) -> list[FactLine]:
         text = f"{approvals['count']} approval{'s' if approvals['count'] != 1 else ''}"
         if unbound:
             text += f"; {len(unbound)} not of its intent's evidence set"
+        # Issue 34: what the approval approved (its review object) changed before its intent was acted on.
+        stale = [a["id"] for a in approvals["items"] if a.get("still_binds") is False and a["id"] not in unbound]
+        if stale:
+            text += f"; {len(stale)} no longer binding what was approved"
         if foreign:
             text += f"; {len(foreign)} not this run's own (read-only evidence)"
-        lines.append(FactLine("approvals", "Approvals", text, "bad" if unbound else ""))
+        lines.append(FactLine("approvals", "Approvals", text, "bad" if unbound or stale else ""))
     return lines
 
 

@@ -50,7 +50,12 @@ EXPLANATIONS: dict[str, str] = {
     "LIN003": "An intent was allowed while the latest receipt for a required purpose on the artifact's lineage "
     "had failures, and no waiver covers them.",
     "LIN004": "The approval's evidence-set digest differs from the intent's, or it approves another subject: what "
-    "was approved is not what is being done.",
+    "was approved is not what is being done. It also binds the whole review object (seed 003): the effect (class, "
+    "destination, key, parameters), the artifact, each admitted receipt's content and trees, the policy revision and "
+    "any expiry; a change to any of them between the approval and the intent's action (a new policy revision, a "
+    "rerun replacing a receipt, a workspace whose tree moved on, another destination or artifact) invalidates it, "
+    "and the finding names what changed. An approval that records the review_digest its approver saw must equal "
+    "the engine's digest of that object at the approval.",
     "LIN005": "An approval from another run or environment (a historical approval in a replay) is used as "
     "authority here.",
     "LIN006": "An admission is used after its workspace was superseded or quarantined, or its tree changed.",

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import vocabulary as v
+from ..canonical import digest_json
 from ..compatibility import Rule, parse_rules
 from ..spill import MultiMap, SpilledIndex, SpilledMultiMap, spill_index, spill_multimap
 from .codes import WARNING_CODES, claim_is_judged, unevaluated_checks
@@ -149,6 +150,7 @@ class _Artifact:
     seq: int
     workspace: str | None
     tree: str | None
+    digest: str | None = None
 
 
 @dataclass(slots=True)
@@ -158,6 +160,7 @@ class _Decision:
     inputs: tuple[str, ...]
     required: tuple[str, ...]
     outcome: str | None
+    revision: str | None = None
 
 
 @dataclass(slots=True)
@@ -169,6 +172,10 @@ class _Approval:
     origin: str | None
     run: str | None
     environment: str | None
+    # Extensions (issue 34): the digest of the review object the harness showed the approver, and the approval's
+    # expiry, both part of what the approval binds (n17q_engine/lineage/review.py).
+    review_digest: str | None = None
+    expires_at: str | None = None
 
 
 @dataclass(slots=True)
@@ -177,6 +184,13 @@ class _Intent:
     artifact: str | None
     admissions: tuple[str, ...]
     approval: str | None
+    # The effect's identity, part of the review object an approval binds (review.py): what, where, under which key,
+    # and the digest of any further parameters the intent carries (None when it carries none).
+    effect_class: str | None = None
+    destination: str | None = None
+    key: str | None = None
+    namespace: str | None = None
+    parameters: str | None = None
 
 
 @dataclass(slots=True)
@@ -217,6 +231,17 @@ def _join(items: Iterable[str]) -> str:
     return ", ".join(items)
 
 
+# What an effect.intent says that is not a further parameter of its effect: the envelope, DESIGN §3's fields, and a
+# converted event's provenance (n17q_engine.formats). Anything else a harness adds is a parameter the approval binds.
+_INTENT_NAMED = frozenset(
+    {
+        *v.ENVELOPE,
+        *v.KINDS["effect.intent"],
+        "otlp",
+        "inspect",
+    }
+)
+
 # How often (in events added) the growing containers are asked whether they should move to disk.
 _SPILL_CHECK_EVERY = 10_000
 
@@ -231,6 +256,8 @@ class LineageGraph:
         self.rules: dict[str, Rule] = parse_rules(run.get("compatibility_rules"))
         # A reconstruction re-projects another run's recorded events: the run-relative rules (whose approval,
         # which environment, live or not) judge them as the run that recorded them, not as the viewer.
+        # The policy revision in force before any decision names one (the review object an approval binds, review.py).
+        self.policy_revision: str | None = _str(run.get("policy_revision"))
         subject = run.get("reconstructs")
         if run.get("mode") == "reconstruction" and isinstance(subject, dict):
             run = subject
@@ -392,7 +419,9 @@ class LineageGraph:
         artifact = _str(event.get("artifact_id"))
         workspace = _str(event.get("workspace_id"))
         if artifact is not None:
-            self._artifacts[artifact] = _Artifact(event_id, seq, workspace, _str(event.get("tree_digest")))
+            self._artifacts[artifact] = _Artifact(
+                event_id, seq, workspace, _str(event.get("tree_digest")), _str(event.get("digest"))
+            )
 
     def _add_receipt(self, event_id: str, seq: int, event: dict) -> None:
         workspace = _str(event.get("workspace_id"))
@@ -505,7 +534,12 @@ class LineageGraph:
         subject = _str(event.get("subject"))
         required = tuple(_unique(_strs(event.get("required"))))
         self._decisions[event_id] = _Decision(
-            seq, subject, _strs(event.get("input_ids")), required, _str(event.get("outcome"))
+            seq,
+            subject,
+            _strs(event.get("input_ids")),
+            required,
+            _str(event.get("outcome")),
+            _str(event.get("policy_revision")),
         )
         if subject is not None:
             self._decisions_on.setdefault(subject, []).append(event_id)
@@ -521,11 +555,22 @@ class LineageGraph:
             _str(event.get("origin")),
             _str(event.get("run")),
             _str(event.get("environment")),
+            _str(event.get("review_digest")),
+            _str(event.get("expires_at")),
         )
 
     def _add_intent(self, event_id: str, seq: int, event: dict) -> None:
+        extra = {k: value for k, value in event.items() if k not in _INTENT_NAMED}
         self._intents[event_id] = _Intent(
-            seq, _str(event.get("artifact_id")), _strs(event.get("admission_ids")), _str(event.get("approval_id"))
+            seq,
+            _str(event.get("artifact_id")),
+            _strs(event.get("admission_ids")),
+            _str(event.get("approval_id")),
+            _str(event.get("effect_class")),
+            _str(event.get("destination")),
+            _str(event.get("idempotency_key")),
+            _str(event.get("namespace")),
+            digest_json(extra) if extra else None,
         )
 
     def _add_execution(self, event_id: str, seq: int, event: dict) -> None:

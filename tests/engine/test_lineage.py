@@ -903,6 +903,9 @@ JSON = st.recursive(
     max_leaves=8,
 )
 SPECIAL = {
+    # The approval's review object (issue 34): a digest (sometimes the one it would have) and an ISO time.
+    "review_digest": TREE,
+    "expires_at": st.sampled_from(["2026-07-01T10:00:00Z", "2026-07-02T09:00:00+02:00"]),
     "derived_from": st.none()
     | st.fixed_dictionaries(
         {"workspace_id": REF, "relation": st.sampled_from(v.DERIVATION_RELATIONS), "content_equal": st.booleans()}
