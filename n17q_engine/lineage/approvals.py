@@ -14,6 +14,7 @@ decision's approvals are not checked as authority (n17q_engine/lineage/checks.py
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from ..canonical import evidence_set_digest
 from .graph import Finding, LineageGraph, _Approval, _finding, _Intent, _join
@@ -81,6 +82,15 @@ def check_approval(graph: LineageGraph, what: str, intent_id: str, intent: _Inte
                 f"{approval.subject} as this run recorded it at the approval hashes to {engine}: the approver's view "
                 "differed from the recorded graph, so ask for a new approval on what the run holds.",
             )
+    expired = _executed_after_expiry(graph, intent_id, approval.expires_at)
+    if expired is not None:
+        yield _finding(
+            "LIN004",
+            intent_id,
+            approval_id,
+            f"Approval {approval_id} expired at {approval.expires_at}, but intent {intent_id} was first executed "
+            f"at {expired}, after it: an expired approval authorizes nothing, so ask for a new approval.",
+        )
     expected = evidence_set_digest(intent.admissions)
     if approval.digest != expected:
         yield _finding(
@@ -112,3 +122,24 @@ def check_foreign(
             f"{what} takes its authority from approval {approval_id}: {'; '.join(reasons)}. Historical "
             "approvals are read-only evidence; ask for an approval in this run.",
         )
+
+
+def _instant(value: str | None) -> datetime | None:
+    """A logical time as an aware instant (ISO 8601, `Z` or an offset), or None when it is not one. Compared as
+    instants, never as text: "14:00:05.5Z" is later than "14:00:05Z" though it sorts first."""
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _executed_after_expiry(graph: LineageGraph, intent_id: str, expires_at: str | None) -> str | None:
+    """The logical time of the intent's first execution when it comes after the approval's expiry, else None."""
+    executed = graph._first_executed_at.get(intent_id)
+    expiry, when = _instant(expires_at), _instant(executed)
+    if expiry is None or when is None or when <= expiry:
+        return None
+    return executed

@@ -306,6 +306,7 @@ class LineageGraph:
         self._intents: dict[str, _Intent] = {}
         self._first_key: dict[str, str] = {}  # idempotency key -> its first intent (LIN012, effects.py)
         self._executions: dict[str, list[str]] = {}  # intent -> execution ids
+        self._first_executed_at: dict[str, str] = {}  # intent -> its first execution's logical time (LIN004: expiry)
         self._first_ack: dict[str, str] = {}  # intent -> its first acknowledged execution (LIN012, effects.py)
         self._claims: dict[str, _Claim] = {}
         # Claims a replay left unevaluated (they rest on an excluded tool): claim id -> the tools.
@@ -577,6 +578,10 @@ class LineageGraph:
         intent = _str(event.get("intent_id"))
         if intent is not None:
             self._executions.setdefault(intent, []).append(event_id)
+            at = event.get("at")
+            logical = _str(at.get("logical")) if isinstance(at, dict) else None
+            if logical is not None:
+                self._first_executed_at.setdefault(intent, logical)
 
     def _add_claim(self, event_id: str, seq: int, event: dict) -> None:
         if not claim_is_judged(event):

@@ -266,3 +266,33 @@ def test_the_facts_of_an_untouched_approval_still_bind():
     log.execution("int1", id="execution")
     (item,) = run_facts(log.run, log.events)["approvals"]["items"]
     assert item["still_binds"] is True and item["review_changes"] == []
+
+
+@pytest.mark.parametrize(
+    ("expires_at", "executed_at", "expired"),
+    [
+        ("2026-07-01T09:30:00Z", "2026-07-01T10:00:00Z", True),
+        # Instants, not text: ".5Z" sorts before "Z" as text, yet half a second later.
+        ("2026-07-01T09:30:00Z", "2026-07-01T09:30:00.5Z", True),
+        ("2026-07-01T11:30:00+02:00", "2026-07-01T09:45:00Z", True),  # 09:30 UTC
+        ("2026-07-01T09:30:00Z", "2026-07-01T09:30:00Z", False),  # the positive control: at the expiry, still valid
+        ("2026-07-01T09:30:00Z", "2026-07-01T09:10:00Z", False),
+    ],
+)
+def test_an_execution_after_the_approvals_expiry_is_lin004(expires_at, executed_at, expired):
+    """Seed 003's review object carries an expiry: an approval used after it authorizes nothing."""
+    log = EventLog(policy_revision="policy@7")
+    log.attempt()
+    log.workspace("ws1")
+    log.change("ws1", "t1")
+    _, _, af = log.validation("ws1", "t1", "validation:focused", "art1")
+    log.artifact("art1", "ws1", "t1")
+    log.decision("int1", [af], ["validation:focused"], policy_revision="policy@7")
+    log.approval("int1", [af], id="approval", expires_at=expires_at)
+    log.intent("art1", [af], id="int1", key="key-int1", approval_id="approval", destination="review:repo/main")
+    log.execution("int1", id="execution", at={"logical": executed_at, "wall": executed_at})
+    messages = [f.message for f in lin004(log)]
+    said = [m for m in messages if "expired at" in m]
+    assert bool(said) is expired, messages
+    if expired:
+        assert f"first executed at {executed_at}, after it" in said[0]
