@@ -54,7 +54,7 @@ from .lineage.review import approval_review
 from .world import EFFECT_PREFIX
 
 # 2: approvals carry their review object's digest, what changed of it and whether they still bind (issue 34).
-FACTS_VERSION = 2
+FACTS_VERSION = 3
 # Items kept per list (intents, workspaces, approvals, receipts, event ids): the totals stay exact beyond it.
 LIST_CAP = 200
 # World changes whose cause had not appeared yet when they arrived, kept to be attributed at the end.
@@ -469,6 +469,7 @@ class FactBuilder:
                     "recorded_review_digest": review["recorded_review_digest"] if review else None,
                     "review_changes": review["changes"][:LIST_CAP] if review else [],
                     "still_binds": review["binds"] if review else None,
+                    "executed_after_expiry": review["expired_before"] if review else None,
                 }
             )
         return {"count": len(self.approvals), "items": items[:LIST_CAP]}

@@ -14,11 +14,10 @@ decision's approvals are not checked as authority (n17q_engine/lineage/checks.py
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 from ..canonical import evidence_set_digest
 from .graph import Finding, LineageGraph, _Approval, _finding, _Intent, _join
-from .review import acted_at, review_changes, review_digest, review_object
+from .review import acted_at, executed_after_expiry, review_changes, review_digest, review_object
 
 
 def check_approval(graph: LineageGraph, what: str, intent_id: str, intent: _Intent) -> Iterator[Finding]:
@@ -82,7 +81,7 @@ def check_approval(graph: LineageGraph, what: str, intent_id: str, intent: _Inte
                 f"{approval.subject} as this run recorded it at the approval hashes to {engine}: the approver's view "
                 "differed from the recorded graph, so ask for a new approval on what the run holds.",
             )
-    expired = _executed_after_expiry(graph, intent_id, approval.expires_at)
+    expired = executed_after_expiry(graph, intent_id, approval.expires_at)
     if expired is not None:
         yield _finding(
             "LIN004",
@@ -122,24 +121,3 @@ def check_foreign(
             f"{what} takes its authority from approval {approval_id}: {'; '.join(reasons)}. Historical "
             "approvals are read-only evidence; ask for an approval in this run.",
         )
-
-
-def _instant(value: str | None) -> datetime | None:
-    """A logical time as an aware instant (ISO 8601, `Z` or an offset), or None when it is not one. Compared as
-    instants, never as text: "14:00:05.5Z" is later than "14:00:05Z" though it sorts first."""
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def _executed_after_expiry(graph: LineageGraph, intent_id: str, expires_at: str | None) -> str | None:
-    """The logical time of the intent's first execution when it comes after the approval's expiry, else None."""
-    executed = graph._first_executed_at.get(intent_id)
-    expiry, when = _instant(expires_at), _instant(executed)
-    if expiry is None or when is None or when <= expiry:
-        return None
-    return executed

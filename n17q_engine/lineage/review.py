@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from ..canonical import digest_json
@@ -297,11 +298,34 @@ def approval_review(graph: LineageGraph, approval_id: str) -> dict[str, Any] | N
         return None
     digest = review_digest(then)
     changes = review_changes(then, now)
+    expired = executed_after_expiry(graph, intent_id, approval.expires_at)
     recorded = approval.review_digest
     return {
         "intent": intent_id,
         "review_digest": digest,
         "recorded_review_digest": recorded,
         "changes": changes,
-        "binds": not changes and (recorded is None or recorded == digest),
+        "expired_before": expired,  # the first execution's logical time when it came after the expiry
+        "binds": not changes and expired is None and (recorded is None or recorded == digest),
     }
+
+
+def _instant(value: str | None) -> datetime | None:
+    """A logical time as an aware instant (ISO 8601, `Z` or an offset), or None when it is not one. Compared as
+    instants, never as text: "14:00:05.5Z" is later than "14:00:05Z" though it sorts first."""
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def executed_after_expiry(graph: LineageGraph, intent_id: str, expires_at: str | None) -> str | None:
+    """The logical time of the intent's first execution when it comes after the approval's expiry, else None."""
+    executed = graph._first_executed_at.get(intent_id)
+    expiry, when = _instant(expires_at), _instant(executed)
+    if expiry is None or when is None or when <= expiry:
+        return None
+    return executed

@@ -296,3 +296,7 @@ def test_an_execution_after_the_approvals_expiry_is_lin004(expires_at, executed_
     assert bool(said) is expired, messages
     if expired:
         assert f"first executed at {executed_at}, after it" in said[0]
+    # The facts say the same of the approval (one account on every page: the detail panel reads them).
+    (approval,) = run_facts(log.run, log.events)["approvals"]["items"]
+    assert approval["still_binds"] is not expired
+    assert approval["executed_after_expiry"] == (executed_at if expired else None)
