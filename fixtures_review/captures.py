@@ -10,13 +10,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import connections, intake
 from .approval import promotion_blockers
 from .models import RequestObservation, StagedRecording
 from .review_rules import outcome_for
 from .staging import StageResult, _stage, _stage_all, capture_digest_key, capture_original_digest
+
+if TYPE_CHECKING:
+    from .recordings import Mapping as RecordingMapping
 
 # The review services log under the one name they had before the split (a log line's `logger` is unchanged).
 log = logging.getLogger("fixtures_review.services")
@@ -117,17 +120,18 @@ def recordings_stage(
     *,
     source: Any,
     fields: Mapping[str, Any],
-    mapping: bytes | str | None = None,
+    mapping: bytes | str | RecordingMapping | None = None,
     captured_at: str | None = None,
     user: Any = None,
     token: Any = None,
 ) -> RecordingsResult:
     """Stage every exchange of a HAR file or VCR cassette (`recordings.load`) as its own recording, each through
-    the same intake as a native capture. All or nothing: an exchange that fails intake refuses the whole file,
-    naming it, and nothing is stored. `recordings.RecordingError` / `intake.CaptureError` if refused."""
+    the same intake as a native capture; `mapping` is the rules (a file's text, or `recordings.parse_mapping`'s
+    answer). All or nothing: an exchange that fails intake refuses the whole file, naming it, and nothing is
+    stored. `recordings.RecordingError` / `intake.CaptureError` if refused."""
     from . import recordings
 
-    rules = recordings.parse_mapping(mapping) if mapping is not None else None
+    rules = recordings.parse_mapping(mapping) if isinstance(mapping, bytes | str) else mapping
     converted = recordings.convert(
         source, fields=fields, mapping=rules, captured_at=captured_at or recordings.now_instant()
     )

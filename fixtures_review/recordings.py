@@ -35,6 +35,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 
+from n17q_engine import patterns
 from n17q_engine.vocabulary import CAPTURE_FORMAT
 
 from . import intake
@@ -46,6 +47,10 @@ MAX_ENTRIES = 10_000  # exchanges in one file
 MAX_RECORDINGS = 500  # exchanges staged from one file (the rest is a mapping's job to skip)
 MAX_MAPPING_BYTES = 1024 * 1024
 MAX_RULES = 500
+# Rules with a `url` pattern in one mapping: each may hold RE2's budget (patterns.MAX_PATTERN_MEMORY) while it runs,
+# so this bounds a mapping's patterns to 64 MiB. Path templates are not counted (their automaton is as small as
+# the template).
+MAX_URL_PATTERNS = 64
 _MAX_NODES = 5_000_000  # values in a parsed YAML document
 
 # The fields a recording cannot say, and the flag of the `capture` command that gives each one (the API's form
@@ -101,9 +106,9 @@ class Rule:
     index: int
     methods: frozenset[str]
     host: str | None
-    path: re.Pattern[str] | None  # from a path template: `/api/requests/{request_id}`
+    path: patterns.UserPattern | None  # from a path template: `/api/requests/{request_id}`
     path_prefix: str | None
-    url: re.Pattern[str] | None
+    url: patterns.UserPattern | None  # on RE2 (n17q_engine/patterns.py), never Python's `re`
     fields: dict[str, Any]
     arguments: tuple[str, ...] | None
 
@@ -126,12 +131,12 @@ class Rule:
             found = self.path.fullmatch(parts.path)
             if found is None:
                 return None
-            captured.update(found.groupdict())
+            captured.update(found)
         if self.url is not None:
             hit = self.url.search(url)
             if hit is None:
                 return None
-            captured.update({k: v for k, v in hit.groupdict().items() if v is not None})
+            captured.update(hit)
         return captured
 
 
@@ -170,6 +175,12 @@ def parse_mapping(raw: bytes | str) -> Mapping:
         raise RecordingError("mapping rules: required, a non-empty list of rules")
     if len(rules_in) > MAX_RULES:
         raise RecordingError(f"mapping rules: at most {MAX_RULES}")
+    with_url = sum(1 for rule in rules_in if isinstance(rule, dict) and rule.get("url") is not None)
+    if with_url > MAX_URL_PATTERNS:
+        raise RecordingError(
+            f"mapping rules: at most {MAX_URL_PATTERNS} with a url pattern, got {with_url} "
+            "(match by method, host, path or path_prefix instead)"
+        )
     rules = []
     for i, rule in enumerate(rules_in):
         where = f"mapping rule {i + 1}: "
@@ -200,22 +211,25 @@ def _rule(index: int, rule: dict[str, Any], where: str) -> Rule:
     if text["path"] is not None:
         if not text["path"].startswith("/"):
             raise RecordingError(f"{where}path: a path template starting with / (e.g. /api/requests/{{request_id}})")
-        pieces, last = [], 0
+        pieces, last, names = [], 0, set()
         for m in _TEMPLATE_PART.finditer(text["path"]):
-            pieces.append(re.escape(text["path"][last : m.start()]))
+            if m.group(1) in names:
+                raise RecordingError(f"{where}path: {{{m.group(1)}}} appears twice in the template")
+            names.add(m.group(1))
+            pieces.append(patterns.escape(text["path"][last : m.start()]))
             pieces.append(f"(?P<{m.group(1)}>[^/]+)")
             last = m.end()
-        pieces.append(re.escape(text["path"][last:]))
+        pieces.append(patterns.escape(text["path"][last:]))
         try:
-            path = re.compile("".join(pieces))
-        except re.error as exc:
-            raise RecordingError(f"{where}path: {exc}") from None
+            path = patterns.compile_pattern("".join(pieces), field=f"{where}path")
+        except patterns.PatternError as exc:
+            raise RecordingError(str(exc)) from None
     url = None
     if text["url"] is not None:
         try:
-            url = re.compile(text["url"])
-        except re.error as exc:
-            raise RecordingError(f"{where}url: not a regular expression ({exc})") from None
+            url = patterns.compile_pattern(text["url"], field=f"{where}url")
+        except patterns.PatternError as exc:
+            raise RecordingError(str(exc)) from None
     arguments = rule.get("arguments")
     if arguments is not None and (
         not isinstance(arguments, list) or not all(isinstance(a, str) and a for a in arguments)

@@ -254,7 +254,7 @@ def test_an_oversized_yaml_cassette_is_refused_before_parsing(monkeypatch):
 def test_a_bad_mapping_names_the_rule_and_key():
     with pytest.raises(RecordingError, match="mapping rule 1: colour is not a key of a rule"):
         parse_mapping("rules:\n  - {method: GET, colour: red}\n")
-    with pytest.raises(RecordingError, match="mapping rule 2: url: not a regular expression"):
+    with pytest.raises(RecordingError, match=r"mapping rule 2: url: RE2 cannot run this pattern \(missing \)"):
         parse_mapping("rules:\n  - {method: GET}\n  - {url: '(unclosed'}\n")
     with pytest.raises(RecordingError, match="mapping rule 1: contract_revision: a positive integer"):
         parse_mapping("rules:\n  - {method: GET, contract_revision: 0}\n")

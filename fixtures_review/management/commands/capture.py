@@ -90,7 +90,10 @@ class Command(JsonCommand):
                 raise CommandError(f"{mapping_file}: no such mapping file")
             if mapping_file.stat().st_size > recordings.MAX_MAPPING_BYTES:
                 raise CommandError(f"{mapping_file}: larger than {recordings.MAX_MAPPING_BYTES} bytes")
-            mapping = mapping_file.read_bytes()
+            try:  # read when given: a rule RE2 cannot run is refused before the recording is looked at
+                mapping = recordings.parse_mapping(mapping_file.read_bytes())
+            except CaptureError as exc:
+                raise CommandError(f"{mapping_file}: {exc}") from None
         try:
             source = recordings.load(raw)
             if source is None:
