@@ -179,3 +179,41 @@ def test_a_mapping_holds_at_most_max_url_patterns_rules_with_a_url() -> None:
     assert len(parse_mapping(json.dumps({"rules": rules})).rules) == MAX_URL_PATTERNS
     with pytest.raises(RecordingError, match=rf"^mapping rules: at most {MAX_URL_PATTERNS} with a url pattern, got"):
         parse_mapping(json.dumps({"rules": [*rules, {"url": "^x", "tool": "t"}]}))
+
+
+PEAK_CHILD = """
+import json, random
+from pathlib import Path
+from fixtures_review.recordings import MAX_URL_PATTERNS, parse_mapping
+
+
+def peak_kib():  # this process's own high-water mark (ru_maxrss would carry the forking parent's across exec)
+    status = Path("/proc/self/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+
+
+before = peak_kib()
+# Each rule's automaton has a state per position of the last 21 characters: its DFA cache fills its whole budget.
+rules = [{"url": r"(?:a|b)*a(?:a|b){20}c%d" % i, "tool": "t"} for i in range(MAX_URL_PATTERNS)]
+mapping = parse_mapping(json.dumps({"rules": rules}))
+rng = random.Random(35)
+for _ in range(20):
+    assert mapping.rule_for("GET", "https://h.example/" + "".join(rng.choice("ab") for _ in range(2000))) is None
+print((peak_kib() - before) // 1024)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads the peak from /proc (Linux)")
+def test_a_mapping_s_patterns_stay_within_their_memory_budget() -> None:
+    """The most a mapping's patterns can hold: MAX_URL_PATTERNS rules, each filling its RE2 budget (1 MiB) over long
+    URLs. Measured in a child process (its peak RSS): about 20 MB; 500 such rules took 166 MB. The bound is the
+    budget (64 MiB) and half again, so nothing but the patterns' own memory can move it."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_CHILD], cwd=root, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) <= 96, f"the mapping's patterns peaked at {done.stdout.strip()} MiB"
