@@ -28,6 +28,7 @@ from typing import Any
 from n17q_engine import zip_members
 from n17q_engine.canonical import digest_json, evidence_set_digest, request_digest
 from n17q_engine.identifiers import INSPECT_RUN_PREFIX, MAX_RUN_ID_CHARS, make_id, run_id_problem
+from n17q_engine.json_values import json_values_bound
 
 from . import ConversionError, ConversionReport, ConvertedRun
 
@@ -127,14 +128,8 @@ class _Log:
     notes: list[str] = field(default_factory=list)
 
 
-def json_values_bound(raw: bytes) -> int:
-    """At least as many as the JSON values `raw` holds, counted without parsing it: every value but the first
-    follows a comma or opens after a bracket. (Commas and brackets inside strings count too: a bound, not a count.)"""
-    return raw.count(b",") + raw.count(b"[") + raw.count(b"{") + 1
-
-
 def _check_values(raw: bytes, what: str, cap: int) -> None:
-    bound = json_values_bound(raw)
+    bound = json_values_bound(raw, cap)
     if bound > cap:
         raise ConversionError(
             f"{what} holds up to {bound} JSON values, more than the {cap} one sample may hold "
