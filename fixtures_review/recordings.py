@@ -17,7 +17,11 @@ pattern captured; a rule's `arguments` list keeps only the names it lists.
 
 Parsing is bounded: a document larger than MAX_RECORDING_BYTES (YAML: MAX_YAML_BYTES) is refused, YAML is read
 with a safe loader only and a document that uses anchors and aliases (the "billion laughs" shape) is refused, as
-is one with more than MAX_ENTRIES exchanges.
+is one with more than MAX_ENTRIES exchanges. Memory is bounded too (issue 35): a parsed value costs many times its
+text, so a JSON document's values are counted on its bytes before it is parsed (MAX_RECORDING_VALUES) and a YAML
+document's nodes by a streaming pass of the parser before anything is built (MAX_YAML_NODES); a body longer than
+intake's cap is refused before it is decoded, a JSON body holding more than MAX_BODY_VALUES values before it is
+parsed, and the bodies of one file may decode to MAX_DECODED_BYTES in all.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from urllib.parse import parse_qsl, urlsplit
 import yaml
 
 from n17q_engine import patterns
+from n17q_engine.json_values import json_values_bound
 from n17q_engine.vocabulary import CAPTURE_FORMAT
 
 from . import intake
@@ -52,6 +57,14 @@ MAX_RULES = 500
 # the template).
 MAX_URL_PATTERNS = 64
 _MAX_NODES = 5_000_000  # values in a parsed YAML document
+# Values a JSON document (a HAR file, a JSON cassette, a capture) may hold, counted before it is parsed: 10,000
+# exchanges of about 60 values each fit many times over; 60 MB of `{}` (20 million dicts, GBs) does not.
+MAX_RECORDING_VALUES = 2_000_000
+# Nodes of a YAML cassette, counted by the parser's event stream before any is built: composed, a node costs about
+# 550 bytes (a million lines of small flow mappings took 3.8 GB).
+MAX_YAML_NODES = 1_000_000
+MAX_BODY_VALUES = 1_000_000  # values of one JSON body, counted before it is parsed
+MAX_DECODED_BYTES = 128 * 1024 * 1024  # the bodies of one file, decoded (gzip and deflate undone), together
 
 # The fields a recording cannot say, and the flag of the `capture` command that gives each one (the API's form
 # fields have the fields' own names).
@@ -289,6 +302,12 @@ def load(raw: bytes) -> RecordingFile | None:
     if head.startswith(b"{"):
         if len(raw) > MAX_RECORDING_BYTES:
             raise RecordingError(f"the file is larger than {MAX_RECORDING_BYTES} bytes")
+        values = json_values_bound(raw, MAX_RECORDING_VALUES)
+        if values > MAX_RECORDING_VALUES:
+            raise RecordingError(
+                f"the document holds up to {values} JSON values, more than the {MAX_RECORDING_VALUES} a capture or "
+                "recording may hold"
+            )
         try:
             data = json.loads(raw.decode("utf-8-sig"), parse_constant=intake._no_constant)
         except (ValueError, RecursionError):
@@ -322,6 +341,7 @@ def _load_yaml(raw: bytes | str, what: str) -> Any:
     except UnicodeDecodeError as exc:
         raise RecordingError(f"{what} is not UTF-8 (byte {exc.start})") from None
     try:
+        _count_yaml_nodes(text, what)
         # yaml.safe_load with libyaml: CSafeLoader constructs exactly what SafeLoader does (no Python tags), several
         # times faster; SafeLoader itself when libyaml is absent.
         data = yaml.load(text, Loader=_YamlLoader)
@@ -332,6 +352,19 @@ def _load_yaml(raw: bytes | str, what: str) -> Any:
         raise RecordingError(f"{what} is nested too deeply") from None
     _refuse_aliases(data, what)
     return data
+
+
+def _count_yaml_nodes(text: str, what: str) -> None:
+    """The document's nodes counted from the parser's events, which hold one node at a time: more than
+    MAX_YAML_NODES, or an alias, is refused before any node is composed. (YAMLError passes to the caller.)"""
+    nodes = 0
+    for event in yaml.parse(text, Loader=_YamlLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise RecordingError(f"{what} uses YAML anchors and aliases, which are refused (write each value)")
+        if isinstance(event, yaml.ScalarEvent | yaml.SequenceStartEvent | yaml.MappingStartEvent):
+            nodes += 1
+            if nodes > MAX_YAML_NODES:
+                raise RecordingError(f"{what} holds more than {MAX_YAML_NODES} YAML nodes")
 
 
 def _refuse_aliases(data: Any, what: str) -> None:
@@ -424,7 +457,14 @@ def _utf8(text: str, where: str) -> bytes:
         raise RecordingError(f"{where} holds a lone surrogate (not valid Unicode)") from None
 
 
+def _body_cap(length: int, where: str) -> None:
+    """A body's recorded length against intake's cap on a body (base64 text: the bytes it stands for, at least)."""
+    if length > intake.MAX_BODY_BYTES:
+        raise RecordingError(f"{where}: more than {intake.MAX_BODY_BYTES} bytes (the cap of one body)")
+
+
 def _text_bytes(text: str, encoding: Any, where: str) -> bytes:
+    _body_cap(len(text) * 3 // 4 if encoding == "base64" else len(text), where)
     if encoding in (None, ""):
         return _utf8(text, f"{where}.text")
     if encoding != "base64":
@@ -509,6 +549,8 @@ def _vcr_headers(headers: Any, where: str) -> dict[str, list[str]]:
 def _vcr_body(body: Any, where: str) -> bytes | None:
     if body is None:
         return None
+    if isinstance(body, bytes | str):
+        _body_cap(len(body), where)
     if isinstance(body, bytes):
         return body
     if isinstance(body, str):
@@ -559,6 +601,7 @@ def convert(
                 " or a mapping file (--mapping)"
             )
     out = Converted(kind=source.kind)
+    decoded = 0  # the staged bodies' bytes, decoded
     for exchange in items:
         safe = safe_url(exchange.url)
         captured: dict[str, str] = {}
@@ -589,17 +632,38 @@ def convert(
             raise RecordingError(
                 f"more than {MAX_RECORDINGS} exchanges to stage from one file: split it, or map fewer with --mapping"
             )
-        args = arguments(exchange, captured, rule.arguments if rule is not None else None)
+        try:
+            decoded += _decoded_size(exchange.request_body, exchange.request_headers)
+            decoded += _decoded_size(exchange.response_body, exchange.response_headers)
+            if decoded > MAX_DECODED_BYTES:
+                raise RecordingError(
+                    f"the bodies of the {source.label} decode to more than {MAX_DECODED_BYTES} bytes together"
+                )
+            args = arguments(exchange, captured, rule.arguments if rule is not None else None)
+            capture = _capture(exchange, merged, args, captured_at)
+        except RecordingError as exc:
+            raise RecordingError(f"entry {exchange.index} ({exchange.method} {safe}): {exc}") from None
         out.recordings.append(
-            Recording(
-                index=exchange.index,
-                method=exchange.method,
-                url=safe,
-                capture=_capture(exchange, merged, args, captured_at),
-                rule=rule_index,
-            )
+            Recording(index=exchange.index, method=exchange.method, url=safe, capture=capture, rule=rule_index)
         )
     return out
+
+
+def _decoded_size(raw: bytes | None, headers: dict[str, list[str]]) -> int:
+    """What a body weighs once intake has decoded it (a gzip body is kept compressed here and decoded there)."""
+    if not raw:
+        return 0
+    if raw[:2] == b"\x1f\x8b":
+        decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        size = 0
+        try:
+            while raw and size <= intake.MAX_BODY_BYTES:
+                size += len(decomp.decompress(raw, 1 << 20))
+                raw = decomp.unconsumed_tail
+        except zlib.error:
+            return 0  # intake says what is wrong with it
+        return size
+    return len(decoded_bytes(raw, headers) or b"")
 
 
 def _skip(exchange: Exchange, safe: str, reason: str) -> dict[str, Any]:
@@ -703,6 +767,9 @@ def body_value(raw: bytes | None, headers: dict[str, list[str]]) -> Any:
 def _json_or_none(text: str, headers: dict[str, list[str]]) -> Any:
     if "json" not in _header(headers, "content-type") and text.lstrip()[:1] not in ("{", "["):
         return None
+    values = json_values_bound(text, MAX_BODY_VALUES)
+    if values > MAX_BODY_VALUES:
+        raise RecordingError(f"a JSON body holds up to {values} JSON values, more than {MAX_BODY_VALUES}")
     try:
         value = json.loads(
             text,

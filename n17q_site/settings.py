@@ -183,6 +183,11 @@ if N17Q_ALLOW_DEGRADED_ISOLATION and not DEBUG:
     )
 N17Q_REPLAY_TIMEOUT_S = env_int("N17Q_REPLAY_TIMEOUT_S", 300, minimum=1)
 N17Q_REPLAY_MEMORY_MB = env_int("N17Q_REPLAY_MEMORY_MB", 1024, minimum=128)
+# The process a trace file or an Inspect log is converted in (n17q_engine.formats.convert_worker, issue 35): its
+# address space (RLIMIT_AS) and CPU time (RLIMIT_CPU). Its converters cap what they read; these bound the rest (the
+# 100,000-span file's converting process peaks near 350 MB resident). Reached: a one-line refusal, nothing imported.
+N17Q_CONVERT_MEMORY_MB = env_int("N17Q_CONVERT_MEMORY_MB", 2048, minimum=128)
+N17Q_CONVERT_CPU_S = env_int("N17Q_CONVERT_CPU_S", 300, minimum=1)
 # The live model relay (replays/relay.py, issue 33): at most this many model calls of one replay reach the approved
 # endpoint; the rest are refused (the agent gets an error answer) and the replay's record counts them.
 N17Q_MODEL_RELAY_MAX_CALLS = env_int("N17Q_MODEL_RELAY_MAX_CALLS", 100, minimum=1)

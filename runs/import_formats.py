@@ -21,6 +21,7 @@ import logging
 import os
 import selectors
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -203,7 +204,11 @@ def _converted_by_worker(
     stderr_path = tmp / "worker.err"
     with open(stderr_path, "wb") as err:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "n17q_engine.formats.convert_worker", fmt, str(source), str(out)],
+            [
+                *(sys.executable, "-m", "n17q_engine.formats.convert_worker", fmt, str(source), str(out)),
+                *("--memory-mb", str(settings.N17Q_CONVERT_MEMORY_MB)),
+                *("--cpu-seconds", str(settings.N17Q_CONVERT_CPU_S)),
+            ],
             cwd=ENGINE_ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -236,6 +241,9 @@ def _converted_by_worker(
                 worker.stdin.write(b"stored\n")
                 worker.stdin.flush()
         # Silence, or the pipe closed without the last word: the worker died (killed, out of memory, crashed).
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.wait(timeout=1)  # a closed pipe: its exit status is on its way
+        silent = worker.poll() is None
         worker.kill()
         code = worker.wait()
         tail = (
@@ -244,10 +252,7 @@ def _converted_by_worker(
             else []
         )
         log.warning("the converting process stopped (exit %s): %s", code, tail[0][:500] if tail else "no message")
-        raise BundleError(
-            "the conversion stopped before the end of the file (its process exited with status "
-            f"{code}); nothing was imported"
-        )
+        raise BundleError(_stopped(None if silent else code))
     finally:
         if worker.poll() is None:
             worker.kill()
@@ -255,6 +260,22 @@ def _converted_by_worker(
         for pipe in (worker.stdin, worker.stdout):
             with contextlib.suppress(OSError):
                 pipe.close()
+
+
+def _stopped(code: int | None) -> str:
+    """Why the converting process ended without its last word, in one line (`code` None: it went silent and was
+    stopped here). A kill names the limits it runs under: the kernel kills it at the CPU limit's hard edge (a C call
+    that never returned to Python for the soft one) and when the host runs out of memory."""
+    if code is None:
+        why = f"it said nothing for {WORKER_SILENCE_S:.0f} s and was stopped"
+    elif code in (-signal.SIGKILL, -signal.SIGXCPU):
+        why = (
+            f"its process was killed by signal {-code}; it may use {settings.N17Q_CONVERT_CPU_S} s of CPU time "
+            f"and {settings.N17Q_CONVERT_MEMORY_MB} MiB of memory"
+        )
+    else:
+        why = f"its process exited with status {code}"
+    return f"the conversion stopped before the end of the file ({why}); nothing was imported"
 
 
 # What the converting process inherits of the web process's environment: enough to run Python, nothing more. It

@@ -28,6 +28,7 @@ from typing import Any
 from n17q_engine import zip_members
 from n17q_engine.canonical import digest_json, evidence_set_digest, request_digest
 from n17q_engine.identifiers import INSPECT_RUN_PREFIX, MAX_RUN_ID_CHARS, make_id, run_id_problem
+from n17q_engine.json_values import json_values_bound
 
 from . import ConversionError, ConversionReport, ConvertedRun
 
@@ -39,6 +40,16 @@ MAX_MEMBER_BYTES = 64 * 1024 * 1024
 # Everything read from one zip together: a log of many samples, each near the cap, is still bounded.
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
 MAX_MEMBERS = 100_000
+# What one sample (an `.eval` member, or a whole `.json` log) may hold, counted on its bytes before it is parsed
+# (`json_values_bound`): parsed, a value costs 50-200 bytes of Python objects whatever its text costs, so a 60 MB
+# member of `{},` is 20 million dicts (1.8 GB measured, from a 61 KB file). Samples are parsed one at a time.
+MAX_SAMPLE_VALUES = 4_000_000
+# What one sample's run may become: its events (each a dict held until the run is written), the attachment text
+# substituted into them (one attachment named by every event is written once per event), and the pool messages its
+# model events name (each model event digests the messages it names: quadratic in a small file).
+MAX_RUN_EVENTS = 200_000
+MAX_RESOLVED_CHARS = 256 * 1024 * 1024
+MAX_POOL_MESSAGES = 5_000_000
 # Events carry short strings a person reads (a reason, a claim's text): longer ones are cut, the full text stays
 # in the sample's blob.
 MAX_REASON_CHARS = 500
@@ -114,11 +125,20 @@ def _first_local_name(data: bytes) -> str | None:
 class _Log:
     format: str  # "eval" | "json"
     header: dict[str, Any]  # version, status, eval, plan, ... (no samples)
-    samples: list[tuple[dict[str, Any], bytes]]  # each sample and its bytes as the log holds them
     notes: list[str] = field(default_factory=list)
 
 
-def _parse_json(raw: bytes, what: str) -> Any:
+def _check_values(raw: bytes, what: str, cap: int) -> None:
+    bound = json_values_bound(raw, cap)
+    if bound > cap:
+        raise ConversionError(
+            f"{what} holds up to {bound} JSON values, more than the {cap} one sample may hold "
+            "(parsed, each costs many times its text)"
+        )
+
+
+def _parse_json(raw: bytes, what: str, max_values: int) -> Any:
+    _check_values(raw, what, max_values)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -154,7 +174,9 @@ class _ZipReader:
             raise ConversionError(f"the .eval log has {len(infos)} members, more than {max_members}")
         self.infos = {i.filename: i for i in infos if not i.is_dir()}
 
-    def read(self, name: str) -> bytes:
+    def read(self, name: str, *, again: bool = False) -> bytes:
+        """The member's bytes, capped by what it declares and by what is counted as it unpacks. `again`: a member
+        read before (its bytes counted then against the log's total already)."""
         info = self.infos[name]
         if info.file_size > self.max_member_bytes:
             raise ConversionError(
@@ -162,7 +184,9 @@ class _ZipReader:
             )
         if info.flag_bits & 0x1:
             raise ConversionError(f"the .eval member {name!r} is encrypted")
-        budget = min(self.max_member_bytes, self.max_unpacked_bytes - self.read_total)
+        budget = (
+            self.max_member_bytes if again else min(self.max_member_bytes, self.max_unpacked_bytes - self.read_total)
+        )
         if info.file_size > budget:
             raise ConversionError(f"the .eval log unpacks to more than {self.max_unpacked_bytes} bytes (at {name!r})")
         try:
@@ -185,7 +209,15 @@ class _ZipReader:
             ) from None
         if len(raw) > budget:
             raise ConversionError(f"the .eval member {name!r} unpacks to more than {budget} bytes")
-        self.read_total += len(raw)
+        if len(raw) != info.file_size:
+            # What was counted as it unpacked, not what the zip entry says: a member declaring more than it holds
+            # passes zipfile's CRC check (computed over what is there).
+            raise ConversionError(
+                f"the .eval member {name!r} unpacks to {len(raw)} bytes, not the {info.file_size} its zip entry "
+                "declares (truncated or corrupt)"
+            )
+        if not again:
+            self.read_total += len(raw)
         return raw
 
     def _read_zstd(self, info: zipfile.ZipInfo, budget: int) -> bytes:
@@ -204,82 +236,157 @@ class _ZipReader:
         return bytes(out)
 
 
-def _read_eval(data: bytes, *, max_member_bytes: int, max_unpacked_bytes: int, max_members: int) -> _Log:
+def _read_eval(
+    data: bytes, *, max_member_bytes: int, max_unpacked_bytes: int, max_members: int, max_values: int
+) -> tuple[_Log, _EvalSamples]:
+    """The log's header, and its samples one at a time in run order (`_EvalSamples`)."""
     zr = _ZipReader(
         data, max_member_bytes=max_member_bytes, max_unpacked_bytes=max_unpacked_bytes, max_members=max_members
     )
     notes: list[str] = []
     if "header.json" in zr.infos:
-        header = _parse_json(zr.read("header.json"), "header.json")
+        header = _parse_json(zr.read("header.json"), "header.json", max_values)
     elif "_journal/start.json" in zr.infos:
         # A log still being written (or cut off before it finished) has only the journal's start.
-        header = _parse_json(zr.read("_journal/start.json"), "_journal/start.json")
+        header = _parse_json(zr.read("_journal/start.json"), "_journal/start.json", max_values)
         notes.append("the .eval log has no header.json (unfinished eval): the eval's status and results are unknown")
     else:
         raise ConversionError("not an Inspect .eval log: the zip has neither header.json nor _journal/start.json")
     if not isinstance(header, dict) or not isinstance(header.get("eval"), dict):
         raise ConversionError("not an Inspect .eval log: its header has no 'eval' object")
-    samples: list[tuple[dict[str, Any], bytes]] = []
-    for name in zr.infos:
-        if not (name.startswith("samples/") and name.endswith(".json")):
-            continue
-        raw = zr.read(name)
-        sample = _parse_json(raw, name)
+    return _Log("eval", header, notes), _EvalSamples(zr, max_values)
+
+
+class _EvalSamples:
+    """An `.eval` log's samples in run order, each read, parsed and handed out alone: a sample's Python objects are
+    dropped before the next is read. Knowing the order takes a first pass (each sample read and parsed, its id and
+    epoch kept, the rest dropped): the member names do not carry the id as the sample holds it."""
+
+    def __init__(self, zr: _ZipReader, max_values: int):
+        self.zr = zr
+        self.max_values = max_values
+        keyed = []
+        for name in zr.infos:
+            if name.startswith("samples/") and name.endswith(".json"):
+                sample = self._parse(name, again=False)
+                keyed.append((_sample_order(sample), name))
+                del sample
+        self.names = [name for _key, name in sorted(keyed, key=lambda item: item[0])]
+
+    def _parse(self, name: str, *, again: bool) -> dict[str, Any]:
+        sample = _parse_json(self.zr.read(name, again=again), name, self.max_values)
         if not isinstance(sample, dict):
             raise ConversionError(f"{name} is not an Inspect sample (not a JSON object)")
-        samples.append((sample, raw))
-    return _Log("eval", header, samples, notes)
+        return sample
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self) -> Iterator[tuple[dict[str, Any], bytes]]:
+        for name in self.names:
+            raw = self.zr.read(name, again=True)
+            sample = _parse_json(raw, name, self.max_values)
+            yield sample, raw
+            del sample, raw
 
 
-def _read_json(data: bytes) -> _Log:
-    log = _parse_json(data, "the .json log")
+class _JsonSamples:
+    """A `.json` log's samples in run order, each written back to bytes (its blob) only when its turn comes."""
+
+    def __init__(self, samples: list[dict[str, Any]]):
+        self.samples = sorted(samples, key=_sample_order)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __iter__(self) -> Iterator[tuple[dict[str, Any], bytes]]:
+        for i in range(len(self.samples)):
+            sample = self.samples[i]
+            self.samples[i] = {}  # converted: not held any longer than its run
+            yield sample, json.dumps(sample, ensure_ascii=False, indent=1).encode("utf-8")
+
+
+def _read_json(data: bytes, max_values: int) -> tuple[_Log, _JsonSamples]:
+    log = _parse_json(data, "the .json log", max_values)
     if not isinstance(log, dict) or not isinstance(log.get("eval"), dict) or "version" not in log:
         raise ConversionError("not an Inspect .json log: the file is JSON but has no 'eval' object and 'version'")
-    raw_samples = log.get("samples") or []
+    raw_samples = log.pop("samples", None) or []
     if not isinstance(raw_samples, list):
         raise ConversionError("not an Inspect .json log: 'samples' is not a list")
-    samples = []
     for i, sample in enumerate(raw_samples):
         if not isinstance(sample, dict):
             raise ConversionError(f"samples[{i}] of the .json log is not an object")
-        samples.append((sample, json.dumps(sample, ensure_ascii=False, indent=1).encode("utf-8")))
-    header = {k: v for k, v in log.items() if k != "samples"}
-    return _Log("json", header, samples)
+    return _Log("json", log), _JsonSamples(raw_samples)
 
 
 # -------------------------------------------------------------------------------------------------- conversion
 
 
-def convert_inspect_log(
-    data: bytes,
-    *,
-    max_log_bytes: int = MAX_LOG_BYTES,
-    max_member_bytes: int = MAX_MEMBER_BYTES,
-    max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
-    max_members: int = MAX_MEMBERS,
-) -> list[ConvertedRun]:
-    """One run per sample and epoch of the Inspect log in `data`; ConversionError (one line) for anything else."""
+@dataclass(frozen=True)
+class Caps:
+    """What one log may hold and become (the module's MAX_* constants by default)."""
+
+    max_log_bytes: int = MAX_LOG_BYTES
+    max_member_bytes: int = MAX_MEMBER_BYTES
+    max_unpacked_bytes: int = MAX_UNPACKED_BYTES
+    max_members: int = MAX_MEMBERS
+    max_sample_values: int = MAX_SAMPLE_VALUES
+    max_run_events: int = MAX_RUN_EVENTS
+    max_resolved_chars: int = MAX_RESOLVED_CHARS
+    max_pool_messages: int = MAX_POOL_MESSAGES
+
+
+class InspectRuns:
+    """The runs of one Inspect log, converted one at a time as they are iterated (its length known ahead): at most
+    one sample and its run are held at once. Iterate it once."""
+
+    def __init__(self, log: _Log, samples: _EvalSamples | _JsonSamples, source: tuple[bytes, str, str], caps: Caps):
+        self.log, self.samples, self.source, self.caps = log, samples, source, caps
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __iter__(self) -> Iterator[ConvertedRun]:
+        used_ids: set[str] = set()
+        for sample, raw in self.samples:
+            converter = _SampleConverter(self.log, sample, raw, self.source, used_ids, self.caps)
+            del sample, raw
+            # Not kept in this frame while the caller writes it: the next sample is read only after it is dropped.
+            yield converter.convert()
+            del converter
+
+
+def iter_inspect_log(data: bytes, caps: Caps = Caps()) -> InspectRuns:
+    """The runs (one per sample and epoch) of the Inspect log in `data`, converted as they are iterated; the log's
+    header and sample order are read here, so a ConversionError (one line) for the file as a whole comes first."""
     kind = looks_like_inspect_log(data)
     if kind is None:
         raise ConversionError(f"not an Inspect AI eval log: {_what_it_looks_like(data)}")
-    if len(data) > max_log_bytes:
-        raise ConversionError(f"the Inspect log is {len(data)} bytes, more than {max_log_bytes}")
+    if len(data) > caps.max_log_bytes:
+        raise ConversionError(f"the Inspect log is {len(data)} bytes, more than {caps.max_log_bytes}")
+    samples: _EvalSamples | _JsonSamples
     if kind == "eval":
-        log = _read_eval(
-            data, max_member_bytes=max_member_bytes, max_unpacked_bytes=max_unpacked_bytes, max_members=max_members
+        log, samples = _read_eval(
+            data,
+            max_member_bytes=caps.max_member_bytes,
+            max_unpacked_bytes=caps.max_unpacked_bytes,
+            max_members=caps.max_members,
+            max_values=caps.max_sample_values,
         )
     else:
-        log = _read_json(data)
-    if not log.samples:
+        log, samples = _read_json(data, caps.max_sample_values)
+    if not len(samples):
         raise ConversionError(
             "the Inspect log holds no samples (written with log_samples=False, or the eval ended before any sample)"
         )
     source = (data, "application/zip" if kind == "eval" else "application/json", "source-log")
-    used_ids: set[str] = set()
-    runs = []
-    for sample, raw in sorted(log.samples, key=_sample_order):
-        runs.append(_SampleConverter(log, sample, raw, source, used_ids).convert())
-    return runs
+    return InspectRuns(log, samples, source, caps)
+
+
+def convert_inspect_log(data: bytes, **caps: int) -> list[ConvertedRun]:
+    """One run per sample and epoch of the Inspect log in `data`, all of them; ConversionError (one line) for
+    anything else. `caps`: Caps' fields. (The converting process takes them one at a time: iter_inspect_log.)"""
+    return list(iter_inspect_log(data, Caps(**caps)))
 
 
 def _what_it_looks_like(data: bytes) -> str:
@@ -295,8 +402,7 @@ def _what_it_looks_like(data: bytes) -> str:
     return "neither a zip (.eval) nor JSON (.json)"
 
 
-def _sample_order(item: tuple[dict[str, Any], bytes]) -> tuple[int, str, int]:
-    sample = item[0]
+def _sample_order(sample: dict[str, Any]) -> tuple[int, str, int]:
     epoch = sample.get("epoch")
     sid = sample.get("id")
     return (0 if isinstance(sid, int) else 1, str(sid), epoch if isinstance(epoch, int) else 0)
@@ -341,8 +447,12 @@ class _SampleConverter:
         raw: bytes,
         source: tuple[bytes, str, str],
         used_ids: set[str],
+        caps: Caps,
     ):
         self.log = log
+        self.caps = caps
+        self.resolved_chars = 0  # attachment text substituted into this run's events
+        self.pool_messages = 0  # pool messages this run's model events named
         self.sample = sample
         self.spec: dict[str, Any] = log.header["eval"]
         self.report = ConversionReport(f"inspect-{log.format}")
@@ -432,6 +542,11 @@ class _SampleConverter:
 
     def _append(self, kind: str, when: str, fields: dict[str, Any], *, mapped: str, origin: Any = None) -> str:
         seq = len(self.events) + 1
+        if seq > self.caps.max_run_events:
+            raise ConversionError(
+                f"sample {str(self.sample.get('id'))[:80]!r} epoch {str(self.sample.get('epoch'))[:20]} converts to "
+                f"more than {self.caps.max_run_events} events (the cap of one run converted from an Inspect log)"
+            )
         event_id = f"ev-{seq}"
         event: dict[str, Any] = {
             "seq": seq,
@@ -817,7 +932,15 @@ class _SampleConverter:
         if isinstance(value, str):
             if value.startswith(_ATTACHMENT):
                 found = self.attachments.get(value[len(_ATTACHMENT) :])
-                return found if isinstance(found, str) else value
+                if not isinstance(found, str):
+                    return value
+                self.resolved_chars += len(found)
+                if self.resolved_chars > self.caps.max_resolved_chars:
+                    raise ConversionError(
+                        f"sample {str(self.sample.get('id'))[:80]!r} names its attachments for more than "
+                        f"{self.caps.max_resolved_chars} characters in all (the cap of one run's attachment text)"
+                    )
+                return found
             return value
         if isinstance(value, list):
             return [self._resolve(v) for v in value]
@@ -832,7 +955,14 @@ class _SampleConverter:
         if isinstance(refs, list):
             for ref in refs:
                 if isinstance(ref, list) and len(ref) == 2 and all(isinstance(i, int) for i in ref):
-                    messages.extend(self.message_pool[ref[0] : ref[1]])
+                    named = self.message_pool[ref[0] : ref[1]]
+                    self.pool_messages += len(named)
+                    if self.pool_messages > self.caps.max_pool_messages:
+                        raise ConversionError(
+                            f"sample {str(self.sample.get('id'))[:80]!r}: its model events name more than "
+                            f"{self.caps.max_pool_messages} pool messages in all (the cap of one run)"
+                        )
+                    messages.extend(named)
         return self._resolve(messages)
 
     def _tool_call_event(self, call_id: Any) -> str:
