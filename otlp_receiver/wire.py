@@ -109,8 +109,8 @@ MAX_DEPTH = 140  # JSON nesting in a span: an attribute value 32 deep (the conve
 # empty KeyValue about 56, an AnyValue about as much), and how many times the body's size those may come to: real
 # spans come to 1 to 3 times (many small attributes the most); empty objects (`{}`, three bytes, is a 180-byte
 # span) by the hundred thousand are refused.
-_SPAN_COST, _OBJECT_COST = 192, 64
-_COST_PER_BYTE = 5
+_SPAN_COST, _OBJECT_COST = 180, 56
+_COST_PER_BYTE = 4
 _COST_SLACK = 1 << 20
 
 _WS = re.compile(r"[ \t\n\r]*")
