@@ -83,3 +83,11 @@ def test_damaged_bodies_are_refused_in_one_line(body, message):
         inflate(body, "gzip", max_bytes=1_000_000)
     assert not caught.value.too_large and caught.value.message.startswith(message)
     assert "\n" not in caught.value.message
+
+
+def test_zero_padding_between_and_after_members_when_asked():
+    body = gzip.compress(b"one", mtime=0) + b"\x00" * 1000 + gzip.compress(b"two", mtime=0) + b"\x00" * 7
+    assert inflate(body, "gzip", max_bytes=100, zero_padding=True) == b"onetwo"
+    with pytest.raises(InflateError) as caught:
+        inflate(body, "gzip", max_bytes=100)
+    assert caught.value.kind == "corrupt"
