@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from n17q_engine import zip_members
+from n17q_engine.inflate import InflateError, inflate
 
 from . import scanning
 
@@ -282,21 +283,17 @@ def _mask_string(text: str, where: str, findings: list[dict[str, str]], budget: 
 
 
 def _gunzip(data: bytes, budget: _Budget, where: str) -> bytes:
-    out = bytearray()
-    rest = data
-    while rest:
-        stream = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            out += stream.decompress(rest, budget.cap() + 1 - len(out))
-        except zlib.error as exc:
-            raise Unmaskable(f"the gzip stream {where!r} is corrupt ({exc})") from None
-        if len(out) > budget.cap():
-            raise Unmaskable(f"the gzip stream {where!r} unpacks past {budget.cap()} bytes")
-        if not stream.eof:
-            raise Unmaskable(f"the gzip stream {where!r} is cut short")
-        rest = stream.unused_data.lstrip(b"\x00")  # members one after another; zero padding after the last
+    """Members one after another, zero padding after the last: one linear pass (n17q_engine.inflate, issue 35)."""
+    try:
+        out = inflate(data, "gzip", max_bytes=budget.cap(), zero_padding=True)
+    except InflateError as exc:
+        if exc.kind == "bytes":
+            raise Unmaskable(f"the gzip stream {where!r} unpacks past {budget.cap()} bytes") from None
+        if exc.kind == "corrupt":
+            raise Unmaskable(f"the gzip stream {where!r} is corrupt ({exc.detail})") from None
+        raise Unmaskable(f"the gzip stream {where!r} {exc.message}") from None  # cut short, too many members
     budget.take(len(out), where or "the gzip stream")
-    return bytes(out)
+    return out
 
 
 def _unzstd(data: memoryview, cap: int, where: str, *, declared: int | None) -> bytes:

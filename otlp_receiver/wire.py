@@ -13,9 +13,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import zlib
+import re
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
+from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner json.loads uses
 from typing import Any
 
 from google.protobuf import json_format
@@ -25,6 +27,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from n17q_engine.inflate import InflateError, inflate
+
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 MEDIA_TYPES = {PROTOBUF: "protobuf", JSON: "json"}
@@ -33,6 +37,7 @@ MEDIA_TYPES = {PROTOBUF: "protobuf", JSON: "json"}
 INVALID_ARGUMENT, UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED = 3, 16, 7, 8
 
 _ZERO_TRACE, _ZERO_SPAN = bytes(16), bytes(8)
+MAX_GZIP_MEMBERS = 4096  # gzip members in one body (bgzip writes one a 64 KiB block)
 _MAX_REASONS = 3
 
 
@@ -50,30 +55,20 @@ def body_encoding(content_type: str) -> str | None:
     return MEDIA_TYPES.get(content_type.split(";", 1)[0].strip().lower())
 
 
-def decompress(body: bytes, content_encoding: str, *, max_bytes: int) -> bytes:
-    """The body without its Content-Encoding, refused past `max_bytes` decoded (a gzip bomb stops at the cap)."""
+def decompress(body: bytes, content_encoding: str, *, max_bytes: int, max_members: int = MAX_GZIP_MEMBERS) -> bytes:
+    """The body without its Content-Encoding, refused past `max_bytes` decoded (a gzip bomb stops at the cap) or
+    past `max_members` gzip members; read in one linear pass (n17q_engine.inflate)."""
     encoding = content_encoding.strip().lower()
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "deflate"):
         raise WireError(415, f"Content-Encoding {content_encoding!r} is not supported: send gzip, deflate or none")
-    # gzip: its header; deflate: HTTP's "deflate" is a zlib stream, but some clients send raw deflate.
-    wbits = zlib.MAX_WBITS | 16 if encoding == "gzip" else (zlib.MAX_WBITS if body[:1] == b"\x78" else -zlib.MAX_WBITS)
-    out = bytearray()
-    rest = body
-    while rest:
-        stream = zlib.decompressobj(wbits)
-        try:
-            # At most one byte past the cap is ever produced: a bomb is refused after max_bytes, not unpacked.
-            out += stream.decompress(rest, max_bytes + 1 - len(out))
-        except zlib.error as exc:
-            raise WireError(400, f"the {encoding} body cannot be decompressed ({exc})") from None
-        if len(out) > max_bytes:
-            raise WireError(413, f"the body decompresses to more than {max_bytes} bytes")
-        if not stream.eof:
-            raise WireError(400, f"the {encoding} body is cut short")
-        rest = stream.unused_data if encoding == "gzip" else b""  # gzip allows members one after another
-    return bytes(out)
+    try:
+        return inflate(body, encoding, max_bytes=max_bytes, max_members=max_members)
+    except InflateError as exc:
+        if exc.too_large:
+            raise WireError(413, f"the {encoding} body {exc.message}") from None
+        raise WireError(400, f"the {encoding} body {exc.message}") from None
 
 
 def parse_request(body: bytes, encoding: str) -> ExportTraceServiceRequest:
@@ -85,41 +80,241 @@ def parse_request(body: bytes, encoding: str) -> ExportTraceServiceRequest:
             raise WireError(400, f"the body is not an OTLP ExportTraceServiceRequest in protobuf ({exc})") from None
         return request
     try:
-        value = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise WireError(400, f"the body is not JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise WireError(400, "the body is not an OTLP ExportTraceServiceRequest: a JSON object was expected")
-    try:
-        json_format.ParseDict(_hex_ids_to_base64(value), request, ignore_unknown_fields=True)
-    except (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+        text = _json_text(body)
+        _JsonReader(text, len(body)).read_request(request)
+    except _TooMuch as exc:
+        raise WireError(413, f"the body is refused: {exc}") from None
+    except _NotOtlp as exc:
         line = " ".join(str(exc).splitlines())[:300]
         raise WireError(400, f"the body is not an OTLP ExportTraceServiceRequest in JSON ({line})") from None
+    except (ValueError, RecursionError) as exc:
+        raise WireError(400, f"the body is not JSON ({exc})") from None
     return request
 
 
-def _hex_ids_to_base64(value: dict[str, Any]) -> dict[str, Any]:
+# ---- OTLP/JSON, read a span at a time (issue 35)
+#
+# `json.loads` of a whole request then `ParseDict` of the whole dict took a 37 MB body to 14 times its size in
+# memory (the dicts of every span at once, then the message). Here the request's skeleton (the resourceSpans,
+# scopeSpans and spans lists) is walked over the text, and each span, resource and scope is decoded alone by the
+# json module's C scanner (`raw_decode`), checked against the caps below, and parsed into the message by
+# `ParseDict` as before, so only one span's dicts are alive at a time and what is accepted or refused is unchanged
+# (tests/otlp_receiver/test_bounded_work.py compares it with the whole-document parse).
+
+MAX_SPANS = 100_000  # per request; an SDK's batch is 512
+MAX_ITEMS = 10_000  # per list: attributes of a span, a resource, a scope, an event or a link; events; links; values
+MAX_STRING_CHARS = 8 * 1024 * 1024  # a key or a string value
+MAX_DEPTH = 140  # JSON nesting in a span: an attribute value 32 deep (the converter's MAX_ANY_DEPTH) is 136
+# What the parsed message costs, estimated per JSON object (measured with upb: an empty Span about 180 bytes, an
+# empty KeyValue about 56, an AnyValue about as much), and how many times the body's size those may come to: real
+# spans come to 1 to 3 times (many small attributes the most); empty objects (`{}`, three bytes, is a 180-byte
+# span) by the hundred thousand are refused.
+_SPAN_COST, _OBJECT_COST = 180, 56
+_COST_PER_BYTE = 4
+_COST_SLACK = 1 << 20
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+_RESOURCE_SPANS = ("resourceSpans", "resource_spans")
+_SCOPE_SPANS = ("scopeSpans", "scope_spans")
+_SPANS = ("spans",)
+
+
+class _TooMuch(Exception):
+    """Past a cap: 413."""
+
+
+class _NotOtlp(Exception):
+    """JSON, but not an ExportTraceServiceRequest: 400."""
+
+
+def _json_text(body: bytes) -> str:
+    """The body as text, as `json.loads` reads bytes (UTF-8, or UTF-16/32 by their first bytes)."""
+    return body.decode(json.detect_encoding(body), "surrogatepass")
+
+
+class _JsonReader:
+    def __init__(self, text: str, size: int) -> None:
+        self.text = text
+        self.spans = 0
+        # The text itself is counted against the budget: a body widened to 4 bytes a character leaves less.
+        self.budget = _COST_PER_BYTE * size + _COST_SLACK - max(0, sys.getsizeof(text) - size)
+        self.cost = 0
+
+    # -- the skeleton
+
+    def read_request(self, request: ExportTraceServiceRequest) -> None:
+        if self.text.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", self.text, 0)
+        pos = self._ws(0)
+        if self.text[pos : pos + 1] != "{":
+            _value, end = _DECODER.raw_decode(self.text, pos)  # what json.loads would say of it
+            self._end(end)
+            raise WireError(400, "the body is not an OTLP ExportTraceServiceRequest: a JSON object was expected")
+        pos = self._object(pos, request, _RESOURCE_SPANS, self._resource_spans)
+        self._end(pos)
+
+    def _resource_spans(self, pos: int, message: Any) -> int:
+        return self._object(pos, message, _SCOPE_SPANS, self._scope_spans)
+
+    def _scope_spans(self, pos: int, message: Any) -> int:
+        return self._object(pos, message, _SPANS, self._span)
+
+    def _span(self, pos: int, message: Any) -> int:
+        span, end = _DECODER.raw_decode(self.text, pos)
+        self.spans += 1
+        if self.spans > MAX_SPANS:
+            raise _TooMuch(f"it holds more than {MAX_SPANS} spans: send smaller batches")
+        self.cost += _SPAN_COST - _OBJECT_COST
+        self._check(span, "a span")
+        if isinstance(span, dict):
+            _span_ids_to_base64(span)
+        self._parse(span, message)
+        return end
+
+    def _object(self, pos: int, message: Any, names: tuple[str, ...], element: Any) -> int:
+        """The JSON object at `pos` into `message`: its list named `names` an element at a time, by `element` into
+        each new item of that repeated field; every other member decoded whole, checked and parsed as before."""
+        text = self.text
+        rest: dict[str, Any] = {}
+        field = getattr(message, _FIELDS[names[0]])
+        pos = self._ws(pos + 1)
+        if text[pos : pos + 1] == "}":
+            return pos + 1
+        while True:
+            if text[pos : pos + 1] != '"':
+                raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
+            key, pos = scanstring(text, pos + 1)
+            pos = self._ws(pos)
+            if text[pos : pos + 1] != ":":
+                raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+            pos = self._ws(pos + 1)
+            if key in names:
+                del field[:]  # given twice (or as both names): the last one counts, as ParseDict clears it
+                rest.pop(key, None)
+                if text[pos : pos + 1] == "[":
+                    pos = self._array(pos, field, element)
+                else:
+                    value, pos = _DECODER.raw_decode(text, pos)
+                    if value is not None:  # null clears the field, as ParseDict does; anything else it refuses
+                        rest[key] = value
+            else:
+                value, pos = _DECODER.raw_decode(text, pos)
+                self._check(value, f"the {key!r} of a {message.DESCRIPTOR.name}")
+                rest[key] = value
+            pos = self._ws(pos)
+            if text[pos : pos + 1] == ",":
+                pos = self._ws(pos + 1)
+                continue
+            if text[pos : pos + 1] == "}":
+                pos += 1
+                break
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+        if rest:
+            self._parse(rest, message)
+        return pos
+
+    def _array(self, pos: int, field: Any, element: Any) -> int:
+        text = self.text
+        pos = self._ws(pos + 1)
+        if text[pos : pos + 1] == "]":
+            return pos + 1
+        while True:
+            if text[pos : pos + 1] == "{" or element == self._span:
+                pos = element(pos, field.add())
+            else:  # not an object: decoded whole, and parsed (or refused) by ParseDict as before
+                value, pos = _DECODER.raw_decode(text, pos)
+                if value is None:
+                    raise _NotOtlp("null is not allowed to be used as an element in a repeated field")
+                self.cost += _SPAN_COST
+                self._check(value, "a value")
+                self._parse(value, field.add())
+            pos = self._ws(pos)
+            if text[pos : pos + 1] == ",":
+                pos = self._ws(pos + 1)
+                continue
+            if text[pos : pos + 1] == "]":
+                return pos + 1
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+
+    def _ws(self, pos: int) -> int:
+        match = _WS.match(self.text, pos)
+        return match.end() if match else pos
+
+    def _end(self, pos: int) -> None:
+        pos = self._ws(pos)
+        if pos != len(self.text):
+            raise json.JSONDecodeError("Extra data", self.text, pos)
+
+    # -- each piece: checked, then parsed
+
+    def _check(self, value: Any, what: str) -> None:
+        """The caps, over one decoded piece: nesting, list lengths, string lengths, and what its objects will cost."""
+        objects = 0
+        stack: list[tuple[Any, int]] = [(value, 1)]
+        while stack:
+            item, depth = stack.pop()
+            if isinstance(item, str):
+                if len(item) > MAX_STRING_CHARS:
+                    raise _TooMuch(f"{what} holds a string of more than {MAX_STRING_CHARS} characters")
+            elif isinstance(item, dict):
+                objects += 1
+                if depth > MAX_DEPTH:
+                    raise _NotOtlp(f"{what} is nested more than {MAX_DEPTH} levels deep")
+                for key, inner in item.items():
+                    if len(key) > MAX_STRING_CHARS:
+                        raise _TooMuch(f"{what} holds a key of more than {MAX_STRING_CHARS} characters")
+                    if isinstance(inner, (str, dict, list)):
+                        stack.append((inner, depth + 1))
+            elif isinstance(item, list):
+                if len(item) > MAX_ITEMS:
+                    raise _TooMuch(
+                        f"{what} holds a list of more than {MAX_ITEMS} items (attributes, events, links or values)"
+                    )
+                if depth > MAX_DEPTH:
+                    raise _NotOtlp(f"{what} is nested more than {MAX_DEPTH} levels deep")
+                stack.extend((inner, depth + 1) for inner in item if isinstance(inner, (str, dict, list)))
+        self.cost += objects * _OBJECT_COST
+        if self.cost > self.budget:
+            raise _TooMuch(
+                "it holds more spans, attributes and values than its size allows (empty objects by the "
+                "hundred thousand)"
+            )
+
+    def _parse(self, value: Any, message: Any) -> None:
+        try:
+            json_format.ParseDict(
+                value,
+                message,
+                ignore_unknown_fields=True,
+                # ParseDict's own limit counted from the request, as when it parsed the whole document
+                max_recursion_depth=_PARSE_DEPTH - _MESSAGE_DEPTH[message.DESCRIPTOR.name],
+            )
+        except (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+            raise _NotOtlp(str(exc)) from None
+
+
+_PARSE_DEPTH = 100  # ParseDict's default max_recursion_depth
+_MESSAGE_DEPTH = {"ExportTraceServiceRequest": 0, "ResourceSpans": 1, "ScopeSpans": 2, "Span": 3}
+_FIELDS = {"resourceSpans": "resource_spans", "scopeSpans": "scope_spans", "spans": "spans"}
+
+
+def _span_ids_to_base64(span: dict[str, Any]) -> None:
     """OTLP JSON writes ids as hex, proto3 JSON as base64. A span whose id is not hex keeps an empty trace id, and
     is refused by `split_by_trace` like any span without a valid one (partial success), not the whole request."""
-    for rs in _list(value.get("resourceSpans", value.get("resource_spans"))):
-        for ss in _list(_get(rs, "scopeSpans", "scope_spans")):
-            for span in _list(_get(ss, "spans", "spans")):
-                if not isinstance(span, dict):
-                    continue
-                ok = True
-                for camel, snake in (
-                    ("traceId", "trace_id"),
-                    ("spanId", "span_id"),
-                    ("parentSpanId", "parent_span_id"),
-                ):
-                    ok &= _convert_id(span, camel, snake)
-                for link in _list(span.get("links")):
-                    if isinstance(link, dict):
-                        ok &= _convert_id(link, "traceId", "trace_id") & _convert_id(link, "spanId", "span_id")
-                if not ok:
-                    span.pop("trace_id", None)
-                    span["traceId"] = ""
-    return value
+    ok = True
+    for camel, snake in (
+        ("traceId", "trace_id"),
+        ("spanId", "span_id"),
+        ("parentSpanId", "parent_span_id"),
+    ):
+        ok &= _convert_id(span, camel, snake)
+    for link in _list(span.get("links")):
+        if isinstance(link, dict):
+            ok &= _convert_id(link, "traceId", "trace_id") & _convert_id(link, "spanId", "span_id")
+    if not ok:
+        span.pop("trace_id", None)
+        span["traceId"] = ""
 
 
 def _convert_id(obj: dict[str, Any], camel: str, snake: str) -> bool:
@@ -134,10 +329,6 @@ def _convert_id(obj: dict[str, Any], camel: str, snake: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _get(obj: Any, camel: str, snake: str) -> Any:
-    return obj.get(camel, obj.get(snake)) if isinstance(obj, dict) else None
 
 
 def _list(value: Any) -> list[Any]:
