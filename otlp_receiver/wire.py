@@ -25,6 +25,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from n17q_engine.budget import checkpoint
+
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 MEDIA_TYPES = {PROTOBUF: "protobuf", JSON: "json"}
@@ -62,6 +64,7 @@ def decompress(body: bytes, content_encoding: str, *, max_bytes: int) -> bytes:
     out = bytearray()
     rest = body
     while rest:
+        checkpoint()  # the request's budget (n17q_engine.budget), once per member
         stream = zlib.decompressobj(wbits)
         try:
             # At most one byte past the cap is ever produced: a bomb is refused after max_bytes, not unpacked.
@@ -104,6 +107,7 @@ def _hex_ids_to_base64(value: dict[str, Any]) -> dict[str, Any]:
     for rs in _list(value.get("resourceSpans", value.get("resource_spans"))):
         for ss in _list(_get(rs, "scopeSpans", "scope_spans")):
             for span in _list(_get(ss, "spans", "spans")):
+                checkpoint()
                 if not isinstance(span, dict):
                     continue
                 ok = True
@@ -200,6 +204,7 @@ def split_by_trace(request: ExportTraceServiceRequest) -> SplitRequest:
         for ss in rs.scope_spans:
             by_trace: dict[bytes, list[Any]] = defaultdict(list)
             for span in ss.spans:
+                checkpoint()
                 reason = _refusal(span)
                 if reason is not None:
                     out.rejected += 1
