@@ -89,3 +89,12 @@ def test_a_request_past_the_upload_budget_gets_422_in_one_line_and_stores_nothin
     refused = post(client, _body(recorder), operator_key)
     assert refused.status_code == 422 and "seconds" in status_of(refused)[1]
     assert_nothing_stored()
+
+
+def test_the_byte_budget_lets_requests_through_while_its_cache_is_away(client, recorder, operator_key, settings):
+    """Like the other throttles, a brake and not a lock: Redis restarting does not turn exports into 500s or 429s."""
+    settings.N17Q_OTLP_TOKEN_BYTES = 1024
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
+    }
+    assert [post(client, _body(recorder), operator_key).status_code for _ in range(2)] == [200, 200]
