@@ -163,6 +163,10 @@ def door(door_server, tmp_path):
 
 def assert_answered(answer: Answer, *, max_grew_mib: float, max_children_mib: float | None = None) -> None:
     """A 4xx in one line or success (2xx, or 0 for a command), within the memory bounds."""
+    if os.environ.get("N17Q_BOUNDS_SHOW"):  # the figures against their bounds, to see the margins (pytest -s)
+        case = os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[-1]
+        grew, child = f"{answer.grew_mib:.0f}/{max_grew_mib:.0f}", f"{answer.children_mib:.0f}"
+        print(f"\nBOUNDS {case}: grew {grew} MiB, child {child} MiB")
     assert answer.status in (0, 1, 200, 201, 202) or answer.refused_in_one_line(), answer
     if answer.status == 1:  # a command's refusal: one line too
         assert answer.message and "\n" not in answer.message, answer

@@ -23,7 +23,7 @@ CASES = {
         "",
     ),
     "HAR, many tiny entries": (lambda: hostile.har_many_entries(20_000), "application/json", FIELDS),
-    "HAR, long string": (lambda: hostile.har_many_entries(1, body="x" * (16 * MIB)), "application/json", FIELDS),
+    "HAR, long string": (lambda: hostile.har_many_entries(1, body="x" * (8 * MIB)), "application/json", FIELDS),
     "VCR, alias bomb": (lambda: hostile.vcr_yaml_alias_bomb(9), "application/yaml", FIELDS),
     "VCR, many tiny interactions": pytest.param(
         lambda: hostile.vcr_yaml_many_interactions(8_000), "application/yaml", FIELDS, marks=PART_C
