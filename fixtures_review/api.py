@@ -14,6 +14,8 @@ from rest_framework.views import APIView
 
 from accounts.auth import READ_RUNS, requires_perm, scoped
 from accounts.models import HarnessToken
+from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_budget
+from n17q_engine.budget import checkpoint
 from runs.models import Run
 
 from . import intake, recordings
@@ -264,17 +266,27 @@ class CaptureCollectionApi(APIView):
                 },
             ),
             400: inline_serializer("CaptureError", {"error": serializers.CharField()}),
+            422: inline_serializer("CaptureOverBudget", {"error": serializers.CharField()}),
         },
     )
     def post(self, request: Request) -> Response:
         token = request.auth if isinstance(request.auth, HarnessToken) else None
+        try:
+            with upload_budget("the capture"):
+                return self._receive(request, token)
+        except BudgetExceeded as exc:
+            return Response({"error": str(exc)}, status=UPLOAD_BUDGET_STATUS)
+
+    def _receive(self, request: Request, token: HarnessToken | None) -> Response:
         try:
             try:
                 raw, fields, mapping = _capture_input(request)
             except (exceptions.ParseError, exceptions.UnsupportedMediaType) as exc:
                 # A malformed multipart body: one line, like every other refusal of this endpoint.
                 raise CaptureError(f"the request body cannot be read: {exc.detail}") from None
+            checkpoint(now=True)  # the request's budget (console.upload_budget), between reading and parsing
             source = recordings.load(raw)
+            checkpoint(now=True)
             if source is None:
                 given = sorted(name for name, value in fields.items() if value not in (None, ""))
                 if given or mapping is not None:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from n17q_engine.budget import checkpoint
+
 from . import connections, intake
 from .approval import promotion_blockers
 from .models import RequestObservation, StagedRecording
@@ -144,6 +146,7 @@ def recordings_stage(
     checked = []
     actor = user if getattr(user, "is_authenticated", False) else None
     for rec in converted.recordings:
+        checkpoint()  # a web request's budget (console.upload_budget), if one is open
         try:
             red = intake.intake(rec.capture, digest_key=key)
             # All or nothing: the first exchange the record policy refuses refuses the file (its trace is kept).

@@ -40,6 +40,7 @@ from urllib.parse import parse_qsl, urlsplit
 import yaml
 
 from n17q_engine import patterns
+from n17q_engine.budget import checkpoint
 from n17q_engine.json_values import json_values_bound
 from n17q_engine.vocabulary import CAPTURE_FORMAT
 
@@ -415,6 +416,7 @@ def _har_entries(data: dict[str, Any]) -> Iterator[Exchange]:
         not_a_list="the HAR file has no entries list (log.entries)",
     )
     for i, entry in enumerate(entries, 1):
+        checkpoint()  # a web request's budget (n17q_engine.budget), if one is open
         where = f"HAR entry {i}"
         if not isinstance(entry, dict):
             raise RecordingError(f"{where}: an object")
@@ -496,6 +498,7 @@ def _vcr_interactions(data: dict[str, Any]) -> Iterator[Exchange]:
         not_a_list="the cassette's interactions must be a list",
     )
     for i, item in enumerate(interactions, 1):
+        checkpoint()
         where = f"cassette interaction {i}"
         if not isinstance(item, dict):
             raise RecordingError(f"{where}: an object {{request, response}}")
@@ -603,6 +606,7 @@ def convert(
     out = Converted(kind=source.kind)
     decoded = 0  # the staged bodies' bytes, decoded
     for exchange in items:
+        checkpoint()
         safe = safe_url(exchange.url)
         captured: dict[str, str] = {}
         merged = dict(given)

@@ -19,6 +19,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from .budget import checkpoint
 from .bundle import BundleError
 
 CHUNK = 1 << 20
@@ -62,6 +63,7 @@ def _copy_limited(src: IO[bytes], dst_path: Path, *, budget: list[int], name: st
     dst_path.parent.mkdir(parents=True, exist_ok=True)
     with open(dst_path, "xb") as dst:
         while True:
+            checkpoint()  # the request's budget (n17q_engine.budget), if one is open
             block = src.read(CHUNK)
             if not block:
                 break
@@ -104,6 +106,7 @@ def _unpack_zip(archive: Path, dest: Path, *, budget: list[int], max_bytes: int,
         if declared > max_bytes:
             raise BundleError(f"archive declares {declared} bytes unpacked, more than {max_bytes}")
         for info in infos:
+            checkpoint()
             target = _safe_member_path(info.filename, dest)
             mode = (info.external_attr >> 16) & 0o170000
             if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
@@ -139,6 +142,7 @@ def _unpack_tar(archive: Path, dest: Path, *, budget: list[int], max_bytes: int,
         with tf:
             # Iterating streams the members one at a time: memory does not grow with the archive.
             for member in tf:
+                checkpoint()
                 count += 1
                 if count > max_members:
                     raise BundleError(f"archive has more than {max_members} members")

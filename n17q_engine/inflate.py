@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 import zlib
 
+from .budget import checkpoint
+
 # gzip members in one body: concatenated files, or a blocked gzip (bgzip writes one member per 64 KiB).
 MAX_MEMBERS = 4096
 _FIRST_SLICE = 256  # bytes fed to a new member first: an empty member is about 20
@@ -53,6 +55,7 @@ def inflate(
     out = bytearray()
     pos, members = 0, 0
     while pos < len(view):
+        checkpoint()  # the request's budget (n17q_engine.budget), once per member
         members += 1
         if members > max_members:
             raise InflateError("members", f"holds more than {max_members} gzip members")

@@ -207,6 +207,22 @@ N17Q_OTLP_MAX_BODY_BYTES = env_int("N17Q_OTLP_MAX_BODY_BYTES", 16 * 1024 * 1024,
 N17Q_OTLP_MAX_DECODED_BYTES = env_int("N17Q_OTLP_MAX_DECODED_BYTES", 64 * 1024 * 1024, minimum=1024)
 N17Q_OTLP_RATE = env_str("N17Q_OTLP_RATE", "6000/min")  # requests per harness token (an exporter's batches)
 N17Q_OTLP_QUEUE = env_str("N17Q_OTLP_QUEUE", "celery")
+# Decoded bytes one harness token may send the receiver per window (issue 35): past it, 429 with Retry-After (the
+# seconds until the window ends). At least one request's worth (N17Q_OTLP_MAX_DECODED_BYTES), so a request that fits
+# the receiver always fits an empty window.
+N17Q_OTLP_TOKEN_BYTES = env_int("N17Q_OTLP_TOKEN_BYTES", 1024**3, minimum=1024)
+N17Q_OTLP_TOKEN_BYTES_WINDOW_S = env_int("N17Q_OTLP_TOKEN_BYTES_WINDOW_S", 60, minimum=1)
+if N17Q_OTLP_TOKEN_BYTES < N17Q_OTLP_MAX_DECODED_BYTES:
+    raise ConfigurationError(
+        f"N17Q_OTLP_TOKEN_BYTES ({N17Q_OTLP_TOKEN_BYTES}) is below N17Q_OTLP_MAX_DECODED_BYTES "
+        f"({N17Q_OTLP_MAX_DECODED_BYTES}): a request the receiver takes would never fit a token's window"
+    )
+# The budget of a web request that reads an upload (a bundle, a trace file, a log, an OTLP request, a capture, a HAR
+# file or cassette; n17q_engine.budget): CPU seconds of its thread and wall-clock seconds, checked at the parsers'
+# chunk boundaries; past either, 422 with one line and nothing stored. Below gunicorn's N17Q_WEB_TIMEOUT_S (300), so
+# the worker answers rather than being killed. `import_run` and the other commands have no such budget.
+N17Q_UPLOAD_CPU_S = env_int("N17Q_UPLOAD_CPU_S", 120, minimum=1)
+N17Q_UPLOAD_WALL_S = env_int("N17Q_UPLOAD_WALL_S", 240, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024  # larger uploads stream to a temporary file
 

@@ -4,7 +4,9 @@ The receiver answers as OTLP/HTTP specifies: 200 with an ExportTraceServiceRespo
 (`partial_success` when some spans were refused: spans without valid ids, or spans of a trace another token opened),
 and a google.rpc.Status for a refused request: 400 bad data, 401 no or unknown token, 403 a token without the
 `runs:import` scope or a user without the operator role, or spans only of traces another token opened, 413 too large,
-415 a content type or encoding it does not read, 429 too many requests (with Retry-After, which exporters honour).
+415 a content type or encoding it does not read, 422 a request whose reading took more than a request's budget
+(N17Q_UPLOAD_CPU_S, N17Q_UPLOAD_WALL_S), 429 too many requests or too many decoded bytes from one token (with
+Retry-After, which exporters honour).
 An exporter authenticates with the harness token it sends in its headers (`OTEL_EXPORTER_OTLP_HEADERS=
 "Authorization=Bearer <key>"`).
 """
@@ -29,7 +31,9 @@ from rest_framework.views import APIView
 from accounts.auth import requires_perm, scoped
 from accounts.models import HarnessToken
 from accounts.permissions import HasRole
-from accounts.throttles import HarnessTokenRateThrottle
+from accounts.throttles import HarnessTokenRateThrottle, TokenByteBudget
+from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_budget
+from n17q_engine.budget import checkpoint
 
 from . import selectors, services, wire
 from .models import ReceivedTrace
@@ -37,6 +41,22 @@ from .models import ReceivedTrace
 log = logging.getLogger(__name__)
 
 _RPC_CODES = {400: wire.INVALID_ARGUMENT, 401: wire.UNAUTHENTICATED, 403: wire.PERMISSION_DENIED, 429: 8}
+
+
+def _byte_budget() -> TokenByteBudget:
+    """Decoded bytes per token per window (read at each request, so that a changed setting takes effect)."""
+    return TokenByteBudget("otlp_bytes", settings.N17Q_OTLP_TOKEN_BYTES, settings.N17Q_OTLP_TOKEN_BYTES_WINDOW_S)
+
+
+def _bytes_refused(encoding: str, wait: int) -> HttpResponse:
+    limit, window = settings.N17Q_OTLP_TOKEN_BYTES, settings.N17Q_OTLP_TOKEN_BYTES_WINDOW_S
+    answer = _status_response(
+        encoding,
+        429,
+        f"this token sent more than {limit} decoded bytes in {window} seconds: retry after {wait} seconds",
+    )
+    answer["Retry-After"] = str(wait)
+    return answer
 
 
 class TraceExportThrottle(HarnessTokenRateThrottle):
@@ -81,6 +101,11 @@ class TraceExportApi(APIView):
             return _status_response(
                 None, 415, f"Content-Type {sent!r} is not OTLP: send {wire.PROTOBUF} or {wire.JSON}"
             )
+        token = request.auth if isinstance(request.auth, HarnessToken) else None
+        budget = _byte_budget()
+        wait = budget.wait(token)
+        if wait is not None:  # spent already: not even the body is read
+            return _bytes_refused(encoding, wait)
         limit = settings.N17Q_OTLP_MAX_BODY_BYTES
         try:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -92,12 +117,23 @@ class TraceExportApi(APIView):
         if len(body) > limit:
             return _status_response(encoding, 413, f"the body is larger than {limit} bytes: send smaller batches")
         try:
-            raw = wire.decompress(
-                body, request.META.get("HTTP_CONTENT_ENCODING", ""), max_bytes=settings.N17Q_OTLP_MAX_DECODED_BYTES
-            )
-            split = wire.split_by_trace(wire.parse_request(raw, encoding))
+            with upload_budget("the OTLP request"):
+                raw = wire.decompress(
+                    body, request.META.get("HTTP_CONTENT_ENCODING", ""), max_bytes=settings.N17Q_OTLP_MAX_DECODED_BYTES
+                )
+                wait = budget.charge(token, len(raw))
+                if wait is not None:
+                    return _bytes_refused(encoding, wait)
+                checkpoint(now=True)
+                request_message = wire.parse_request(raw, encoding)
+                del raw
+                checkpoint(now=True)
+                split = wire.split_by_trace(request_message)
+                checkpoint(now=True)  # the last before anything is stored: past it, the request is stored whole
         except wire.WireError as exc:
             return _status_response(encoding, exc.status, exc.message)
+        except BudgetExceeded as exc:
+            return _status_response(encoding, UPLOAD_BUDGET_STATUS, str(exc))
         received = services.spans_receive(split.batches, sender=_sender(request))
         if received.refused and not received.traces and not split.rejected:
             # Every span was for traces another token opened: nothing of the request was taken.

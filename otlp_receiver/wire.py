@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from n17q_engine.budget import checkpoint
 from n17q_engine.inflate import InflateError, inflate
 
 PROTOBUF = "application/x-protobuf"
@@ -161,6 +162,7 @@ class _JsonReader:
         return self._object(pos, message, _SPANS, self._span)
 
     def _span(self, pos: int, message: Any) -> int:
+        checkpoint()  # the request's budget (n17q_engine.budget), once per span
         span, end = _DECODER.raw_decode(self.text, pos)
         self.spans += 1
         if self.spans > MAX_SPANS:
@@ -391,6 +393,7 @@ def split_by_trace(request: ExportTraceServiceRequest) -> SplitRequest:
         for ss in rs.scope_spans:
             by_trace: dict[bytes, list[Any]] = defaultdict(list)
             for span in ss.spans:
+                checkpoint()
                 reason = _refusal(span)
                 if reason is not None:
                     out.rejected += 1

@@ -17,6 +17,7 @@ from accounts.auth import READ_RUNS, requires_perm, scoped
 from accounts.models import HarnessToken
 from console.openapi import ErrorOutput
 from console.pagination import StrictLimitOffsetPagination
+from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_budget
 from n17q_engine.bundle import BundleError
 
 from . import selectors
@@ -201,6 +202,7 @@ class RunCollectionApi(APIView):
                 },
             ),
             400: ErrorOutput,
+            422: ErrorOutput,  # its reading took more than a request's budget (N17Q_UPLOAD_CPU_S, N17Q_UPLOAD_WALL_S)
         },
     )
     def post(self, request: Request) -> Response:
@@ -208,9 +210,12 @@ class RunCollectionApi(APIView):
         if not data.is_valid():
             raise exceptions.ValidationError("send the bundle as a .zip or .tar.gz in the multipart field 'bundle'")
         try:
-            result = runs_import_from_upload(data.validated_data["bundle"], user=request.user)
+            with upload_budget("the upload"):
+                result = runs_import_from_upload(data.validated_data["bundle"], user=request.user)
         except BundleError as exc:
             return Response({"error": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        except BudgetExceeded as exc:
+            return Response({"error": str(exc)}, status=UPLOAD_BUDGET_STATUS)
         return Response(result.to_json(), status=status.HTTP_201_CREATED)
 
 

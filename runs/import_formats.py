@@ -37,6 +37,7 @@ from django.conf import settings
 from django.db import transaction
 
 from accounts.audit import audit_record
+from n17q_engine.budget import checkpoint, remaining_wall
 from n17q_engine.bundle import BundleError
 from n17q_engine.formats import ConversionError, ConvertedRun, write_bundle
 from n17q_engine.formats.inspect_log import looks_like_inspect_log
@@ -302,7 +303,8 @@ def _lines_within(stream: IO[bytes], seconds: float) -> Iterator[bytes]:
                 line, buffered = buffered[: newline + 1], buffered[newline + 1 :]
                 yield line
                 continue
-            if not selector.select(timeout=seconds):
+            if not selector.select(timeout=remaining_wall(seconds)):
+                checkpoint(now=True)  # a web request's budget ran out (BudgetExceeded), not the worker's silence
                 return
             chunk = os.read(fd, 1 << 16)
             if not chunk:
@@ -369,6 +371,7 @@ def _import_prepared(
         # One checking process for every run's events (the rules compiled once per file): secret_scan.EventsAhead.
         with secret_scan.EventsCheckProcess() as events_check, transaction.atomic():
             for i, run in enumerate(prepared):
+                checkpoint(now=True)
                 reports.append(run.report)
                 try:
                     results.append(

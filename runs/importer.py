@@ -37,6 +37,7 @@ from accounts.audit import audit_record
 from console.blob_store import BlobStoreRefused, blob_put
 from n17q_engine import archive, bundle, identifiers
 from n17q_engine import vocabulary as v
+from n17q_engine.budget import checkpoint
 from n17q_engine.bundle import BundleError, parse_iso
 from n17q_engine.facts import FactBuilder
 from n17q_engine.lineage import LineageGraph
@@ -409,10 +410,15 @@ def _events(events_path: Path, checked: EventsAhead, digest: Any) -> Iterator[tu
     the check only scans (a small file's, in a thread)."""
     with open(events_path, "rb") as fh:
         if checked.validates:
-            yield from bundle.iter_checked_records(fh, checked.values_for, digest=digest)
-            return
-        for record in bundle.iter_event_records(fh, digest=digest):
-            yield record, checked.values_for(record.line)
+            for pair in bundle.iter_checked_records(fh, checked.values_for, digest=digest):
+                checkpoint()  # a web request's budget (console.upload_budget), if one is open
+                yield pair
+        else:
+            for record in bundle.iter_event_records(fh, digest=digest):
+                checkpoint()
+                yield record, checked.values_for(record.line)
+    # Once more when every event is read, before the run is published: a budget spent by then undoes the rows.
+    checkpoint(now=True)
 
 
 def _verify_edges(run_pk: int, written: int) -> None:

@@ -12,6 +12,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
 from console.htmx import HtmxHttpRequest
+from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_budget
 from n17q_engine.bundle import BundleError
 
 from . import run_page, selectors
@@ -45,11 +46,16 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def run_import(request: HtmxHttpRequest) -> HttpResponse:
     form = BundleUploadForm(request.POST or None, request.FILES or None)
+    refused_status = 400
     if request.method == "POST" and form.is_valid():
         try:
-            imported = runs_import_from_upload(form.cleaned_data["bundle"], user=request.user)
+            with upload_budget("the upload"):
+                imported = runs_import_from_upload(form.cleaned_data["bundle"], user=request.user)
         except BundleError as exc:
             form.add_error("bundle", str(exc))
+        except BudgetExceeded as exc:
+            form.add_error("bundle", str(exc))
+            refused_status = UPLOAD_BUDGET_STATUS
         else:
             result = imported.first
             more = len(imported.results) - 1
@@ -61,7 +67,7 @@ def run_import(request: HtmxHttpRequest) -> HttpResponse:
             if more:
                 return redirect("runs:run-list")
             return redirect("runs:run-detail", run_id=result.run.run_id)
-    return render(request, "runs/run_import.html", {"form": form}, status=400 if form.errors else 200)
+    return render(request, "runs/run_import.html", {"form": form}, status=refused_status if form.errors else 200)
 
 
 def _page(request: HtmxHttpRequest, run: Run, *, event_ref: str) -> run_page.RunPage:

@@ -1,0 +1,38 @@
+"""POST /api/v1/captures/ with a capture, a HAR file or a VCR cassette (issue 35, point 4): deep nesting, long strings,
+many tiny entries, a YAML alias bomb. Answered (a 4xx with one line, or 201) within a bound on the memory the request
+added. Reading HAR and VCR entries one at a time with caps is part C's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from . import hostile
+from .conftest import MIB, assert_answered
+
+PART_C = pytest.mark.xfail(strict=True, reason="issue 35 part C: HAR/VCR read one entry at a time with caps")
+FACTOR, SLACK_MIB = 8, 32
+FIELDS = "scenario=docs-research&tool=status.lookup&contract_revision=2&effect_class=read"
+
+CASES = {
+    "capture, nested": (lambda: hostile.nested_json(200_000, key="response"), "application/json", ""),
+    "capture, long string": (
+        lambda: json.dumps({"format": "n17q.capture/1", "tool": "x" * (16 * MIB)}).encode(),
+        "application/json",
+        "",
+    ),
+    "HAR, many tiny entries": (lambda: hostile.har_many_entries(20_000), "application/json", FIELDS),
+    "HAR, long string": (lambda: hostile.har_many_entries(1, body="x" * (8 * MIB)), "application/json", FIELDS),
+    "VCR, alias bomb": (lambda: hostile.vcr_yaml_alias_bomb(9), "application/yaml", FIELDS),
+    "VCR, many tiny interactions": pytest.param(
+        lambda: hostile.vcr_yaml_many_interactions(8_000), "application/yaml", FIELDS, marks=PART_C
+    ),
+}
+
+
+@pytest.mark.parametrize(("make", "content_type", "query"), CASES.values(), ids=list(CASES))
+def test_the_capture_door_answers_a_hostile_document_within_bounds(door, make, content_type, query):
+    data = make()
+    answer = door("captures", data, content_type=content_type, query=query)
+    assert_answered(answer, max_grew_mib=FACTOR * len(data) / MIB + SLACK_MIB)
