@@ -451,13 +451,19 @@ class FactBuilder:
 
     def _approvals(self) -> dict[str, Any]:
         items: list[dict[str, Any]] = []
+        used_by: dict[str, list[str]] = {}  # approval -> the intents naming it, built once (not a scan per approval)
+        for intent in self.intents.values():
+            if intent.get("approval") in self.approvals:
+                used_by.setdefault(intent["approval"], []).append(intent["id"])
         for aid, approval in self.approvals.items():
-            users = [i["id"] for i in self.intents.values() if i.get("approval") == aid]
+            if len(items) >= LIST_CAP:
+                break  # the count below stays exact; the items are the first LIST_CAP
+            users = used_by.get(aid, [])
             subject = self.intents.get(str(approval.get("subject")))
             binds = None
             if subject is not None:
                 binds = approval.get("evidence_set_digest") == digest_json(sorted(subject["admissions"]))
-            review = approval_review(self.graph, aid) if len(items) < LIST_CAP else None
+            review = approval_review(self.graph, aid)
             items.append(
                 {
                     **approval,
@@ -472,7 +478,7 @@ class FactBuilder:
                     "executed_after_expiry": review["expired_before"] if review else None,
                 }
             )
-        return {"count": len(self.approvals), "items": items[:LIST_CAP]}
+        return {"count": len(self.approvals), "items": items}
 
 
 def _headline(effects: Mapping[str, Any], validations: Mapping[str, Any]) -> dict[str, str]:
