@@ -14,22 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_layers import PACKAGES
+
 ROOT = Path(__file__).resolve().parent.parent
 # The project's code: its packages, and the scripts and benchmarks that ship with it (tests spell their own).
-SCANNED = (
-    "n17q_engine",
-    "n17q_secrets",
-    "n17q_demo",
-    "console",
-    "accounts",
-    "runs",
-    "fixtures_review",
-    "replays",
-    "otlp_receiver",
-    "n17q_site",
-    "scripts",
-    "benchmarks",
-)
+SCANNED = (*PACKAGES, "scripts", "benchmarks")
 # The functions of each backtracking module whose first argument is a pattern.
 PATTERN_FUNCTIONS = {
     "re": {"compile", "match", "search", "fullmatch", "sub", "subn", "split", "findall", "finditer", "template"},

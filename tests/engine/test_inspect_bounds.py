@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 import subprocess
 import sys
 import zipfile
@@ -20,6 +19,7 @@ import pytest
 
 from n17q_engine.formats import ConversionError
 from n17q_engine.formats.inspect_log import convert_inspect_log
+from tests.bounds.hostile import lie_about_size
 
 ENGINE_ROOT = Path(__file__).resolve().parents[2]
 HEADER = {"version": 2, "status": "success", "eval": {"task": "bomb", "model": "m"}}
@@ -118,23 +118,9 @@ def test_a_converter_past_its_cpu_limit_says_so_in_one_line(tmp_path: Path) -> N
     assert "Traceback" not in stderr
 
 
-def _lying(data: bytes, name: bytes, declared: int) -> bytes:
-    """`data` with member `name`'s declared unpacked size patched to `declared`, in its local and central headers."""
-    out = bytearray(data)
-    local = out.index(b"PK\x03\x04")
-    while out[local + 30 : local + 30 + len(name)] != name:
-        local = out.index(b"PK\x03\x04", local + 4)
-    struct.pack_into("<L", out, local + 22, declared)
-    central = out.index(b"PK\x01\x02")
-    while out[central + 46 : central + 46 + len(name)] != name:
-        central = out.index(b"PK\x01\x02", central + 4)
-    struct.pack_into("<L", out, central + 24, declared)
-    return bytes(out)
-
-
 @pytest.mark.parametrize("declared", [100, 50 << 20])
 def test_a_deflate_member_that_lies_about_its_size_is_refused(declared: int) -> None:
-    data = _lying(eval_log([sample_of(0, b"{}", 4_000_000)]), b"samples/0_epoch_1.json", declared)
+    data = lie_about_size(eval_log([sample_of(0, b"{}", 4_000_000)]), "samples/0_epoch_1.json", declared)
     with pytest.raises(ConversionError) as caught:
         convert_inspect_log(data)
     message = str(caught.value)
