@@ -14,7 +14,6 @@ the body is read) and wall time. Bodies:
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import subprocess
@@ -22,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from tests.otlp_json import attribute_heavy_json, sdk_json
 
 from .bench_otlp import make_spans
 from .common import REPO, Config, row
@@ -58,31 +59,6 @@ print(json.dumps({**answer, 'decoded': decoded, 'sent': len(body), 'grew': peak_
 """
 
 
-def _sdk_json(spans: list[Any]) -> bytes:
-    from google.protobuf import json_format
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-    doc = json_format.MessageToDict(encode_spans(spans))
-    for rs in doc["resourceSpans"]:
-        for ss in rs["scopeSpans"]:
-            for span in ss["spans"]:
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = base64.b64decode(span[key]).hex()
-    return json.dumps(doc).encode()
-
-
-def _attribute_heavy(target: int) -> bytes:
-    attributes = ",".join(f'{{"key":"k{j}","value":{{"intValue":"{j}"}}}}' for j in range(50))
-    spans, size, i = [], 0, 0
-    while size < target:
-        i += 1
-        span = f'{{"traceId":"{TRACE}","spanId":"{i:016x}","name":"s","attributes":[{attributes}]}}'
-        spans.append(span)
-        size += len(span) + 1
-    return ('{"resourceSpans":[{"scopeSpans":[{"spans":[' + ",".join(spans) + "]}]}]}").encode()
-
-
 def _receive(work: Path, name: str, body: bytes, encoding: str, content_encoding: str) -> dict[str, Any]:
     path = work / name
     path.write_bytes(body)
@@ -103,16 +79,16 @@ def run(config: Config) -> dict[str, Any]:
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     batch = make_spans(512, 100)
-    per_span = len(_sdk_json(batch)) / 512
+    per_span = len(sdk_json(batch)) / 512
     large_sdk = make_spans(int(LARGE_BYTES / per_span), 1000)
     empty_member = gzip.compress(b"", mtime=0)
     cases: list[tuple[str, bytes, str, str]] = [
         ("ordinary: 512 SDK spans, protobuf", encode_spans(batch).SerializeToString(), "protobuf", ""),
-        ("ordinary: 512 SDK spans, OTLP/JSON", _sdk_json(batch), "json", ""),
-        ("large: SDK spans, OTLP/JSON, gzip", gzip.compress(_sdk_json(large_sdk)), "json", "gzip"),
+        ("ordinary: 512 SDK spans, OTLP/JSON", sdk_json(batch), "json", ""),
+        ("large: SDK spans, OTLP/JSON, gzip", gzip.compress(sdk_json(large_sdk)), "json", "gzip"),
         (
             "large: 50 small attributes a span, OTLP/JSON, gzip",
-            gzip.compress(_attribute_heavy(LARGE_BYTES)),
+            gzip.compress(attribute_heavy_json(LARGE_BYTES, TRACE)),
             "json",
             "gzip",
         ),

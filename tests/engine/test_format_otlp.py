@@ -49,6 +49,7 @@ from n17q_engine.formats.otlp import (
     span_byte_ranges,
 )
 from n17q_engine.lineage import check_events
+from tests.otlp_json import sdk_json
 
 PB = "application/x-protobuf"
 DIGEST0 = "sha256:" + "0" * 64
@@ -67,19 +68,6 @@ def _spans(emit: Callable[[Tracer], None]) -> tuple[ReadableSpan, ...]:
 
 def _protobuf(spans: tuple[ReadableSpan, ...]) -> bytes:
     return encode_spans(spans).SerializeToString()
-
-
-def _otlp_json(spans: tuple[ReadableSpan, ...], *, hex_ids: bool = True) -> bytes:
-    """OTLP/JSON: the exporter's message through json_format, ids rewritten to hex as the OTLP spec writes them."""
-    doc = json_format.MessageToDict(encode_spans(spans))
-    if hex_ids:
-        for rs in doc["resourceSpans"]:
-            for ss in rs["scopeSpans"]:
-                for span in ss["spans"]:
-                    for key in ("traceId", "spanId", "parentSpanId"):
-                        if key in span:
-                            span[key] = base64.b64decode(span[key]).hex()
-    return json.dumps(doc).encode()
 
 
 def _genai(tracer: Tracer) -> None:
@@ -272,7 +260,7 @@ def test_it_maps_genai_spans_to_a_valid_run(genai_spans: tuple[ReadableSpan, ...
     if form == "protobuf":
         data, media = _protobuf(genai_spans), PB
     else:
-        data, media = _otlp_json(genai_spans, hex_ids=form == "json"), "application/json"
+        data, media = sdk_json(genai_spans, hex_ids=form == "json"), "application/json"
     assert looks_like_otlp(data) == ("protobuf" if form == "protobuf" else "json")
     [run] = convert_otlp(data, content_type=media)
     trace_id = format(genai_spans[0].context.trace_id, "032x")
@@ -482,7 +470,7 @@ def test_the_openinference_names_are_the_packages() -> None:
 @pytest.mark.parametrize("form", ["protobuf", "json"])
 def test_it_maps_openinference_spans(form: str, tmp_path: Path) -> None:
     spans = _spans(_openinference)
-    data, media = (_protobuf(spans), PB) if form == "protobuf" else (_otlp_json(spans), "application/json")
+    data, media = (_protobuf(spans), PB) if form == "protobuf" else (sdk_json(spans), "application/json")
     [run] = convert_otlp(data, content_type=media)
     events = _bundle(run, tmp_path / "b")
     assert [e["kind"] for e in events] == [
@@ -659,7 +647,7 @@ def test_decode_gives_the_otlp_json_mapping_of_message_to_dict(genai_spans: tupl
                         span[key] = base64.b64decode(span[key]).hex()
     assert decode_otlp(message.SerializeToString(), content_type=PB) == expected
     # The JSON form decodes to the same spans.
-    from_json = flatten_spans(decode_otlp(_otlp_json(genai_spans), content_type="application/json"))
+    from_json = flatten_spans(decode_otlp(sdk_json(genai_spans), content_type="application/json"))
     from_pb = flatten_spans(decode_otlp(message.SerializeToString(), content_type="application/x-protobuf; q=1"))
     assert from_json == from_pb
 
@@ -841,16 +829,16 @@ def test_bad_input_is_refused_in_one_line(genai_spans: tuple[ReadableSpan, ...])
     assert "resourceSpans must be a list" in _refusal(b'{"resourceSpans": {}}', "application/json")
     assert "is not OTLP" in _refusal(data, "text/plain")
     assert "holds no spans" in _refusal(b"", PB)
-    doc = json.loads(_otlp_json(genai_spans))
+    doc = json.loads(sdk_json(genai_spans))
     del doc["resourceSpans"][0]["scopeSpans"][0]["spans"][1]["traceId"]
     assert "spans[1].traceId is missing" in _refusal(json.dumps(doc).encode(), "application/json")
-    doc = json.loads(_otlp_json(genai_spans))
+    doc = json.loads(sdk_json(genai_spans))
     doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "xyz"
     assert "spans[0].spanId is not a 8-byte id" in _refusal(json.dumps(doc).encode(), "application/json")
-    doc = json.loads(_otlp_json(genai_spans))
+    doc = json.loads(sdk_json(genai_spans))
     doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"][0]["value"] = {"intValue": "ten"}
     assert "intValue must be an integer" in _refusal(json.dumps(doc).encode(), "application/json")
-    doc = json.loads(_otlp_json(genai_spans))
+    doc = json.loads(sdk_json(genai_spans))
     doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["startTimeUnixNano"] = "yesterday"
     assert "startTimeUnixNano must be an integer" in _refusal(json.dumps(doc).encode(), "application/json")
 
@@ -861,7 +849,7 @@ def test_only_otlp_is_taken_for_otlp(genai_spans: tuple[ReadableSpan, ...]) -> N
     with zipfile.ZipFile(zipped, "w") as zf:
         zf.writestr("trace.pb", data)
     assert looks_like_otlp(data) == "protobuf"
-    assert looks_like_otlp(_otlp_json(genai_spans)) == "json"
+    assert looks_like_otlp(sdk_json(genai_spans)) == "json"
     for other in (
         b"",
         gzip.compress(data),

@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otlp_receiver import wire
 from otlp_receiver.models import ReceivedTrace
+from tests.otlp_json import attribute_heavy_json
 
 from .conftest import agent_turn
 from .test_bad_input import assert_nothing_stored, status_of
@@ -193,18 +194,6 @@ def test_a_multi_member_gzip_body_under_the_cap_is_received(client, recorder, op
 # ---- peak memory of the receiving process, in a child
 
 
-def attribute_heavy_json(target: int) -> bytes:
-    """OTLP/JSON of spans with 50 small attributes each (a dict-heavy shape: 14 times its size in memory before)."""
-    attributes = ",".join(f'{{"key":"k{j}","value":{{"intValue":"{j}"}}}}' for j in range(50))
-    spans, size, i = [], 0, 0
-    while size < target:
-        i += 1
-        span = f'{{"traceId":"{TRACE}","spanId":"{i:016x}","name":"s","attributes":[{attributes}]}}'
-        spans.append(span)
-        size += len(span) + 1
-    return ('{"resourceSpans":[{"scopeSpans":[{"spans":[' + ",".join(spans) + "]}]}]}").encode()
-
-
 _RECEIVE = """
 import json, sys
 from otlp_receiver import wire
@@ -240,7 +229,7 @@ def receive_in_child(tmp_path: Path, body: bytes) -> dict[str, Any]:
 
 def test_a_37_mb_json_request_stays_within_8_times_its_size(tmp_path):
     """The issue's measurement: a gzip OTLP/JSON request of 37 MB decoded raised peak RSS by 501 MB (13.5x)."""
-    answer = receive_in_child(tmp_path, attribute_heavy_json(37 * 1024 * 1024))
+    answer = receive_in_child(tmp_path, attribute_heavy_json(37 * 1024 * 1024, TRACE))
     assert answer["status"] == 200 and answer["accepted"] > 16_000, answer
     assert answer["grew"] <= MEMORY_FACTOR * answer["decoded"], answer
 
