@@ -295,6 +295,10 @@ _SPECIAL_FIELDS: dict[tuple[str, str], st.SearchStrategy[Any]] = {
         {"type": st.sampled_from(v.PROPOSAL_TYPES)}, optional={"tool": _text}
     ),
     ("approval.recorded", "run"): st.sampled_from(["run-example-docs", "other-run", ""]),
+    # issue 34's optional extensions: a digest of the review object, an expiry with its timezone
+    ("approval.recorded", "review_digest"): st.none() | st.sampled_from(DIGESTS),
+    ("approval.recorded", "expires_at"): st.none()
+    | st.sampled_from(["2026-07-01T10:00:00Z", "2026-07-01T12:00:00+02:00", "2026-07-01T09:00:00.5Z"]),
     ("effect.execution", "connection"): st.sampled_from(["live:api", "fixture:x", "sim:y", "replay:z", ""]),
     ("evidence.observed", "scope"): clean_json_values | st.lists(st.sampled_from(["validation:focused", "unit"])),
     ("account.claim", "scope"): st.none() | st.lists(st.sampled_from(["validation:focused", "unit", "x"]), max_size=3),
