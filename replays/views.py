@@ -24,6 +24,7 @@ from fixtures_review.services import recording_copy_similar, scenario_version_mi
 from n17q_engine.bundle import is_run_id
 from n17q_engine.deciders import DECIDERS
 from runs.models import Run
+from runs.selectors import replay_runs_imported
 
 from .comparison import comparison_build, run_outcome
 from .forms import CopySimilarForm, CounterfactualForm, ExcludeToolForm, LaunchForm
@@ -183,6 +184,10 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
     return render(request, template, context, status=status)
 
 
+# The replays page lists the newest imported replay runs up to this many; the run list (`?replays=on`) has them all.
+IMPORTED_REPLAYS_SHOWN = 50
+
+
 def replay_list(request: HtmxHttpRequest) -> HttpResponse:
     replays = Replay.objects.select_related("source_run", "scenario_version", "run").order_by("-id")
     source = request.GET.get("source") or ""
@@ -194,7 +199,15 @@ def replay_list(request: HtmxHttpRequest) -> HttpResponse:
     if source:
         replays = replays.filter(source_run__run_id=source)
     page = Paginator(replays, 50).get_page(request.GET.get("page"))
-    return render(request, "replays/replay_list.html", {"page": page, "source": source, "source_run": source_run})
+    imported = list(replay_runs_imported(source=source)[: IMPORTED_REPLAYS_SHOWN + 1])
+    context = {
+        "page": page,
+        "source": source,
+        "source_run": source_run,
+        "imported": imported[:IMPORTED_REPLAYS_SHOWN],
+        "imported_more": len(imported) > IMPORTED_REPLAYS_SHOWN,
+    }
+    return render(request, "replays/replay_list.html", context)
 
 
 def replay_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Case, Count, F, OuterRef, Q, QuerySet, Subquery, When
+from django.db.models import Case, Count, F, OuterRef, Q, QuerySet, Subquery, Sum, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
@@ -80,9 +80,12 @@ def run_list(
     run by its id, title, task, a tool of its `tool.call` events or a destination of its `effect.intent` events: the
     last two are kept on the run at import (Run.tools, Run.destinations), so the search reads no events.
     """
-    child_counts = (
-        Run.objects.filter(parent=OuterRef("pk")).order_by().values("parent").annotate(n=Count("pk")).values("n")
-    )
+    children = Run.objects.filter(parent=OuterRef("pk")).order_by().values("parent")
+    child_counts = children.annotate(n=Count("pk")).values("n")
+    # What the replays found, shown on the source's row when they are not listed (issue 38: a source whose replay
+    # failed open read "none" in the list): the children's stored counts summed, in the same query.
+    child_errors = children.annotate(n=Sum("error_count")).values("n")
+    child_findings = children.annotate(n=Sum("finding_count")).values("n")
     runs = Run.objects.only(
         "run_id",
         "title",
@@ -103,6 +106,8 @@ def run_list(
         "parent",
     ).annotate(
         replay_count=Coalesce(Subquery(child_counts), 0),
+        replay_error_count=Coalesce(Subquery(child_errors), 0),
+        replay_finding_count=Coalesce(Subquery(child_findings), 0),
         source_title=F("parent__title"),
         # What happened, from the run's stored facts (issue 34): three short texts read by key, never the whole facts.
         facts_effects=KT("facts__headline__effects"),
@@ -149,6 +154,34 @@ def run_list(
         "-imported_at",
         "-id",
     )
+
+
+def replay_runs_imported(*, source: str = "") -> QuerySet[Run]:
+    """Replay runs that came in as runs (a harness's own replay, imported with its `parent_run_ref`), not launched
+    here: the replays page lists them beside the launched replays (issue 38: a story's fail-open replay was
+    reachable from its source only through the run list). One query, newest created first."""
+    runs = (
+        Run.objects.filter(parent__isnull=False, replay_of__isnull=True)
+        .select_related("parent")
+        .only(
+            "run_id",
+            "title",
+            "mode",
+            "environment",
+            "scenario_name",
+            "scenario_version",
+            "event_count",
+            "finding_count",
+            "error_count",
+            "final_state",
+            "created_at",
+            "parent__run_id",
+            "parent__title",
+        )
+    )
+    if source:
+        runs = runs.filter(parent__run_id=source)
+    return runs.order_by("-created_at", "-id")
 
 
 def run_list_facts(rows: Any) -> None:

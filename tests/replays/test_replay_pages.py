@@ -444,9 +444,27 @@ def test_the_replay_list_costs_the_same_queries_for_three_replays_or_nine(
     three = queries()
     for _ in range(6):
         replays.replay_create(source, mode="rerun")
-    # 7: the session, the user, the count, one page of replays joined to their source run, scenario version and
-    # run, the user's groups (roles in the header), the user's and the groups' permissions (can_import/can_launch)
-    assert queries() == three == 7
+    # 8: the session, the user, the count, one page of replays joined to their source run, scenario version and
+    # run, the replay runs imported with their source, the user's groups (roles in the header), the user's and the
+    # groups' permissions (can_import/can_launch)
+    assert queries() == three == 8
+
+
+def test_the_replay_list_shows_the_replay_runs_imported_with_their_source(demo, client_as):
+    # Issue 38: the stories' own replays came in as runs; the page said "No replays yet" while two existed, and a
+    # source's "Replays of this run" link led to a list without its fail-open replay.
+    viewer = client_as("viewer")
+    html = viewer.get("/replays/").content.decode()
+    assert "No replays yet" not in html
+    imported = html[html.index("imported-replays") :]
+    assert "run-000-fail-open-replay" in imported and "run-001-naive-replay" in imported
+    assert "1 error" in imported and "3 errors" in imported  # what each found, read from the run
+    one = viewer.get("/replays/", {"source": "run-000-recorded"}).content.decode()
+    assert "run-000-fail-open-replay" in one and "run-001-naive-replay" not in one
+    none = viewer.get("/replays/", {"source": "run-003-review-request"}).content.decode()
+    assert "No replays of this run yet." in none and "Launch one" not in none  # a viewer cannot launch
+    operator = client_as("operator").get("/replays/", {"source": "run-003-review-request"}).content.decode()
+    assert 'Launch one from <a href="/runs/run-003-review-request/">its page</a>' in operator
 
 
 def test_the_replay_list_pages_newest_first_and_its_links_keep_the_source_filter(demo, client_as):

@@ -198,6 +198,19 @@ def test_it_hides_replays_and_counts_them_on_their_source(viewer_client, family)
     assert '<label class="check">' in html and "Show replays</label>" in html
 
 
+def test_a_source_row_says_what_its_hidden_replays_found(viewer_client, capsys):
+    # Issue 38: with replays hidden, story 000's source read "none" while its fail-open replay had an error.
+    from django.core.management import call_command
+
+    call_command("load_demo")
+    html = page(viewer_client)
+    assert 'href="/?source=run-000-recorded">1 error in its replays</a>' in row(html, "run-000-recorded")
+    assert 'href="/?source=run-001-recorded">3 errors in its replays</a>' in row(html, "run-001-recorded")
+    assert "in its replays" not in row(html, "run-003-review-request")  # no replays: nothing to say
+    # Listed with their source, each replay speaks for itself.
+    assert "in its replays" not in page(viewer_client, "/?replays=on")
+
+
 def test_it_lists_one_source_and_its_replays_from_the_count(viewer_client, family):
     html = page(viewer_client, "/?source=run-src")
     assert listed(html) == ["run-src", "run-src-r2", "run-src-r2-r1", "run-src-r1"]
