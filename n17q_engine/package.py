@@ -902,6 +902,30 @@ def _time(value: Any, where: str) -> str:
 
 VARY_KEYS = ("policy", "decider", "human", "fault", "clock", "budget", "delay")
 
+
+def vary_value_problem(key: str, value: str) -> str | None:
+    """What is wrong with a counterfactual's value by its shape alone, whatever the scenario (a clock that is not a
+    time, a budget or a delay that is not a non-negative number), in one line; None when the shape is right. The
+    launch form, `replay --vary` and the replay itself ask here, so a value is refused the same way at every door
+    and before a sandbox starts; what depends on the scenario (its budget resources, its mutation contracts) is
+    the replay's to check."""
+    head = key.split(".", 1)[0]
+    if head == "clock":
+        try:
+            parse_time(value)
+        except (TypeError, ValueError) as exc:
+            reason = str(exc) if "timezone" in str(exc) else "not an ISO-8601 time"
+            return f"vary clock: {value!r}: {reason} (write e.g. 2026-07-14T13:05:00Z)"
+    elif head in ("budget", "delay"):
+        try:
+            number = float(value)
+        except ValueError:
+            return f"vary {key}: {value!r} is not a number"
+        if not 0 <= number < float("inf"):
+            return f"vary {key}: must be a non-negative number"
+    return None
+
+
 # What `load_scenario` checks, versioned. `build_replay` checks the scenario in full and records in replay.json
 # `"scenario_checked": {"revision": CHECK_REVISION, "scenario": <the scenario package's digest>}`; a sandbox
 # loading that package under the same revision skips the one check that costs most and proves least: re-

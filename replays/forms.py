@@ -4,6 +4,8 @@ from typing import Any, cast
 
 from django import forms
 
+from n17q_engine.package import vary_value_problem
+
 
 class LaunchForm(forms.Form):
     """Inspect recorded run / Replay in fixtures: nothing to choose but the scenario version (the run's recorded
@@ -121,6 +123,9 @@ class CounterfactualForm(LaunchForm):
             key, value = values[variable]
             if not value or key.endswith("."):
                 raise forms.ValidationError(f"Give a value for the {variable} you chose to change.")
+            problem = vary_value_problem(key, value)
+            if problem:
+                raise forms.ValidationError(problem)
             data["_vary"] = {key: value}
         return data
 

@@ -23,7 +23,7 @@ from fixtures_review.models import ScenarioVersion
 from fixtures_review.scenarios import ScenarioRefused, scenario_package
 from n17q_engine.canonical import digest_json
 from n17q_engine.deciders import DECIDERS, HUMAN_CHOICES
-from n17q_engine.package import PackageError, ScenarioPackage, check_fault, load_scenario
+from n17q_engine.package import PackageError, ScenarioPackage, check_fault, load_scenario, vary_value_problem
 from n17q_engine.vocabulary import FAULT_STAGES
 from n17q_engine.world import namespace_for, parse_time
 from runs.facts import facts_of
@@ -113,18 +113,9 @@ def vary_check(sc: ScenarioPackage | None, vary: dict[str, str]) -> None:
             raise VaryRefused("human choice: approved or rejected")
         if head == "human" and rest and value not in HUMAN_CHOICES:
             raise VaryRefused(f"human.{rest}: the choice is one of {', '.join(HUMAN_CHOICES)}, not {value!r}")
-        if head == "clock":
-            try:
-                parse_time(value)
-            except (TypeError, ValueError):
-                raise VaryRefused(f"clock {value!r}: write an ISO-8601 time, e.g. 2026-06-10T14:00:00Z") from None
-        if head in ("budget", "delay"):
-            try:
-                number = float(value)
-            except ValueError:
-                raise VaryRefused(f"{key}: {value!r} is not a number") from None
-            if not number >= 0 or number == float("inf"):
-                raise VaryRefused(f"{key}: must be a non-negative number")
+        problem = vary_value_problem(key, value)
+        if problem:
+            raise VaryRefused(problem)
         if head == "budget" and rest not in BUDGET_RESOURCES:
             raise VaryRefused(f"budget.{rest}: not a budget resource (one of {', '.join(BUDGET_RESOURCES)})")
         if sc is None:

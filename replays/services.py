@@ -39,7 +39,7 @@ from n17q_engine.agent.spec import AgentError
 from n17q_engine.bundle import BundleError
 from n17q_engine.deciders import DECIDERS
 from n17q_engine.identifiers import replay_run_id_problem
-from n17q_engine.package import VARY_KEYS, PackageError, build_replay
+from n17q_engine.package import VARY_KEYS, PackageError, build_replay, vary_value_problem
 from n17q_engine.replay import ReplayError, ReplayOutput
 from n17q_engine.sandbox import IsolationUnavailable, Limits, SandboxError, run_sandboxed
 from runs.blob_access import run_blob_open
@@ -80,6 +80,9 @@ def parse_vary(items: list[str]) -> dict[str, str]:
             raise ReplayRefused(f"--vary {key}: not a declared variable (one of {', '.join(VARY_KEYS)})")
         if key in vary:
             raise ReplayRefused(f"--vary {key} given twice")
+        problem = vary_value_problem(key, value)
+        if problem:
+            raise ReplayRefused(f"--{problem}")
         vary[key] = value
     return vary
 

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from .. import canonical
 from ..deciders import DECIDERS, HUMAN_CHOICES, Action, Decider, SourceRun
-from ..package import Fault, PackageError, Policy, ReplayPackage, ScenarioPackage, check_fault
+from ..package import Fault, PackageError, Policy, ReplayPackage, ScenarioPackage, check_fault, vary_value_problem
 from ..world import IdSource, LogicalClock, SimulatedWorld, WorldError, iso, namespace_for, parse_time
 from .output import ReplayError, _Log
 
@@ -77,10 +77,9 @@ class _EngineState:
             elif head == "human":
                 self.varied_choice = self._human_choice(rest, value)
             elif head == "clock":
-                try:
-                    parse_time(value)
-                except (TypeError, ValueError) as exc:
-                    raise ReplayError(f"vary clock: {exc}") from None
+                problem = vary_value_problem(key, value)
+                if problem:
+                    raise ReplayError(problem)
         # What applies now: the baseline until a branch's checkpoint (`_enter_segment`).
         self.policy: Policy = self._policy(None)
         self.faults: list[Fault] = list(sc.faults)
@@ -374,10 +373,7 @@ class _EngineState:
 
 
 def _number(value: str, key: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise ReplayError(f"vary {key}: {value!r} is not a number") from None
-    if number < 0 or number != number or number in (float("inf"),):
-        raise ReplayError(f"vary {key}: must be a non-negative number")
-    return number
+    problem = vary_value_problem(key, value)
+    if problem:
+        raise ReplayError(problem)
+    return float(value)

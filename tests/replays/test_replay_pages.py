@@ -143,6 +143,23 @@ def test_the_counterfactual_form_takes_exactly_one_variable_and_a_checkpoint(dem
         {"scenario": "coding-review-request@1", "variable": "clock", "clock": "", "checkpoint": "start"},
     )
     assert missing_value.status_code == 400 and "Give a value for the clock" in missing_value.content.decode()
+    # Issue 38: a value of the wrong shape was "give a value"; it is named, and refused before any sandbox starts.
+    for variable, fields, said in (
+        ("clock", {"clock": "yesterday"}, "vary clock: &#x27;yesterday&#x27;: not an ISO-8601 time"),
+        ("clock", {"clock": "2026-07-14T13:05:00"}, "has no timezone"),
+        (
+            "budget",
+            {"budget_resource": "tokens", "budget_amount": "lots"},
+            "vary budget.tokens: &#x27;lots&#x27; is not a number",
+        ),
+        ("budget", {"budget_resource": "tokens", "budget_amount": "-1"}, "must be a non-negative number"),
+    ):
+        shaped = operator.post(
+            "/runs/run-003-review-request/launch/counterfactual/",
+            {"scenario": "coding-review-request@1", "variable": variable, "checkpoint": "start", **fields},
+        )
+        assert shaped.status_code == 400 and said in shaped.content.decode(), (variable, fields)
+        assert "Give a value" not in shaped.content.decode()
     bad_policy = operator.post(
         "/runs/run-003-review-request/launch/counterfactual/",
         {"scenario": "coding-review-request@1", "variable": "policy", "policy": "nope@1", "checkpoint": "start"},
