@@ -85,7 +85,9 @@ class ThrottledLoginView(auth_views.LoginView):
                 request,
                 "registration/login.html",
                 {
-                    "form": self.get_form(),
+                    # Unbound: a form bound to the post would authenticate while the page draws its errors, checking
+                    # the password this answer refuses to check, and telling a right one from a wrong one.
+                    "form": self.get_form_class()(request, initial={"username": username}),
                     "throttled": f"Too many failed sign-ins; try again in {wait}.",
                 },
                 status=429,

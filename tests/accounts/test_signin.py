@@ -42,6 +42,36 @@ def test_guessing_one_account_from_one_address_is_stopped_and_audited(client, ro
     assert sign_in(client, "ada", PASSWORD, "203.0.113.9").status_code == 302
 
 
+def test_a_throttled_sign_in_checks_no_password_and_answers_the_same_for_a_right_or_wrong_one(
+    client, role_user, limits
+):
+    # Issue 38's tour: a throttled sign-in also said "enter a correct password" — the page's form was bound to the
+    # post, so drawing it checked the password, and the answer told a right guess (no such line) from a wrong one.
+    from django.contrib.auth.signals import user_login_failed
+
+    role_user("viewer", "ada")
+    for _ in range(3):
+        sign_in(client, "ada", "wrong", "198.51.100.7")
+    checked: list[str] = []
+
+    def failed(sender, credentials, **kwargs):
+        checked.append(credentials.get("username", ""))
+
+    user_login_failed.connect(failed)
+    try:
+        right = sign_in(client, "ada", PASSWORD, "198.51.100.7")
+        wrong = sign_in(client, "ada", "still-wrong", "198.51.100.7")
+    finally:
+        user_login_failed.disconnect(failed)
+    assert right.status_code == wrong.status_code == 429
+    assert checked == []  # no password was checked, right or wrong
+    for answer in (right, wrong):
+        text = answer.content.decode()
+        assert "Too many failed sign-ins" in text and "correct" not in text
+        assert 'value="ada"' in text  # the name typed is kept, the password never echoed
+        assert PASSWORD not in text and "still-wrong" not in text
+
+
 def test_one_address_spraying_many_accounts_is_stopped(client, role_user, limits):
     role_user("viewer", "grace")
     for i in range(6):
