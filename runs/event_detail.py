@@ -68,6 +68,14 @@ class EventDetail:
     review: dict[str, Any] | None = None
 
     @property
+    def workspace_row(self) -> str:
+        """The event's workspace for the panel's own row, or "" when its facts already name it (issue 38's tour: a
+        `tool.call` listed its workspace twice)."""
+        if any(label == "workspace" for label, _value in self.facts):
+            return ""
+        return self.event.workspace_ref or ""
+
+    @property
     def raw(self) -> str:
         return json.dumps(self.event.body, indent=2, ensure_ascii=False, sort_keys=True)
 

@@ -311,6 +311,18 @@ def test_it_answers_the_detail_panel_alone_to_htmx_and_redirects_a_browser(viewe
     assert viewer_client.get(f"/runs/{STORY_003}/events/e-nowhere/", HTTP_HX_REQUEST="true").status_code == 404
 
 
+def test_the_detail_panel_names_an_events_workspace_once(viewer_client, story_003):
+    # Issue 38's tour: a tool.call's panel listed "workspace ws-1" twice (its facts, then the panel's own row).
+    for event_id in ("e-003-a1-call-apply-patch", "e-003-a1-call-read-adapter", "e-003-claim"):
+        html = viewer_client.get(f"/runs/{STORY_003}/events/{event_id}/", HTTP_HX_REQUEST="true").content.decode()
+        panel = html[html.index('<dl class="kv">') : html.index("</dl>")]
+        assert panel.count("<dt>workspace</dt>") <= 1, event_id
+    call = viewer_client.get(
+        f"/runs/{STORY_003}/events/e-003-a1-call-apply-patch/", HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert "<dt>workspace</dt><dd>ws-1</dd>" in call
+
+
 def test_it_downloads_a_blob_as_an_attachment_that_runs_nothing(viewer_client, story_000):
     event = Event.objects.get(run__run_id=STORY_000, event_id="e-000r-res-status")
     response = viewer_client.get(f"/runs/{STORY_000}/blobs/{event.body['blob']}/")
