@@ -80,7 +80,7 @@ class EventDetail:
         return json.dumps(self.event.body, indent=2, ensure_ascii=False, sort_keys=True)
 
 
-def _digests_in(
+def digests_in(
     body: Any, path: str = "", depth: int = 0, *, pattern: re.Pattern[str] = _DIGEST
 ) -> list[tuple[str, str]]:
     """Every (field path, digest) in the event that could name a blob; bounded in depth."""
@@ -89,10 +89,10 @@ def _digests_in(
         return out
     if isinstance(body, dict):
         for key, value in body.items():
-            out.extend(_digests_in(value, f"{path}.{key}" if path else str(key), depth + 1, pattern=pattern))
+            out.extend(digests_in(value, f"{path}.{key}" if path else str(key), depth + 1, pattern=pattern))
     elif isinstance(body, list):
         for index, value in enumerate(body[:50]):
-            out.extend(_digests_in(value, f"{path}[{index}]", depth + 1, pattern=pattern))
+            out.extend(digests_in(value, f"{path}[{index}]", depth + 1, pattern=pattern))
     elif isinstance(body, str) and pattern.match(body):
         out.append((path, body))
     return out
@@ -124,7 +124,7 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
     # The blob a converted event's span is kept in (the whole original export, or a JSON chunk of spans) is shown
     # as that one span, not previewed again below.
     skipped = ("id", "kind", "seq", "at", "attempt", "otlp" if source_span else "")
-    named = _digests_in({k: v for k, v in body.items() if k not in skipped})
+    named = digests_in({k: v for k, v in body.items() if k not in skipped})
     stored = {
         rb.blob.digest: rb
         for rb in RunBlob.objects.filter(run=run, blob__digest__in=sorted({d for _, d in named})[:50]).select_related(
@@ -176,7 +176,7 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
         blobs=blobs,
         named_blobs=named_missing,
         named_expired=named_expired,
-        named_not_kept=_digests_in(body, pattern=_KEYED_DIGEST) if run.masked_secret_count else [],
+        named_not_kept=digests_in(body, pattern=_KEYED_DIGEST) if run.masked_secret_count else [],
         findings=findings,
         masked=masked,
         source_span=source_span,

@@ -212,19 +212,25 @@ def blob_expiries(digests: Iterable[str]) -> dict[str, Expiry]:
     return found
 
 
-def run_blob_expiries(run: Run, digests: Iterable[str]) -> dict[str, Expiry]:
-    """{digest: Expiry} for those of `digests` whose bytes the sweep removed for `run`: the record that ended the
-    run's own hold (one query). A later run storing the same bytes again changes nothing here."""
-    wanted = sorted({d[:71] for d in digests if d})
-    if not wanted:
-        return {}
-    holds = RunBlobHold.objects.filter(
-        run_blob__run=run, blob__digest__in=wanted, removed_by__isnull=False
-    ).select_related("removed_by")
-    found = {hold.removed_by.digest: expiry_of(hold.removed_by) for hold in holds if hold.removed_by is not None}
-    # Rows written before holds were per holder and never migrated answer as their blob does.
-    unheld = RunBlob.objects.filter(run=run, blob__digest__in=wanted, hold__isnull=True)
-    legacy = list(unheld.values_list("blob__digest", flat=True))
+def run_blob_expiries(run: Run, digests: Iterable[str] | None = None) -> dict[str, Expiry]:
+    """{digest: Expiry} for those of `digests` (None: every blob of the run, for the run page's summary and trace rows)
+    whose bytes the sweep removed for `run`: the record that ended the run's own hold. One query (a second only for
+    rows written before holds were per holder, which answer as their blob does). A later run storing the same bytes
+    again changes nothing here."""
+    rows = RunBlob.objects.filter(run=run).filter(Q(hold__removed_by__isnull=False) | Q(hold__isnull=True))
+    if digests is not None:
+        wanted = sorted({d[:71] for d in digests if d})
+        if not wanted:
+            return {}
+        rows = rows.filter(blob__digest__in=wanted)
+    found: dict[str, Expiry] = {}
+    legacy: list[str] = []
+    for run_blob in rows.select_related("blob", "hold__removed_by").order_by():
+        hold = getattr(run_blob, "hold", None)  # a reverse one-to-one: absent raises an AttributeError
+        if hold is None:
+            legacy.append(run_blob.blob.digest)
+        elif hold.removed_by is not None:
+            found[hold.removed_by.digest] = expiry_of(hold.removed_by)
     if legacy:
         found.update(blob_expiries(legacy))
     return found

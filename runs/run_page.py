@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .event_detail import EventDetail, event_detail_build
+from .event_detail import EventDetail, digests_in, event_detail_build
 from .focus import Focus, focus_resolve
 from .lineage_picture import Picture, picture_build
 from .models import MaskedSecret, Run
+from .retention import Expiry, run_blob_expiries
 from .trace import FAMILIES, Trace, facets_parse, trace_narrowed, trace_window
 from .verdict import Verdict, verdict_build
 
@@ -31,6 +32,13 @@ class RunPage:
     narrow: str  # how the trace treats events outside the focus: "dim" or "hide"
     finding_id: int | None = None
     masked_secrets: list[MaskedSecret] = field(default_factory=list)
+    # The run's blobs whose bytes retention removed (runs/retention.py), said in the summary and on each trace row
+    # naming one, not only in that event's detail panel (issue 38's tour).
+    expired: dict[str, Expiry] = field(default_factory=dict)
+
+    @property
+    def expired_classes(self) -> str:
+        return ", ".join(sorted({e.retention_class for e in self.expired.values()}))
 
     @property
     def masked_on_arrival(self) -> bool:
@@ -102,6 +110,11 @@ def page_build(
         row.is_focus = focus is not None and focus.event is not None and row.event.pk == focus.event.pk
         row.selected = row.event.event_id == event_ref
         row.finding_codes = sorted(set(bad.get(row.event.event_id, [])))
+    expired = run_blob_expiries(run)
+    if expired:
+        for row in trace.rows:
+            if any(digest[:71] in expired for _path, digest in digests_in(row.event.body)):
+                row.badges = [*row.badges, ("warn", "bytes expired")]
     finding_id = _id_param(finding)
     start = _seq_param(picture_start) if picture_start not in (None, "") else None
     return RunPage(
@@ -115,6 +128,7 @@ def page_build(
         narrow=narrow,
         finding_id=finding_id,
         # Read only when the run has any (its count is a column): a run without one costs no query.
+        expired=expired,
         masked_secrets=list(MaskedSecret.objects.filter(run=run).order_by("id")[:MASKED_SECRETS_SHOWN])
         if run.masked_secret_count
         else [],

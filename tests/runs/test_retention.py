@@ -4,6 +4,8 @@ replays disclose what expired."""
 
 from __future__ import annotations
 
+import re
+
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -187,6 +189,12 @@ def test_the_detail_panel_and_the_download_disclose_expired_bytes(tmp_path, clie
     text = page.content.decode()
     assert page.status_code == 200
     assert "Expired: expired under retention class &#x27;sensitive&#x27;, sensitivity sensitive" in text
+    # Said on the page too, not only in the panel (issue 38's tour): the summary, and the row of the event naming it.
+    assert "retention removed the bytes of 1 blob this run names (class sensitive)" in text
+    rows = re.findall(r'<li class="trace-row.*?</li>', text, re.S)
+    marked = [r for r in rows if "bytes expired" in r]
+    assert len(marked) == 1 and 'data-event="e-res1"' in marked[0]
+    assert "bytes expired" not in before and "retention removed" not in before
     assert f"deletion record {BlobDeletion.objects.get().pk}" in text and "the digest stays" in text
     assert "The blob store does not hold these bytes" not in text  # gone on purpose, not lost
     assert download.status_code == 410

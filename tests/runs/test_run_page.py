@@ -99,18 +99,18 @@ def test_it_keeps_every_run_page_query_count_flat_from_10_to_100000_events(viewe
     cases = {
         # 1 session, 2 user; 3 the run; 4 the trace's window, 5 the tools of its results' calls; 6 the findings
         # (verdict), 7 the objects, 8 the key events; 9 the picture's window, 10 the findings touching it, 11 its
-        # references;
-        # 12 the user's groups (role badge); 13-14 the user's and the groups' permissions (launch controls).
-        "page": ("/runs/{run}/", {}, 14),
+        # references; 12 the run's blobs whose bytes retention removed (summary and rows, issue 38);
+        # 13 the user's groups (role badge); 14-15 the user's and the groups' permissions (launch controls).
+        "page": ("/runs/{run}/", {}, 15),
         # the trace's window deep in the run: + the previous window's start.
-        "deep window": ("/runs/{run}/?trace_from={deep}", {}, 15),
+        "deep window": ("/runs/{run}/?trace_from={deep}", {}, 16),
         # two facets: the window on the (run, kind, seq) index; it holds no tool result, so no query for tools.
-        "facet": ("/runs/{run}/?facet=evidence&facet=effects", {}, 13),
+        "facet": ("/runs/{run}/?facet=evidence&facet=effects", {}, 14),
         # search: + whether anything lies past the searched span.
-        "search": ("/runs/{run}/?q=tool", {}, 15),
+        "search": ("/runs/{run}/?q=tool", {}, 16),
         # the detail panel: + the event, its facts' related events (2), its tool, its references out and in, its
         # blobs, its findings.
-        "event selected": ("/runs/{run}/?event={event}", {}, 22),
+        "event selected": ("/runs/{run}/?event={event}", {}, 23),
         "detail panel alone": ("/runs/{run}/events/{event}/", {"HTTP_HX_REQUEST": "true"}, None),
     }
     for name, (url, headers, expected) in cases.items():

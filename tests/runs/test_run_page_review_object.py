@@ -45,10 +45,10 @@ def test_the_approval_detail_shows_what_changed_after_it(viewer_client, tmp_path
     assert "policy revision policy@7 → policy@8" in detail
     assert "LIN004" in detail  # the finding at this end of the edge says the same
     # The review object comes with the run's stored facts (Run.facts, loaded with the run): no query of its own. The
-    # page's 19 for an event like the decision, + the blobs the approval's evidence-set digest might name.
-    assert queries == 20
+    # page's 20 for an event like the decision, + the blobs the approval's evidence-set digest might name.
+    assert queries == 21
     other, _ = _detail(viewer_client, run_id, "decision")
-    assert other == 19
+    assert other == 20
     # The verdict's approvals line counts it.
     page = viewer_client.get(f"/runs/{run_id}/").content.decode()
     assert "1 no longer binding what was approved" in page
