@@ -4,9 +4,8 @@ replays disclose what expired."""
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
