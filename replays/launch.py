@@ -25,6 +25,7 @@ from n17q_engine.canonical import digest_json
 from n17q_engine.deciders import DECIDERS, HUMAN_CHOICES
 from n17q_engine.package import PackageError, ScenarioPackage, check_fault, load_scenario, vary_value_problem
 from n17q_engine.vocabulary import FAULT_STAGES
+from n17q_engine.sandbox_child import NAMESPACE_HOST
 from n17q_engine.world import namespace_for, parse_time
 from runs.facts import facts_of
 from runs.models import Event, Run
@@ -167,8 +168,9 @@ def _agent_summary(decider: str, sc: ScenarioPackage | None) -> dict[str, Any]:
             else f"model fixtures: the scenario version holds no {MODEL_TOOL} contract, so the agent's first model "
             "call stops the run as incomplete test world"
         ),
+        # The address the agent is given (docs/agents.md), not 127.0.0.1: that is not local inside the sandbox.
         "runs": "as a separate process inside the sandbox: its tools over MCP on its stdin/stdout, its model at "
-        "127.0.0.1 of the sandbox's own network namespace; never degraded",
+        f"{NAMESPACE_HOST} of the sandbox's own network namespace (OPENAI_BASE_URL); never degraded",
     }
 
 

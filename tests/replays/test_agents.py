@@ -212,6 +212,8 @@ def test_an_agent_with_its_own_environment_runs_from_the_checkpoint_launched_fro
     agent = replay.environment["agent"]
     assert (agent["name"], agent["digest"], agent["model_source"]) == ("own-env", out["digest"], "fixtures")
     assert "own, built from the package registry" in agent["environment"]
+    # The address the agent is given, as docs/agents.md says (issue 38's tour: the summary said 127.0.0.1).
+    assert "its model at 198.18.0.1 of the sandbox's own network namespace" in agent["runs"]
     (missing,) = replay.missing
     assert missing["tool"] == "model.chat"
     run = replay.run
