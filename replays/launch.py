@@ -24,8 +24,8 @@ from fixtures_review.scenarios import ScenarioRefused, scenario_package
 from n17q_engine.canonical import digest_json
 from n17q_engine.deciders import DECIDERS, HUMAN_CHOICES
 from n17q_engine.package import PackageError, ScenarioPackage, check_fault, load_scenario, vary_value_problem
-from n17q_engine.vocabulary import FAULT_STAGES
 from n17q_engine.sandbox_child import NAMESPACE_HOST
+from n17q_engine.vocabulary import FAULT_STAGES
 from n17q_engine.world import namespace_for, parse_time
 from runs.facts import facts_of
 from runs.models import Event, Run
