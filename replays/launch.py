@@ -552,7 +552,7 @@ def launch_summary(
 @dataclass(frozen=True)
 class ScenarioChoice:
     version: ScenarioVersion
-    kind: str  # recorded | newer | regression
+    kind: str  # recorded | newer | regression | other
     label: str
 
     @property
@@ -597,24 +597,64 @@ def _derived(version: Any) -> bool:
     return version.source == "regression" or version.based_on_id is not None or version.name.endswith("-regression")
 
 
-def _versions(condition: Q) -> list[Any]:
-    # scenario.json only (a few hundred bytes), never the fixtures: the choices cost the same for any package size
-    return list(
-        ScenarioVersion.objects.annotate(meta=KeyTextTransform("scenario.json", "files"))
-        .filter(condition)
-        .defer("files", "manifest")
-        .select_related("based_on")
-        .order_by("name", "version")
+def _versions(condition: Q, *, limit: int | None = None, contracts: bool = False) -> list[Any]:
+    # scenario.json only (a few hundred bytes), never the fixtures: the choices cost the same for any package size;
+    # `contracts` adds contracts.json (the tools a world models), for the authored versions the launch page offers
+    versions = ScenarioVersion.objects.annotate(meta=KeyTextTransform("scenario.json", "files"))
+    if contracts:
+        versions = versions.annotate(contract_text=KeyTextTransform("contracts.json", "files"))
+    versions = (
+        versions.filter(condition).defer("files", "manifest").select_related("based_on").order_by("name", "version")
     )
+    return list(versions[:limit] if limit is not None else versions)
 
 
-def launch_options(run: Run) -> LaunchOptions:
+# The launch page offers at most this many authored scenario versions beside the run's own (issue 38's tour: the
+# declared race, recorded from no run, could not be chosen in the browser); `replay --scenario NAME@VERSION` takes
+# any version held.
+OTHER_SCENARIOS_SHOWN = 50
+
+
+def _contract_tools(version: Any) -> set[str]:
+    try:
+        contracts = json.loads(version.contract_text or "[]")
+    except (TypeError, ValueError):
+        return set()
+    if not isinstance(contracts, list):
+        return set()
+    return {str(c["tool"]) for c in contracts if isinstance(c, dict) and isinstance(c.get("tool"), str)}
+
+
+def _authored_choices(run: Run, offered: set[str]) -> list[ScenarioChoice]:
+    """The authored scenario versions (recorded from no run: a world built beside a recorded one, such as a declared
+    race) whose contracts model at least one tool the run called, each labelled with how many. A scenario recorded
+    from other runs is theirs, and a world that models none of this run's tools is not a world for it. One query."""
+    run_tools = {t for t in run.tools.split("\n") if t}
+    original = Q(based_on__isnull=True) & ~Q(source__in=("regression", "promotion", "exclusion"))
+    found: list[ScenarioChoice] = []
+    for v in _versions(original & ~Q(name__in=offered), limit=4 * OTHER_SCENARIOS_SHOWN, contracts=True):
+        if _derived(v) or _meta(v).get("source_runs"):
+            continue
+        covered = len(_contract_tools(v) & run_tools)
+        if not covered:
+            continue
+        label = f"authored, recorded from no run; models {covered} of this run's {len(run_tools)} tools"
+        found.append(ScenarioChoice(v, "other", label))
+        if len(found) == OTHER_SCENARIOS_SHOWN:
+            break
+    return found
+
+
+def launch_options(run: Run, *, others: bool = False) -> LaunchOptions:
     """The run's scenario choices and, per button, whether it can work and why not (DESIGN §6).
 
     The recorded version is the one the run names, or else the first original (not derived: no promotion, no
     exclusion, no regression) version recorded from it; it is the default everywhere, never a derived one.
-    Then its newer versions and the regression versions of its scenario, each labelled.
-    Queries: 1 when the run names its scenario version, 2 otherwise (the versions recorded from it, then the choices).
+    Then its newer versions and the regression versions of its scenario, each labelled. With `others` (the launch
+    page), then the authored scenario versions held (recorded from no run: a world built beside a recorded one, such
+    as a declared race), labelled so; the summary checks the run's calls against whichever is chosen.
+    Queries: 1 when the run names its scenario version, 2 otherwise (the versions recorded from it, then the
+    choices); `others` adds 1.
     """
     recorded = None
     named = f"{run.scenario_name}@{run.scenario_version}" if run.scenario_name and run.scenario_version else ""
@@ -644,6 +684,8 @@ def launch_options(run: Run) -> LaunchOptions:
                 base = v.based_on.ref if v.based_on else recorded.name
                 runs = ", ".join(_meta(v).get("source_runs", [])) or "a run"
                 choices.append(ScenarioChoice(v, "regression", f"regression of {base}, from {runs}"))
+    if recorded is not None and others:
+        choices.extend(_authored_choices(run, {recorded.name, f"{recorded.name}-regression"}))
     # One sentence for every button it stops: the run page shows it once, under the disabled buttons.
     if recorded is not None:
         why_not = ""

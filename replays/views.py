@@ -97,7 +97,7 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
     spec = BUTTONS.get(button)
     if spec is None:
         raise Http404(f"no button {button!r}")
-    options = launch_options(run)
+    options = launch_options(run, others=True)
     option = options.buttons[spec.slug]
     data = request.POST if request.method == "POST" else request.GET
     wanted = data.get("scenario") or ""
@@ -105,8 +105,8 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
     notes = []
     if wanted and chosen is not None and chosen.ref != wanted and spec.mode != "reconstruction":
         notes.append(
-            f"{wanted} is not one of this run's scenario versions (its recorded version, newer ones, regression "
-            f"ones): the summary is for {chosen.ref}, the version the form names."
+            f"{wanted} is not one of the scenario versions offered for this run (its recorded version, newer ones, "
+            f"regression ones, authored ones): the summary is for {chosen.ref}, the version the form names."
         )
     # A reconstruction uses no scenario; it names the recorded one, never a derived one.
     version = options.recorded if spec.mode == "reconstruction" else (chosen.version if chosen else None)

@@ -95,10 +95,25 @@ def test_it_follows_the_version_selector_in_the_summary(operator, docs_research_
 
 
 def test_it_shows_the_summary_of_the_version_the_selector_names_when_scenario_names_another(operator, demo):
+    # email-delivery@1 is run-001-recorded's own scenario: not offered for story 000's run.
     html = operator.get(LAUNCH, {"scenario": "email-delivery@1"}).content.decode()
     assert "<code>docs-research@1</code>" in summary_of(html) and "email-delivery@1" not in summary_of(html)
     assert selected(html) == ["docs-research@1"]
-    assert "email-delivery@1 is not one of this run&#x27;s scenario versions" in html
+    assert "email-delivery@1 is not one of the scenario versions offered for this run" in html
+
+
+def test_the_declared_race_can_be_launched_from_the_browser(operator, demo, no_broker):
+    # Issue 38's tour: email-delivery-race@1 (recorded from no run) could be launched only from the command line.
+    url = "/runs/run-001-recorded/launch/replay/"
+    html = operator.get(url, {"scenario": "email-delivery-race@1"}, HTTP_HX_REQUEST="true").content.decode()
+    assert selected(html) == ["email-delivery-race@1"] and "<code>email-delivery-race@1</code>" in summary_of(html)
+    launched = operator.post(url, {"scenario": "email-delivery-race@1", "summary_digest": digest_in(html)})
+    assert launched.status_code == 302
+    replay = Replay.objects.get()
+    assert replay.scenario_version.ref == "email-delivery-race@1" and replay.mode == "rerun"
+    # The counterfactual form offers it too; the run page's buttons cost no query for it.
+    form = operator.get("/runs/run-001-recorded/launch/counterfactual/").content.decode()
+    assert 'value="email-delivery-race@1"' in form
 
 
 def test_it_refuses_a_stale_digest_and_launches_nothing(operator, docs_research_2, no_broker):
@@ -134,13 +149,16 @@ def test_it_lists_recorded_newer_and_regression_versions_labelled(operator, demo
     assert mint.status_code == 302
     html = operator.get("/runs/run-001-recorded/launch/replay/").content.decode()
     options = re.findall(r'<option value="([^"]*)"[^>]*>([^<]*)</option>', html)
-    assert options == [
+    assert options[:2] == [
         ("email-delivery@1", "email-delivery@1 — recorded version"),
         (
             "email-delivery-regression@1",
             "email-delivery-regression@1 — regression of email-delivery@1, from run-001-recorded",
         ),
     ]
+    # Then the authored worlds (recorded from no run): the declared race; never another run's recorded scenario.
+    assert [ref for ref, _label in options[2:]] == ["email-delivery-race@1"]
+    assert options[2][1] == "email-delivery-race@1 — authored, recorded from no run; models 3 of this run&#x27;s 3 tools"
     assert selected(html) == ["email-delivery@1"] and "<code>email-delivery@1</code>" in summary_of(html)
     # The regression page builds on the recorded version too, never on the regression version made before.
     assert (
@@ -210,3 +228,7 @@ def test_it_answers_launch_options_in_a_fixed_number_of_queries(demo, django_ass
         assert launch_options(recorded_from).recorded.ref == "email-delivery@1"
     with django_assert_num_queries(1):  # the versions recorded from it: none
         assert launch_options(none).buttons["replay"].available is False
+    with django_assert_num_queries(3):  # the launch page: + the authored versions (the race models its tools)
+        assert [c.ref for c in launch_options(recorded_from, others=True).choices][-1] == "email-delivery-race@1"
+    with django_assert_num_queries(2):  # the race models none of story 000's tools: not offered
+        assert [c.ref for c in launch_options(named, others=True).choices] == ["docs-research@1"]
