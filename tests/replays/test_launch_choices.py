@@ -158,7 +158,8 @@ def test_it_lists_recorded_newer_and_regression_versions_labelled(operator, demo
     ]
     # Then the authored worlds (recorded from no run): the declared race; never another run's recorded scenario.
     assert [ref for ref, _label in options[2:]] == ["email-delivery-race@1"]
-    assert options[2][1] == "email-delivery-race@1 — authored, recorded from no run; models 3 of this run&#x27;s 3 tools"
+    authored = "email-delivery-race@1 — authored, recorded from no run; models 3 of this run&#x27;s 3 tools"
+    assert options[2][1] == authored
     assert selected(html) == ["email-delivery@1"] and "<code>email-delivery@1</code>" in summary_of(html)
     # The regression page builds on the recorded version too, never on the regression version made before.
     assert (
