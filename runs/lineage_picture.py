@@ -100,6 +100,9 @@ TRACK_H = math.ceil(TEXT_H) + 2
 LABEL_CHARS = 22  # longer labels are cut with "…" and told whole in the node's title
 LANE_LABEL_CHARS = 24
 COL_W = 56  # with labels of at most 22 characters, three tracks always suffice (only two earlier columns reach)
+# A lane whose first node lies further right than this (a pane of the run page shows about 950 px of the picture at
+# 1400 px, 600 at 1000) says where it starts.
+LATE_LANE_X = 560
 NODE_HALF = 11  # every shape fits a 22 by 20 box (its stroke included)
 NODE_GAP = 3  # between a node's box and its first label track
 LANE_PAD = 6
@@ -336,6 +339,12 @@ class Lane:
     label_x: float = 8
     label_y: float = 0
     label_box: Box = (0, 0, 0, 0)
+    # A lane whose first event lies beyond what a pane first shows says where it starts (issue 38's tour: story 003's
+    # a2 and ws-2 lanes looked empty): "first event: seq 28 →", drawn in the lane's empty stretch.
+    note: str = ""
+    note_x: float = 0
+    note_y: float = 0
+    note_box: Box = (0, 0, 0, 0)
 
 
 @dataclass
@@ -424,6 +433,7 @@ class Picture:
         """Every box of text the picture draws: node labels, lane names, broken edges' number badges."""
         boxes = [(f"label {n.event_id}", n.label_box) for n in self.nodes]
         boxes += [(f"lane {lane.key}", lane.label_box) for lane in self.lanes]
+        boxes += [(f"lane note {lane.key}", lane.note_box) for lane in self.lanes if lane.note]
         boxes += [(f"badge {e.number}", e.badge_box) for e in self.broken]
         return boxes
 
@@ -704,7 +714,27 @@ def _lay_out_labels(nodes: list[Node], lanes: list[Lane]) -> float:
         n.label_x = (x0 + x1) / 2
         n.label_y = top + ASCENT
         n.label_box = (x0, top, x1, top + TEXT_H)
+    _note_late_lanes(nodes, lanes, left)
     return left
+
+
+def _note_late_lanes(nodes: list[Node], lanes: list[Lane], left: float) -> None:
+    """A lane whose first node lies past LATE_LANE_X says, in its empty stretch, at which seq it starts."""
+    first: dict[int, Node] = {}
+    for n in nodes:
+        if n.lane not in first or n.col < first[n.lane].col:
+            first[n.lane] = n
+    for index, lane in enumerate(lanes):
+        n = first.get(index)
+        if n is None or n.x < LATE_LANE_X:
+            continue
+        note = f"first event: seq {n.seq} \u2192"
+        x0 = left + 8
+        x1 = x0 + text_width(note)
+        if x1 + 8 > min(n.box[0], n.label_box[0]):
+            continue
+        lane.note, lane.note_x, lane.note_y = note, x0, lane.label_y
+        lane.note_box = (x0, lane.label_y - ASCENT, x1, lane.label_y + DESCENT)
 
 
 def _toward(p: tuple[float, float], q: tuple[float, float], by: float) -> tuple[float, float]:
@@ -833,6 +863,8 @@ def _place_badges(nodes: list[Node], lanes: list[Lane], broken: list[BrokenEdge]
         grid.add(n.label_box)
     for lane in lanes:
         grid.add(lane.label_box)
+        if lane.note:
+            grid.add(lane.note_box)
     bottom = lanes[-1].top + lanes[-1].height if lanes else TOP + 40.0
     low = bottom
     for edge in broken:  # the lowest an arc under the last lane reaches

@@ -27,7 +27,7 @@ BOXES = """() => {
     return {kind, name, x0: b.x, y0: b.y, x1: b.x + b.width, y1: b.y + b.height};
   };
   return {
-    texts: [...svg.querySelectorAll('.node-label, .lane-label')].map(el => box(el, 'text'))
+    texts: [...svg.querySelectorAll('.node-label, .lane-label, .lane-note')].map(el => box(el, 'text'))
       .concat([...svg.querySelectorAll('a.edge-badge')].map(el => box(el, 'badge'))),
     shapes: [...svg.querySelectorAll('.node .shape')].map(el => box(el, 'node')),
     size: [svg.viewBox.baseVal.width, svg.viewBox.baseVal.height],
@@ -111,6 +111,13 @@ def test_story_003_selects_one_finding_from_the_legend_and_nothing_else(page, lo
     page.goto(f"{live_server.url}/runs/run-003-review-request/?facet=evidence")
     picture = page.locator("#picture")
     assert picture.locator(".broken-edge").count() == 6
+    # Issue 38's tour: the legend showed 3 of its 6 rows in a box of its own; every row is on the page now, and the
+    # lanes that start further right than the pane first shows say where.
+    legend = picture.locator("ol.picture-findings")
+    assert legend.evaluate("el => el.scrollHeight <= el.clientHeight + 1")
+    assert picture.locator("li.picture-finding").count() == 6
+    notes = picture.locator("text.lane-note").all_text_contents()
+    assert notes == ["first event: seq 28 \u2192", "first event: seq 29 \u2192"]
     row = picture.locator("li.picture-finding", has_text="From e-003-intent-review-request to e-003-focused-admitted")
     row.locator("a.legend-badge").click()
     page.wait_for_url("**finding=**")

@@ -170,6 +170,17 @@ def test_it_places_no_label_over_another_or_over_a_node_in_a_dense_run(dense_200
         assert_nothing_overlaps(picture_build(run, focus=None, finding_id=finding.pk), f"finding {finding.pk}")
 
 
+def test_a_lane_that_starts_further_right_says_where(demo_runs):
+    # Issue 38's tour: story 003's a2 and ws-2 lanes looked empty in the pane (their events are right of it).
+    pic = _picture(STORY_003)
+    notes = {lane.key: lane.note for lane in pic.lanes}
+    late = {key: note for key, note in notes.items() if note}
+    assert sorted(late.values()) == ["first event: seq 28 \u2192", "first event: seq 29 \u2192"]
+    assert all(lane.note == "" for lane in pic.lanes if lane.name in ("a1", "ws-1"))
+    assert_nothing_overlaps(pic, "story 003")  # the notes are in the lanes' empty stretch
+    assert all(not lane.note for lane in _picture(STORY_000).lanes)  # a lane that starts in view says nothing
+
+
 def test_it_selects_exactly_a_findings_edge_and_its_two_ends(demo_runs):
     finding = Finding.objects.get(run__run_id=STORY_003, code="LIN001", from_ref="e-003-intent-review-request")
     pic = _picture(STORY_003, finding_id=finding.pk)
