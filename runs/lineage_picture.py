@@ -725,13 +725,13 @@ def _note_late_lanes(nodes: list[Node], lanes: list[Lane], left: float) -> None:
         if n.lane not in first or n.col < first[n.lane].col:
             first[n.lane] = n
     for index, lane in enumerate(lanes):
-        n = first.get(index)
-        if n is None or n.x < LATE_LANE_X:
+        start = first.get(index)
+        if start is None or start.x < LATE_LANE_X:
             continue
-        note = f"first event: seq {n.seq} \u2192"
+        note = f"first event: seq {start.seq} \u2192"
         x0 = left + 8
         x1 = x0 + text_width(note)
-        if x1 + 8 > min(n.box[0], n.label_box[0]):
+        if x1 + 8 > min(start.box[0], start.label_box[0]):
             continue
         lane.note, lane.note_x, lane.note_y = note, x0, lane.label_y
         lane.note_box = (x0, lane.label_y - ASCENT, x1, lane.label_y + DESCENT)
