@@ -33,7 +33,6 @@ from django.utils import timezone
 from accounts.audit import audit_record
 from fixtures_review.connections import ConnectionRefused, model_connection_resolve
 from fixtures_review.scenarios import ScenarioRefused, scenario_for_run, scenario_package, scenario_resolve
-from n17q_engine import canonical
 from n17q_engine.agent.entry import run_agent_replay
 from n17q_engine.agent.spec import AgentError
 from n17q_engine.bundle import BundleError
@@ -42,10 +41,9 @@ from n17q_engine.identifiers import replay_run_id_problem
 from n17q_engine.package import VARY_KEYS, PackageError, build_replay, vary_value_problem
 from n17q_engine.replay import ReplayError, ReplayOutput
 from n17q_engine.sandbox import IsolationUnavailable, Limits, SandboxError, run_sandboxed
-from runs.blob_access import run_blob_open
+from runs.bundle_export import BundleExportError, run_bundle
 from runs.importer import run_import_from_path
-from runs.models import Event, Finding, Run, RunBlob
-from runs.retention import run_blob_expiries
+from runs.models import Event, Finding, Run
 from runs.selectors import LINEAGE_FINDINGS_IN_ANSWER
 
 from .models import Replay
@@ -167,32 +165,24 @@ def replay_create(
 
 
 def _source(run: Run) -> tuple[dict[str, Any], bytes, dict[str, bytes], dict[str, dict[str, Any]]]:
-    """The source run as a bundle for the package, and {digest: expiry} for the blobs whose bytes the retention
-    sweep removed: the package carries their digests and says they expired, so the engine can stop precisely
-    where a replay needs them (and a reconstruction can disclose them) instead of the worker failing on a file."""
-    lines = [
-        canonical.canonical_json(body) + b"\n"
-        for body in Event.objects.filter(run=run).order_by("seq").values_list("body", flat=True).iterator(2000)
-    ]
-    blobs: dict[str, bytes] = {}
-    meta: dict[str, Any] = {}
-    gone: list[str] = []
-    for rb in RunBlob.objects.filter(run=run).select_related("blob", "hold"):
-        digest = rb.blob.digest
-        meta[digest] = {"media_type": rb.media_type, "size": rb.blob.size, "role": rb.role, "retention": rb.retention}
-        # The run's own hold decides (per holder): bytes another run keeps, or stored again, are not this run's.
-        handle = run_blob_open(rb)
-        if handle is None:
-            gone.append(digest)  # its hold ended (or the sweep removed it since the query): its record says so below
-            continue
-        with handle:
-            blobs[digest] = handle.read()
-    expiries = run_blob_expiries(run, gone)
-    unexplained = sorted(set(gone) - set(expiries))
-    if unexplained:
-        raise ReplayRefused(f"the blob store does not hold {unexplained[0]}, and no retention record says why")
-    manifest = {"format": "n17q.run-bundle/1", "run": run.manifest_run, "blobs": meta}
-    return manifest, b"".join(lines), blobs, {d: e.as_json() for d, e in expiries.items()}
+    """The source run as a bundle for the package (`runs.bundle_export`, the same reading an export makes), and
+    {digest: expiry} for the blobs whose bytes the retention sweep removed: the package carries their digests and
+    says they expired, so the engine can stop precisely where a replay needs them (and a reconstruction can disclose
+    them) instead of the worker failing on a file."""
+    try:
+        bundle = run_bundle(run)
+        events = b"".join(bundle.event_lines())
+        blobs: dict[str, bytes] = {}
+        for digest, handle in bundle.blobs():
+            with handle:
+                blobs[digest] = handle.read()
+    except BundleExportError as exc:
+        raise ReplayRefused(str(exc)) from None
+    # The package says what expired in replay.json (`expired_blobs`); its source manifest lists the blobs as they
+    # were imported.
+    listed = {d: {k: v for k, v in meta.items() if k != "expired"} for d, meta in bundle.manifest["blobs"].items()}
+    manifest = {**bundle.manifest, "blobs": listed}
+    return manifest, events, blobs, {d: e.as_json() for d, e in bundle.expired.items()}
 
 
 # --- launching -------------------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import logging
 
+from django.http import FileResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.generics import get_object_or_404
@@ -21,6 +23,7 @@ from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_b
 from n17q_engine.bundle import BundleError
 
 from . import selectors
+from .bundle_export import BundleExportError, run_bundle_file
 from .import_formats import runs_import_from_upload
 from .importer import FINDINGS_IN_ANSWER
 from .models import Finding, Run
@@ -272,3 +275,29 @@ class RunFindingsApi(APIView):
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(Finding.objects.filter(run=run).order_by("id"), request, view=self)
         return paginator.get_paginated_response(FindingOutput(page, many=True).data)
+
+
+class RunBundleApi(APIView):
+    """The run as a `.zip` run bundle (`n17q.run-bundle/1`), as `manage.py export_run` writes it."""
+
+    permission_classes = [requires_perm("runs.view_run"), scoped(READ_RUNS)]
+
+    @extend_schema(
+        summary="Export a run as a run bundle (.zip)",
+        description="The run as the console stores it: `manifest.json` (the run as imported, its blobs), "
+        "`events.jsonl` (every event in seq order) and `blobs/sha256/<hex>`; secrets the scan masked stay masked, a "
+        "blob whose bytes retention removed is listed with its deletion record and no bytes, and the manifest's "
+        "`exported` key says so (for a replay, with its scope note). Audited (`run.exported`). 409 with one line "
+        "when the run's bytes changed while it was written.",
+        responses={(200, "application/zip"): OpenApiTypes.BINARY, 409: ErrorOutput},
+        parameters=[RUN_ID],
+    )
+    def get(self, request: Request, run_id: str) -> FileResponse | Response:
+        run = get_object_or_404(Run, run_id=run_id)
+        try:
+            spool, _answer = run_bundle_file(run, actor=request.user, by="api", request=request)
+        except BundleExportError as exc:
+            return Response({"error": str(exc)}, status=status.HTTP_409_CONFLICT)
+        response = FileResponse(spool, as_attachment=True, filename=f"{run.run_id}.zip", content_type="application/zip")
+        response["X-Content-Type-Options"] = "nosniff"
+        return response

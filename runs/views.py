@@ -18,6 +18,7 @@ from n17q_engine.bundle import BundleError
 from . import run_page, selectors
 from .blob_access import run_blob_read
 from .blob_preview import INLINE_IMAGE_TYPES
+from .bundle_export import BundleExportError, run_bundle_file
 from .event_detail import event_detail_build
 from .forms import BundleUploadForm, RunFilterForm
 from .glossary import glossary_entries
@@ -127,6 +128,18 @@ def blob_download(request: HtmxHttpRequest, run_id: str, digest: str) -> HttpRes
     response["X-Content-Type-Options"] = "nosniff"
     # Served bytes are the world's, not ours: even a browser that ignored the type would run nothing.
     response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    return response
+
+
+def run_export(request: HtmxHttpRequest, run_id: str) -> HttpResponse | FileResponse:
+    """The run as a `.zip` run bundle (runs/bundle_export.py), as an attachment; audited."""
+    run = get_object_or_404(Run, run_id=run_id)
+    try:
+        spool, _answer = run_bundle_file(run, actor=request.user, by="web", request=request)
+    except BundleExportError as exc:
+        return HttpResponse(f"{exc}\n", status=409, content_type="text/plain; charset=utf-8")
+    response = FileResponse(spool, as_attachment=True, filename=f"{run.run_id}.zip", content_type="application/zip")
+    response["X-Content-Type-Options"] = "nosniff"
     return response
 
 

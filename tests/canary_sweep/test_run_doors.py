@@ -22,7 +22,7 @@ from runs.models import Run
 from tests import bundles
 from tests.runs.test_api import token_for, upload
 
-from . import spans
+from . import reader, spans
 from .canaries import Canaries
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -104,6 +104,21 @@ def test_bundle_page(sweep, client, role_user, tmp_path):
     response = client.post(reverse("runs:run-import"), {"bundle": upload})
     assert response.status_code == 302 and Run.objects.count() == 1, response.content[:500]
     sweep.check("run bundle (import page)")
+
+
+def test_bundle_export(sweep, client, role_user, tmp_path):
+    # The way out (issue 38, point 5): a run exported as a bundle holds what the console stored, masked; its bytes
+    # are searched as the sweep searches stored files (zip members and every layer inside them opened).
+    answer = import_run(bundle(sweep.canaries, tmp_path))
+    client.force_login(role_user("viewer"))
+    response = client.get(f"/runs/{answer['run']}/export/")
+    assert response.status_code == 200
+    data = b"".join(response.streaming_content)
+    finder = reader.Finder([*sweep.canaries.all])
+    hits = reader.search(finder, "export", "bundle.zip", data)
+    assert [hit.line("run bundle export") for hit in hits] == []
+    assert len(reader.search(finder, "control", "the bundle imported", bundle(sweep.canaries, tmp_path).read_bytes()))
+    sweep.check("run bundle export (web)")
 
 
 # ---------------------------------------------------------------------------------------------- OTLP files
