@@ -24,6 +24,11 @@ CASES = {
     "huge attribute count, JSON": pytest.param(
         "import_run", lambda: hostile.otlp_json_many_attributes(160_000), marks=PART_B
     ),
+    "attributes within the caps, JSON": (
+        "import_run",
+        lambda: hostile.otlp_json_many_attributes(160_000, per_span=10_000),
+    ),
+    "many tiny spans, JSON": ("import_run", lambda: hostile.otlp_json_many_tiny_spans(40_000)),
 }
 
 
