@@ -158,22 +158,14 @@ def _convert_and_import(fh: IO[bytes], size: int | None, *, user: Any, label: st
         # An OTLP file's original is kept by every one of its runs (role source-otlp): scanned here while the
         # worker converts the first run, not on the import's path after it.
         if fmt in ORIGINAL_MEDIA_TYPES and len(data) <= MAX_ORIGINAL_BLOB_BYTES:
-            digest, scanned = secret_scan.scan_blob_ahead(data, ORIGINAL_MEDIA_TYPES[fmt])
+            # An OTLP/JSON original a piece at a time, within the converter's caps (issue 35): whole, its dicts
+            # took this process to 14 times the file.
+            digest, scanned = secret_scan.scan_blob_ahead(data, ORIGINAL_MEDIA_TYPES[fmt], otlp_json=fmt == "otlp-json")
             if scanned is not None:
                 prescanned[digest] = scanned
 
     with tempfile.TemporaryDirectory(prefix="n17q-converting-") as tmp:
-        # A protobuf original is scanned by its texts (n17q_secrets.gate, `otlp_strings`), at the start; a JSON one
-        # is parsed whole by the scan (the storage gate's JSON masking), so only once the converter has read the
-        # file within its caps (issue 35): a file it refuses costs this process nothing more than its bytes.
-        later = fmt == "otlp-json"
-        runs = _converted_by_worker(
-            fmt,
-            data,
-            Path(tmp),
-            while_converting=None if later else scan_original,
-            once_read=scan_original if later else None,
-        )
+        runs = _converted_by_worker(fmt, data, Path(tmp), while_converting=scan_original)
         return _import_prepared(runs, user=user, label=label, made_by=CONVERTER_MAKERS[fmt], prescanned=prescanned)
 
 
@@ -202,19 +194,12 @@ WORKER_SILENCE_S = 600.0
 
 
 def _converted_by_worker(
-    fmt: str,
-    data: bytes,
-    tmp: Path,
-    *,
-    while_converting: Callable[[], None] | None = None,
-    once_read: Callable[[], None] | None = None,
+    fmt: str, data: bytes, tmp: Path, *, while_converting: Callable[[], None] | None = None
 ) -> Iterator[_Prepared]:
     """The file's runs, converted and written by a process of its own (n17q_engine.formats.convert_worker) while the
     caller imports the previous one; after each, the caller's next() tells the worker that run is stored (its
     folder removed), which lets it write one more. ConversionError/BundleError as the converter said them; a worker
-    that dies or hangs is a one-line BundleError, and it is always killed and reaped. `while_converting` is called
-    as soon as the worker is started, `once_read` when it says it has read the whole file within its caps (an OTLP
-    file), so that nothing is spent on a file it refuses."""
+    that dies or hangs is a one-line BundleError, and it is always killed and reaped."""
     source = tmp / "source"
     source.write_bytes(data)
     out = tmp / "runs"
@@ -245,10 +230,6 @@ def _converted_by_worker(
                 message = None
             if not isinstance(message, dict):
                 break
-            if message.get("read"):
-                if once_read is not None:
-                    once_read()
-                continue
             if message.get("done"):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     worker.wait(timeout=10)  # it is exiting: let it (it is killed below if it does not)

@@ -3,9 +3,8 @@
 `python -m n17q_engine.formats.convert_worker FORMAT SOURCE OUTDIR`: converts SOURCE (FORMAT `otlp-protobuf`,
 `otlp-json` or `inspect`) one run at a time, writes each as a bundle folder `OUTDIR/run-<i>` and says so on stdout,
 one JSON line per run: `{"folder", "run_id", "report", "total"}` (total: null when not known ahead); then
-`{"done": true}`. An OTLP file is read whole before its first run is made: `{"read": true}` says it was, and that
-every span was within the reader's caps. A refusal is one line `{"error": <one-line message>, "kind": "conversion" |
-"bundle"}`, exit status 3.
+`{"done": true}`. A refusal is one line `{"error": <one-line message>, "kind": "conversion" | "bundle"}`, exit
+status 3.
 
 Why a process: the conversion is pure Python, and so is the import; in one process they take turns on one core
 while the machine's other core idles. Run by the import door (runs.import_formats), the converter writes run i+1
@@ -91,7 +90,7 @@ def converted_runs(fmt: str, data: bytes) -> Iterable[ConvertedRun]:
     from .otlp import iter_convert_otlp
 
     media = "application/x-protobuf" if fmt == "otlp-protobuf" else "application/json"
-    return iter_convert_otlp(data, content_type=media, on_read=lambda: _say({"read": True}))
+    return iter_convert_otlp(data, content_type=media)
 
 
 def _say(message: dict[str, object]) -> None:

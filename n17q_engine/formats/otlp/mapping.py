@@ -7,7 +7,7 @@ and what no mapping read, counted. The top of the package."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from n17q_engine.bundle import title_problem
@@ -59,15 +59,12 @@ def convert_otlp(body: bytes, *, content_type: str) -> list[ConvertedRun]:
     return list(iter_convert_otlp(body, content_type=content_type))
 
 
-def iter_convert_otlp(
-    body: bytes, *, content_type: str, on_read: Callable[[], None] | None = None
-) -> Iterator[ConvertedRun]:
+def iter_convert_otlp(body: bytes, *, content_type: str) -> Iterator[ConvertedRun]:
     """As `convert_otlp`, one run at a time: a trace's run is built only when the caller asks for it, and the
     trace's spans are let go once it is, so that a caller importing each run before asking for the next holds one
     converted trace at a time, not the whole file's (a 100,000-span file: ~200,000 events). A protobuf file's
     spans are flattened trace by trace too (`flat._proto_traces`); an OTLP/JSON file's are read a span at a time
-    within the caps of `reader` (`flat.flatten_json`). `on_read`: called once the whole file has been read and
-    accepted (every span within the caps), before the first run is made."""
+    within the caps of `reader` (`flat.flatten_json`)."""
     media_name = content_type.split(";", 1)[0].strip().lower()
     protobuf = media_name in ("application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf")
     with _bulk():
@@ -81,8 +78,6 @@ def iter_convert_otlp(
             traces = []
     if not traces:
         raise ConversionError("the OTLP export holds no spans")
-    if on_read is not None:
-        on_read()
     # The original is kept by every run of the file: walked and hashed once, not once per trace.
     kept = len(body) <= MAX_ORIGINAL_BLOB_BYTES
     with _bulk():

@@ -89,7 +89,9 @@ class OtlpJsonReader:
         self._buf_end = 0  # the text offset the window ends at
         self._piece_values = 0  # values the walk has read of the current piece
         self._what = "the export"
-        self._index = [0, -1, -1, -1]  # per level, the index of the item being read in its skeleton list
+        self.index = [0, -1, -1, -1]  # per level, the index of the item being read in its skeleton list
+        # Where the piece just yielded is in the text: a member from its key's quote, a span or an item itself.
+        self.start = self.end = 0
 
     # -- the skeleton
 
@@ -100,6 +102,7 @@ class OtlpJsonReader:
             if text[pos : pos + 1] != "{":
                 value, end = self._piece(pos, 1, "", 0)
                 self._end(end)
+                self.start, self.end = pos, end
                 yield ITEM, 0, None, value  # the caller says what it is instead of an object
                 return
             end = yield from self._object(pos, 0)
@@ -120,12 +123,14 @@ class OtlpJsonReader:
             yield CLOSE, level, None, None
             return pos + 1
         while True:
+            start = pos
             key, pos = self._key(pos)
             if key in names and text[pos : pos + 1] == "[":
                 yield LIST, level, key, None
                 pos = yield from self._array(pos, level + 1)
             else:
                 value, pos = self._piece(pos, level + 1, key[:40], level)
+                self.start, self.end = start, pos
                 yield MEMBER, level, key, value
             pos = self._ws(pos)
             if text[pos : pos + 1] == ",":
@@ -138,7 +143,7 @@ class OtlpJsonReader:
 
     def _array(self, pos: int, level: int) -> Generator[Event, None, int]:
         text = self.text
-        index = self._index
+        index = self.index
         index[level:] = [-1] * (len(index) - level)
         pos = self._ws(pos + 1)
         if text[pos : pos + 1] == "]":
@@ -150,12 +155,16 @@ class OtlpJsonReader:
                 self.spans += 1
                 if self.spans > MAX_SPANS:
                     raise OtlpJsonTooLarge(f"the OTLP JSON holds more than {MAX_SPANS} spans: send it in smaller parts")
+                start = pos
                 value, pos = self._piece(pos, level + 1, "")
+                self.start, self.end = start, pos
                 yield SPAN, level, None, value
             elif text[pos : pos + 1] == "{":
                 pos = yield from self._object(pos, level)
             else:
+                start = pos
                 value, pos = self._piece(pos, level + 1, "")
+                self.start, self.end = start, pos
                 yield ITEM, level, None, value
             pos = self._ws(pos)
             if text[pos : pos + 1] == ",":
@@ -193,7 +202,7 @@ class OtlpJsonReader:
         the skeleton object at `level`, decoded within the caps; a refusal names where it is."""
         self._piece_values = 0
         at = depth - 1 if level is None else level
-        where = ".".join(f"{SKELETON[i][0]}[{self._index[i + 1]}]" for i in range(at))
+        where = ".".join(f"{SKELETON[i][0]}[{self.index[i + 1]}]" for i in range(at))
         if member:
             where = f"{where}.{member}" if where else member
         self._what = where or "the OTLP JSON"
