@@ -220,7 +220,9 @@ class OtlpJsonReader:
         except RecursionError:
             raise self._too_deep(what) from None
         else:
-            if whole or end < len(buf):  # (a number the window ends in may go on past it)
+            # A number cut by the window's end decodes as its beginning (`1500.` as 1500, `2e+` as 2): one that
+            # ends within two characters of it is read again by the walk.
+            if whole or end < len(buf) - (2 if type(value) in (int, float) else 0):
                 if self._piece_values:  # a part of a piece being walked: counted with it
                     self._count(value, depth, what)
                 return value, base + end
@@ -332,13 +334,13 @@ def too_many_items(where: str, what: str) -> OtlpJsonTooLarge:
     return OtlpJsonTooLarge(f"{where} holds more than {MAX_ITEMS} {what}: the most an OTLP export may give one list")
 
 
-def read_whole(text: str) -> Any:
+def read_whole(text: str, *, window: int = WINDOW_CHARS) -> Any:
     """The value `json.loads(text)` gives (duplicate keys: the last value, at the first one's place), read a piece at a
     time by `OtlpJsonReader`, so within its caps: what `decode_otlp` returns whole, and what tests compare."""
     stack: list[dict[str, Any]] = []
     lists: list[list[Any]] = []
     top: Any = None
-    for kind, level, key, value in OtlpJsonReader(text).events():
+    for kind, level, key, value in OtlpJsonReader(text, window=window).events():
         if kind == OPEN:
             obj: dict[str, Any] = {}
             if level:
