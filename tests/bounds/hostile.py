@@ -65,6 +65,18 @@ def otlp_json_long_string(size: int) -> bytes:
     return _request([_span(0, [{"key": "gen_ai.output.messages", "value": {"stringValue": "x" * size}}])])
 
 
+def otlp_json_messages_text(count: int) -> bytes:
+    """A chat span whose `gen_ai.input.messages` (a JSON text, read as JSON by the converter) holds `count` tiny
+    messages: ~15 bytes of text each, an object each once parsed."""
+    messages = json.dumps([{"role": "u"}] * count, separators=(",", ":"))
+    attributes = [
+        {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+        {"key": "gen_ai.request.model", "value": {"stringValue": "m"}},
+        {"key": "gen_ai.input.messages", "value": {"stringValue": messages}},
+    ]
+    return _request([_span(0, attributes)])
+
+
 def otlp_json_many_tiny_spans(count: int) -> bytes:
     return _request([_span(i) for i in range(count)])
 

@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 
 from n17q_engine.formats import ConversionError
-from n17q_engine.formats.otlp import convert_otlp, flat, reader
+from n17q_engine.formats.otlp import conventions, convert_otlp, flat, reader
 from n17q_engine.formats.otlp.flat import flatten_json, flatten_spans
 from n17q_engine.formats.otlp.reader import OtlpJsonInvalid, OtlpJsonTooLarge, read_whole
 from n17q_engine.formats.otlp.wire import _json_resource_spans
@@ -201,3 +201,13 @@ def test_the_file_door_refuses_a_file_past_the_caps_in_one_line():
     with pytest.raises(ConversionError) as caught:
         convert_otlp(body, content_type="application/json")
     assert "more than 10000 items" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_json_text_in_an_attribute_is_read_as_json_only_within_its_value_cap(monkeypatch):
+    """Messages, tool arguments and results are JSON texts the converter parses: past MAX_JSON_TEXT_VALUES values
+    (counted on the text, before parsing) one stays the text it is, not 15 times it in dicts."""
+    monkeypatch.setattr(conventions, "MAX_JSON_TEXT_VALUES", 10)
+    within = json.dumps([{"role": "user", "content": "x" * 40}] * 3)
+    past = json.dumps([{"role": "u"}] * 11)
+    assert conventions._parse_json_text(within) == json.loads(within)
+    assert conventions._parse_json_text(past) == past
