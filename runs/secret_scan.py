@@ -128,18 +128,24 @@ class ScannedBlob:
     media_type: str
     masked: bytes
     found: tuple[dict[str, str], ...]
+    not_storable: str = ""  # why it cannot be stored (gate.NotStorable), when it cannot
 
 
-def scan_blob_ahead(data: bytes, media_type: str) -> tuple[str, ScannedBlob | None]:
+def scan_blob_ahead(data: bytes, media_type: str, *, otlp_json: bool = False) -> tuple[str, ScannedBlob | None]:
     """Scan a blob before the bundle naming it is imported, for `mask_blobs(prescanned=...)`: the import door scans a
     trace file's original while its runs are still being converted (in another process), instead of after. None
-    when it cannot be scanned whole (`mask_blobs` then says what becomes of it)."""
+    when it cannot be scanned whole (`mask_blobs` then says what becomes of it). `otlp_json`: an OTLP/JSON export
+    (an OTLP file's original), scanned a piece at a time (`gate.mask_otlp_json`); one that cannot be is answered
+    with why (`not_storable`), so that `mask_blobs` does not read it whole instead."""
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     found: list[dict[str, str]] = []
     try:
-        masked = _mask_blob_bytes(data, media_type, found)
-    except gate.NotStorable:
-        return digest, None
+        if otlp_json:
+            masked = gate.mask_otlp_json(data, where="blob", findings=found)
+        else:
+            masked = _mask_blob_bytes(data, media_type, found)
+    except gate.NotStorable as exc:
+        return digest, ScannedBlob(media_type, b"", (), not_storable=str(exc)) if otlp_json else None
     return digest, ScannedBlob(media_type, masked, tuple(found))
 
 
@@ -181,6 +187,9 @@ def mask_blobs(
             )
         ahead = prescanned.get(digest) if prescanned else None
         if ahead is not None and ahead.media_type == entries[digest].media_type:
+            if ahead.not_storable:
+                _not_kept(digest, ahead.not_storable, paths, entries, masks, key)
+                continue
             masked, found = ahead.masked, list(ahead.found)
         else:
             found = []

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 import string
 import sys
@@ -237,3 +238,52 @@ def test_a_container_the_gate_cannot_rebuild_masked_is_not_storable():
     cut = gzip.compress(b"a body that was cut short in transit " * 20)[:24]
     with pytest.raises(gate.NotStorable, match="cut short"):
         gate.gate_bytes(cut, media_type="application/gzip", where="original", findings=[])
+
+
+# --- an OTLP/JSON original, a piece at a time (issue 35) ------------------------------------------------------------
+
+
+def _otlp_export(spans: list[dict]) -> dict:
+    half = len(spans) // 2
+    return {"resource_spans": [{"scope_spans": [{"spans": spans[:half]}, {"spans": spans[half:]}]}], "password": "pw1"}
+
+
+def test_an_otlp_json_export_masked_a_piece_at_a_time_is_what_the_whole_documents_scan_gives():
+    """`gate.mask_otlp_json` reads the export by the engine's bounded reader (spans in batches) where `mask_bytes`
+    builds it whole: the same findings at the same paths, the same masked document, across batches, and a value
+    found in one span masked in another where no rule would have found it."""
+    token, bare = github_token(), "Zq8vT3kP9mW2xR7y"
+
+    def span(i: int) -> dict:
+        attributes = [{"key": f"k{j}", "value": {"stringValue": "x" * 100}} for j in range(20)]
+        return {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": f"{i + 1:016x}", "attributes": attributes}
+
+    spans = [span(i) for i in range(3000)]
+    spans[10]["attributes"].append({"key": "note", "value": {"stringValue": f"see {bare}"}})
+    spans[1700]["attributes"].append({"key": "db.password", "value": {"stringValue": "hunter2hunter2"}})
+    spans[2900]["attributes"].append({"key": "auth", "value": {"stringValue": f"token {token}"}})
+    spans[2950]["attributes"].append({"key": "cfg", "value": {"stringValue": f"password={bare}"}})
+    spans[2999]["name"] = json.dumps({"args": {"api_key": "k-" + bare}})
+    data = json.dumps(_otlp_export(spans)).encode()
+    whole: list = []
+    pieces: list = []
+    expected = gate.mask_bytes(data, media_type="application/json", where="blob", findings=whole)
+    masked = gate.mask_otlp_json(data, where="blob", findings=pieces)
+    assert json.loads(masked) == json.loads(expected)
+    assert sorted(map(json.dumps, pieces)) == sorted(map(json.dumps, whole))
+    assert {f["path"] for f in pieces} >= {
+        "blob.resource_spans[0].scope_spans[0].spans[10].attributes[20].value.stringValue",
+        "blob.resource_spans[0].scope_spans[1].spans[1400].attributes[20].value.stringValue",
+        "blob.password",
+    }
+    assert token.encode() not in masked and bare.encode() not in masked
+
+    clean = json.dumps(_otlp_export([span(i) for i in range(50)])).replace('"pw1"', "null").encode()
+    assert gate.mask_otlp_json(clean, where="blob", findings=[]) is clean  # nothing found: the bytes as they were
+
+
+def test_an_otlp_json_export_past_the_readers_caps_is_not_storable():
+    attributes = [{"key": f"k{j}", "value": {"intValue": "1"}} for j in range(10_001)]  # larger than a window
+    data = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"attributes": attributes}]}]}]}).encode()
+    with pytest.raises(gate.NotStorable, match="more than 10000 items"):
+        gate.mask_otlp_json(data, where="blob", findings=[])

@@ -49,13 +49,32 @@ def _request(spans: list[dict[str, Any]]) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def otlp_json_many_attributes(count: int) -> bytes:
-    """One span with `count` tiny integer attributes: ~36 bytes of JSON each, many objects each once parsed."""
-    return _request([_span(0, [{"key": f"k{i}", "value": {"intValue": "1"}} for i in range(count)])])
+def otlp_json_many_attributes(count: int, *, per_span: int | None = None) -> bytes:
+    """`count` tiny integer attributes (~36 bytes of JSON each, many objects each once parsed): one span's, or
+    `per_span` to a span."""
+    per_span = per_span or count
+    return _request(
+        [
+            _span(i, [{"key": f"k{j}", "value": {"intValue": "1"}} for j in range(per_span)])
+            for i in range(-(-count // per_span))
+        ]
+    )
 
 
 def otlp_json_long_string(size: int) -> bytes:
     return _request([_span(0, [{"key": "gen_ai.output.messages", "value": {"stringValue": "x" * size}}])])
+
+
+def otlp_json_messages_text(count: int) -> bytes:
+    """A chat span whose `gen_ai.input.messages` (a JSON text, read as JSON by the converter) holds `count` tiny
+    messages: ~15 bytes of text each, an object each once parsed."""
+    messages = json.dumps([{"role": "u"}] * count, separators=(",", ":"))
+    attributes = [
+        {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+        {"key": "gen_ai.request.model", "value": {"stringValue": "m"}},
+        {"key": "gen_ai.input.messages", "value": {"stringValue": messages}},
+    ]
+    return _request([_span(0, attributes)])
 
 
 def otlp_json_many_tiny_spans(count: int) -> bytes:

@@ -5,6 +5,7 @@ than one run ahead, and it is always reaped. The traces come from the real OpenT
 
 from __future__ import annotations
 
+import json
 import secrets
 import string
 import subprocess
@@ -22,7 +23,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from n17q_engine.bundle import BlobEntry, BundleError, Manifest, verify_blobs
 from runs import import_formats, secret_scan
 from runs.models import Blob, Event, MaskedSecret, Run, RunBlob, blob_storage_name
-from tests.runs.test_import_formats import import_run, refusal
+from tests.bounds import hostile
+from tests.otlp_json import sdk_json
+from tests.runs.test_import_formats import import_run, refusal, stored_blob_files
 
 pytestmark = pytest.mark.django_db
 
@@ -199,3 +202,41 @@ def test_every_run_keeps_the_file_itself_as_its_original_linked_not_written_agai
     answer = import_run(path)
     assert answer["conversion"]["runs"] == 4 and len(seen) == 4
     assert all(blob == source for blob, source in seen), seen
+
+
+def test_an_otlp_json_file_past_the_attribute_cap_is_refused_in_one_line_and_nothing_is_stored(tmp_path, _blob_store):
+    """Issue 35: one span of 10,001 attributes (the receiver's cap, MAX_ITEMS) is refused by the converting process
+    and by the original's secret scan alike, before either builds it."""
+    path = tmp_path / "spans.json"
+    path.write_bytes(hostile.otlp_json_many_attributes(10_001))
+    message = refusal(path)
+    assert "resourceSpans[0].scopeSpans[0].spans[0] holds a list of more than 10000 items" in message
+    assert Run.objects.count() == 0 and stored_blob_files(_blob_store) == set()
+
+
+def test_an_otlp_json_original_is_scanned_a_span_at_a_time_and_kept_masked(tmp_path, workers, monkeypatch):
+    """Issue 35: the JSON original is scanned by the engine's bounded reader (gate.mask_otlp_json), not read whole
+    by the storage gate's JSON masking; what it finds is masked in the kept original as before."""
+    token = "ghp_" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(36))
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "worker-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("n17q-tests")
+    with tracer.start_as_current_span("invoke_agent turn", attributes={"gen_ai.operation.name": "invoke_agent"}):
+        for k in range(3):
+            tracer.start_span("fetch", attributes={"app.note": f"sent {token}" if k == 1 else "nothing"}).end()
+    provider.shutdown()
+    path = tmp_path / "traces.json"
+    path.write_bytes(sdk_json(memory.get_finished_spans()))
+    whole = []
+    real = secret_scan._mask_blob_bytes
+    monkeypatch.setattr(secret_scan, "_mask_blob_bytes", lambda raw, *a: whole.append(len(raw)) or real(raw, *a))
+
+    import_run(path)
+    assert path.stat().st_size not in whole  # the original: never read whole
+    [original] = RunBlob.objects.filter(role="source-otlp").values_list("blob__digest", flat=True)
+    with storages["blobs"].open(blob_storage_name(original), "rb") as fh:
+        kept = fh.read()
+    assert token[4:12].encode() not in kept and json.loads(kept)["resourceSpans"]
+    [found] = MaskedSecret.objects.filter(place="blob", rule="github-pat", path__contains=original)
+    assert found.path.endswith(".resourceSpans[0].scopeSpans[0].spans[1].attributes[0].value.stringValue")

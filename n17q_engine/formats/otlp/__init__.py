@@ -32,8 +32,11 @@ contract "the OTLP format's modules" holds them to it):
 - `sources`: where each span sits in a protobuf original (the fast field walk, `span_byte_ranges`) and a span read
   back from there or from a source-trace blob; `scan`: the texts of a protobuf original for the secret scan
   (`otlp_strings`).
-- `flat`: flat spans (`flatten_spans`, the direct protobuf path `flatten_protobuf`, `iter_traces`).
+- `flat`: flat spans (`flatten_spans`, the direct protobuf path `flatten_protobuf`, the bounded JSON path
+  `flatten_json`, `iter_traces`).
 - `wire`: decoding the body (`decode_otlp`), recognising an OTLP file (`looks_like_otlp`).
+- `reader`: OTLP/JSON read a piece at a time within caps (`OtlpJsonReader`, issue 35): what `flat.flatten_json`,
+  `decode_otlp` and the storage gate's scan of a JSON original read.
 - `text`: text forms every step shares.
 
 This module re-exports the names code outside the package uses.
@@ -138,7 +141,7 @@ from .conventions import (
     TOOL_OPERATIONS,
 )
 from .events import INLINE_PAYLOAD_BYTES, MAX_TEXT_CHARS
-from .flat import _flat_from_proto, flatten_protobuf, flatten_spans, iter_traces
+from .flat import _flat_from_proto, flatten_json, flatten_protobuf, flatten_spans, iter_traces
 from .mapping import MAX_ORIGINAL_BLOB_BYTES, SOURCE_CHUNK_BYTES, convert_otlp, convert_trace, iter_convert_otlp
 from .scan import otlp_strings
 from .sources import (
@@ -155,6 +158,7 @@ __all__ = [
     "convert_otlp",
     "convert_trace",
     "decode_otlp",
+    "flatten_json",
     "flatten_protobuf",
     "flatten_spans",
     "iter_convert_otlp",

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from n17q_engine import vocabulary as v
+from n17q_engine.json_values import json_values_bound
 
 from .. import ConversionError
 from .text import _scalar_text
@@ -227,10 +228,19 @@ def _field_value(value: Any, spec: v.Field | None, where: str) -> Any:
     return value
 
 
+# A JSON text an attribute holds (messages, tool arguments and results) is read as JSON up to this many values, counted
+# on its text before it is parsed (`json_values_bound`); past it, it stays the text it is. Issue 35: 6.8 MB of
+# `[{"role":"u"},...]` in one attribute took the converting process to 260 MB once parsed; this many are ~20 MB.
+MAX_JSON_TEXT_VALUES = 100_000
+
+
 def _parse_json_text(value: str) -> Any:
-    """A JSON string as its value, or the string itself when it is not JSON."""
+    """A JSON string as its value, or the string itself when it is not JSON (or holds more than
+    MAX_JSON_TEXT_VALUES values)."""
     stripped = value.lstrip()
     if stripped[:1] in ("{", "[", '"') or stripped in ("true", "false", "null") or stripped[:1].isdigit():
+        if len(value) > MAX_JSON_TEXT_VALUES and json_values_bound(value, MAX_JSON_TEXT_VALUES) > MAX_JSON_TEXT_VALUES:
+            return value
         try:
             return json.loads(value)
         except (ValueError, RecursionError):

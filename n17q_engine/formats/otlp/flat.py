@@ -12,6 +12,7 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from .. import ConversionError
+from .reader import ITEM, LIST, MAX_ITEMS, MEMBER, OPEN, SKELETON, SPAN, WINDOW_CHARS, OtlpJsonReader, too_many_items
 from .text import _storable
 from .wire import (
     _SPAN_KIND_NAMES,
@@ -184,6 +185,74 @@ def _proto_value(value: Any, depth: int) -> Any:
     return None
 
 
+# ---- OTLP/JSON -> flat spans a span at a time (convert_otlp's path: the whole document is never built)
+
+
+def flatten_json(text: str, *, window: int = WINDOW_CHARS) -> list[dict[str, Any]]:
+    """`flatten_spans(decode_otlp(body, content_type=JSON_TYPE))`, the same flat spans (tests compare them), read from
+    the text a span at a time within the caps of `reader`: only the flat spans are kept, never the document's dicts.
+    ConversionError (one line) for a text that is not OTLP/JSON or is past a cap."""
+    with _bulk():
+        return _flatten_json(text, window)
+
+
+def _flatten_json(text: str, window: int) -> list[dict[str, Any]]:
+    flat: list[dict[str, Any]] = []
+    found = False  # a resourceSpans list (the last one named counts, as json.loads keeps the last)
+    # Per level (0 the export, 1 a resourceSpans item, 2 a scopeSpans item, 3 a span): the index of the open
+    # object (or item) in its list, and where the open object's spans begin in `flat` (a list named again in
+    # one object starts over, as the last of a key counts in json.loads).
+    index = [0, -1, -1, -1]
+    starts = [0, 0, 0]
+    resource: dict[str, Any] = {}
+    scope: dict[str, Any] = {}
+    for kind, level, key, value in OtlpJsonReader(text, window=window).events():
+        if kind == SPAN:
+            index[3] += 1
+            where = f"{_at(2, index)}.spans[{index[3]}]"
+            flat.append(_flat_span(_camel(_obj(value, where)), resource, scope, where))
+        elif kind == OPEN:
+            starts[level] = len(flat)
+            if level:
+                index[level] += 1
+                if level == 1:
+                    resource = {}  # filled when its `resource` member is read, before or after its spans
+                else:
+                    scope = {"name": "", "version": "", "attributes": {}}
+        elif kind == LIST or (kind == MEMBER and key in SKELETON[level]):
+            if kind == MEMBER and (level or value is not None):  # not a list: refused, as decode_otlp refuses it
+                _list(value, f"{_at(level, index)}.{SKELETON[level][0]}".lstrip("."))
+            if level == 0:
+                found = kind == LIST
+            del flat[starts[level] :]
+            index[level + 1] = -1
+        elif kind == MEMBER and key == ("resource" if level == 1 else "scope" if level == 2 else None):
+            where = _at(level, index)
+            if level == 1:
+                resource.clear()
+                resource.update(_attributes(_obj(value, f"{where}.resource").get("attributes"), where))
+            else:
+                raw = _obj(value, f"{where}.scope")
+                scope.update(
+                    name=_text(raw.get("name")),
+                    version=_text(raw.get("version")),
+                    attributes=_attributes(raw.get("attributes"), f"{where}.scope"),
+                )
+        elif kind == ITEM:  # an item of a skeleton list that is not an object
+            if level == 0:
+                raise ConversionError(f"the OTLP JSON is a {_json_type(value)}, not an object with resourceSpans")
+            index[level] += 1
+            raise ConversionError(f"{_at(level, index)} must be an object, got {_json_type(value)}")
+    if not found:
+        raise ConversionError("the OTLP JSON has no resourceSpans (not an OTLP trace export)")
+    return flat
+
+
+def _at(level: int, index: list[int]) -> str:
+    """Where the open object at `level` is: `resourceSpans[r]`, `resourceSpans[r].scopeSpans[s]`."""
+    return ".".join(f"{SKELETON[i][0]}[{index[i + 1]}]" for i in range(level))
+
+
 # ------------------------------------------------------------------------------------------------------ flattening
 
 
@@ -256,7 +325,9 @@ def _flat_span(span: dict[str, Any], resource: dict[str, Any], scope: dict[str, 
     }
     events = span.get("events")
     if events:
-        for j, event in enumerate(_list(events, f"{where}.events")):
+        if len(_list(events, f"{where}.events")) > MAX_ITEMS:
+            raise too_many_items(where, "events")
+        for j, event in enumerate(events):
             event = _camel(_obj(event, f"{where}.events[{j}]"))
             out["events"].append(
                 {
@@ -267,7 +338,9 @@ def _flat_span(span: dict[str, Any], resource: dict[str, Any], scope: dict[str, 
             )
     links = span.get("links")
     if links:
-        for j, link in enumerate(_list(links, f"{where}.links")):
+        if len(_list(links, f"{where}.links")) > MAX_ITEMS:
+            raise too_many_items(where, "links")
+        for j, link in enumerate(links):
             link = _camel(_obj(link, f"{where}.links[{j}]"))
             out["links"].append(
                 {
@@ -331,6 +404,8 @@ def _attributes(kvs: Any, where: str) -> dict[str, Any]:
         return {}
     if not isinstance(kvs, list):
         raise ConversionError(f"{where}.attributes must be a list of {{key, value}}, got {_json_type(kvs)}")
+    if len(kvs) > MAX_ITEMS:
+        raise too_many_items(where or "the resource", "attributes")
     out: dict[str, Any] = {}
     for kv in kvs:
         if not isinstance(kv, dict):
@@ -386,9 +461,13 @@ def _any_value(value: Any, where: str, depth: int) -> Any:
         raise ConversionError(f"{where} is nested deeper than {MAX_ANY_DEPTH} levels")
     if key in ("arrayValue", "array_value"):
         items = _obj(inner, f"{where}.arrayValue").get("values") or []
+        if len(_list(items, f"{where}.values")) > MAX_ITEMS:
+            raise too_many_items(where, "values")
         return [_any_value(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(_list(items, f"{where}.values"))]
     if key in ("kvlistValue", "kvlist_value"):
         items = _obj(inner, f"{where}.kvlistValue").get("values") or []
+        if len(_list(items, f"{where}.values")) > MAX_ITEMS:
+            raise too_many_items(where, "values")
         out: dict[str, Any] = {}
         for kv in _list(items, f"{where}.values"):
             kv = _obj(kv, f"{where}.values[]")

@@ -35,11 +35,11 @@ from .conventions import (
     _usage,
 )
 from .events import MAX_TEXT_CHARS, _Span
-from .flat import _flat_proto_spans, _proto_traces, flatten_spans, iter_traces
+from .flat import _flat_proto_spans, _proto_traces, flatten_json, iter_traces
 from .sources import SpanBytes, byte_range_text, span_byte_ranges
 from .spans import _SpanMapper
 from .text import _iso, _one_line, _scalar_text, _str_or_none
-from .wire import JSON_TYPE, PROTOBUF, _bulk, _parse_proto, decode_otlp
+from .wire import JSON_TYPE, PROTOBUF, _bulk, _json_text, _parse_proto, decode_otlp
 
 # The original file is kept as a blob only up to the size the importer's secret scan reads whole
 # (runs/secret_scan.py MAX_SCANNED_BLOB_BYTES); a larger one is still converted, its spans kept in the
@@ -63,15 +63,19 @@ def iter_convert_otlp(body: bytes, *, content_type: str) -> Iterator[ConvertedRu
     """As `convert_otlp`, one run at a time: a trace's run is built only when the caller asks for it, and the
     trace's spans are let go once it is, so that a caller importing each run before asking for the next holds one
     converted trace at a time, not the whole file's (a 100,000-span file: ~200,000 events). A protobuf file's
-    spans are flattened trace by trace too (`flat._proto_traces`)."""
+    spans are flattened trace by trace too (`flat._proto_traces`); an OTLP/JSON file's are read a span at a time
+    within the caps of `reader` (`flat.flatten_json`)."""
     media_name = content_type.split(";", 1)[0].strip().lower()
     protobuf = media_name in ("application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf")
     with _bulk():
         if protobuf:
             request = _parse_proto(body)
             traces: list[list[Any]] = list(_proto_traces(request).values())
+        elif media_name == "application/json" or media_name.endswith("+json"):
+            traces = list(iter_traces(flatten_json(_json_text(body))))  # a span at a time (`reader`)
         else:
-            traces = list(iter_traces(flatten_spans(decode_otlp(body, content_type=content_type))))
+            decode_otlp(body, content_type=content_type)  # its refusal of the content type
+            traces = []
     if not traces:
         raise ConversionError("the OTLP export holds no spans")
     # The original is kept by every run of the file: walked and hashed once, not once per trace.

@@ -1,0 +1,366 @@
+"""OTLP/JSON read a piece at a time within caps (issue 35): the request's skeleton (`resourceSpans` -> `scopeSpans` ->
+`spans`) walked over the text, each span and every other member decoded alone, none of them ever built past a bound.
+
+Why: `json.loads` of a whole export builds every object at once, and a JSON object costs 50-200 bytes of Python
+whatever its text costs: a 6 MB span of 160,000 tiny attributes took the converting process to 15 times its size.
+Reading span by span is not enough on its own (that one span is the whole file), so each piece is decoded by the
+json module's C scanner (`raw_decode`, the one `json.loads` uses: numbers, escapes, NaN and error messages as
+before) over a window of WINDOW_CHARS characters of the text: whatever those hold, their objects are a few MiB.
+A piece that does not fit its window (a large span) is walked instead, member by member and item by item, each
+decoded the same way, with its lists, strings, nesting and values counted against the caps as they are read, so it
+is refused at the cap, not after it was built.
+
+`OtlpJsonReader(text).events()` yields what it reads, in the text's order, as (kind, level, key, value):
+
+- (OPEN, level, None, None) / (CLOSE, level, None, None): an object of the skeleton begins / ends (level 0 the
+  request, 1 a resourceSpans item, 2 a scopeSpans item);
+- (LIST, level, key, None): the object at `level` names its skeleton list (`resourceSpans`, `scopeSpans`, `spans`,
+  or a snake_case name) as `key`; its items follow (a list given twice: the second LIST starts it again);
+- (MEMBER, level, key, value): any other member of the object at `level`, decoded (a skeleton name whose value is
+  not a list comes here too, as json.loads would give it);
+- (SPAN, 3, None, value): a span (any JSON value: the caller checks its shape);
+- (ITEM, level, None, value): an item of a skeleton list that is not an object (level: the list's items' level).
+
+Refusals are one line: `OtlpJsonTooLarge` past a cap (the receiver's 413), `OtlpJsonInvalid` for text that is not
+JSON or too deeply nested (400); both are ConversionErrors, so the file doors say them as they say any other.
+
+The same caps as the OTLP receiver's (otlp_receiver/wire.py): MAX_SPANS per export, MAX_ITEMS per list (attributes,
+events, links, values: the walk counts them; the flattening counts those of pieces decoded whole), MAX_STRING_CHARS
+per string, MAX_DEPTH of nesting, and MAX_PIECE_VALUES per span, resource or scope, which bounds the one large span
+the walk assembles.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Generator
+from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner json.loads uses
+from typing import Any
+
+from n17q_engine.budget import checkpoint
+
+from .. import ConversionError
+
+MAX_SPANS = 100_000  # per export; an SDK's batch is 512, the file budget's file 100,000
+MAX_ITEMS = 10_000  # per list: attributes of a span, a resource, a scope, an event or a link; events; links; values
+MAX_STRING_CHARS = 8 * 1024 * 1024  # a key or a string value
+MAX_DEPTH = 140  # JSON nesting: an attribute value 32 deep (the converter's MAX_ANY_DEPTH) is 136
+# JSON values (objects, lists, strings, numbers...) in one span, resource or scope read by the walk: a span of
+# 10,000 attributes is about 50,000; this many tiny ones are some 30 MiB of dicts.
+MAX_PIECE_VALUES = 250_000
+# The characters a piece is decoded over at once. Their objects are at most ~30 bytes a character (`[],` is three
+# characters and a 56-byte list): 2 x 64 Ki characters are ~4 MiB, whatever the text.
+WINDOW_CHARS = 64 * 1024
+
+OPEN, CLOSE, LIST, MEMBER, SPAN, ITEM = "open", "close", "list", "member", "span", "item"
+SKELETON = (("resourceSpans", "resource_spans"), ("scopeSpans", "scope_spans"), ("spans",))
+SPAN_LEVEL = len(SKELETON)
+
+Event = tuple[str, int, str | None, Any]
+
+_WS = re.compile(r"[ \t\n\r]*")
+# A number or a literal as the json module reads them (json.scanner's NUMBER_RE, and its constants).
+_SCALAR = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null|NaN|-?Infinity")
+_DECODER = json.JSONDecoder()
+
+
+class OtlpJsonTooLarge(ConversionError):
+    """Past a cap (the receiver answers 413)."""
+
+
+class OtlpJsonInvalid(ConversionError):
+    """Not JSON, or nested past MAX_DEPTH (the receiver answers 400)."""
+
+
+def json_error(exc: json.JSONDecodeError) -> OtlpJsonInvalid:
+    return OtlpJsonInvalid(f"the OTLP JSON does not parse ({exc.msg} at line {exc.lineno} column {exc.colno})")
+
+
+class OtlpJsonReader:
+    """One OTLP/JSON export's text, read by `events()` (once)."""
+
+    def __init__(self, text: str, *, window: int = WINDOW_CHARS) -> None:
+        self.text = text
+        self.spans = 0
+        self._window = window
+        self._base = 0
+        self._buf = ""
+        self._buf_end = 0  # the text offset the window ends at
+        self._piece_values = 0  # values the walk has read of the current piece
+        self._what = "the export"
+        self.index = [0, -1, -1, -1]  # per level, the index of the item being read in its skeleton list
+        # Where the piece just yielded is in the text: a member from its key's quote, a span or an item itself.
+        self.start = self.end = 0
+
+    # -- the skeleton
+
+    def events(self) -> Generator[Event, None, None]:
+        text = self.text
+        try:
+            pos = self._ws(0)
+            if text[pos : pos + 1] != "{":
+                value, end = self._piece(pos, 1, "", 0)
+                self._end(end)
+                self.start, self.end = pos, end
+                yield ITEM, 0, None, value  # the caller says what it is instead of an object
+                return
+            end = yield from self._object(pos, 0)
+            self._end(end)
+        except json.JSONDecodeError as exc:
+            raise json_error(exc) from None
+        except ConversionError:
+            raise
+        except ValueError as exc:  # what json.loads raises past its own limits (a number of 5,000 digits)
+            raise OtlpJsonInvalid(f"the OTLP JSON does not parse ({' '.join(str(exc).split())[:200]})") from None
+
+    def _object(self, pos: int, level: int) -> Generator[Event, None, int]:
+        text = self.text
+        names = SKELETON[level]
+        yield OPEN, level, None, None
+        pos = self._ws(pos + 1)
+        if text[pos : pos + 1] == "}":
+            yield CLOSE, level, None, None
+            return pos + 1
+        while True:
+            start = pos
+            key, pos = self._key(pos)
+            if key in names and text[pos : pos + 1] == "[":
+                yield LIST, level, key, None
+                pos = yield from self._array(pos, level + 1)
+            else:
+                value, pos = self._piece(pos, level + 1, key[:40], level)
+                self.start, self.end = start, pos
+                yield MEMBER, level, key, value
+            pos = self._ws(pos)
+            if text[pos : pos + 1] == ",":
+                pos = self._ws(pos + 1)
+                continue
+            if text[pos : pos + 1] == "}":
+                yield CLOSE, level, None, None
+                return pos + 1
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+
+    def _array(self, pos: int, level: int) -> Generator[Event, None, int]:
+        text = self.text
+        index = self.index
+        index[level:] = [-1] * (len(index) - level)
+        pos = self._ws(pos + 1)
+        if text[pos : pos + 1] == "]":
+            return pos + 1
+        while True:
+            index[level] += 1
+            if level == SPAN_LEVEL:
+                checkpoint()  # a request's budget (n17q_engine.budget), once per span
+                self.spans += 1
+                if self.spans > MAX_SPANS:
+                    raise OtlpJsonTooLarge(f"the OTLP JSON holds more than {MAX_SPANS} spans: send it in smaller parts")
+                start = pos
+                value, pos = self._piece(pos, level + 1, "")
+                self.start, self.end = start, pos
+                yield SPAN, level, None, value
+            elif text[pos : pos + 1] == "{":
+                pos = yield from self._object(pos, level)
+            else:
+                start = pos
+                value, pos = self._piece(pos, level + 1, "")
+                self.start, self.end = start, pos
+                yield ITEM, level, None, value
+            pos = self._ws(pos)
+            if text[pos : pos + 1] == ",":
+                pos = self._ws(pos + 1)
+                continue
+            if text[pos : pos + 1] == "]":
+                return pos + 1
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+
+    def _key(self, pos: int) -> tuple[str, int]:
+        text = self.text
+        if text[pos : pos + 1] != '"':
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
+        key, pos = scanstring(text, pos + 1)
+        if len(key) > MAX_STRING_CHARS:
+            raise OtlpJsonTooLarge(f"the OTLP JSON holds a key of more than {MAX_STRING_CHARS} characters")
+        pos = self._ws(pos)
+        if text[pos : pos + 1] != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+        return key, self._ws(pos + 1)
+
+    def _ws(self, pos: int) -> int:
+        match = _WS.match(self.text, pos)
+        return match.end() if match else pos
+
+    def _end(self, pos: int) -> None:
+        pos = self._ws(pos)
+        if pos != len(self.text):
+            raise json.JSONDecodeError("Extra data", self.text, pos)
+
+    # -- one piece (a span, a resource, a member), bounded
+
+    def _piece(self, pos: int, depth: int, member: str, level: int | None = None) -> tuple[Any, int]:
+        """A span or an item of a skeleton list (`level` None: its path is the indices being read), or a `member` of
+        the skeleton object at `level`, decoded within the caps; a refusal names where it is."""
+        self._piece_values = 0
+        at = depth - 1 if level is None else level
+        where = ".".join(f"{SKELETON[i][0]}[{self.index[i + 1]}]" for i in range(at))
+        if member:
+            where = f"{where}.{member}" if where else member
+        self._what = where or "the OTLP JSON"
+        return self._value(pos, depth, self._what)
+
+    def _value(self, pos: int, depth: int, what: str) -> tuple[Any, int]:
+        """The JSON value at `pos` and where it ends: decoded whole when it ends within the window, else walked."""
+        buf, base = self._window_at(pos)
+        whole = self._buf_end == len(self.text)
+        try:
+            value, end = _DECODER.raw_decode(buf, pos - base)
+        except json.JSONDecodeError as exc:
+            if whole:  # the window holds the rest of the text: the error is the text's
+                raise json.JSONDecodeError(exc.msg, self.text, base + exc.pos) from None
+        except RecursionError:
+            raise self._too_deep(what) from None
+        else:
+            # A number cut by the window's end decodes as its beginning (`1500.` as 1500, `2e+` as 2): one that
+            # ends within two characters of it is read again by the walk.
+            if whole or end < len(buf) - (2 if type(value) in (int, float) else 0):
+                if self._piece_values:  # a part of a piece being walked: counted with it
+                    self._count(value, depth, what)
+                return value, base + end
+        return self._walk(pos, depth, what)
+
+    def _window_at(self, pos: int) -> tuple[str, int]:
+        """The text from `pos` on, at least `window` characters of it (or all that is left): a slice of twice that,
+        taken again only when `pos` has moved half of it on, so the text is copied about twice in all."""
+        if not (self._base <= pos and (pos + self._window <= self._buf_end or self._buf_end == len(self.text))):
+            self._base = pos
+            self._buf = self.text[pos : pos + 2 * self._window]
+            self._buf_end = pos + len(self._buf)
+        return self._buf, self._base
+
+    def _walk(self, pos: int, depth: int, what: str) -> tuple[Any, int]:
+        """A value larger than the window: an object member by member, a list item by item, each counted as read."""
+        if depth > MAX_DEPTH:
+            raise self._too_deep(what)
+        text = self.text
+        first = text[pos : pos + 1]
+        self._tally(1, what)
+        if first == '"':
+            value, end = scanstring(text, pos + 1)
+            if len(value) > MAX_STRING_CHARS:
+                raise OtlpJsonTooLarge(f"{what} holds a string of more than {MAX_STRING_CHARS} characters")
+            return value, end
+        if first == "{":
+            out: dict[str, Any] = {}
+            pos = self._ws(pos + 1)
+            if text[pos : pos + 1] == "}":
+                return out, pos + 1
+            while True:
+                key, pos = self._key(pos)
+                out[key], pos = self._value(pos, depth + 1, what)
+                pos = self._ws(pos)
+                if text[pos : pos + 1] == ",":
+                    pos = self._ws(pos + 1)
+                    continue
+                if text[pos : pos + 1] == "}":
+                    return out, pos + 1
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+        if first == "[":
+            items: list[Any] = []
+            pos = self._ws(pos + 1)
+            if text[pos : pos + 1] == "]":
+                return items, pos + 1
+            while True:
+                if len(items) == MAX_ITEMS:
+                    raise self._too_many(what)
+                item, pos = self._value(pos, depth + 1, what)
+                items.append(item)
+                pos = self._ws(pos)
+                if text[pos : pos + 1] == ",":
+                    pos = self._ws(pos + 1)
+                    continue
+                if text[pos : pos + 1] == "]":
+                    return items, pos + 1
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+        match = _SCALAR.match(text, pos)
+        if match is None:
+            raise json.JSONDecodeError("Expecting value", text, pos)
+        try:
+            value, _end = _DECODER.raw_decode(match.group())
+        except json.JSONDecodeError as exc:
+            raise json.JSONDecodeError(exc.msg, text, pos + exc.pos) from None
+        return value, match.end()
+
+    def _count(self, value: Any, depth: int, what: str) -> None:
+        """The caps over a part of a walked piece that was decoded whole: nesting, list lengths, and its values."""
+        values = 0
+        stack: list[tuple[Any, int]] = [(value, depth)]
+        while stack:
+            item, level = stack.pop()
+            values += 1
+            if isinstance(item, dict):
+                if level > MAX_DEPTH:
+                    raise self._too_deep(what)
+                values += len(item)  # the keys
+                stack.extend((inner, level + 1) for inner in item.values())
+            elif isinstance(item, list):
+                if len(item) > MAX_ITEMS:
+                    raise self._too_many(what)
+                if level > MAX_DEPTH:
+                    raise self._too_deep(what)
+                stack.extend((inner, level + 1) for inner in item)
+        self._tally(values, what)
+
+    def _tally(self, values: int, what: str) -> None:
+        self._piece_values += values
+        if self._piece_values > MAX_PIECE_VALUES:
+            raise OtlpJsonTooLarge(
+                f"{self._what} holds more than {MAX_PIECE_VALUES} JSON values (attributes, events, links and their "
+                "values): send it in smaller parts"
+            )
+
+    @staticmethod
+    def _too_many(what: str) -> OtlpJsonTooLarge:
+        return OtlpJsonTooLarge(
+            f"{what} holds a list of more than {MAX_ITEMS} items (attributes, events, links or values)"
+        )
+
+    @staticmethod
+    def _too_deep(what: str) -> OtlpJsonInvalid:
+        return OtlpJsonInvalid(f"the OTLP JSON is nested more than {MAX_DEPTH} levels deep (in {what})")
+
+
+def too_many_items(where: str, what: str) -> OtlpJsonTooLarge:
+    """The refusal of a list past MAX_ITEMS that the flattening found (a piece small enough to be decoded whole)."""
+    return OtlpJsonTooLarge(f"{where} holds more than {MAX_ITEMS} {what}: the most an OTLP export may give one list")
+
+
+def read_whole(text: str, *, window: int = WINDOW_CHARS) -> Any:
+    """The value `json.loads(text)` gives (duplicate keys: the last value, at the first one's place), read a piece at a
+    time by `OtlpJsonReader`, so within its caps: what `decode_otlp` returns whole, and what tests compare."""
+    stack: list[dict[str, Any]] = []
+    lists: list[list[Any]] = []
+    top: Any = None
+    for kind, level, key, value in OtlpJsonReader(text, window=window).events():
+        if kind == OPEN:
+            obj: dict[str, Any] = {}
+            if level:
+                lists[level - 1].append(obj)
+            else:
+                top = obj
+            stack.append(obj)
+        elif kind == CLOSE:
+            stack.pop()
+            del lists[level:]
+        elif kind == LIST:
+            del lists[level:]
+            items: list[Any] = []
+            stack[level][key] = items  # type: ignore[index]
+            lists.append(items)
+        elif kind == MEMBER:
+            del lists[level:]
+            stack[level][key] = value  # type: ignore[index]
+        elif level == 0:  # an export that is not an object
+            top = value
+        else:
+            lists[level - 1].append(value)
+    return top
