@@ -71,6 +71,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("n17q_engine/package.py", "path-write"): "a scenario package the operator exports (export_package) from stored,"
     " gated rows to a path of theirs, or the demo's own scenarios",
     ("n17q_engine/package.py", "file-copy"): "the same package as a .zip or .tar.gz (export_package)",
+    ("runs/bundle_export.py", "open-write"): "a run exported as a bundle (export_run, the run page, the API) from "
+    "stored, gated rows and blobs read through runs.blob_access, to the operator's file or the response",
+    ("runs/bundle_export.py", "file-copy"): "the same export's .zip (runs.bundle_export.run_bundle_zip)",
     ("n17q_engine/replay/output.py", "path-write"): "a replay's output bundle, imported next through the run "
     "importer's scan (the gate) from " + _TEMP,
     ("n17q_engine/formats/__init__.py", "path-write"): "a converted bundle, imported next through the run importer's "
