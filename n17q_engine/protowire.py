@@ -3,9 +3,10 @@ field of a message sits, found from its bytes alone. Shared by the OTLP file doo
 each span of a protobuf original sits) and the OTLP/HTTP receiver (otlp_receiver/wire.py: a request split by trace
 and checked against its caps a piece at a time, never parsed whole).
 
-`fields` steps over a message exactly as upb (the protobuf runtime the console uses) reads one: the same tags,
-lengths, varints and groups are refused, so a walk that succeeds over bytes upb refuses is impossible except inside
-the values it does not open (the caller hands each value to upb, which refuses it then)."""
+`fields` steps over a message's own layer as upb (the protobuf runtime the console uses) reads it: it refuses exactly
+the tags, lengths, varints and groups upb refuses and finds the same field boundaries; what is inside a
+length-delimited value it does not open (the caller hands it to upb). `length_delimited`, the file door's older and
+faster walk, refuses groups too (its caller then falls back)."""
 
 from __future__ import annotations
 

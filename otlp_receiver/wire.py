@@ -163,6 +163,7 @@ class _JsonReader:
         self.budget = _COST_PER_BYTE * size + _COST_SLACK - max(0, sys.getsizeof(text) - size)
         self.cost = 0
         self.last_span = 0  # the last span's length: how much of the text to decode the next one from
+        self.ledger = _Ledger(size)
 
     # -- the skeleton: each ResourceSpans and ScopeSpans read into a _Resource and a _Scope (their other members
     # parsed as a message of their own), each span parsed alone, as protobuf bytes, into its scope
@@ -181,7 +182,7 @@ class _JsonReader:
         return resources
 
     def _resource_spans(self, pos: int, resources: list[_Resource]) -> int:
-        resource = _Resource()
+        resource = _Resource(self.ledger)
         message = ResourceSpans()
         pos = self._object(pos, message, _SCOPE_SPANS, resource.scopes, self._scope_spans)
         resource.head = message.SerializeToString()
@@ -190,7 +191,7 @@ class _JsonReader:
         return pos
 
     def _scope_spans(self, pos: int, scopes: list[_Scope]) -> int:
-        scope = _Scope(ordered=self.ordered)
+        scope = _Scope(self.ledger, ordered=self.ordered)
         message = ScopeSpans()
         pos = self._object(pos, message, _SPANS, scope, self._span)
         scope.head = message.SerializeToString()
@@ -676,7 +677,7 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceBatch:
     """The spans of one trace in one request: an ExportTraceServiceRequest of their own, as protobuf bytes."""
 
@@ -739,6 +740,12 @@ def split_by_trace(request: ExportTraceServiceRequest) -> SplitRequest:
 # one list or past what its size allows (_PB_MESSAGE_COST a message), before upb builds it.
 
 _CHUNK = 64 * 1024
+# What a split keeps of each scope, resource, and trace in a scope (with its batch), estimated from tracemalloc
+# (100,000 one-span scopes of one trace: 756 bytes each; ResourceSpans of one such scope: 864; one-span traces in one
+# scope: 827), and how many times the body it may come to: an SDK's batch of 512 one-span traces comes to 3 times.
+_KEEP_SCOPE, _KEEP_RESOURCE, _KEEP_ENTRY = 400, 200, 800
+_KEEP_PER_BYTE = 4
+_KEEP_SLACK = 4 << 20
 _PB_MESSAGE_COST = 50  # upb's form of an empty message, measured
 _PB_COST_PER_BYTE = 4
 _PB_COST_SLACK = 8 << 20
@@ -750,48 +757,69 @@ def _frame(key: int, content: bytes) -> bytes:
     return bytes((key,)) + _varint(len(content)) + content
 
 
+class _Ledger:
+    """What a split keeps beside the spans' bytes (each scope, resource, and trace's entry in a scope), estimated
+    from what they measured, and refused past _KEEP_PER_BYTE times the body (+ _KEEP_SLACK): a protobuf body of
+    100,000 scopes of one span each held 33 times its size in them."""
+
+    __slots__ = ("budget", "kept")
+
+    def __init__(self, size: int) -> None:
+        self.budget = _KEEP_PER_BYTE * size + _KEEP_SLACK
+        self.kept = 0
+
+    def charge(self, cost: int) -> None:
+        self.kept += cost
+        if self.kept > self.budget:
+            raise _TooMuch("it holds more resources, scopes and traces than its size allows")
+
+
 class _Scope:
-    """One ScopeSpans of a request: its fields but its spans (`head`, protobuf), and its valid spans by trace (the
-    pieces of protobuf each trace's payload is made of, and how many), with what the split says of the others."""
+    """One ScopeSpans of a request: its fields but its spans (`head`, protobuf), and its valid spans by trace
+    (`traces`: [how many, the root's (ended, name) or None, then the pieces of protobuf the trace's payload is made of:
+    (start, end) in the body, flat, or bytes]), with what the split says of the others."""
 
-    __slots__ = ("counts", "head", "ordered", "pieces", "reasons", "rejected", "roots")
+    __slots__ = ("head", "ledger", "ordered", "reasons", "rejected", "traces")
 
-    def __init__(self, *, ordered: bool = False) -> None:
+    def __init__(self, ledger: _Ledger, *, ordered: bool = False) -> None:
+        ledger.charge(_KEEP_SCOPE)
+        self.ledger = ledger
         self.head = b""
         self.ordered: list[bytes] | None = [] if ordered else None  # every span in order (parse_request's)
         self.clear()
 
     def clear(self) -> None:
-        self.pieces: dict[bytes, list[Any]] = {}
-        self.counts: dict[bytes, int] = {}
-        self.roots: dict[bytes, tuple[bool, str]] = {}
+        self.traces: dict[bytes, list[Any]] = {}
         self.rejected = 0
         self.reasons: list[str] = []
         if self.ordered is not None:
             self.ordered.clear()
 
-    def take(self, span: Any, piece: Any) -> str | None:
-        """Count `span` (a parsed Span) in, with `piece`: its protobuf field, or its (start, end) in the body."""
-        if self.ordered is not None:
+    def take(self, span: Any, piece: bytes | None = None, start: int = 0, end: int = 0) -> None:
+        """Count `span` (a parsed Span) in, with its protobuf field (`piece`), or its field's `start` and `end` in
+        the body."""
+        if piece is not None and self.ordered is not None:
             self.ordered.append(piece)
         reason = _refusal(span)
         if reason is not None:
             self.rejected += 1
             if reason not in self.reasons:
                 self.reasons.append(reason)
-            return reason
+            return
         trace = span.trace_id
+        entry = self.traces.get(trace)
+        if entry is None:
+            self.ledger.charge(_KEEP_ENTRY)
+            entry = self.traces[trace] = [0, None]
+        entry[0] += 1
         if not span.parent_span_id:
-            self.roots[trace] = (span.end_time_unix_nano > 0, str(span.name).replace("\x00", "\ufffd")[:200])
-        self.counts[trace] = self.counts.get(trace, 0) + 1
-        pieces = self.pieces.get(trace)
-        if pieces is None:
-            self.pieces[trace] = [piece]
-        elif isinstance(piece, tuple) and pieces[-1][1] == piece[0]:
-            pieces[-1] = (pieces[-1][0], piece[1])  # the next span of the same trace: one range
+            entry[1] = (span.end_time_unix_nano > 0, str(span.name).replace("\x00", "\ufffd")[:200])
+        if piece is not None:
+            entry.append(piece)
+        elif len(entry) > 2 and entry[-1] == start:
+            entry[-1] = end  # the next span of the same trace: one range
         else:
-            pieces.append(piece)
-        return None
+            entry += (start, end)
 
 
 class _Resource:
@@ -799,7 +827,8 @@ class _Resource:
 
     __slots__ = ("head", "scopes", "service")
 
-    def __init__(self) -> None:
+    def __init__(self, ledger: _Ledger) -> None:
+        ledger.charge(_KEEP_RESOURCE)
         self.head = b""
         self.service = ""
         self.scopes: list[_Scope] = []
@@ -815,8 +844,9 @@ def _finish(resources: list[_Resource], body: bytes | None) -> SplitRequest:
         for scope in resource.scopes:
             out.rejected += scope.rejected
             out.reasons.extend(r for r in scope.reasons if r not in out.reasons)
-            roots.update(scope.roots)
-            for trace in scope.pieces:
+            for trace, entry in scope.traces.items():
+                if entry[1] is not None:
+                    roots[trace] = entry[1]
                 grouped.setdefault(trace, []).append((resource, scope))
     whole = body is not None and len(grouped) == 1 and out.rejected == 0
     for trace, parts in grouped.items():
@@ -825,8 +855,11 @@ def _finish(resources: list[_Resource], body: bytes | None) -> SplitRequest:
         else:
             framed = []
             for resource, scope in parts:
-                pieces = scope.pieces[trace]
-                spans = b"".join(body[s:e] for s, e in pieces) if body is not None else b"".join(pieces)
+                pieces = scope.traces[trace][2:]
+                if body is not None:
+                    spans = b"".join(body[s:e] for s, e in zip(pieces[::2], pieces[1::2], strict=True))
+                else:
+                    spans = b"".join(pieces)
                 framed.append(_frame(_RESOURCE_SPANS_KEY, resource.head + _frame(_SCOPE_SPANS_KEY, scope.head + spans)))
             payload = b"".join(framed)
         ended, name = roots.get(trace, (False, ""))
@@ -834,7 +867,7 @@ def _finish(resources: list[_Resource], body: bytes | None) -> SplitRequest:
         out.batches[hex_id] = TraceBatch(
             trace_id=hex_id,
             payload=cast(bytes, payload),
-            span_count=sum(scope.counts[trace] for _resource, scope in parts),
+            span_count=sum(scope.traces[trace][0] for _resource, scope in parts),
             root_ended=ended,
             root_name=name,
             service_name=parts[0][0].service,
@@ -845,6 +878,7 @@ def _finish(resources: list[_Resource], body: bytes | None) -> SplitRequest:
 class _ProtobufReader:
     def __init__(self, body: bytes) -> None:
         self.body = body
+        self.ledger = _Ledger(len(body))
         self.big = 2 * MAX_ITEMS  # bytes: a piece this long may hold a list past the cap (an item takes 2 bytes)
 
     def read(self) -> SplitRequest:
@@ -861,6 +895,8 @@ class _ProtobufReader:
                 self._parse(b"".join(others))
         except WireFormatError as exc:
             raise WireError(400, f"the body is not an OTLP ExportTraceServiceRequest in protobuf ({exc})") from None
+        except _TooMuch as exc:
+            raise WireError(413, f"the body is refused: {exc}") from None
         return _finish(resources, body)
 
     def _parse(self, request: bytes) -> ExportTraceServiceRequest:
@@ -891,7 +927,7 @@ class _ProtobufReader:
 
     def _resource_spans(self, start: int, end: int) -> _Resource:
         body = self.body
-        resource = _Resource()
+        resource = _Resource(self.ledger)
         head = []
         for key, tag, value, stop in fields(body, start, end):
             if key == _SCOPE_SPANS_KEY:
@@ -907,7 +943,7 @@ class _ProtobufReader:
 
     def _scope_spans(self, start: int, end: int) -> _Scope:
         body = self.body
-        scope = _Scope()
+        scope = _Scope(self.ledger)
         head = []
         chunk = start  # where the fields not parsed yet begin
         spans: list[tuple[int, int]] = []  # the spans among them
@@ -939,7 +975,7 @@ class _ProtobufReader:
         take = scope.take
         for span, piece in zip(parsed.resource_spans[0].scope_spans[0].spans, spans, strict=True):
             checkpoint()  # the request's budget (n17q_engine.budget), once per span
-            take(span, piece)
+            take(span, None, *piece)
         spans.clear()
 
 

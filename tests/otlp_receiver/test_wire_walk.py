@@ -369,3 +369,36 @@ def test_a_json_span_past_the_attribute_cap_is_refused_an_attribute_at_a_time(mo
         wire.split_request(body, "json")
     assert refused.value.status == 413 and "a span holds a list of more than 10000 items" in refused.value.message
     assert len(decoded) <= wire.MAX_ITEMS + 10  # each attribute decoded alone, and none checked past the cap
+
+
+# ---- what the split keeps beside the spans' bytes, within the body's size
+
+
+def tiny_span(i: int, trace: bytes) -> bytes:
+    return Span(trace_id=trace, span_id=(i + 1).to_bytes(8, "big"), name="s").SerializeToString()
+
+
+@pytest.mark.parametrize("shape", ["scopes", "resources", "traces"])
+def test_many_tiny_scopes_resources_or_traces_are_refused_past_what_the_size_allows(shape):
+    """100,000 of them, one 33-byte span apiece: kept whole they came to 20-25 times the body (tracemalloc)."""
+    n = 100_000
+    if shape == "scopes":  # in one ResourceSpans
+        scopes = (wire._frame(0x12, wire._frame(0x12, tiny_span(i, TRACE))) for i in range(n))
+        body = wire._frame(0x0A, b"".join(scopes))
+    elif shape == "resources":
+        body = b"".join(request_of(tiny_span(i, TRACE)) for i in range(n))
+    else:  # each its own trace, in one scope
+        body = request_of(*(tiny_span(i, (i + 1).to_bytes(16, "big")) for i in range(n)))
+    with pytest.raises(wire.WireError) as refused:
+        wire.split_request(body, "protobuf")
+    assert refused.value.status == 413, refused.value.message
+    assert "more resources, scopes and traces than its size allows" in refused.value.message
+
+
+def test_an_sdk_batch_of_one_span_traces_is_received(recorder):
+    for _ in range(512):
+        with recorder.tracer.start_as_current_span("GET /items", attributes={"http.route": "/items"}):
+            pass
+    body = encode_spans(recorder.take()).SerializeToString()
+    split = wire.split_request(body, "protobuf")
+    assert len(split.batches) == 512 and split.accepted == 512
