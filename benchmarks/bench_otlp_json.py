@@ -2,8 +2,8 @@
 the JSON door and hostile bodies, side by side with the ordinary case.
 
 Each body is received in a fresh interpreter by the receiver's own steps (`otlp_receiver.wire`: `decompress`,
-`parse_request`, `split_by_trace`, what `POST /v1/traces` runs before storing), with its peak RSS (VmHWM, reset once
-the body is read) and wall time. Bodies:
+`split_request`, what `POST /v1/traces` runs before storing), with its peak RSS (VmHWM, reset once the body is read)
+and wall time. Bodies:
 
 - ordinary: 512 SDK spans (bench_otlp.make_spans, one exporter batch) as protobuf and as OTLP/JSON, uncompressed;
 - large: 37 MB of OTLP/JSON (the issue's measurement: 501 MB and 13-23 s before), of SDK spans and of spans with 50
@@ -50,7 +50,7 @@ decoded = None
 try:
     raw = wire.decompress(body, content_encoding, max_bytes=64 * 1024 * 1024)
     decoded = len(raw)
-    split = wire.split_by_trace(wire.parse_request(raw, encoding))
+    split = wire.split_request(raw, encoding)
     answer = {'status': 200, 'accepted': split.accepted, 'rejected': split.rejected}
 except wire.WireError as exc:
     answer = {'status': exc.status, 'message': exc.message}

@@ -5,7 +5,7 @@
 A small real run, in a fresh interpreter against an empty, migrated SQLite database with production settings: the
 same SDK spans as bench_otlp_live (`bench_otlp.make_spans`), encoded by the exporter's own encoder in batches of 512,
 posted to `POST /v1/traces` through Django's test client with a harness token (the receiver's view, its
-authentication, `wire.split_by_trace`, `services.spans_receive`), then every trace finalised in this process
+authentication, `wire.split_request`, `services.spans_receive`), then every trace finalised in this process
 (`services.trace_finalize`, as the worker's task calls it; each timed). Then, the connections closed:
 
 - the database file (and its WAL) as the file system sees it, and the pages SQLite has in use and free

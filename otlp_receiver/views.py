@@ -125,10 +125,8 @@ class TraceExportApi(APIView):
                 if wait is not None:
                     return _bytes_refused(encoding, wait)
                 checkpoint(now=True)
-                request_message = wire.parse_request(raw, encoding)
+                split = wire.split_request(raw, encoding)
                 del raw
-                checkpoint(now=True)
-                split = wire.split_by_trace(request_message)
                 checkpoint(now=True)  # the last before anything is stored: past it, the request is stored whole
         except wire.WireError as exc:
             return _status_response(encoding, exc.status, exc.message)

@@ -2,10 +2,10 @@
 
 Plain functions on bytes, no Django, so that the rules are testable alone. A request body is an
 ExportTraceServiceRequest, binary protobuf (`application/x-protobuf`) or OTLP's JSON mapping (`application/json`:
-proto3 JSON, except that trace and span ids are hex, not base64), optionally gzip-compressed. It is decoded with the
-opentelemetry-proto package and cut into one ExportTraceServiceRequest per trace, each kept as protobuf bytes:
-protobuf messages concatenate, so the chunks of one trace joined in order are one valid request again, holding
-every span the trace received (the run's original, kept as a blob).
+proto3 JSON, except that trace and span ids are hex, not base64), optionally gzip-compressed. `split_request` cuts
+it into one ExportTraceServiceRequest per trace, each kept as protobuf bytes, without ever holding it parsed whole
+(issue 35): protobuf messages concatenate, so the chunks of one trace joined in order are one valid request again,
+holding every span the trace received (the run's original, kept as a blob).
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import binascii
 import json
 import re
 import sys
-from collections import defaultdict
 from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner json.loads uses
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -26,9 +25,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from n17q_engine.budget import checkpoint
 from n17q_engine.inflate import InflateError, inflate
+from n17q_engine.protowire import CapExceeded, WireFormatError, count, fields
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -72,17 +75,34 @@ def decompress(body: bytes, content_encoding: str, *, max_bytes: int, max_member
         raise WireError(400, f"the {encoding} body {exc.message}") from None
 
 
-def parse_request(body: bytes, encoding: str) -> ExportTraceServiceRequest:
-    request = ExportTraceServiceRequest()
+def split_request(body: bytes, encoding: str) -> SplitRequest:
+    """The request cut into one batch per trace (`SplitRequest`), never parsed whole: protobuf walked at the wire
+    level and each Resource, scope and span parsed alone (`_ProtobufReader`), OTLP/JSON read a span at a time
+    (`_JsonReader`). WireError (400 malformed, 413 past a cap) for a request refused as a whole."""
     if encoding == "protobuf":
-        try:
-            request.ParseFromString(body)
-        except (DecodeError, ValueError, RuntimeError) as exc:
-            raise WireError(400, f"the body is not an OTLP ExportTraceServiceRequest in protobuf ({exc})") from None
-        return request
+        return _ProtobufReader(body).read()
+    return _finish(_read_json(body), None)
+
+
+def parse_request(body: bytes, encoding: str) -> ExportTraceServiceRequest:
+    """The whole request as one message, for the tests and tools that want one (the receiver splits it without
+    building this: `split_request`); accepted and refused as `split_request` does."""
+    if encoding == "protobuf":
+        _ProtobufReader(body).read()
+        return ExportTraceServiceRequest.FromString(body)
+    framed = []
+    for resource in _read_json(body, ordered=True):
+        scopes = b"".join(
+            _frame(_SCOPE_SPANS_KEY, scope.head + b"".join(scope.ordered or ())) for scope in resource.scopes
+        )
+        framed.append(_frame(_RESOURCE_SPANS_KEY, resource.head + scopes))
+    return ExportTraceServiceRequest.FromString(b"".join(framed))
+
+
+def _read_json(body: bytes, *, ordered: bool = False) -> list[_Resource]:
     try:
         text = _json_text(body)
-        _JsonReader(text, len(body)).read_request(request)
+        return _JsonReader(text, len(body), ordered=ordered).read_request()
     except _TooMuch as exc:
         raise WireError(413, f"the body is refused: {exc}") from None
     except _NotOtlp as exc:
@@ -90,7 +110,6 @@ def parse_request(body: bytes, encoding: str) -> ExportTraceServiceRequest:
         raise WireError(400, f"the body is not an OTLP ExportTraceServiceRequest in JSON ({line})") from None
     except (ValueError, RecursionError) as exc:
         raise WireError(400, f"the body is not JSON ({exc})") from None
-    return request
 
 
 # ---- OTLP/JSON, read a span at a time (issue 35)
@@ -98,8 +117,9 @@ def parse_request(body: bytes, encoding: str) -> ExportTraceServiceRequest:
 # `json.loads` of a whole request then `ParseDict` of the whole dict took a 37 MB body to 14 times its size in
 # memory (the dicts of every span at once, then the message). Here the request's skeleton (the resourceSpans,
 # scopeSpans and spans lists) is walked over the text, and each span, resource and scope is decoded alone by the
-# json module's C scanner (`raw_decode`), checked against the caps below, and parsed into the message by
-# `ParseDict` as before, so only one span's dicts are alive at a time and what is accepted or refused is unchanged
+# json module's C scanner (`raw_decode`), checked against the caps below, and parsed by `ParseDict` as before into a
+# message of its own: a span into a Span, kept as its protobuf bytes in its scope's trace (`_Scope`), so only one
+# span's dicts and message are alive at a time and what is accepted or refused is unchanged
 # (tests/otlp_receiver/test_bounded_work.py compares it with the whole-document parse).
 
 MAX_SPANS = 100_000  # per request; an SDK's batch is 512
@@ -135,16 +155,20 @@ def _json_text(body: bytes) -> str:
 
 
 class _JsonReader:
-    def __init__(self, text: str, size: int) -> None:
+    def __init__(self, text: str, size: int, *, ordered: bool = False) -> None:
         self.text = text
         self.spans = 0
+        self.ordered = ordered
         # The text itself is counted against the budget: a body widened to 4 bytes a character leaves less.
         self.budget = _COST_PER_BYTE * size + _COST_SLACK - max(0, sys.getsizeof(text) - size)
         self.cost = 0
+        self.last_span = 0  # the last span's length: how much of the text to decode the next one from
+        self.ledger = _Ledger(size)
 
-    # -- the skeleton
+    # -- the skeleton: each ResourceSpans and ScopeSpans read into a _Resource and a _Scope (their other members
+    # parsed as a message of their own), each span parsed alone, as protobuf bytes, into its scope
 
-    def read_request(self, request: ExportTraceServiceRequest) -> None:
+    def read_request(self) -> list[_Resource]:
         if self.text.startswith("\ufeff"):
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", self.text, 0)
         pos = self._ws(0)
@@ -152,34 +176,61 @@ class _JsonReader:
             _value, end = _DECODER.raw_decode(self.text, pos)  # what json.loads would say of it
             self._end(end)
             raise WireError(400, "the body is not an OTLP ExportTraceServiceRequest: a JSON object was expected")
-        pos = self._object(pos, request, _RESOURCE_SPANS, self._resource_spans)
+        resources: list[_Resource] = []
+        pos = self._object(pos, ExportTraceServiceRequest(), _RESOURCE_SPANS, resources, self._resource_spans)
         self._end(pos)
+        return resources
 
-    def _resource_spans(self, pos: int, message: Any) -> int:
-        return self._object(pos, message, _SCOPE_SPANS, self._scope_spans)
+    def _resource_spans(self, pos: int, resources: list[_Resource]) -> int:
+        resource = _Resource(self.ledger)
+        message = ResourceSpans()
+        pos = self._object(pos, message, _SCOPE_SPANS, resource.scopes, self._scope_spans)
+        resource.head = message.SerializeToString()
+        resource.service = _service_name(message.resource)
+        resources.append(resource)
+        return pos
 
-    def _scope_spans(self, pos: int, message: Any) -> int:
-        return self._object(pos, message, _SPANS, self._span)
+    def _scope_spans(self, pos: int, scopes: list[_Scope]) -> int:
+        scope = _Scope(self.ledger, ordered=self.ordered)
+        message = ScopeSpans()
+        pos = self._object(pos, message, _SPANS, scope, self._span)
+        scope.head = message.SerializeToString()
+        scopes.append(scope)
+        return pos
 
-    def _span(self, pos: int, message: Any) -> int:
+    def _span(self, pos: int, scope: _Scope) -> int:
         checkpoint()  # the request's budget (n17q_engine.budget), once per span
-        span, end = _DECODER.raw_decode(self.text, pos)
+        message = Span()
+        decoded = self._decode(pos, self.last_span)
+        if decoded is None:  # too long to decode whole: a piece at a time
+            unit = _Unit("a span")
+            self.cost += _SPAN_COST - _OBJECT_COST
+            end = self._walk(pos, unit, message, _MESSAGE_DEPTH["Span"], span=True)
+            self._count_span()
+            unit.settle()
+        else:
+            span, end = decoded
+            self.last_span = end - pos
+            self._count_span()
+            self.cost += _SPAN_COST - _OBJECT_COST
+            self._check(span, "a span")
+            if isinstance(span, dict):
+                _span_ids_to_base64(span)
+            self._parse(span, message)
+        scope.take(message, _frame(0x12, message.SerializeToString()))
+        return end
+
+    def _count_span(self) -> None:
         self.spans += 1
         if self.spans > MAX_SPANS:
             raise _TooMuch(f"it holds more than {MAX_SPANS} spans: send smaller batches")
-        self.cost += _SPAN_COST - _OBJECT_COST
-        self._check(span, "a span")
-        if isinstance(span, dict):
-            _span_ids_to_base64(span)
-        self._parse(span, message)
-        return end
 
-    def _object(self, pos: int, message: Any, names: tuple[str, ...], element: Any) -> int:
-        """The JSON object at `pos` into `message`: its list named `names` an element at a time, by `element` into
-        each new item of that repeated field; every other member decoded whole, checked and parsed as before."""
+    def _object(self, pos: int, message: Any, names: tuple[str, ...], items: Any, element: Any) -> int:
+        """The JSON object at `pos`: its list named `names` an element at a time, by `element` into `items`; every
+        other member decoded whole, checked and parsed into `message` as before."""
         text = self.text
         rest: dict[str, Any] = {}
-        field = getattr(message, _FIELDS[names[0]])
+        streamed: set[str] = set()  # members walked into their field a piece at a time
         pos = self._ws(pos + 1)
         if text[pos : pos + 1] == "}":
             return pos + 1
@@ -192,18 +243,36 @@ class _JsonReader:
                 raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
             pos = self._ws(pos + 1)
             if key in names:
-                del field[:]  # given twice (or as both names): the last one counts, as ParseDict clears it
+                items.clear()  # given twice (or as both names): the last one counts, as ParseDict clears it
                 rest.pop(key, None)
                 if text[pos : pos + 1] == "[":
-                    pos = self._array(pos, field, element)
+                    pos = self._array(pos, items, element)
                 else:
-                    value, pos = _DECODER.raw_decode(text, pos)
+                    decoded = self._decode(pos, 0)
+                    if decoded is None:  # an object too long to decode whole: walked, then refused as ParseDict does
+                        pos = self._walk(pos, _Unit("a value", checks=False), None, 0)
+                        raise _NotOtlp(f"Failed to parse {key} field: repeated field {key} must be in []")
+                    value, pos = decoded
                     if value is not None:  # null clears the field, as ParseDict does; anything else it refuses
                         rest[key] = value
             else:
-                value, pos = _DECODER.raw_decode(text, pos)
-                self._check(value, f"the {key!r} of a {message.DESCRIPTOR.name}")
-                rest[key] = value
+                what = f"the {key!r} of a {message.DESCRIPTOR.name}"
+                known = _json_fields(message.DESCRIPTOR).get(key)
+                decoded = self._decode(pos, 0)
+                if decoded is None:  # too long to decode whole: into its field a piece at a time
+                    rest.pop(key, None)
+                    streamed.add(key)
+                    unit = _Unit(what)
+                    pos = self._walk(pos, unit, message, _MESSAGE_DEPTH[message.DESCRIPTOR.name], key=key)
+                    unit.settle()
+                else:
+                    value, pos = decoded
+                    self._check(value, what)
+                    if key in streamed and known is not None:  # given again: the last counts
+                        streamed.discard(key)
+                        message.ClearField(known.name)
+                    if known is not None or _EXTENSION.match(key):
+                        rest[key] = value  # kept for ParseDict; a member it ignores is dropped once checked
             pos = self._ws(pos)
             if text[pos : pos + 1] == ",":
                 pos = self._ws(pos + 1)
@@ -216,21 +285,28 @@ class _JsonReader:
             self._parse(rest, message)
         return pos
 
-    def _array(self, pos: int, field: Any, element: Any) -> int:
+    def _array(self, pos: int, items: Any, element: Any) -> int:
         text = self.text
         pos = self._ws(pos + 1)
         if text[pos : pos + 1] == "]":
             return pos + 1
         while True:
             if text[pos : pos + 1] == "{" or element == self._span:
-                pos = element(pos, field.add())
-            else:  # not an object: decoded whole, and parsed (or refused) by ParseDict as before
-                value, pos = _DECODER.raw_decode(text, pos)
+                pos = element(pos, items)
+            else:  # not an object: decoded whole, and refused by ParseDict as before
+                decoded = self._decode(pos, 0)
+                if decoded is None:  # an array too long to decode whole: walked for the caps, then refused
+                    self.cost += _SPAN_COST
+                    unit = _Unit("a value")
+                    pos = self._walk(pos, unit, None, 0)
+                    unit.settle()
+                    raise _NotOtlp("a repeated field's element is not an object")
+                value, pos = decoded
                 if value is None:
                     raise _NotOtlp("null is not allowed to be used as an element in a repeated field")
                 self.cost += _SPAN_COST
                 self._check(value, "a value")
-                self._parse(value, field.add())
+                self._parse(value, ResourceSpans() if element == self._resource_spans else ScopeSpans())
             pos = self._ws(pos)
             if text[pos : pos + 1] == ",":
                 pos = self._ws(pos + 1)
@@ -248,12 +324,217 @@ class _JsonReader:
         if pos != len(self.text):
             raise json.JSONDecodeError("Extra data", self.text, pos)
 
+    # -- a value too long to decode whole (issue 35): walked a piece at a time
+    #
+    # `raw_decode` of one span of 160,000 tiny attributes held 15 times its text in dicts before `_check` refused
+    # it. A value is decoded whole only from a window of at most _WINDOW characters (twice the last span's length
+    # first, so an ordinary span costs one short copy); an object or array longer than that is walked member by
+    # member and element by element (`_unit`), each piece decoded, checked and parsed into its field of the message
+    # (a repeated field's items one at a time) and dropped. Refused as the whole decode refused it: malformed JSON
+    # first, then a cap (a list past MAX_ITEMS is refused before the rest of it is decoded), then what ParseDict
+    # refuses; a member given twice, the last counts; two members of one oneof, refused.
+
+    def _decode(self, pos: int, hint: int) -> tuple[Any, int] | None:
+        """The value at `pos` and the position after it; None for an object or array longer than _WINDOW
+        characters (or malformed past a window's end: the walk over its pieces says where). `hint`: its likely
+        length."""
+        text = self.text
+        if text[pos : pos + 1] not in ("{", "["):
+            return _DECODER.raw_decode(text, pos)  # a string, a number or a literal: no more than its length
+        size = min(_WINDOW, max(_WINDOW_MIN, 2 * hint))
+        while True:
+            if pos + size >= len(text):
+                return _DECODER.raw_decode(text, pos)
+            try:
+                value, end = _DECODER.raw_decode(text[pos : pos + size])
+            except json.JSONDecodeError:  # cut short by the window
+                if size >= _WINDOW:
+                    return None
+                size = _WINDOW
+                continue
+            return value, pos + end
+
+    def _walk(self, pos: int, unit: _Unit, message: Any, mdepth: int, *, key: str = "", span: bool = False) -> int:
+        """The value at `pos` (what one `raw_decode` and `_check` used to take) walked a piece at a time: into
+        `message` (which sits `mdepth` messages deep) when `span`, into its field `key` when `key`, else only walked
+        and checked. Malformed JSON is raised at once; the caps and ParseDict's refusals are kept in `unit`, for
+        `unit.settle()` to raise in the order the whole decode raised them."""
+        if span:
+            pos = self._stream_object(pos, message, unit, 1, mdepth, span=True)
+        elif key:
+            pos = self._stream_member(pos, message, key, unit, 1, mdepth)
+        else:
+            pos = self._stream_value(pos, unit, 1)
+        return pos
+
+    def _stream_value(self, pos: int, unit: _Unit, depth: int) -> int:
+        """Walk and check the value at `pos` (nesting `depth`), parsing nothing."""
+        if self.text[pos : pos + 1] == "{":
+            return self._stream_object(pos, None, unit, depth, 0)
+        if self.text[pos : pos + 1] == "[":
+            return self._stream_array(pos, None, unit, depth, 0)
+        value, pos = _DECODER.raw_decode(self.text, pos)
+        self._check_in(unit, value, depth)
+        return pos
+
+    def _stream_object(
+        self, pos: int, message: Any, unit: _Unit, depth: int, mdepth: int, *, span: bool = False, link: bool = False
+    ) -> int:
+        text = self.text
+        self._count_container(unit, depth, None)
+        rest: dict[str, Any] = {}
+        streamed: dict[str, str] = {}  # field name -> the member streamed into it
+        oneofs: dict[str, str] = {}  # oneof -> the member streamed into it
+        fields_by_key = _json_fields(message.DESCRIPTOR) if message is not None else {}
+        pos = self._ws(pos + 1)
+        if text[pos : pos + 1] != "}":
+            while True:
+                if text[pos : pos + 1] != '"':
+                    raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
+                key, pos = scanstring(text, pos + 1)
+                if len(key) > MAX_STRING_CHARS and unit.checks:
+                    unit.fail(_TooMuch(f"{unit.what} holds a key of more than {MAX_STRING_CHARS} characters"))
+                pos = self._ws(pos)
+                if text[pos : pos + 1] != ":":
+                    raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+                pos = self._ws(pos + 1)
+                field = fields_by_key.get(key)
+                decoded = self._decode(pos, 0)
+                if decoded is not None:
+                    value, pos = decoded
+                    self._check_in(unit, value, depth + 1)
+                    if field is not None and streamed.get(field.name) == key:  # given again: the last counts
+                        message.ClearField(field.name)
+                        del streamed[field.name]
+                        oneofs.pop(field.containing_oneof.name if field.containing_oneof else "", None)
+                    if field is not None or (message is not None and _EXTENSION.match(key)):
+                        rest[key] = value  # kept for ParseDict; a member it ignores is dropped once checked
+                else:
+                    rest.pop(key, None)
+                    if field is not None and field.containing_oneof is not None:
+                        oneof = field.containing_oneof.name
+                        if oneofs.setdefault(oneof, key) != key:
+                            unit.refuse(_NotOtlp(f"{message.DESCRIPTOR.full_name} has two members of oneof {oneof}"))
+                        oneofs[oneof] = key
+                    if field is not None:
+                        streamed[field.name] = key
+                    pos = self._stream_member(pos, message, key, unit, depth + 1, mdepth, link=span and key == "links")
+                pos = self._ws(pos)
+                if text[pos : pos + 1] == ",":
+                    pos = self._ws(pos + 1)
+                    continue
+                if text[pos : pos + 1] == "}":
+                    break
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+        for key, value in rest.items():
+            field = fields_by_key.get(key)
+            oneof = field.containing_oneof.name if field is not None and field.containing_oneof is not None else None
+            if value is not None and oneof is not None and oneofs.get(oneof, key) != key:
+                unit.refuse(_NotOtlp(f"{message.DESCRIPTOR.full_name} has two members of oneof {oneof}"))
+        if span:
+            _span_ids_to_base64(rest, links_ok=unit.links_ok)
+        elif link:
+            unit.links_ok &= _link_ids_to_base64(rest)
+        if message is not None and rest:
+            self._parse_in(unit, rest, message, mdepth)
+        return pos + 1
+
+    def _stream_member(
+        self, pos: int, message: Any, key: str, unit: _Unit, depth: int, mdepth: int, *, link: bool = False
+    ) -> int:
+        """The member `key` of `message`, too long to decode whole, at `pos` (nesting `depth`): into its field, a
+        piece at a time, when the field holds what it is; else walked, and refused as ParseDict refuses it."""
+        field = _json_fields(message.DESCRIPTOR).get(key) if message is not None else None
+        opening = self.text[pos : pos + 1]
+        if field is None:  # a member the message does not have: ParseDict ignores it (but the caps do not)
+            if message is not None and _EXTENSION.match(key):  # an extension's name, which OTLP's messages refuse
+                unit.refuse(_NotOtlp(f"Message type {message.DESCRIPTOR.full_name} does not have extensions"))
+            return self._stream_value(pos, unit, depth)
+        if field.message_type is None or field.is_repeated != (opening == "["):
+            unit.refuse(_NotOtlp(f"Failed to parse {key} field: {opening} is not what it holds"))
+            return self._stream_value(pos, unit, depth)
+        message.ClearField(field.name)
+        if field.is_repeated:
+            return self._stream_array(pos, getattr(message, field.name), unit, depth, mdepth + 1, link=link)
+        sub = getattr(message, field.name)
+        sub.SetInParent()
+        return self._stream_object(pos, sub, unit, depth, mdepth + 1)
+
+    def _stream_array(self, pos: int, items: Any, unit: _Unit, depth: int, mdepth: int, *, link: bool = False) -> int:
+        """The array at `pos` an element at a time: each into a new item of `items` (a repeated message field whose
+        messages sit `mdepth` deep), or only walked and checked when `items` is None."""
+        text = self.text
+        self._count_container(unit, depth, 0)
+        count = last = 0
+        pos = self._ws(pos + 1)
+        if text[pos : pos + 1] == "]":
+            return pos + 1
+        while True:
+            count += 1
+            if count > MAX_ITEMS and unit.checks:
+                self._count_container(unit, depth, count)
+            start = pos
+            decoded = self._decode(pos, last)
+            if decoded is None:
+                if items is not None and text[pos : pos + 1] == "{" and unit.parsing:
+                    pos = self._stream_object(pos, items.add(), unit, depth + 1, mdepth, link=link)
+                else:
+                    if items is not None:
+                        unit.refuse(_NotOtlp("a repeated field's element is not an object"))
+                    pos = self._stream_value(pos, unit, depth + 1)
+            else:
+                value, pos = decoded
+                last = pos - start
+                self._check_in(unit, value, depth + 1)
+                if items is not None and unit.parsing:
+                    if value is None:
+                        unit.refuse(_NotOtlp("null is not allowed to be used as an element in a repeated field"))
+                    else:
+                        if link and isinstance(value, dict):
+                            unit.links_ok &= _link_ids_to_base64(value)
+                        self._parse_in(unit, value, items.add(), mdepth)
+            pos = self._ws(pos)
+            if text[pos : pos + 1] == ",":
+                pos = self._ws(pos + 1)
+                continue
+            if text[pos : pos + 1] == "]":
+                return pos + 1
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+
+    def _count_container(self, unit: _Unit, depth: int, items: int | None) -> None:
+        """An object (`items` None) or an array of `items` walked: its cost, its nesting, its length."""
+        if not unit.checks:
+            return
+        if depth > MAX_DEPTH:
+            unit.fail(_NotOtlp(f"{unit.what} is nested more than {MAX_DEPTH} levels deep"))
+        if items is None:
+            self.cost += _OBJECT_COST
+            if self.cost > self.budget:
+                unit.fail(_TooMuch(_TOO_MANY_OBJECTS))
+        elif items > MAX_ITEMS:
+            unit.fail(_TooMuch(f"{unit.what} holds a list of more than {MAX_ITEMS} items {_LISTS}"))
+
+    def _check_in(self, unit: _Unit, value: Any, depth: int) -> None:
+        if unit.checks:
+            try:
+                self._check(value, unit.what, depth)
+            except (_TooMuch, _NotOtlp) as exc:
+                unit.fail(exc)
+
+    def _parse_in(self, unit: _Unit, value: Any, message: Any, mdepth: int) -> None:
+        if unit.parsing:
+            try:
+                self._parse(value, message, mdepth)
+            except _NotOtlp as exc:
+                unit.refuse(exc)
+
     # -- each piece: checked, then parsed
 
-    def _check(self, value: Any, what: str) -> None:
-        """The caps, over one decoded piece: nesting, list lengths, string lengths, and what its objects will cost."""
+    def _check(self, value: Any, what: str, depth: int = 1) -> None:
+        """The caps, over one decoded piece (at nesting `depth` in what `what` names): nesting, list lengths, string
+        lengths, and what its objects will cost."""
         objects = 0
-        stack: list[tuple[Any, int]] = [(value, 1)]
+        stack: list[tuple[Any, int]] = [(value, depth)]
         while stack:
             item, depth = stack.pop()
             if isinstance(item, str):
@@ -270,27 +551,25 @@ class _JsonReader:
                         stack.append((inner, depth + 1))
             elif isinstance(item, list):
                 if len(item) > MAX_ITEMS:
-                    raise _TooMuch(
-                        f"{what} holds a list of more than {MAX_ITEMS} items (attributes, events, links or values)"
-                    )
+                    raise _TooMuch(f"{what} holds a list of more than {MAX_ITEMS} items {_LISTS}")
                 if depth > MAX_DEPTH:
                     raise _NotOtlp(f"{what} is nested more than {MAX_DEPTH} levels deep")
                 stack.extend((inner, depth + 1) for inner in item if isinstance(inner, (str, dict, list)))
         self.cost += objects * _OBJECT_COST
         if self.cost > self.budget:
-            raise _TooMuch(
-                "it holds more spans, attributes and values than its size allows (empty objects by the "
-                "hundred thousand)"
-            )
+            raise _TooMuch(_TOO_MANY_OBJECTS)
 
-    def _parse(self, value: Any, message: Any) -> None:
+    def _parse(self, value: Any, message: Any, depth: int | None = None) -> None:
+        """`value` into `message`, which sits `depth` messages deep in the request (its type's place by default)."""
+        if depth is None:
+            depth = _MESSAGE_DEPTH[message.DESCRIPTOR.name]
         try:
             json_format.ParseDict(
                 value,
                 message,
                 ignore_unknown_fields=True,
                 # ParseDict's own limit counted from the request, as when it parsed the whole document
-                max_recursion_depth=_PARSE_DEPTH - _MESSAGE_DEPTH[message.DESCRIPTOR.name],
+                max_recursion_depth=_PARSE_DEPTH - depth,
             )
         except (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError) as exc:
             raise _NotOtlp(str(exc)) from None
@@ -298,13 +577,69 @@ class _JsonReader:
 
 _PARSE_DEPTH = 100  # ParseDict's default max_recursion_depth
 _MESSAGE_DEPTH = {"ExportTraceServiceRequest": 0, "ResourceSpans": 1, "ScopeSpans": 2, "Span": 3}
+_TOO_MANY_OBJECTS = (
+    "it holds more spans, attributes and values than its size allows (empty objects by the hundred thousand)"
+)
+_EXTENSION = re.compile(r"\[[a-zA-Z0-9\._]*\]$")  # a member ParseDict reads as an extension's name
+_LISTS = "(attributes, events, links or values)"
+_WINDOW_MIN, _WINDOW = 1024, 64 * 1024  # characters a value is decoded whole from
+
+
+class _Unit:
+    """What one decode of a value decided, when it is walked a piece at a time instead: the first cap it passed
+    (`cap`: decoding and checking go on, for a malformed piece later on, but nothing more is parsed) and the first
+    refusal of ParseDict (`refusal`); whether its links' ids were all hex."""
+
+    __slots__ = ("cap", "checks", "links_ok", "refusal", "what")
+
+    def __init__(self, what: str, *, checks: bool = True) -> None:
+        self.what = what
+        self.checks = checks
+        self.cap: Exception | None = None
+        self.refusal: Exception | None = None
+        self.links_ok = True
+
+    @property
+    def parsing(self) -> bool:
+        return self.cap is None and self.refusal is None
+
+    def fail(self, exc: Exception) -> None:
+        if self.cap is None:
+            self.cap = exc
+        self.checks = False
+
+    def refuse(self, exc: Exception) -> None:
+        if self.refusal is None:
+            self.refusal = exc
+
+    def settle(self) -> None:
+        """Raise what the value's whole decode would have: the first cap it passed, else ParseDict's refusal."""
+        if self.cap is not None:
+            raise self.cap
+        if self.refusal is not None:
+            raise self.refusal
+
+
+_JSON_FIELDS: dict[str, dict[str, Any]] = {}
+
+
+def _json_fields(descriptor: Any) -> dict[str, Any]:
+    """A message's fields by the names ParseDict reads them by (the JSON name, then the field's own)."""
+    known = _JSON_FIELDS.get(descriptor.full_name)
+    if known is None:
+        known = {f.name: f for f in descriptor.fields} | {f.json_name: f for f in descriptor.fields}
+        _JSON_FIELDS[descriptor.full_name] = known
+    return known
+
+
 _FIELDS = {"resourceSpans": "resource_spans", "scopeSpans": "scope_spans", "spans": "spans"}
 
 
-def _span_ids_to_base64(span: dict[str, Any]) -> None:
+def _span_ids_to_base64(span: dict[str, Any], *, links_ok: bool = True) -> bool:
     """OTLP JSON writes ids as hex, proto3 JSON as base64. A span whose id is not hex keeps an empty trace id, and
-    is refused by `split_by_trace` like any span without a valid one (partial success), not the whole request."""
-    ok = True
+    is refused by `split_by_trace` like any span without a valid one (partial success), not the whole request.
+    `links_ok`: whether the links walked apart from `span` had hex ids. Whether every id was hex."""
+    ok = links_ok
     for camel, snake in (
         ("traceId", "trace_id"),
         ("spanId", "span_id"),
@@ -313,10 +648,15 @@ def _span_ids_to_base64(span: dict[str, Any]) -> None:
         ok &= _convert_id(span, camel, snake)
     for link in _list(span.get("links")):
         if isinstance(link, dict):
-            ok &= _convert_id(link, "traceId", "trace_id") & _convert_id(link, "spanId", "span_id")
+            ok &= _link_ids_to_base64(link)
     if not ok:
         span.pop("trace_id", None)
         span["traceId"] = ""
+    return ok
+
+
+def _link_ids_to_base64(link: dict[str, Any]) -> bool:
+    return _convert_id(link, "traceId", "trace_id") & _convert_id(link, "spanId", "span_id")
 
 
 def _convert_id(obj: dict[str, Any], camel: str, snake: str) -> bool:
@@ -337,7 +677,7 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceBatch:
     """The spans of one trace in one request: an ExportTraceServiceRequest of their own, as protobuf bytes."""
 
@@ -382,56 +722,261 @@ def _service_name(resource: Any) -> str:
 
 
 def split_by_trace(request: ExportTraceServiceRequest) -> SplitRequest:
-    """Cut a request into one batch per trace; spans without valid ids are refused (counted, with reasons)."""
-    out = SplitRequest()
-    # trace id -> [(resource_spans, scope_spans, [spans])]
-    grouped: dict[bytes, list[tuple[Any, Any, list[Any]]]] = defaultdict(list)
-    roots: dict[bytes, tuple[bool, str]] = {}
-    services: dict[bytes, str] = {}
-    for rs in request.resource_spans:
-        service = _service_name(rs.resource)
-        for ss in rs.scope_spans:
-            by_trace: dict[bytes, list[Any]] = defaultdict(list)
-            for span in ss.spans:
-                checkpoint()
-                reason = _refusal(span)
-                if reason is not None:
-                    out.rejected += 1
-                    if reason not in out.reasons:
-                        out.reasons.append(reason)
-                    continue
-                by_trace[span.trace_id].append(span)
-                if not span.parent_span_id:
-                    roots[span.trace_id] = (span.end_time_unix_nano > 0, str(span.name).replace("\x00", "\ufffd")[:200])
-            for trace_id, spans in by_trace.items():
-                grouped[trace_id].append((rs, ss, spans))
-                services.setdefault(trace_id, service)
-    whole = len(grouped) == 1 and out.rejected == 0
-    for trace_id, parts in grouped.items():
-        if whole:
-            payload = request.SerializeToString()  # the common case: one trace, every span valid
+    """`split_request` of a message already parsed (tests, and the exporter's own message in the browser tests)."""
+    return split_request(request.SerializeToString(), "protobuf")
+
+
+# ---- cutting a request into traces, a piece at a time (issue 35)
+#
+# A request parsed whole held 14 times a protobuf body of many tiny spans in memory, and 25 times one of a span with
+# a huge attribute count (upb's form of a tiny message is about 50 bytes). Here it is never held whole: each
+# ResourceSpans and ScopeSpans is walked at the wire level (n17q_engine.protowire), and the pieces inside them
+# (Resource, scope, spans) are parsed by upb a run of at most _CHUNK bytes at a time, framed in the ResourceSpans and
+# ScopeSpans they sat in (so upb reads every byte at the depth it read it in the whole request: what is accepted or
+# refused is unchanged). What the split needs of each span (ids, parent, name, end) is taken and the span dropped;
+# each trace's payload is made of the ORIGINAL bytes, re-framed (protobuf messages concatenate); a request of one
+# trace with every span valid is its own payload. A piece long enough to hold a list past MAX_ITEMS (an item takes
+# at least 2 bytes) is first counted at the wire level, by its descriptor, and refused with 413 past MAX_ITEMS in
+# one list or past what its size allows (_PB_MESSAGE_COST a message), before upb builds it.
+
+_CHUNK = 64 * 1024
+# What a split keeps of each scope, resource, and trace in a scope (with its batch), estimated from tracemalloc
+# (100,000 one-span scopes of one trace: 756 bytes each; ResourceSpans of one such scope: 864; one-span traces in one
+# scope: 827), and how many times the body it may come to: an SDK's batch of 512 one-span traces comes to 3 times.
+_KEEP_SCOPE, _KEEP_RESOURCE, _KEEP_ENTRY = 400, 200, 800
+_KEEP_PER_BYTE = 4
+_KEEP_SLACK = 4 << 20
+_PB_MESSAGE_COST = 50  # upb's form of an empty message, measured
+_PB_COST_PER_BYTE = 4
+_PB_COST_SLACK = 8 << 20
+_REQUEST, _RESOURCE_SPANS_KEY, _SCOPE_SPANS_KEY, _SPANS_KEY, _HEAD_KEY = 0, 0x0A, 0x12, 0x12, 0x0A
+
+
+def _frame(key: int, content: bytes) -> bytes:
+    """`content` as a length-delimited field (`key`: its one-byte tag)."""
+    return bytes((key,)) + _varint(len(content)) + content
+
+
+class _Ledger:
+    """What a split keeps beside the spans' bytes (each scope, resource, and trace's entry in a scope), estimated
+    from what they measured, and refused past _KEEP_PER_BYTE times the body (+ _KEEP_SLACK): a protobuf body of
+    100,000 scopes of one span each held 33 times its size in them."""
+
+    __slots__ = ("budget", "kept")
+
+    def __init__(self, size: int) -> None:
+        self.budget = _KEEP_PER_BYTE * size + _KEEP_SLACK
+        self.kept = 0
+
+    def charge(self, cost: int) -> None:
+        self.kept += cost
+        if self.kept > self.budget:
+            raise _TooMuch("it holds more resources, scopes and traces than its size allows")
+
+
+class _Scope:
+    """One ScopeSpans of a request: its fields but its spans (`head`, protobuf), and its valid spans by trace
+    (`traces`: [how many, the root's (ended, name) or None, then the pieces of protobuf the trace's payload is made of:
+    (start, end) in the body, flat, or bytes]), with what the split says of the others."""
+
+    __slots__ = ("head", "ledger", "ordered", "reasons", "rejected", "traces")
+
+    def __init__(self, ledger: _Ledger, *, ordered: bool = False) -> None:
+        ledger.charge(_KEEP_SCOPE)
+        self.ledger = ledger
+        self.head = b""
+        self.ordered: list[bytes] | None = [] if ordered else None  # every span in order (parse_request's)
+        self.clear()
+
+    def clear(self) -> None:
+        self.traces: dict[bytes, list[Any]] = {}
+        self.rejected = 0
+        self.reasons: list[str] = []
+        if self.ordered is not None:
+            self.ordered.clear()
+
+    def take(self, span: Any, piece: bytes | None = None, start: int = 0, end: int = 0) -> None:
+        """Count `span` (a parsed Span) in, with its protobuf field (`piece`), or its field's `start` and `end` in
+        the body."""
+        if piece is not None and self.ordered is not None:
+            self.ordered.append(piece)
+        reason = _refusal(span)
+        if reason is not None:
+            self.rejected += 1
+            if reason not in self.reasons:
+                self.reasons.append(reason)
+            return
+        trace = span.trace_id
+        entry = self.traces.get(trace)
+        if entry is None:
+            self.ledger.charge(_KEEP_ENTRY)
+            entry = self.traces[trace] = [0, None]
+        entry[0] += 1
+        if not span.parent_span_id:
+            entry[1] = (span.end_time_unix_nano > 0, str(span.name).replace("\x00", "\ufffd")[:200])
+        if piece is not None:
+            entry.append(piece)
+        elif len(entry) > 2 and entry[-1] == start:
+            entry[-1] = end  # the next span of the same trace: one range
         else:
-            piece = ExportTraceServiceRequest()
-            for rs, ss, spans in parts:
-                new_rs = piece.resource_spans.add()
-                new_rs.resource.CopyFrom(rs.resource)
-                new_rs.schema_url = rs.schema_url
-                new_ss = new_rs.scope_spans.add()
-                new_ss.scope.CopyFrom(ss.scope)
-                new_ss.schema_url = ss.schema_url
-                new_ss.spans.extend(spans)
-            payload = piece.SerializeToString()
-        ended, name = roots.get(trace_id, (False, ""))
-        hex_id = trace_id.hex()
+            entry += (start, end)
+
+
+class _Resource:
+    """One ResourceSpans of a request: its fields but its scopes (`head`, protobuf), its service, its scopes."""
+
+    __slots__ = ("head", "scopes", "service")
+
+    def __init__(self, ledger: _Ledger) -> None:
+        ledger.charge(_KEEP_RESOURCE)
+        self.head = b""
+        self.service = ""
+        self.scopes: list[_Scope] = []
+
+
+def _finish(resources: list[_Resource], body: bytes | None) -> SplitRequest:
+    """The batches: each trace's spans framed in the ResourceSpans and ScopeSpans they came in, in order. `body`: the
+    protobuf request the pieces are (start, end) ranges of, and its own payload when it is one trace, all valid."""
+    out = SplitRequest()
+    grouped: dict[bytes, list[tuple[_Resource, _Scope]]] = {}
+    roots: dict[bytes, tuple[bool, str]] = {}
+    for resource in resources:
+        for scope in resource.scopes:
+            out.rejected += scope.rejected
+            out.reasons.extend(r for r in scope.reasons if r not in out.reasons)
+            for trace, entry in scope.traces.items():
+                if entry[1] is not None:
+                    roots[trace] = entry[1]
+                grouped.setdefault(trace, []).append((resource, scope))
+    whole = body is not None and len(grouped) == 1 and out.rejected == 0
+    for trace, parts in grouped.items():
+        if whole:
+            payload = body  # the common case: one trace, every span valid
+        else:
+            framed = []
+            for resource, scope in parts:
+                pieces = scope.traces[trace][2:]
+                if body is not None:
+                    spans = b"".join(body[s:e] for s, e in zip(pieces[::2], pieces[1::2], strict=True))
+                else:
+                    spans = b"".join(pieces)
+                framed.append(_frame(_RESOURCE_SPANS_KEY, resource.head + _frame(_SCOPE_SPANS_KEY, scope.head + spans)))
+            payload = b"".join(framed)
+        ended, name = roots.get(trace, (False, ""))
+        hex_id = trace.hex()
         out.batches[hex_id] = TraceBatch(
             trace_id=hex_id,
-            payload=payload,
-            span_count=sum(len(spans) for _rs, _ss, spans in parts),
+            payload=cast(bytes, payload),
+            span_count=sum(scope.traces[trace][0] for _resource, scope in parts),
             root_ended=ended,
             root_name=name,
-            service_name=services.get(trace_id, ""),
+            service_name=parts[0][0].service,
         )
     return out
+
+
+class _ProtobufReader:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.ledger = _Ledger(len(body))
+        self.big = 2 * MAX_ITEMS  # bytes: a piece this long may hold a list past the cap (an item takes 2 bytes)
+
+    def read(self) -> SplitRequest:
+        body = self.body
+        try:
+            resources = []
+            others = []
+            for key, tag, start, end in fields(body, 0, len(body)):
+                if key == _RESOURCE_SPANS_KEY:
+                    resources.append(self._resource_spans(start, end))
+                else:  # a field the request does not know: upb keeps it, and refuses a malformed one
+                    others.append(body[tag:end])
+            if others:
+                self._parse(b"".join(others))
+        except WireFormatError as exc:
+            raise WireError(400, f"the body is not an OTLP ExportTraceServiceRequest in protobuf ({exc})") from None
+        except _TooMuch as exc:
+            raise WireError(413, f"the body is refused: {exc}") from None
+        return _finish(resources, body)
+
+    def _parse(self, request: bytes) -> ExportTraceServiceRequest:
+        try:
+            return ExportTraceServiceRequest.FromString(request)
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            raise WireError(400, f"the body is not an OTLP ExportTraceServiceRequest in protobuf ({exc})") from None
+
+    def _caps(self, start: int, end: int, descriptor: Any, what: str) -> None:
+        try:
+            count(
+                self.body,
+                start,
+                end,
+                descriptor,
+                max_items=MAX_ITEMS,
+                max_messages=(_PB_COST_PER_BYTE * (end - start) + _PB_COST_SLACK) // _PB_MESSAGE_COST,
+            )
+        except CapExceeded as exc:
+            if exc.what == "items":
+                raise WireError(
+                    413,
+                    f"the body is refused: {what} holds a list of more than {MAX_ITEMS} items {_LISTS}",
+                ) from None
+            raise WireError(
+                413, f"the body is refused: {what} holds more attributes and values than its size allows"
+            ) from None
+
+    def _resource_spans(self, start: int, end: int) -> _Resource:
+        body = self.body
+        resource = _Resource(self.ledger)
+        head = []
+        for key, tag, value, stop in fields(body, start, end):
+            if key == _SCOPE_SPANS_KEY:
+                resource.scopes.append(self._scope_spans(value, stop))
+                continue
+            if key == _HEAD_KEY and stop - value > self.big:
+                self._caps(value, stop, Resource.DESCRIPTOR, "a resource")
+            head.append(body[tag:stop])
+        resource.head = b"".join(head)
+        parsed = self._parse(_frame(_RESOURCE_SPANS_KEY, resource.head))
+        resource.service = _service_name(parsed.resource_spans[0].resource)
+        return resource
+
+    def _scope_spans(self, start: int, end: int) -> _Scope:
+        body = self.body
+        scope = _Scope(self.ledger)
+        head = []
+        chunk = start  # where the fields not parsed yet begin
+        spans: list[tuple[int, int]] = []  # the spans among them
+        for key, tag, value, stop in fields(body, start, end):
+            if stop - value > self.big:  # parsed alone, once counted
+                self._chunk(scope, chunk, tag, spans)
+                if key == _SPANS_KEY:
+                    self._caps(value, stop, Span.DESCRIPTOR, "a span")
+                elif key == _HEAD_KEY:
+                    self._caps(value, stop, InstrumentationScope.DESCRIPTOR, "a scope")
+                chunk = tag
+            if key == _SPANS_KEY:
+                spans.append((tag, stop))
+            else:
+                head.append(body[tag:stop])
+            if stop - chunk > _CHUNK or stop - value > self.big:
+                self._chunk(scope, chunk, stop, spans)
+                chunk = stop
+        self._chunk(scope, chunk, end, spans)
+        scope.head = b"".join(head)
+        return scope
+
+    def _chunk(self, scope: _Scope, start: int, end: int, spans: list[tuple[int, int]]) -> None:
+        """The fields of a ScopeSpans in body[start:end], parsed at the depth they sit at in the request; each of
+        its spans counted into `scope`, and `spans` emptied."""
+        if start == end:
+            return
+        parsed = self._parse(_frame(_RESOURCE_SPANS_KEY, _frame(_SCOPE_SPANS_KEY, self.body[start:end])))
+        take = scope.take
+        for span, piece in zip(parsed.resource_spans[0].scope_spans[0].spans, spans, strict=True):
+            checkpoint()  # the request's budget (n17q_engine.budget), once per span
+            take(span, None, *piece)
+        spans.clear()
 
 
 def success_body(encoding: str, *, rejected: int = 0, message: str = "") -> bytes:

@@ -209,7 +209,7 @@ before = peak_rss()
 try:
     raw = wire.decompress(body, 'gzip', max_bytes=64 * 1024 * 1024)
     decoded = len(raw)
-    split = wire.split_by_trace(wire.parse_request(raw, 'json'))
+    split = wire.split_request(raw, 'json')
     answer = {'status': 200, 'accepted': split.accepted}
 except wire.WireError as exc:
     answer = {'status': exc.status, 'message': exc.message}

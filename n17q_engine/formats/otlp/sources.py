@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from ...protowire import WireFormatError, length_delimited
 from .. import ConversionError
 from .flat import _flat_from_proto
 from .wire import _bulk, _short
@@ -34,66 +34,13 @@ class SpanBytes(NamedTuple):
     scope: tuple[int, int] | None
 
 
-class _WireError(ValueError):
-    pass
-
-
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise _WireError
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _wire_fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(field number, start, end) of each length-delimited field of the message in data[start:end]; the other wire
-    types are stepped over. _WireError for anything a parser would refuse (truncation, groups, a bad wire type)."""
-    pos = start
-    while pos < end:
-        key = data[pos]
-        if key < 0x80:  # a one-byte key (fields 1..15), as OTLP's are: read here, not through a call
-            pos += 1
-        else:
-            key, pos = _varint(data, pos, end)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise _WireError
-        if wire == 2:
-            size = data[pos] if pos < end else 0x80
-            if size < 0x80:
-                pos += 1
-            else:
-                size, pos = _varint(data, pos, end)
-            value = pos
-            pos += size
-            if pos > end:
-                raise _WireError
-            yield number, value, pos
-        elif wire == 0:
-            _value, pos = _varint(data, pos, end)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise _WireError
-        if pos > end:
-            raise _WireError
-
-
 def _span_ids(data: bytes, start: int, end: int) -> tuple[bytes, bytes]:
     """A Span's trace id and span id (fields 1 and 2). Every SDK writes them first, in that order: that layout is
     read directly; any other is walked field by field (the last occurrence wins, as a parser decides)."""
     if end - start >= 28 and data[start : start + 2] == b"\x0a\x10" and data[start + 18 : start + 20] == b"\x12\x08":
         return data[start + 2 : start + 18], data[start + 20 : start + 28]
     trace = span = b""
-    for number, s, e in _wire_fields(data, start, end):
+    for number, s, e in length_delimited(data, start, end):
         if number == 1:
             trace = data[s:e]
         elif number == 2:
@@ -102,14 +49,14 @@ def _span_ids(data: bytes, start: int, end: int) -> tuple[bytes, bytes]:
 
 
 def _head_and_items(data: bytes, start: int, end: int) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
-    """A message's singular field 1 as (offset, length) and its repeated field 2 as (start, end) each. _WireError
+    """A message's singular field 1 as (offset, length) and its repeated field 2 as (start, end) each. WireFormatError
     when field 1 appears twice: a parser merges the two, so no one range stands for it."""
     head: tuple[int, int] | None = None
     items: list[tuple[int, int]] = []
-    for number, s, e in _wire_fields(data, start, end):
+    for number, s, e in length_delimited(data, start, end):
         if number == 1:
             if head is not None:
-                raise _WireError
+                raise WireFormatError
             head = (s, e - s)
         elif number == 2:
             items.append((s, e))
@@ -123,7 +70,7 @@ def span_byte_ranges(body: bytes) -> dict[tuple[str, str], SpanBytes] | None:
     the spans as JSON instead. Only the three outer levels are walked (about 0.1 s for 100,000 spans)."""
     found: dict[tuple[str, str], SpanBytes] = {}
     try:
-        for number, rs_start, rs_end in _wire_fields(body, 0, len(body)):
+        for number, rs_start, rs_end in length_delimited(body, 0, len(body)):
             if number != 1:
                 continue
             # ResourceSpans and ScopeSpans alike: field 1 what the items were sent under, field 2 the items.
@@ -133,7 +80,7 @@ def span_byte_ranges(body: bytes) -> dict[tuple[str, str], SpanBytes] | None:
                 for s, e in spans:
                     trace, span = _span_ids(body, s, e)
                     found.setdefault((trace.hex(), span.hex()), SpanBytes((s, e - s), resource, scope))
-    except _WireError:
+    except WireFormatError:
         return None
     return found
 
