@@ -650,13 +650,23 @@ class _YamlReader(Composer, SafeConstructor, Resolver):
             yield self.construct_document(item)
         self.get_event()
 
-    def _anchor(self, event: Any) -> None:
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
         if event.anchor is not None:
-            if event.anchor in self.anchors:
-                raise ComposerError(
-                    f"found duplicate anchor {event.anchor!r}; first occurrence", self.anchors[event.anchor].start_mark,
-                    "second occurrence", event.start_mark,
-                )  # fmt: skip
+            self._anchor(event, register=False)  # the composer registers it
+        return super().compose_node(parent, index)
+
+    def _anchor(self, event: Any, *, register: bool = True) -> None:
+        """A duplicate anchor refused in the words of the parser's own composer (libyaml's, or PyYAML's)."""
+        if event.anchor is None:
+            return
+        if event.anchor in self.anchors:
+            named = "" if _YamlLoader is not yaml.SafeLoader else f" {event.anchor!r}"
+            raise ComposerError(
+                f"found duplicate anchor{named}; first occurrence", self.anchors[event.anchor].start_mark,
+                "second occurrence", event.start_mark,
+            )  # fmt: skip
+        if register:
             self.anchors[event.anchor] = _Anchored(event.start_mark)
 
     def _forget_nodes(self) -> None:
