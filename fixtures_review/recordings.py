@@ -930,6 +930,23 @@ def convert(
     `fields` are the caller's (flags, form fields; checked with `check_fields`); `captured_at` is the instant for
     exchanges whose file says no time (a VCR cassette keeps none). RecordingError, naming the field and the flag
     that gives it, when an exchange to stage lacks a required field."""
+    out = Converted(kind=source.kind)
+    out.recordings.extend(
+        iter_convert(source, fields=fields, mapping=mapping, captured_at=captured_at, skipped=out.skipped)
+    )
+    return out
+
+
+def iter_convert(
+    source: RecordingFile,
+    *,
+    fields: MappingABC[str, Any],
+    mapping: Mapping | None = None,
+    captured_at: str,
+    skipped: list[dict[str, Any]],
+) -> Iterator[Recording]:
+    """`convert`, an exchange at a time: each Recording handed out before the next exchange is read, the skipped
+    ones added to `skipped`. The same faults, in the same order, as `convert`."""
     given = check_fields(fields, "")
     # The file's own faults first, as when every exchange was read before any was converted: an empty cassette
     # needs no flags to be refused, and an exchange that is malformed further on is said before a conversion's
@@ -943,16 +960,20 @@ def convert(
                 f"{missing[0]}: required for a recording (a {source.label} does not say it): give {FLAGS[missing[0]]}"
                 " or a mapping file (--mapping)"
             )
-    out = Converted(kind=source.kind)
+    staged = 0
     decoded = 0  # the staged bodies' bytes, decoded
     for exchange in items:
         checkpoint()
         try:
-            decoded = _convert_one(exchange, out, given, mapping, captured_at, decoded, source.label)
+            recording, decoded = _convert_one(
+                exchange, skipped, staged, given, mapping, captured_at, decoded, source.label
+            )
         except RecordingError:
             _rest_read(items)
             raise
-    return out
+        if recording is not None:
+            staged += 1
+            yield recording
 
 
 def _rest_read(items: Iterator[Exchange]) -> None:
@@ -964,14 +985,16 @@ def _rest_read(items: Iterator[Exchange]) -> None:
 
 def _convert_one(
     exchange: Exchange,
-    out: Converted,
+    skipped: list[dict[str, Any]],
+    staged: int,
     given: dict[str, Any],
     mapping: Mapping | None,
     captured_at: str,
     decoded: int,
     label: str,
-) -> int:
-    """`exchange` converted into `out` (or skipped, with the reason); the staged bodies' decoded bytes so far."""
+) -> tuple[Recording | None, int]:
+    """`exchange` converted (None when skipped, the reason added to `skipped`; `staged` converted before it), and
+    the staged bodies' decoded bytes so far."""
     safe = safe_url(exchange.url)
     captured: dict[str, str] = {}
     merged = dict(given)
@@ -979,8 +1002,8 @@ def _convert_one(
     if mapping is not None:
         found = mapping.rule_for(exchange.method, exchange.url)
         if found is None:
-            out.skipped.append(_skip(exchange, safe, "no rule of the mapping matches it"))
-            return decoded
+            skipped.append(_skip(exchange, safe, "no rule of the mapping matches it"))
+            return None, decoded
         rule, captured = found
         rule_index = rule.index
         merged.update(mapping.defaults)
@@ -988,8 +1011,8 @@ def _convert_one(
     else:
         rule = None
     if exchange.status < 100 or exchange.status > 599:
-        out.skipped.append(_skip(exchange, safe, f"no response was recorded (status {exchange.status})"))
-        return decoded
+        skipped.append(_skip(exchange, safe, f"no response was recorded (status {exchange.status})"))
+        return None, decoded
     for name in REQUIRED_FIELDS:
         if name not in merged:
             where = f"rule {rule_index} of the mapping" if rule_index else "the mapping"
@@ -997,7 +1020,7 @@ def _convert_one(
                 f"{name}: required for {exchange.method} {safe} (entry {exchange.index}), given neither by "
                 f"{where} nor by {FLAGS[name]}"
             )
-    if len(out.recordings) >= MAX_RECORDINGS:
+    if staged >= MAX_RECORDINGS:
         raise RecordingError(
             f"more than {MAX_RECORDINGS} exchanges to stage from one file: split it, or map fewer with --mapping"
         )
@@ -1010,10 +1033,8 @@ def _convert_one(
         capture = _capture(exchange, merged, args, captured_at)
     except RecordingError as exc:
         raise RecordingError(f"entry {exchange.index} ({exchange.method} {safe}): {exc}") from None
-    out.recordings.append(
-        Recording(index=exchange.index, method=exchange.method, url=safe, capture=capture, rule=rule_index)
-    )
-    return decoded
+    recording = Recording(index=exchange.index, method=exchange.method, url=safe, capture=capture, rule=rule_index)
+    return recording, decoded
 
 
 def _decoded_size(raw: bytes | None, headers: dict[str, list[str]]) -> int:
