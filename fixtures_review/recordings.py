@@ -22,6 +22,13 @@ text, so a JSON document's values are counted on its bytes before it is parsed (
 document's nodes by a streaming pass of the parser before anything is built (MAX_YAML_NODES); a body longer than
 intake's cap is refused before it is decoded, a JSON body holding more than MAX_BODY_VALUES values before it is
 parsed, and the bodies of one file may decode to MAX_DECODED_BYTES in all.
+
+Exchanges are read one at a time (issue 35, part C): `load` walks the document's skeleton and reads each exchange
+alone (JSON: the C scanner `json.loads` runs, per entry; YAML: PyYAML's composer and safe constructor over libyaml's
+events, per interaction), checking it and dropping it, and keeps the top level with the list of exchanges standing
+in as a `Streamed` (where it is in the text, how many). `iter_exchanges` and `iter_convert` read them again one at a
+time. What is accepted or refused, and with which message, is what the whole-document parse gave
+(tests/fixtures_review/test_recording_streams.py compares the two).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from collections.abc import Iterator
 from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner json.loads uses
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -517,13 +524,6 @@ def _count_yaml_nodes(text: str, what: str) -> None:
                 raise RecordingError(f"{what} holds more than {MAX_YAML_NODES} YAML nodes")
 
 
-@dataclass(frozen=True)
-class _Anchored:
-    """An anchor already seen, kept by name and place only (a later duplicate is refused as PyYAML refuses it)."""
-
-    start_mark: Any
-
-
 class _YamlReader(Composer, SafeConstructor, Resolver):
     """A YAML cassette read an interaction at a time: libyaml's parser gives the events (as CSafeLoader's does), and
     PyYAML's own composer, resolver and safe constructor (SafeLoader's: no Python tags) build one interaction, which
@@ -667,11 +667,11 @@ class _YamlReader(Composer, SafeConstructor, Resolver):
                 "second occurrence", event.start_mark,
             )  # fmt: skip
         if register:
-            self.anchors[event.anchor] = _Anchored(event.start_mark)
+            self.anchors[event.anchor] = _anchored(event.start_mark)
 
     def _forget_nodes(self) -> None:
         """An interaction's anchors kept by name only, so that its nodes go with it."""
-        self.anchors = {name: _Anchored(node.start_mark) for name, node in self.anchors.items()}
+        self.anchors = {name: _anchored(node.start_mark) for name, node in self.anchors.items()}
 
     def _skip(self) -> None:
         """The value ahead, its events read and dropped (checked by `top` before)."""
@@ -684,6 +684,11 @@ class _YamlReader(Composer, SafeConstructor, Resolver):
                 depth -= 1
             if depth == 0:
                 return
+
+
+def _anchored(mark: Any) -> yaml.Node:
+    """An anchor already seen, kept by its place only (a later duplicate is refused naming both places)."""
+    return yaml.ScalarNode("", "", mark, None)
 
 
 def _refuse_aliases(data: Any, what: str) -> None:
