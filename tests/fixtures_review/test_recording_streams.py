@@ -11,13 +11,17 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import yaml
 from django.urls import reverse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fixtures_review import intake, recordings
 from fixtures_review.models import RequestObservation, StagedRecording
 from fixtures_review.recordings import RecordingError, RecordingFile
 from tests.bounds import hostile
 from tests.fixtures_review.test_recordings import MAPPING, _Service, record
+from tests.hypothesis_budget import examples
 
 FIELDS = {"scenario": "docs-research", "tool": "status.lookup", "contract_revision": 2, "effect_class": "read"}
 AT = "2026-01-01T00:00:00Z"
@@ -220,3 +224,48 @@ def test_the_capture_door_refuses_a_file_past_the_cap_in_one_line_and_stores_not
     # At the cap itself the file is staged, every exchange.
     response = client.post(f"{reverse('api-captures')}?{query}", data=make(40), content_type=ctype)
     assert response.status_code == 201 and len(response.json()["recordings"]) == 40
+
+
+# --- any document: the streamed reading against the whole-document parse ------------------------------------------
+
+_SCALARS = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=12)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+_EXCHANGES = st.fixed_dictionaries(
+    {
+        "request": st.fixed_dictionaries(
+            {"method": st.sampled_from(["GET", "POST", ""]), "uri": st.just("https://status.example/a?b=1")},
+            optional={"url": st.just("https://status.example/c"), "body": _SCALARS, "headers": _VALUES},
+        ),
+        "response": st.fixed_dictionaries(
+            {"status": st.sampled_from([200, 404, {"code": 201}, "x"])},
+            optional={"body": st.sampled_from([None, {"string": '{"a": 1}'}, "text"]), "content": _VALUES},
+        ),
+    },
+    optional={"startedDateTime": st.just("2026-07-01T09:00:00Z"), "extra": _VALUES},
+)
+_LISTS = st.lists(_EXCHANGES | _VALUES, max_size=4) | _VALUES
+
+
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    kind=st.sampled_from(["har", "vcr"]),
+    listed=_LISTS,
+    extra=st.dictionaries(st.sampled_from(["version", "format", "log", "note"]), _VALUES, max_size=2),
+    as_yaml=st.booleans(),
+    flow=st.sampled_from([None, True, False]),
+)
+def test_any_document_reads_the_same_streamed_as_whole(kind, listed, extra, as_yaml, flow):
+    if kind == "har":
+        document: dict[str, Any] = {**extra, "log": {"creator": {}, "entries": listed}}
+    else:
+        document = {**extra, "interactions": listed}
+    raw = (
+        yaml.safe_dump(document, default_flow_style=flow, allow_unicode=True).encode()
+        if as_yaml and kind == "vcr"
+        else json.dumps(document).encode()
+    )
+    assert_same(raw)
