@@ -161,6 +161,7 @@ def recordings_stage(
         except intake.CaptureError as exc:
             raise intake.CaptureError(f"entry {rec.index} ({rec.method} {rec.url}): {exc}") from None
         checked.append((replace(rec, capture={}), red, admitted))  # the redacted capture is the one staged
+        del rec  # its converted capture goes before the next exchange is converted
     staged = _stage_all(
         [
             dict(

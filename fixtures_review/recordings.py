@@ -75,6 +75,10 @@ MAX_RECORDING_VALUES = 2_000_000
 # Nodes of a YAML cassette, counted by the parser's event stream before any is built: composed, a node costs about
 # 550 bytes (a million lines of small flow mappings took 3.8 GB).
 MAX_YAML_NODES = 1_000_000
+# Nodes composed at once in a YAML cassette read an interaction at a time: one interaction, and the rest of the
+# document (its other top-level keys) together. Composed and constructed, 20,000 nodes are about 11 MB; vcrpy's
+# interactions hold a few dozen (bodies are one string each).
+MAX_YAML_PIECE_NODES = 20_000
 MAX_BODY_VALUES = 1_000_000  # values of one JSON body, counted before it is parsed
 MAX_DECODED_BYTES = 128 * 1024 * 1024  # the bodies of one file, decoded (gzip and deflate undone), together
 
@@ -423,7 +427,7 @@ def _json_items(text: str, start: int) -> Iterator[Any]:
         return
     while True:
         value, pos = _JSON_DECODER.raw_decode(text, pos)
-        yield value
+        yield _handed([value], value := None)
         pos = _json_ws(text, pos)
         if text[pos : pos + 1] != ",":
             return
@@ -524,13 +528,64 @@ def _count_yaml_nodes(text: str, what: str) -> None:
                 raise RecordingError(f"{what} holds more than {MAX_YAML_NODES} YAML nodes")
 
 
+def _count_cassette_nodes(text: str) -> None:
+    """`_count_yaml_nodes` for a cassette read an interaction at a time, counting also what `_YamlReader` composes at
+    once: the nodes of each interaction (an item of a plain top-level `interactions` sequence) and those outside
+    them, each at most MAX_YAML_PIECE_NODES; refused from the events, before anything is composed."""
+    what = "the cassette"
+    resolver = Resolver()
+    nodes = rest = piece = 0
+    stack: list[list[Any]] = []  # per open collection: [is a mapping, children seen]
+    streamed = 0  # the depth of the items of the interactions sequence being read, 0 when none is
+    key_is_interactions = False
+    for event in yaml.parse(text, Loader=_YamlLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise RecordingError(f"{what} uses YAML anchors and aliases, which are refused (write each value)")
+        if isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+            stack.pop()
+            if len(stack) < streamed:
+                streamed = 0
+            continue
+        if not isinstance(event, yaml.ScalarEvent | yaml.SequenceStartEvent | yaml.MappingStartEvent):
+            continue
+        nodes += 1
+        if nodes > MAX_YAML_NODES:
+            raise RecordingError(f"{what} holds more than {MAX_YAML_NODES} YAML nodes")
+        if len(stack) == 1 and stack[0][0]:  # a key or a value of the top-level mapping
+            if stack[0][1] % 2 == 0:
+                key_is_interactions = isinstance(event, yaml.ScalarEvent) and _str_scalar(resolver, event)
+            elif key_is_interactions and isinstance(event, yaml.SequenceStartEvent) and event.tag in (None, "!"):
+                streamed = 2
+            stack[0][1] += 1
+        if streamed and len(stack) >= streamed:
+            piece = 1 if len(stack) == streamed else piece + 1
+            if piece > MAX_YAML_PIECE_NODES:
+                raise RecordingError(f"{what} holds an interaction of more than {MAX_YAML_PIECE_NODES} YAML nodes")
+        else:
+            rest += 1
+            if rest > MAX_YAML_PIECE_NODES:
+                raise RecordingError(
+                    f"{what} holds more than {MAX_YAML_PIECE_NODES} YAML nodes outside its interactions"
+                )
+        if not isinstance(event, yaml.ScalarEvent):
+            stack.append([isinstance(event, yaml.MappingStartEvent), 0])
+
+
+def _str_scalar(resolver: Resolver, event: Any) -> bool:
+    """A scalar event that composes to the string `interactions` (as `_YamlReader._interactions` sees its node)."""
+    tag = event.tag
+    if tag is None or tag == "!":
+        tag = resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
+    return bool(tag == _STR_TAG and event.value == "interactions")
+
+
 class _YamlReader(Composer, SafeConstructor, Resolver):
     """A YAML cassette read an interaction at a time: libyaml's parser gives the events (as CSafeLoader's does), and
     PyYAML's own composer, resolver and safe constructor (SafeLoader's: no Python tags) build one interaction, which
     is handed out and dropped before the next is composed. The rest of the top-level mapping is composed and
     constructed as a whole-document load would, the interactions standing in as a `Streamed`.
 
-    `top()` reads and checks the whole document (nodes counted and aliases refused first, by `_count_yaml_nodes`);
+    `top()` reads and checks the whole document (nodes counted and aliases refused first, `_count_cassette_nodes`);
     `items(n)` reads the n-th top-level `interactions` sequence again, an interaction at a time."""
 
     def __init__(self, text: str) -> None:
@@ -571,7 +626,7 @@ class _YamlReader(Composer, SafeConstructor, Resolver):
     def top(self) -> Any:
         """The document as `yaml.load` gives it, its streamed interactions as `Streamed` (each one composed,
         constructed and dropped)."""
-        _count_yaml_nodes(self.text, "the cassette")
+        _count_cassette_nodes(self.text)
         self.get_event()  # StreamStartEvent
         if self.check_event(yaml.StreamEndEvent):
             return None
@@ -647,7 +702,7 @@ class _YamlReader(Composer, SafeConstructor, Resolver):
             checkpoint()  # a web request's budget (n17q_engine.budget), if one is open
             item = self.compose_node(None, None)
             self._forget_nodes()
-            yield self.construct_document(item)
+            yield _handed([self.construct_document(item)], item := None)
         self.get_event()
 
     def compose_node(self, parent: Any, index: Any) -> Any:
@@ -761,41 +816,65 @@ def _exchange_list(source: RecordingFile, items: Any, holder: str, noun: str, *,
     return _json_items(source.text, items.start)
 
 
-def _har_entries(entries: Iterator[Any]) -> Iterator[Exchange]:
-    for i, entry in enumerate(entries, 1):
+_END = object()
+
+
+def _handed(held: list[Any], _dropped: None = None) -> Any:
+    """What `held` holds, taken out of it: `yield _handed([value], value := None)` hands `value` out and leaves the
+    generator's frame holding nothing of it while the consumer works on it (a large body is then alive once)."""
+    return held.pop()
+
+
+def _each(items: Iterator[Any], read: Any) -> Iterator[Exchange]:
+    """`read(i, item)` for each item, numbered from 1, the item and its exchange held by the consumer only.
+    (Not `enumerate`: it keeps the last item it gave in a tuple it reuses.)"""
+    i = 0
+    while True:
         checkpoint()  # a web request's budget (n17q_engine.budget), if one is open
-        where = f"HAR entry {i}"
-        if not isinstance(entry, dict):
-            raise RecordingError(f"{where}: an object")
-        request, response = entry.get("request"), entry.get("response")
-        if not isinstance(request, dict) or not isinstance(response, dict):
-            raise RecordingError(f"{where}: request and response are required objects")
-        method, url = request.get("method"), request.get("url")
-        if not isinstance(method, str) or not method or not isinstance(url, str) or not url:
-            raise RecordingError(f"{where}: request.method and request.url are required strings")
-        status = response.get("status")
-        if not isinstance(status, int) or isinstance(status, bool):
-            raise RecordingError(f"{where}: response.status is required, an integer")
-        post = request.get("postData")
-        request_body = None
-        if isinstance(post, dict) and isinstance(post.get("text"), str):
-            request_body = _text_bytes(post["text"], post.get("encoding"), f"{where} request.postData")
-        content = response.get("content")
-        response_body = None
-        if isinstance(content, dict) and isinstance(content.get("text"), str):
-            response_body = _text_bytes(content["text"], content.get("encoding"), f"{where} response.content")
-        started = entry.get("startedDateTime")
-        yield Exchange(
-            index=i,
-            method=method,
-            url=url,
-            request_headers=_har_headers(request.get("headers"), f"{where} request.headers"),
-            request_body=request_body,
-            status=status,
-            response_headers=_har_headers(response.get("headers"), f"{where} response.headers"),
-            response_body=response_body,
-            started=started if isinstance(started, str) else None,
-        )
+        item = next(items, _END)
+        if item is _END:
+            return
+        i += 1
+        yield _handed([read(i, item)], item := None)
+
+
+def _har_entries(entries: Iterator[Any]) -> Iterator[Exchange]:
+    return _each(entries, _har_exchange)
+
+
+def _har_exchange(i: int, entry: Any) -> Exchange:
+    where = f"HAR entry {i}"
+    if not isinstance(entry, dict):
+        raise RecordingError(f"{where}: an object")
+    request, response = entry.get("request"), entry.get("response")
+    if not isinstance(request, dict) or not isinstance(response, dict):
+        raise RecordingError(f"{where}: request and response are required objects")
+    method, url = request.get("method"), request.get("url")
+    if not isinstance(method, str) or not method or not isinstance(url, str) or not url:
+        raise RecordingError(f"{where}: request.method and request.url are required strings")
+    status = response.get("status")
+    if not isinstance(status, int) or isinstance(status, bool):
+        raise RecordingError(f"{where}: response.status is required, an integer")
+    post = request.get("postData")
+    request_body = None
+    if isinstance(post, dict) and isinstance(post.get("text"), str):
+        request_body = _text_bytes(post["text"], post.get("encoding"), f"{where} request.postData")
+    content = response.get("content")
+    response_body = None
+    if isinstance(content, dict) and isinstance(content.get("text"), str):
+        response_body = _text_bytes(content["text"], content.get("encoding"), f"{where} response.content")
+    started = entry.get("startedDateTime")
+    return Exchange(
+        index=i,
+        method=method,
+        url=url,
+        request_headers=_har_headers(request.get("headers"), f"{where} request.headers"),
+        request_body=request_body,
+        status=status,
+        response_headers=_har_headers(response.get("headers"), f"{where} response.headers"),
+        response_body=response_body,
+        started=started if isinstance(started, str) else None,
+    )
 
 
 def _utf8(text: str, where: str) -> bytes:
@@ -838,38 +917,40 @@ def _har_headers(headers: Any, where: str) -> dict[str, list[str]]:
 
 
 def _vcr_interactions(interactions: Iterator[Any]) -> Iterator[Exchange]:
-    for i, item in enumerate(interactions, 1):
-        checkpoint()
-        where = f"cassette interaction {i}"
-        if not isinstance(item, dict):
-            raise RecordingError(f"{where}: an object {{request, response}}")
-        request, response = item.get("request"), item.get("response")
-        if not isinstance(request, dict) or not isinstance(response, dict):
-            raise RecordingError(f"{where}: request and response are required objects")
-        method, url = request.get("method"), request.get("uri") or request.get("url")
-        if not isinstance(method, str) or not method or not isinstance(url, str) or not url:
-            raise RecordingError(f"{where}: request.method and request.uri are required strings")
-        status = response.get("status")
-        code = status.get("code") if isinstance(status, dict) else status
-        if not isinstance(code, int) or isinstance(code, bool):
-            raise RecordingError(f"{where}: response.status.code is required, an integer")
-        body = response.get("body")
-        if isinstance(body, dict):
-            body = body.get("string")
-        recorded = item.get("recorded_at") or response.get("recorded_at")
-        if isinstance(recorded, datetime):
-            recorded = recorded.isoformat() if recorded.tzinfo else recorded.replace(tzinfo=UTC).isoformat()
-        yield Exchange(
-            index=i,
-            method=method,
-            url=url,
-            request_headers=_vcr_headers(request.get("headers"), f"{where} request.headers"),
-            request_body=_vcr_body(request.get("body"), f"{where} request.body"),
-            status=code,
-            response_headers=_vcr_headers(response.get("headers"), f"{where} response.headers"),
-            response_body=_vcr_body(body, f"{where} response.body.string"),
-            started=recorded if isinstance(recorded, str) else None,
-        )
+    return _each(interactions, _vcr_exchange)
+
+
+def _vcr_exchange(i: int, item: Any) -> Exchange:
+    where = f"cassette interaction {i}"
+    if not isinstance(item, dict):
+        raise RecordingError(f"{where}: an object {{request, response}}")
+    request, response = item.get("request"), item.get("response")
+    if not isinstance(request, dict) or not isinstance(response, dict):
+        raise RecordingError(f"{where}: request and response are required objects")
+    method, url = request.get("method"), request.get("uri") or request.get("url")
+    if not isinstance(method, str) or not method or not isinstance(url, str) or not url:
+        raise RecordingError(f"{where}: request.method and request.uri are required strings")
+    status = response.get("status")
+    code = status.get("code") if isinstance(status, dict) else status
+    if not isinstance(code, int) or isinstance(code, bool):
+        raise RecordingError(f"{where}: response.status.code is required, an integer")
+    body = response.get("body")
+    if isinstance(body, dict):
+        body = body.get("string")
+    recorded = item.get("recorded_at") or response.get("recorded_at")
+    if isinstance(recorded, datetime):
+        recorded = recorded.isoformat() if recorded.tzinfo else recorded.replace(tzinfo=UTC).isoformat()
+    return Exchange(
+        index=i,
+        method=method,
+        url=url,
+        request_headers=_vcr_headers(request.get("headers"), f"{where} request.headers"),
+        request_body=_vcr_body(request.get("body"), f"{where} request.body"),
+        status=code,
+        response_headers=_vcr_headers(response.get("headers"), f"{where} response.headers"),
+        response_body=_vcr_body(body, f"{where} response.body.string"),
+        started=recorded if isinstance(recorded, str) else None,
+    )
 
 
 def _vcr_headers(headers: Any, where: str) -> dict[str, list[str]]:
@@ -976,9 +1057,10 @@ def iter_convert(
         except RecordingError:
             _rest_read(items)
             raise
+        exchange = None  # type: ignore[assignment]  # its bodies go before the capture is handed out
         if recording is not None:
             staged += 1
-            yield recording
+            yield _handed([recording], recording := None)
 
 
 def _rest_read(items: Iterator[Exchange]) -> None:

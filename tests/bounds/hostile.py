@@ -211,6 +211,18 @@ def vcr_yaml_many_interactions(count: int) -> bytes:
     return ("version: 1\ninteractions:\n" + one * count).encode()
 
 
+def vcr_yaml_large_interaction(nodes: int) -> bytes:
+    """One interaction holding `nodes` empty mappings (a line of four bytes each, about 550 bytes each composed)."""
+    one = "- request: {method: GET, uri: 'https://status.example/v1/status'}\n  response: {status: {code: 200}}\n"
+    return ("interactions:\n" + one + "  extra:\n" + "  - {}\n" * nodes + "version: 1\n").encode()
+
+
+def vcr_yaml_large_top_level_value(nodes: int) -> bytes:
+    """A small cassette beside a top-level value of `nodes` empty mappings."""
+    one = "- request: {method: GET, uri: 'https://status.example/v1/status'}\n  response: {status: {code: 200}}\n"
+    return ("interactions:\n" + one + "note:\n" + "- {}\n" * nodes).encode()
+
+
 def vcr_yaml_alias_bomb(levels: int) -> bytes:
     """Billion laughs: each level refers to the one before ten times."""
     lines = ['a0: &a0 ["lol"]']

@@ -269,3 +269,26 @@ def test_any_document_reads_the_same_streamed_as_whole(kind, listed, extra, as_y
         else json.dumps(document).encode()
     )
     assert_same(raw)
+
+
+# --- what is composed at once: an interaction, and the rest of the cassette ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tail", "said"),
+    [
+        ("  extra:\n" + "  - {}\n" * 30, "the cassette holds an interaction of more than 40 YAML nodes"),
+        ("note:\n" + "- {}\n" * 40, "the cassette holds more than 40 YAML nodes outside its interactions"),
+    ],
+    ids=["an interaction", "the rest"],
+)
+def test_what_a_cassette_composes_at_once_is_capped_before_anything_is_composed(monkeypatch, tail, said):
+    monkeypatch.setattr(recordings, "MAX_YAML_PIECE_NODES", 40)
+    small = "interactions:\n" + ONE + "version: 1\n"
+    assert assert_same(small.encode())[0] == "vcr"  # under the caps: read as before
+    with pytest.raises(RecordingError) as refused:
+        recordings.load(("interactions:\n" + ONE + ONE + tail).encode())
+    assert str(refused.value) == said
+    # Both caps count a whole cassette of small interactions, as many as they are, and nothing else.
+    many = ("interactions:\n" + ONE * 200 + "version: 1\n").encode()
+    assert len(recordings.exchanges(recordings.load(many))) == 200
