@@ -27,7 +27,8 @@ Exchanges are read one at a time (issue 35, part C): `load` walks the document's
 alone (JSON: the C scanner `json.loads` runs, per entry; YAML: PyYAML's composer and safe constructor over libyaml's
 events, per interaction), checking it and dropping it, and keeps the top level with the list of exchanges standing
 in as a `Streamed` (where it is in the text, how many). `iter_exchanges` and `iter_convert` read them again one at a
-time. What is accepted or refused, and with which message, is what the whole-document parse gave
+time. What a YAML cassette composes at once, one interaction and the rest of the document, is capped in nodes
+(MAX_YAML_PIECE_NODES) by the counting pass, before anything is composed. What is accepted or refused, and with which message, is what the whole-document parse gave
 (tests/fixtures_review/test_recording_streams.py compares the two).
 """
 
