@@ -27,9 +27,11 @@ Exchanges are read one at a time (issue 35, part C): `load` walks the document's
 alone (JSON: the C scanner `json.loads` runs, per entry; YAML: PyYAML's composer and safe constructor over libyaml's
 events, per interaction), checking it and dropping it, and keeps the top level with the list of exchanges standing
 in as a `Streamed` (where it is in the text, how many). `iter_exchanges` and `iter_convert` read them again one at a
-time. What a YAML cassette composes at once, one interaction and the rest of the document, is capped in nodes
-(MAX_YAML_PIECE_NODES) by the counting pass, before anything is composed. What is accepted or refused, and with which message, is what the whole-document parse gave
-(tests/fixtures_review/test_recording_streams.py compares the two).
+time. What is accepted or refused, and with which message, is what the whole-document parse gave
+(tests/fixtures_review/test_recording_streams.py compares the two), but for the caps on what is built at once: a
+YAML cassette's interaction, and the rest of it, in nodes (MAX_YAML_PIECE_NODES), counted by the counting pass; a
+JSON recording's exchange, or other top-level value, in values (MAX_PIECE_VALUES), counted on its text when the
+document holds more than that in all. Each is refused before it is built.
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ MAX_YAML_NODES = 1_000_000
 # interactions hold a few dozen (bodies are one string each).
 MAX_YAML_PIECE_NODES = 20_000
 MAX_BODY_VALUES = 1_000_000  # values of one JSON body, counted before it is parsed
+# Values one exchange of a JSON recording (or another of its top-level values) may hold: each is decoded alone, so
+# this bounds what is built at once (a million `{}` in one HAR entry, 3 MB, took the process to 89 MiB). Counted on
+# the piece's text before it is decoded, when the document holds more than this in all.
+MAX_PIECE_VALUES = 200_000
 MAX_DECODED_BYTES = 128 * 1024 * 1024  # the bodies of one file, decoded (gzip and deflate undone), together
 
 # The fields a recording cannot say, and the flag of the `capture` command that gives each one (the API's form
@@ -342,19 +348,24 @@ def load(raw: bytes) -> RecordingFile | None:
                 f"the document holds up to {values} JSON values, more than the {MAX_RECORDING_VALUES} a capture or "
                 "recording may hold"
             )
+        oversized: list[str] = []
         try:
             text = raw.decode("utf-8-sig")
-            data = _json_top(text)
+            data = _json_top(text, oversized if values > MAX_PIECE_VALUES else None)
         except (ValueError, RecursionError):
             return None  # not JSON: the native path says so in its own words
         if not isinstance(data, dict) or data.get("format") == CAPTURE_FORMAT:
             return None
         log = data.get("log")
         if isinstance(log, dict) and ("entries" in log or "creator" in log):
-            return RecordingFile("har", data, text)
-        if "interactions" in data:
-            return RecordingFile("vcr", data, text)
-        return None
+            kind = "har"
+        elif "interactions" in data:
+            kind = "vcr"
+        else:
+            return None
+        if oversized:
+            raise RecordingError(oversized[0])
+        return RecordingFile(kind, data, text)
     if _YAML_CASSETTE.search(raw):
         if len(raw) > MAX_YAML_BYTES:
             raise RecordingError(f"the YAML cassette is larger than {MAX_YAML_BYTES} bytes (record it as JSON)")
@@ -379,10 +390,11 @@ def _json_ws(text: str, pos: int) -> int:
     return match.end() if match else pos
 
 
-def _json_top(text: str) -> Any:
+def _json_top(text: str, oversized: list[str] | None = None) -> Any:
     """The document's top level as `json.loads` would give it, but with a HAR file's `log.entries` and a JSON
     cassette's `interactions` left in the text (`Streamed`), each item decoded, counted and dropped.
-    ValueError (JSONDecodeError) for what is not JSON."""
+    ValueError (JSONDecodeError) for what is not JSON. With `oversized`, each item and member is first counted
+    (`_json_piece`), and one holding more than MAX_PIECE_VALUES values is not decoded but said in `oversized`."""
     pos = _json_ws(text, 0)
     if text[pos : pos + 1] != "{":
         value, end = _JSON_DECODER.raw_decode(text, pos)
@@ -394,31 +406,66 @@ def _json_top(text: str) -> Any:
         if key == "log" and text[at : at + 1] == "{":
             log: dict[str, Any] = {}
             top[key] = log
-            return _json_object(text, at, lambda k, p: _json_member(text, log, k, p, "entries"))
-        return _json_member(text, top, key, at, "interactions")
+            return _json_object(text, at, lambda k, p: _json_member(text, log, k, p, "entries", oversized))
+        return _json_member(text, top, key, at, "interactions", oversized)
 
     _json_end(text, _json_object(text, pos, member))
     return top
 
 
-def _json_member(text: str, into: dict[str, Any], key: str, at: int, listed: str) -> int:
+def _json_member(text: str, into: dict[str, Any], key: str, at: int, listed: str, oversized: list[str] | None) -> int:
     """One member into `into` (a key given twice: the last counts, as in `json.loads`); the list named `listed`
     walked an item at a time and kept as where it stands."""
     if key == listed and text[at : at + 1] == "[":
         count = 0
+        noun = "HAR entry" if listed == "entries" else "cassette interaction"
 
         def item(pos: int) -> int:
             nonlocal count
             checkpoint()  # a web request's budget (n17q_engine.budget), if one is open
-            _value, end = _JSON_DECODER.raw_decode(text, pos)
             count += 1
-            return end
+            return _json_piece(text, pos, f"{noun} {count}", oversized)[1]
 
         end = _json_array(text, at, item)
         into[key] = Streamed(at, count)
         return end
-    into[key], end = _JSON_DECODER.raw_decode(text, at)
+    into[key], end = _json_piece(text, at, f"the file's {key!r}", oversized)
     return end
+
+
+# A JSON string (escapes included, unrolled: linear) or a bracket: what `_json_extent` walks.
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _json_piece(text: str, at: int, where: str, oversized: list[str] | None) -> tuple[Any, int]:
+    """The JSON value at `at`, decoded, and its end; with `oversized`, an array or object holding more than
+    MAX_PIECE_VALUES values is not decoded (None), and said in `oversized`."""
+    if oversized is not None and text[at : at + 1] in ("[", "{"):
+        end = _json_extent(text, at)
+        if end is not None:
+            values = json_values_bound(text[at:end], MAX_PIECE_VALUES)
+            if values > MAX_PIECE_VALUES:
+                oversized.append(
+                    f"{where} holds up to {values} JSON values, more than the {MAX_PIECE_VALUES} an exchange (or another value) of a recording may hold"
+                )
+                return None, end
+    value, end = _JSON_DECODER.raw_decode(text, at)
+    return value, end
+
+
+def _json_extent(text: str, at: int) -> int | None:
+    """Where the array or object at `at` ends, by its brackets outside strings, built nothing; None when it does not
+    (`raw_decode` then says what is wrong)."""
+    depth = 0
+    for token in _JSON_TOKEN.finditer(text, at):
+        char = text[token.start()]
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return None
 
 
 def _json_items(text: str, start: int) -> Iterator[Any]:

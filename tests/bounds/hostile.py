@@ -203,6 +203,13 @@ def har_many_entries(count: int, *, body: str = '{"ok":true}') -> bytes:
     return json.dumps({"log": {"version": "1.2", "creator": {"name": "b"}, "entries": [entry] * count}}).encode()
 
 
+def har_large_entry(values: int) -> bytes:
+    """One HAR entry holding `values` empty objects (three bytes each, a 64-byte dict each decoded)."""
+    entry = json.loads(har_many_entries(1))["log"]["entries"][0]
+    text = json.dumps({**entry, "extra": []})[:-2] + ",".join(["{}"] * values) + "]}"
+    return ('{"log": {"version": "1.2", "creator": {"name": "b"}, "entries": [' + text + "]}}").encode()
+
+
 def vcr_yaml_many_interactions(count: int) -> bytes:
     one = (
         "- request: {method: GET, uri: 'https://status.example/v1/status', body: null, headers: {}}\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import tracemalloc
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -292,3 +293,29 @@ def test_what_a_cassette_composes_at_once_is_capped_before_anything_is_composed(
     # Both caps count a whole cassette of small interactions, as many as they are, and nothing else.
     many = ("interactions:\n" + ONE * 200 + "version: 1\n").encode()
     assert len(recordings.exchanges(recordings.load(many))) == 200
+
+
+def test_a_json_exchange_of_too_many_values_is_refused_before_it_is_decoded(monkeypatch):
+    monkeypatch.setattr(recordings, "MAX_PIECE_VALUES", 1000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordingError) as refused:
+            recordings.load(hostile.har_large_entry(100_000))
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    said = str(refused.value)
+    assert said.startswith("HAR entry 1 holds up to ") and "more than the 1000" in said and "\n" not in said
+    # The 0.3 MB text and copies of it (about 1.5 MB), not the entry's 100,000 dicts (6.4 MB decoded).
+    assert peak < 3 * 1024 * 1024, peak
+    # A native capture is not a recording: its own reader judges it, whatever its size.
+    native = {"format": intake.CAPTURE_FORMAT, "response": {"body": [{}] * 2000}}
+    assert recordings.load(json.dumps(native).encode()) is None
+
+
+@pytest.mark.parametrize("name", [name for name in DOCUMENTS if not name.startswith(("YAML", "JSON, deeply"))])
+def test_counting_each_json_exchange_before_decoding_it_reads_the_same(name, monkeypatch):
+    # Below the documents' own totals, so that every exchange and member is counted on its text first.
+    monkeypatch.setattr(recordings, "MAX_PIECE_VALUES", 500)
+    monkeypatch.setattr(recordings, "MAX_BODY_VALUES", 1000)
+    assert_same(DOCUMENTS[name])
