@@ -446,7 +446,8 @@ def _json_piece(text: str, at: int, where: str, oversized: list[str] | None) -> 
             values = json_values_bound(text[at:end], MAX_PIECE_VALUES)
             if values > MAX_PIECE_VALUES:
                 oversized.append(
-                    f"{where} holds up to {values} JSON values, more than the {MAX_PIECE_VALUES} an exchange (or another value) of a recording may hold"
+                    f"{where} holds up to {values} JSON values, more than the {MAX_PIECE_VALUES} an exchange (or "
+                    "another value) of a recording may hold"
                 )
                 return None, end
     value, end = _JSON_DECODER.raw_decode(text, at)

@@ -292,7 +292,8 @@ def test_what_a_cassette_composes_at_once_is_capped_before_anything_is_composed(
     assert str(refused.value) == said
     # Both caps count a whole cassette of small interactions, as many as they are, and nothing else.
     many = ("interactions:\n" + ONE * 200 + "version: 1\n").encode()
-    assert len(recordings.exchanges(recordings.load(many))) == 200
+    source = recordings.load(many)
+    assert source is not None and len(recordings.exchanges(source)) == 200
 
 
 def test_a_json_exchange_of_too_many_values_is_refused_before_it_is_decoded(monkeypatch):
