@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from n17q_engine.budget import checkpoint
@@ -134,30 +134,34 @@ def recordings_stage(
     from . import recordings
 
     rules = recordings.parse_mapping(mapping) if isinstance(mapping, bytes | str) else mapping
-    converted = recordings.convert(
-        source, fields=fields, mapping=rules, captured_at=captured_at or recordings.now_instant()
-    )
-    if not converted.recordings:
-        first = "; ".join(f"{s['method']} {s['url']}: {s['reason']}" for s in converted.skipped[:3])
+    at = captured_at or recordings.now_instant()
+    # Every exchange converted and dropped first, so that the file's faults and the conversions' are said before
+    # any capture's intake fault, as when the converted captures were all held; then converted again, each handed
+    # to intake as it comes and only its redacted capture kept (issue 35: the file is read an exchange at a time).
+    skipped: list[dict[str, Any]] = []
+    converted = recordings.iter_convert(source, fields=fields, mapping=rules, captured_at=at, skipped=skipped)
+    if not sum(1 for _ in converted):
+        first = "; ".join(f"{s['method']} {s['url']}: {s['reason']}" for s in skipped[:3])
         raise recordings.RecordingError(
-            f"nothing to stage: all {len(converted.skipped)} exchanges of the {source.label} were skipped ({first})"
+            f"nothing to stage: all {len(skipped)} exchanges of the {source.label} were skipped ({first})"
         )
     key = capture_digest_key()
     checked = []
     actor = user if getattr(user, "is_authenticated", False) else None
-    for rec in converted.recordings:
+    for rec in recordings.iter_convert(source, fields=fields, mapping=rules, captured_at=at, skipped=[]):
         checkpoint()  # a web request's budget (console.upload_budget), if one is open
         try:
             red = intake.intake(rec.capture, digest_key=key)
             # All or nothing: the first exchange the record policy refuses refuses the file (its trace is kept).
-            admitted = connections.capture_admit(red.capture, door=converted.kind, actor=actor, token=token)
+            admitted = connections.capture_admit(red.capture, door=source.kind, actor=actor, token=token)
         except connections.CaptureRefused as exc:
             raise connections.CaptureRefused(
                 f"entry {rec.index} ({rec.method} {rec.url}): {exc}", exc.observation
             ) from None
         except intake.CaptureError as exc:
             raise intake.CaptureError(f"entry {rec.index} ({rec.method} {rec.url}): {exc}") from None
-        checked.append((rec, red, admitted))
+        checked.append((replace(rec, capture={}), red, admitted))  # the redacted capture is the one staged
+        del rec  # its converted capture goes before the next exchange is converted
     staged = _stage_all(
         [
             dict(
@@ -171,9 +175,9 @@ def recordings_stage(
         actor=actor,
         token=token,
     )
-    log.info("staged %d recordings from a %s (%d skipped)", len(staged), source.label, len(converted.skipped))
+    log.info("staged %d recordings from a %s (%d skipped)", len(staged), source.label, len(skipped))
     return RecordingsResult(
-        kind=converted.kind,
+        kind=source.kind,
         staged=[(rec, StageResult(r, promotion_blockers(r))) for (rec, _, _), r in zip(checked, staged, strict=True)],
-        skipped=converted.skipped,
+        skipped=skipped,
     )

@@ -22,6 +22,16 @@ text, so a JSON document's values are counted on its bytes before it is parsed (
 document's nodes by a streaming pass of the parser before anything is built (MAX_YAML_NODES); a body longer than
 intake's cap is refused before it is decoded, a JSON body holding more than MAX_BODY_VALUES values before it is
 parsed, and the bodies of one file may decode to MAX_DECODED_BYTES in all.
+
+Exchanges are read one at a time (issue 35, part C): `load` walks the document's skeleton and reads each exchange
+alone (JSON: the C scanner `json.loads` runs, per entry; YAML: PyYAML's composer and safe constructor over libyaml's
+events, per interaction), checking it and dropping it, and keeps the top level with the list of exchanges standing
+in as a `Streamed` (where it is in the text, how many). `iter_exchanges` and `iter_convert` read them again one at a
+time. What is accepted or refused, and with which message, is what the whole-document parse gave
+(tests/fixtures_review/test_recording_streams.py compares the two), but for the caps on what is built at once: a
+YAML cassette's interaction, and the rest of it, in nodes (MAX_YAML_PIECE_NODES), counted by the counting pass; a
+JSON recording's exchange, or other top-level value, in values (MAX_PIECE_VALUES), counted on its text when the
+document holds more than that in all. Each is refused before it is built.
 """
 
 from __future__ import annotations
@@ -34,10 +44,14 @@ from collections.abc import Iterator
 from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner json.loads uses
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
+from yaml.composer import Composer, ComposerError
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
 
 from n17q_engine import patterns
 from n17q_engine.budget import checkpoint
@@ -64,7 +78,15 @@ MAX_RECORDING_VALUES = 2_000_000
 # Nodes of a YAML cassette, counted by the parser's event stream before any is built: composed, a node costs about
 # 550 bytes (a million lines of small flow mappings took 3.8 GB).
 MAX_YAML_NODES = 1_000_000
+# Nodes composed at once in a YAML cassette read an interaction at a time: one interaction, and the rest of the
+# document (its other top-level keys) together. Composed and constructed, 20,000 nodes are about 11 MB; vcrpy's
+# interactions hold a few dozen (bodies are one string each).
+MAX_YAML_PIECE_NODES = 20_000
 MAX_BODY_VALUES = 1_000_000  # values of one JSON body, counted before it is parsed
+# Values one exchange of a JSON recording (or another of its top-level values) may hold: each is decoded alone, so
+# this bounds what is built at once (a million `{}` in one HAR entry, 3 MB, took the process to 89 MiB). Counted on
+# the piece's text before it is decoded, when the document holds more than this in all.
+MAX_PIECE_VALUES = 200_000
 MAX_DECODED_BYTES = 128 * 1024 * 1024  # the bodies of one file, decoded (gzip and deflate undone), together
 
 # The fields a recording cannot say, and the flag of the `capture` command that gives each one (the API's form
@@ -282,10 +304,24 @@ class Exchange:
     started: str | None  # an ISO-8601 instant, when the file says when
 
 
+@dataclass(frozen=True)
+class Streamed:
+    """A file's list of exchanges, read one at a time where it stands in the text rather than held parsed: `start`
+    is where the JSON array opens, or which occurrence of a top-level `interactions` sequence a YAML cassette uses
+    (the last, as a parsed mapping keeps); `count` its items, counted when the file was read."""
+
+    start: int
+    count: int
+
+
 @dataclass
 class RecordingFile:
     kind: str  # "har" | "vcr"
+    # The document's top level, parsed, except its list of exchanges (a HAR file's log.entries, a cassette's
+    # interactions), which is a `Streamed` read from `text` again one exchange at a time (issue 35).
     data: dict[str, Any]
+    text: str = ""
+    syntax: str = "json"  # "json" | "yaml"
 
     @property
     def label(self) -> str:
@@ -298,7 +334,10 @@ _YAML_CASSETTE = re.compile(rb"(?m)^interactions[ \t]*:")
 
 def load(raw: bytes) -> RecordingFile | None:
     """The recording file `raw` holds, recognised by content, or None when it is neither a HAR file nor a VCR
-    cassette (the caller then reads it as a native capture, whose own errors are the useful ones)."""
+    cassette (the caller then reads it as a native capture, whose own errors are the useful ones).
+
+    The whole document is read and checked here, as a whole-document parse would, but its exchanges one at a time,
+    each dropped once checked: what is held is the top level and where the exchanges stand in the text."""
     head = raw[:64].lstrip(b"\xef\xbb\xbf \t\r\n")
     if head.startswith(b"{"):
         if len(raw) > MAX_RECORDING_BYTES:
@@ -309,48 +348,218 @@ def load(raw: bytes) -> RecordingFile | None:
                 f"the document holds up to {values} JSON values, more than the {MAX_RECORDING_VALUES} a capture or "
                 "recording may hold"
             )
+        oversized: list[str] = []
         try:
-            data = json.loads(raw.decode("utf-8-sig"), parse_constant=intake._no_constant)
+            text = raw.decode("utf-8-sig")
+            data = _json_top(text, oversized if values > MAX_PIECE_VALUES else None)
         except (ValueError, RecursionError):
             return None  # not JSON: the native path says so in its own words
         if not isinstance(data, dict) or data.get("format") == CAPTURE_FORMAT:
             return None
         log = data.get("log")
         if isinstance(log, dict) and ("entries" in log or "creator" in log):
-            return RecordingFile("har", data)
-        if "interactions" in data:
-            return RecordingFile("vcr", data)
-        return None
+            kind = "har"
+        elif "interactions" in data:
+            kind = "vcr"
+        else:
+            return None
+        if oversized:
+            raise RecordingError(oversized[0])
+        return RecordingFile(kind, data, text)
     if _YAML_CASSETTE.search(raw):
         if len(raw) > MAX_YAML_BYTES:
             raise RecordingError(f"the YAML cassette is larger than {MAX_YAML_BYTES} bytes (record it as JSON)")
-        data = _load_yaml(raw, "the cassette")
+        text = _yaml_text(raw, "the cassette")
+        data = _yaml_errors(lambda: _YamlReader(text).top(), "the cassette")
         if isinstance(data, dict) and "interactions" in data:
-            return RecordingFile("vcr", data)
+            return RecordingFile("vcr", data, text, "yaml")
         raise RecordingError("the YAML document is not a VCR cassette: it has no interactions")
     return None
 
 
+# --- JSON, an exchange at a time: the document's skeleton (its top level, the log, the list of exchanges) walked
+# over the text, each exchange decoded alone by the json module's C scanner (`raw_decode`, what `json.loads` runs),
+# so what is valid JSON, and what each exchange holds, is what a whole-document parse says.
+
+_JSON_WS = re.compile(r"[ \t\n\r]*")
+_JSON_DECODER = json.JSONDecoder(parse_constant=intake._no_constant)
+
+
+def _json_ws(text: str, pos: int) -> int:
+    match = _JSON_WS.match(text, pos)
+    return match.end() if match else pos
+
+
+def _json_top(text: str, oversized: list[str] | None = None) -> Any:
+    """The document's top level as `json.loads` would give it, but with a HAR file's `log.entries` and a JSON
+    cassette's `interactions` left in the text (`Streamed`), each item decoded, counted and dropped.
+    ValueError (JSONDecodeError) for what is not JSON. With `oversized`, each item and member is first counted
+    (`_json_piece`), and one holding more than MAX_PIECE_VALUES values is not decoded but said in `oversized`."""
+    pos = _json_ws(text, 0)
+    if text[pos : pos + 1] != "{":
+        value, end = _JSON_DECODER.raw_decode(text, pos)
+        _json_end(text, end)
+        return value
+    top: dict[str, Any] = {}
+
+    def member(key: str, at: int) -> int:
+        if key == "log" and text[at : at + 1] == "{":
+            log: dict[str, Any] = {}
+            top[key] = log
+            return _json_object(text, at, lambda k, p: _json_member(text, log, k, p, "entries", oversized))
+        return _json_member(text, top, key, at, "interactions", oversized)
+
+    _json_end(text, _json_object(text, pos, member))
+    return top
+
+
+def _json_member(text: str, into: dict[str, Any], key: str, at: int, listed: str, oversized: list[str] | None) -> int:
+    """One member into `into` (a key given twice: the last counts, as in `json.loads`); the list named `listed`
+    walked an item at a time and kept as where it stands."""
+    if key == listed and text[at : at + 1] == "[":
+        count = 0
+        noun = "HAR entry" if listed == "entries" else "cassette interaction"
+
+        def item(pos: int) -> int:
+            nonlocal count
+            checkpoint()  # a web request's budget (n17q_engine.budget), if one is open
+            count += 1
+            return _json_piece(text, pos, f"{noun} {count}", oversized)[1]
+
+        end = _json_array(text, at, item)
+        into[key] = Streamed(at, count)
+        return end
+    into[key], end = _json_piece(text, at, f"the file's {key!r}", oversized)
+    return end
+
+
+# A JSON string (escapes included, unrolled: linear) or a bracket: what `_json_extent` walks.
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _json_piece(text: str, at: int, where: str, oversized: list[str] | None) -> tuple[Any, int]:
+    """The JSON value at `at`, decoded, and its end; with `oversized`, an array or object holding more than
+    MAX_PIECE_VALUES values is not decoded (None), and said in `oversized`."""
+    if oversized is not None and text[at : at + 1] in ("[", "{"):
+        end = _json_extent(text, at)
+        if end is not None:
+            values = json_values_bound(text[at:end], MAX_PIECE_VALUES)
+            if values > MAX_PIECE_VALUES:
+                oversized.append(
+                    f"{where} holds up to {values} JSON values, more than the {MAX_PIECE_VALUES} an exchange (or "
+                    "another value) of a recording may hold"
+                )
+                return None, end
+    value, end = _JSON_DECODER.raw_decode(text, at)
+    return value, end
+
+
+def _json_extent(text: str, at: int) -> int | None:
+    """Where the array or object at `at` ends, by its brackets outside strings, built nothing; None when it does not
+    (`raw_decode` then says what is wrong)."""
+    depth = 0
+    for token in _JSON_TOKEN.finditer(text, at):
+        char = text[token.start()]
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return None
+
+
+def _json_items(text: str, start: int) -> Iterator[Any]:
+    """The items of the JSON array at `start`, decoded one at a time (the file was checked whole by `load`)."""
+    pos = _json_ws(text, start + 1)
+    if text[pos : pos + 1] == "]":
+        return
+    while True:
+        value, pos = _JSON_DECODER.raw_decode(text, pos)
+        yield _handed([value], value := None)
+        pos = _json_ws(text, pos)
+        if text[pos : pos + 1] != ",":
+            return
+        pos = _json_ws(text, pos + 1)
+
+
+def _json_object(text: str, pos: int, member: Any) -> int:
+    """The JSON object at `pos`: `member(key, value position) -> end of the value` for each member; its end."""
+    pos = _json_ws(text, pos + 1)
+    if text[pos : pos + 1] == "}":
+        return pos + 1
+    while True:
+        if text[pos : pos + 1] != '"':
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
+        key, pos = scanstring(text, pos + 1)
+        pos = _json_ws(text, pos)
+        if text[pos : pos + 1] != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+        pos = _json_ws(text, member(key, _json_ws(text, pos + 1)))
+        if text[pos : pos + 1] == ",":
+            pos = _json_ws(text, pos + 1)
+            continue
+        if text[pos : pos + 1] == "}":
+            return pos + 1
+        raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+
+
+def _json_array(text: str, pos: int, item: Any) -> int:
+    pos = _json_ws(text, pos + 1)
+    if text[pos : pos + 1] == "]":
+        return pos + 1
+    while True:
+        pos = _json_ws(text, item(pos))
+        if text[pos : pos + 1] == ",":
+            pos = _json_ws(text, pos + 1)
+            continue
+        if text[pos : pos + 1] == "]":
+            return pos + 1
+        raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+
+
+def _json_end(text: str, pos: int) -> None:
+    pos = _json_ws(text, pos)
+    if pos != len(text):
+        raise json.JSONDecodeError("Extra data", text, pos)
+
+
+# --- YAML ----------------------------------------------------------------------------------------------------------
+
 _YamlLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
-def _load_yaml(raw: bytes | str, what: str) -> Any:
-    """YAML read with a safe loader only (no Python tags); a document using aliases is refused before anything
-    walks it, so an alias bomb costs what its text costs."""
+def _yaml_text(raw: bytes | str, what: str) -> str:
     try:
-        text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
+        return raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:
         raise RecordingError(f"{what} is not UTF-8 (byte {exc.start})") from None
+
+
+def _yaml_errors(read: Any, what: str) -> Any:
+    """`read()`, its YAML errors as one line naming `what`."""
     try:
-        _count_yaml_nodes(text, what)
-        # yaml.safe_load with libyaml: CSafeLoader constructs exactly what SafeLoader does (no Python tags), several
-        # times faster; SafeLoader itself when libyaml is absent.
-        data = yaml.load(text, Loader=_YamlLoader)
+        return read()
     except yaml.YAMLError as exc:
         first = " ".join(str(exc).split())[:300]
         raise RecordingError(f"{what} is not valid YAML or JSON: {first}") from None
     except RecursionError:
         raise RecordingError(f"{what} is nested too deeply") from None
+
+
+def _load_yaml(raw: bytes | str, what: str) -> Any:
+    """A small YAML document (a mapping file) read whole with a safe loader only (no Python tags); a document using
+    aliases is refused before anything walks it, so an alias bomb costs what its text costs."""
+    text = _yaml_text(raw, what)
+
+    def read() -> Any:
+        _count_yaml_nodes(text, what)
+        # yaml.safe_load with libyaml: CSafeLoader constructs exactly what SafeLoader does (no Python tags), several
+        # times faster; SafeLoader itself when libyaml is absent.
+        return yaml.load(text, Loader=_YamlLoader)
+
+    data = _yaml_errors(read, what)
     _refuse_aliases(data, what)
     return data
 
@@ -366,6 +575,224 @@ def _count_yaml_nodes(text: str, what: str) -> None:
             nodes += 1
             if nodes > MAX_YAML_NODES:
                 raise RecordingError(f"{what} holds more than {MAX_YAML_NODES} YAML nodes")
+
+
+def _count_cassette_nodes(text: str) -> None:
+    """`_count_yaml_nodes` for a cassette read an interaction at a time, counting also what `_YamlReader` composes at
+    once: the nodes of each interaction (an item of a plain top-level `interactions` sequence) and those outside
+    them, each at most MAX_YAML_PIECE_NODES; refused from the events, before anything is composed."""
+    what = "the cassette"
+    resolver = Resolver()
+    nodes = rest = piece = 0
+    stack: list[list[Any]] = []  # per open collection: [is a mapping, children seen]
+    streamed = 0  # the depth of the items of the interactions sequence being read, 0 when none is
+    key_is_interactions = False
+    for event in yaml.parse(text, Loader=_YamlLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise RecordingError(f"{what} uses YAML anchors and aliases, which are refused (write each value)")
+        if isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+            stack.pop()
+            if len(stack) < streamed:
+                streamed = 0
+            continue
+        if not isinstance(event, yaml.ScalarEvent | yaml.SequenceStartEvent | yaml.MappingStartEvent):
+            continue
+        nodes += 1
+        if nodes > MAX_YAML_NODES:
+            raise RecordingError(f"{what} holds more than {MAX_YAML_NODES} YAML nodes")
+        if len(stack) == 1 and stack[0][0]:  # a key or a value of the top-level mapping
+            if stack[0][1] % 2 == 0:
+                key_is_interactions = isinstance(event, yaml.ScalarEvent) and _str_scalar(resolver, event)
+            elif key_is_interactions and isinstance(event, yaml.SequenceStartEvent) and event.tag in (None, "!"):
+                streamed = 2
+            stack[0][1] += 1
+        if streamed and len(stack) >= streamed:
+            piece = 1 if len(stack) == streamed else piece + 1
+            if piece > MAX_YAML_PIECE_NODES:
+                raise RecordingError(f"{what} holds an interaction of more than {MAX_YAML_PIECE_NODES} YAML nodes")
+        else:
+            rest += 1
+            if rest > MAX_YAML_PIECE_NODES:
+                raise RecordingError(
+                    f"{what} holds more than {MAX_YAML_PIECE_NODES} YAML nodes outside its interactions"
+                )
+        if not isinstance(event, yaml.ScalarEvent):
+            stack.append([isinstance(event, yaml.MappingStartEvent), 0])
+
+
+def _str_scalar(resolver: Resolver, event: Any) -> bool:
+    """A scalar event that composes to the string `interactions` (as `_YamlReader._interactions` sees its node)."""
+    tag = event.tag
+    if tag is None or tag == "!":
+        tag = resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
+    return bool(tag == _STR_TAG and event.value == "interactions")
+
+
+class _YamlReader(Composer, SafeConstructor, Resolver):
+    """A YAML cassette read an interaction at a time: libyaml's parser gives the events (as CSafeLoader's does), and
+    PyYAML's own composer, resolver and safe constructor (SafeLoader's: no Python tags) build one interaction, which
+    is handed out and dropped before the next is composed. The rest of the top-level mapping is composed and
+    constructed as a whole-document load would, the interactions standing in as a `Streamed`.
+
+    `top()` reads and checks the whole document (nodes counted and aliases refused first, `_count_cassette_nodes`);
+    `items(n)` reads the n-th top-level `interactions` sequence again, an interaction at a time."""
+
+    def __init__(self, text: str) -> None:
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        self.text = text
+        self._events = iter(yaml.parse(text, Loader=_YamlLoader))
+        self._event: Any = None
+        self._stand_ins: dict[int, tuple[Any, Streamed]] = {}
+
+    # -- the events, as PyYAML's Parser hands them to its Composer
+
+    def check_event(self, *choices: Any) -> bool:
+        event = self.peek_event()
+        return event is not None and (not choices or isinstance(event, choices))
+
+    def peek_event(self) -> Any:
+        if self._event is None:
+            self._event = next(self._events, None)
+            if isinstance(self._event, yaml.AliasEvent):  # refused by the count before; never composed here
+                raise RecordingError("the cassette uses YAML anchors and aliases, which are refused (write each value)")
+        return self._event
+
+    def get_event(self) -> Any:
+        event = self.peek_event()
+        self._event = None
+        return event
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        stand_in = self._stand_ins.get(id(node))
+        if stand_in is not None and stand_in[0] is node:
+            return stand_in[1]
+        return super().construct_object(node, deep=deep)
+
+    # -- reading
+
+    def top(self) -> Any:
+        """The document as `yaml.load` gives it, its streamed interactions as `Streamed` (each one composed,
+        constructed and dropped)."""
+        _count_cassette_nodes(self.text)
+        self.get_event()  # StreamStartEvent
+        if self.check_event(yaml.StreamEndEvent):
+            return None
+        self.get_event()  # DocumentStartEvent
+        if self._streamable_mapping():
+            node = self._top_mapping()
+        else:
+            node = self.compose_node(None, None)
+        self.get_event()  # DocumentEndEvent
+        if not self.check_event(yaml.StreamEndEvent):
+            event = self.get_event()
+            raise ComposerError(
+                "expected a single document in the stream", node.start_mark, "but found another document",
+                event.start_mark,
+            )  # fmt: skip
+        self.anchors = {}
+        return self.construct_document(node)
+
+    def items(self, occurrence: int) -> Iterator[Any]:
+        """The interactions of the `occurrence`-th top-level `interactions` sequence, one at a time."""
+        self.get_event()  # StreamStartEvent
+        self.get_event()  # DocumentStartEvent
+        self.get_event()  # MappingStartEvent of the top level (`top` said it is one)
+        seen = 0
+        while not self.check_event(yaml.MappingEndEvent):
+            key = self.compose_node(None, None)
+            if self._interactions(key):
+                seen += 1
+                if seen == occurrence:
+                    yield from self._sequence()
+                    return
+            self._skip()
+
+    def _streamable_mapping(self) -> bool:
+        event = self.peek_event()
+        return isinstance(event, yaml.MappingStartEvent)
+
+    def _interactions(self, key: Any) -> bool:
+        """A top-level key `interactions` whose value is a plain sequence (a tagged one is composed whole)."""
+        if not (isinstance(key, yaml.ScalarNode) and key.tag == _STR_TAG and key.value == "interactions"):
+            return False
+        event = self.peek_event()
+        return isinstance(event, yaml.SequenceStartEvent) and event.tag in (None, "!")
+
+    def _top_mapping(self) -> Any:
+        """Composer.compose_mapping_node for the top level, each plain `interactions` sequence read an interaction at
+        a time and stood in for by a node that constructs to its `Streamed`."""
+        start = self.get_event()
+        self._anchor(start)
+        tag = start.tag
+        if tag is None or tag == "!":
+            tag = self.resolve(yaml.MappingNode, None, start.implicit)
+        node = yaml.MappingNode(tag, [], start.start_mark, None, flow_style=start.flow_style)
+        occurrence = 0
+        while not self.check_event(yaml.MappingEndEvent):
+            key = self.compose_node(node, None)
+            if self._interactions(key):
+                occurrence += 1
+                at = self.peek_event().start_mark
+                count = sum(1 for _ in self._sequence())
+                stand_in = yaml.SequenceNode("tag:yaml.org,2002:seq", [], at, at)
+                self._stand_ins[id(stand_in)] = (stand_in, Streamed(occurrence, count))
+                node.value.append((key, stand_in))
+            else:
+                node.value.append((key, self.compose_node(node, key)))
+        node.end_mark = self.get_event().end_mark
+        return node
+
+    def _sequence(self) -> Iterator[Any]:
+        """The plain sequence ahead, an item at a time: each composed and constructed alone."""
+        self._anchor(self.get_event())
+        while not self.check_event(yaml.SequenceEndEvent):
+            checkpoint()  # a web request's budget (n17q_engine.budget), if one is open
+            item = self.compose_node(None, None)
+            self._forget_nodes()
+            yield _handed([self.construct_document(item)], item := None)
+        self.get_event()
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if event.anchor is not None:
+            self._anchor(event, register=False)  # the composer registers it
+        return super().compose_node(parent, index)
+
+    def _anchor(self, event: Any, *, register: bool = True) -> None:
+        """A duplicate anchor refused in the words of the parser's own composer (libyaml's, or PyYAML's)."""
+        if event.anchor is None:
+            return
+        if event.anchor in self.anchors:
+            named = "" if _YamlLoader is not yaml.SafeLoader else f" {event.anchor!r}"
+            raise ComposerError(
+                f"found duplicate anchor{named}; first occurrence", self.anchors[event.anchor].start_mark,
+                "second occurrence", event.start_mark,
+            )  # fmt: skip
+        if register:
+            self.anchors[event.anchor] = _anchored(event.start_mark)
+
+    def _forget_nodes(self) -> None:
+        """An interaction's anchors kept by name only, so that its nodes go with it."""
+        self.anchors = {name: _anchored(node.start_mark) for name, node in self.anchors.items()}
+
+    def _skip(self) -> None:
+        """The value ahead, its events read and dropped (checked by `top` before)."""
+        depth = 0
+        while True:
+            event = self.get_event()
+            if isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+                depth += 1
+            elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+                depth -= 1
+            if depth == 0:
+                return
+
+
+def _anchored(mark: Any) -> yaml.Node:
+    """An anchor already seen, kept by its place only (a later duplicate is refused naming both places)."""
+    return yaml.ScalarNode("", "", mark, None)
 
 
 def _refuse_aliases(data: Any, what: str) -> None:
@@ -391,64 +818,112 @@ def _refuse_aliases(data: Any, what: str) -> None:
 
 
 def exchanges(source: RecordingFile) -> list[Exchange]:
-    """Every exchange of the file, in order; RecordingError naming the entry and field when one is malformed."""
-    items = _har_entries(source.data) if source.kind == "har" else _vcr_interactions(source.data)
-    return list(items)
+    """Every exchange of the file, in order, as a list (`iter_exchanges` reads them one at a time); RecordingError
+    naming the entry and field when one is malformed."""
+    return list(iter_exchanges(source))
 
 
-def _exchange_list(items: Any, holder: str, noun: str, *, not_a_list: str) -> list[Any]:
-    """A file's list of exchanges (a HAR file's entries, a cassette's interactions): a list, not empty, bounded.
-    `not_a_list`: the whole message for a value that is no list."""
-    if not isinstance(items, list):
-        raise RecordingError(not_a_list)
-    if not items:
-        raise RecordingError(f"{holder} holds no {noun}: nothing to stage")
-    if len(items) > MAX_ENTRIES:
-        raise RecordingError(f"{holder} holds {len(items)} {noun}, more than {MAX_ENTRIES}")
-    return items
-
-
-def _har_entries(data: dict[str, Any]) -> Iterator[Exchange]:
-    entries = _exchange_list(
-        data["log"].get("entries"),
-        "the HAR file",
-        "entries",
-        not_a_list="the HAR file has no entries list (log.entries)",
-    )
-    for i, entry in enumerate(entries, 1):
-        checkpoint()  # a web request's budget (n17q_engine.budget), if one is open
-        where = f"HAR entry {i}"
-        if not isinstance(entry, dict):
-            raise RecordingError(f"{where}: an object")
-        request, response = entry.get("request"), entry.get("response")
-        if not isinstance(request, dict) or not isinstance(response, dict):
-            raise RecordingError(f"{where}: request and response are required objects")
-        method, url = request.get("method"), request.get("url")
-        if not isinstance(method, str) or not method or not isinstance(url, str) or not url:
-            raise RecordingError(f"{where}: request.method and request.url are required strings")
-        status = response.get("status")
-        if not isinstance(status, int) or isinstance(status, bool):
-            raise RecordingError(f"{where}: response.status is required, an integer")
-        post = request.get("postData")
-        request_body = None
-        if isinstance(post, dict) and isinstance(post.get("text"), str):
-            request_body = _text_bytes(post["text"], post.get("encoding"), f"{where} request.postData")
-        content = response.get("content")
-        response_body = None
-        if isinstance(content, dict) and isinstance(content.get("text"), str):
-            response_body = _text_bytes(content["text"], content.get("encoding"), f"{where} response.content")
-        started = entry.get("startedDateTime")
-        yield Exchange(
-            index=i,
-            method=method,
-            url=url,
-            request_headers=_har_headers(request.get("headers"), f"{where} request.headers"),
-            request_body=request_body,
-            status=status,
-            response_headers=_har_headers(response.get("headers"), f"{where} response.headers"),
-            response_body=response_body,
-            started=started if isinstance(started, str) else None,
+def iter_exchanges(source: RecordingFile) -> Iterator[Exchange]:
+    """The file's exchanges one at a time, each read from the text only when the one before has been handed out.
+    The list's own faults (not a list, empty, too long) are raised here, before the first is read."""
+    if source.kind == "har":
+        listed = _exchange_list(
+            source,
+            source.data["log"].get("entries"),
+            "the HAR file",
+            "entries",
+            not_a_list="the HAR file has no entries list (log.entries)",
         )
+        return _har_entries(listed)
+    listed = _exchange_list(
+        source,
+        source.data.get("interactions"),
+        "the cassette",
+        "interactions",
+        not_a_list="the cassette's interactions must be a list",
+    )
+    return _vcr_interactions(listed)
+
+
+def _exchange_list(source: RecordingFile, items: Any, holder: str, noun: str, *, not_a_list: str) -> Iterator[Any]:
+    """A file's list of exchanges (a HAR file's entries, a cassette's interactions): a list, not empty, at most
+    MAX_ENTRIES, then its items one at a time. `not_a_list`: the whole message for a value that is no list."""
+    if isinstance(items, Streamed):
+        count = items.count
+    elif isinstance(items, list):
+        count = len(items)
+    else:
+        raise RecordingError(not_a_list)
+    if not count:
+        raise RecordingError(f"{holder} holds no {noun}: nothing to stage")
+    if count > MAX_ENTRIES:
+        raise RecordingError(f"{holder} holds {count} {noun}, more than {MAX_ENTRIES}")
+    if isinstance(items, list):
+        return iter(items)
+    if source.syntax == "yaml":
+        return _YamlReader(source.text).items(items.start)
+    return _json_items(source.text, items.start)
+
+
+_END = object()
+
+
+def _handed(held: list[Any], _dropped: None = None) -> Any:
+    """What `held` holds, taken out of it: `yield _handed([value], value := None)` hands `value` out and leaves the
+    generator's frame holding nothing of it while the consumer works on it (a large body is then alive once)."""
+    return held.pop()
+
+
+def _each(items: Iterator[Any], read: Any) -> Iterator[Exchange]:
+    """`read(i, item)` for each item, numbered from 1, the item and its exchange held by the consumer only.
+    (Not `enumerate`: it keeps the last item it gave in a tuple it reuses.)"""
+    i = 0
+    while True:
+        checkpoint()  # a web request's budget (n17q_engine.budget), if one is open
+        item = next(items, _END)
+        if item is _END:
+            return
+        i += 1
+        yield _handed([read(i, item)], item := None)
+
+
+def _har_entries(entries: Iterator[Any]) -> Iterator[Exchange]:
+    return _each(entries, _har_exchange)
+
+
+def _har_exchange(i: int, entry: Any) -> Exchange:
+    where = f"HAR entry {i}"
+    if not isinstance(entry, dict):
+        raise RecordingError(f"{where}: an object")
+    request, response = entry.get("request"), entry.get("response")
+    if not isinstance(request, dict) or not isinstance(response, dict):
+        raise RecordingError(f"{where}: request and response are required objects")
+    method, url = request.get("method"), request.get("url")
+    if not isinstance(method, str) or not method or not isinstance(url, str) or not url:
+        raise RecordingError(f"{where}: request.method and request.url are required strings")
+    status = response.get("status")
+    if not isinstance(status, int) or isinstance(status, bool):
+        raise RecordingError(f"{where}: response.status is required, an integer")
+    post = request.get("postData")
+    request_body = None
+    if isinstance(post, dict) and isinstance(post.get("text"), str):
+        request_body = _text_bytes(post["text"], post.get("encoding"), f"{where} request.postData")
+    content = response.get("content")
+    response_body = None
+    if isinstance(content, dict) and isinstance(content.get("text"), str):
+        response_body = _text_bytes(content["text"], content.get("encoding"), f"{where} response.content")
+    started = entry.get("startedDateTime")
+    return Exchange(
+        index=i,
+        method=method,
+        url=url,
+        request_headers=_har_headers(request.get("headers"), f"{where} request.headers"),
+        request_body=request_body,
+        status=status,
+        response_headers=_har_headers(response.get("headers"), f"{where} response.headers"),
+        response_body=response_body,
+        started=started if isinstance(started, str) else None,
+    )
 
 
 def _utf8(text: str, where: str) -> bytes:
@@ -490,45 +965,41 @@ def _har_headers(headers: Any, where: str) -> dict[str, list[str]]:
     return out
 
 
-def _vcr_interactions(data: dict[str, Any]) -> Iterator[Exchange]:
-    interactions = _exchange_list(
-        data.get("interactions"),
-        "the cassette",
-        "interactions",
-        not_a_list="the cassette's interactions must be a list",
+def _vcr_interactions(interactions: Iterator[Any]) -> Iterator[Exchange]:
+    return _each(interactions, _vcr_exchange)
+
+
+def _vcr_exchange(i: int, item: Any) -> Exchange:
+    where = f"cassette interaction {i}"
+    if not isinstance(item, dict):
+        raise RecordingError(f"{where}: an object {{request, response}}")
+    request, response = item.get("request"), item.get("response")
+    if not isinstance(request, dict) or not isinstance(response, dict):
+        raise RecordingError(f"{where}: request and response are required objects")
+    method, url = request.get("method"), request.get("uri") or request.get("url")
+    if not isinstance(method, str) or not method or not isinstance(url, str) or not url:
+        raise RecordingError(f"{where}: request.method and request.uri are required strings")
+    status = response.get("status")
+    code = status.get("code") if isinstance(status, dict) else status
+    if not isinstance(code, int) or isinstance(code, bool):
+        raise RecordingError(f"{where}: response.status.code is required, an integer")
+    body = response.get("body")
+    if isinstance(body, dict):
+        body = body.get("string")
+    recorded = item.get("recorded_at") or response.get("recorded_at")
+    if isinstance(recorded, datetime):
+        recorded = recorded.isoformat() if recorded.tzinfo else recorded.replace(tzinfo=UTC).isoformat()
+    return Exchange(
+        index=i,
+        method=method,
+        url=url,
+        request_headers=_vcr_headers(request.get("headers"), f"{where} request.headers"),
+        request_body=_vcr_body(request.get("body"), f"{where} request.body"),
+        status=code,
+        response_headers=_vcr_headers(response.get("headers"), f"{where} response.headers"),
+        response_body=_vcr_body(body, f"{where} response.body.string"),
+        started=recorded if isinstance(recorded, str) else None,
     )
-    for i, item in enumerate(interactions, 1):
-        checkpoint()
-        where = f"cassette interaction {i}"
-        if not isinstance(item, dict):
-            raise RecordingError(f"{where}: an object {{request, response}}")
-        request, response = item.get("request"), item.get("response")
-        if not isinstance(request, dict) or not isinstance(response, dict):
-            raise RecordingError(f"{where}: request and response are required objects")
-        method, url = request.get("method"), request.get("uri") or request.get("url")
-        if not isinstance(method, str) or not method or not isinstance(url, str) or not url:
-            raise RecordingError(f"{where}: request.method and request.uri are required strings")
-        status = response.get("status")
-        code = status.get("code") if isinstance(status, dict) else status
-        if not isinstance(code, int) or isinstance(code, bool):
-            raise RecordingError(f"{where}: response.status.code is required, an integer")
-        body = response.get("body")
-        if isinstance(body, dict):
-            body = body.get("string")
-        recorded = item.get("recorded_at") or response.get("recorded_at")
-        if isinstance(recorded, datetime):
-            recorded = recorded.isoformat() if recorded.tzinfo else recorded.replace(tzinfo=UTC).isoformat()
-        yield Exchange(
-            index=i,
-            method=method,
-            url=url,
-            request_headers=_vcr_headers(request.get("headers"), f"{where} request.headers"),
-            request_body=_vcr_body(request.get("body"), f"{where} request.body"),
-            status=code,
-            response_headers=_vcr_headers(response.get("headers"), f"{where} response.headers"),
-            response_body=_vcr_body(body, f"{where} response.body.string"),
-            started=recorded if isinstance(recorded, str) else None,
-        )
 
 
 def _vcr_headers(headers: Any, where: str) -> dict[str, list[str]]:
@@ -594,63 +1065,112 @@ def convert(
     `fields` are the caller's (flags, form fields; checked with `check_fields`); `captured_at` is the instant for
     exchanges whose file says no time (a VCR cassette keeps none). RecordingError, naming the field and the flag
     that gives it, when an exchange to stage lacks a required field."""
+    out = Converted(kind=source.kind)
+    out.recordings.extend(
+        iter_convert(source, fields=fields, mapping=mapping, captured_at=captured_at, skipped=out.skipped)
+    )
+    return out
+
+
+def iter_convert(
+    source: RecordingFile,
+    *,
+    fields: MappingABC[str, Any],
+    mapping: Mapping | None = None,
+    captured_at: str,
+    skipped: list[dict[str, Any]],
+) -> Iterator[Recording]:
+    """`convert`, an exchange at a time: each Recording handed out before the next exchange is read, the skipped
+    ones added to `skipped`. The same faults, in the same order, as `convert`."""
     given = check_fields(fields, "")
-    items = exchanges(source)  # the file's own faults first: an empty cassette needs no flags to be refused
+    # The file's own faults first, as when every exchange was read before any was converted: an empty cassette
+    # needs no flags to be refused, and an exchange that is malformed further on is said before a conversion's
+    # fault (`_rest_read`). The exchanges are read one at a time and each dropped once converted.
+    items = iter_exchanges(source)
     if mapping is None:
         missing = [name for name in REQUIRED_FIELDS if name not in given]
         if missing:
+            _rest_read(items)
             raise RecordingError(
                 f"{missing[0]}: required for a recording (a {source.label} does not say it): give {FLAGS[missing[0]]}"
                 " or a mapping file (--mapping)"
             )
-    out = Converted(kind=source.kind)
+    staged = 0
     decoded = 0  # the staged bodies' bytes, decoded
     for exchange in items:
         checkpoint()
-        safe = safe_url(exchange.url)
-        captured: dict[str, str] = {}
-        merged = dict(given)
-        rule_index = None
-        if mapping is not None:
-            found = mapping.rule_for(exchange.method, exchange.url)
-            if found is None:
-                out.skipped.append(_skip(exchange, safe, "no rule of the mapping matches it"))
-                continue
-            rule, captured = found
-            rule_index = rule.index
-            merged.update(mapping.defaults)
-            merged.update(rule.fields)
-        else:
-            rule = None
-        if exchange.status < 100 or exchange.status > 599:
-            out.skipped.append(_skip(exchange, safe, f"no response was recorded (status {exchange.status})"))
-            continue
-        for name in REQUIRED_FIELDS:
-            if name not in merged:
-                where = f"rule {rule_index} of the mapping" if rule_index else "the mapping"
-                raise RecordingError(
-                    f"{name}: required for {exchange.method} {safe} (entry {exchange.index}), given neither by "
-                    f"{where} nor by {FLAGS[name]}"
-                )
-        if len(out.recordings) >= MAX_RECORDINGS:
-            raise RecordingError(
-                f"more than {MAX_RECORDINGS} exchanges to stage from one file: split it, or map fewer with --mapping"
-            )
         try:
-            decoded += _decoded_size(exchange.request_body, exchange.request_headers)
-            decoded += _decoded_size(exchange.response_body, exchange.response_headers)
-            if decoded > MAX_DECODED_BYTES:
-                raise RecordingError(
-                    f"the bodies of the {source.label} decode to more than {MAX_DECODED_BYTES} bytes together"
-                )
-            args = arguments(exchange, captured, rule.arguments if rule is not None else None)
-            capture = _capture(exchange, merged, args, captured_at)
-        except RecordingError as exc:
-            raise RecordingError(f"entry {exchange.index} ({exchange.method} {safe}): {exc}") from None
-        out.recordings.append(
-            Recording(index=exchange.index, method=exchange.method, url=safe, capture=capture, rule=rule_index)
+            recording, decoded = _convert_one(
+                exchange, skipped, staged, given, mapping, captured_at, decoded, source.label
+            )
+        except RecordingError:
+            _rest_read(items)
+            raise
+        exchange = None  # type: ignore[assignment]  # its bodies go before the capture is handed out
+        if recording is not None:
+            staged += 1
+            yield _handed([recording], recording := None)
+
+
+def _rest_read(items: Iterator[Exchange]) -> None:
+    """The exchanges not read yet, read (and dropped) for their own faults, which a whole-file read would have
+    raised first."""
+    for _ in items:
+        pass
+
+
+def _convert_one(
+    exchange: Exchange,
+    skipped: list[dict[str, Any]],
+    staged: int,
+    given: dict[str, Any],
+    mapping: Mapping | None,
+    captured_at: str,
+    decoded: int,
+    label: str,
+) -> tuple[Recording | None, int]:
+    """`exchange` converted (None when skipped, the reason added to `skipped`; `staged` converted before it), and
+    the staged bodies' decoded bytes so far."""
+    safe = safe_url(exchange.url)
+    captured: dict[str, str] = {}
+    merged = dict(given)
+    rule_index = None
+    if mapping is not None:
+        found = mapping.rule_for(exchange.method, exchange.url)
+        if found is None:
+            skipped.append(_skip(exchange, safe, "no rule of the mapping matches it"))
+            return None, decoded
+        rule, captured = found
+        rule_index = rule.index
+        merged.update(mapping.defaults)
+        merged.update(rule.fields)
+    else:
+        rule = None
+    if exchange.status < 100 or exchange.status > 599:
+        skipped.append(_skip(exchange, safe, f"no response was recorded (status {exchange.status})"))
+        return None, decoded
+    for name in REQUIRED_FIELDS:
+        if name not in merged:
+            where = f"rule {rule_index} of the mapping" if rule_index else "the mapping"
+            raise RecordingError(
+                f"{name}: required for {exchange.method} {safe} (entry {exchange.index}), given neither by "
+                f"{where} nor by {FLAGS[name]}"
+            )
+    if staged >= MAX_RECORDINGS:
+        raise RecordingError(
+            f"more than {MAX_RECORDINGS} exchanges to stage from one file: split it, or map fewer with --mapping"
         )
-    return out
+    try:
+        decoded += _decoded_size(exchange.request_body, exchange.request_headers)
+        decoded += _decoded_size(exchange.response_body, exchange.response_headers)
+        if decoded > MAX_DECODED_BYTES:
+            raise RecordingError(f"the bodies of the {label} decode to more than {MAX_DECODED_BYTES} bytes together")
+        args = arguments(exchange, captured, rule.arguments if rule is not None else None)
+        capture = _capture(exchange, merged, args, captured_at)
+    except RecordingError as exc:
+        raise RecordingError(f"entry {exchange.index} ({exchange.method} {safe}): {exc}") from None
+    recording = Recording(index=exchange.index, method=exchange.method, url=safe, capture=capture, rule=rule_index)
+    return recording, decoded
 
 
 def _decoded_size(raw: bytes | None, headers: dict[str, list[str]]) -> int:

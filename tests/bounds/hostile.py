@@ -232,12 +232,31 @@ def har_many_entries(count: int, *, body: str = '{"ok":true}') -> bytes:
     return json.dumps({"log": {"version": "1.2", "creator": {"name": "b"}, "entries": [entry] * count}}).encode()
 
 
+def har_large_entry(values: int) -> bytes:
+    """One HAR entry holding `values` empty objects (three bytes each, a 64-byte dict each decoded)."""
+    entry = json.loads(har_many_entries(1))["log"]["entries"][0]
+    text = json.dumps({**entry, "extra": []})[:-2] + ",".join(["{}"] * values) + "]}"
+    return ('{"log": {"version": "1.2", "creator": {"name": "b"}, "entries": [' + text + "]}}").encode()
+
+
 def vcr_yaml_many_interactions(count: int) -> bytes:
     one = (
         "- request: {method: GET, uri: 'https://status.example/v1/status', body: null, headers: {}}\n"
         "  response: {status: {code: 200, message: OK}, headers: {}, body: {string: '{\"ok\": true}'}}\n"
     )
     return ("version: 1\ninteractions:\n" + one * count).encode()
+
+
+def vcr_yaml_large_interaction(nodes: int) -> bytes:
+    """One interaction holding `nodes` empty mappings (a line of four bytes each, about 550 bytes each composed)."""
+    one = "- request: {method: GET, uri: 'https://status.example/v1/status'}\n  response: {status: {code: 200}}\n"
+    return ("interactions:\n" + one + "  extra:\n" + "  - {}\n" * nodes + "version: 1\n").encode()
+
+
+def vcr_yaml_large_top_level_value(nodes: int) -> bytes:
+    """A small cassette beside a top-level value of `nodes` empty mappings."""
+    one = "- request: {method: GET, uri: 'https://status.example/v1/status'}\n  response: {status: {code: 200}}\n"
+    return ("interactions:\n" + one + "note:\n" + "- {}\n" * nodes).encode()
 
 
 def vcr_yaml_alias_bomb(levels: int) -> bytes:
