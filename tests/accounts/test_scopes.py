@@ -27,6 +27,8 @@ AUDITED = {
     "GET /api/v1/runs/{run_id}/": [IMPORT],
     "GET /api/v1/runs/{run_id}/lineage/": [IMPORT],
     "GET /api/v1/runs/{run_id}/findings/": [IMPORT],
+    # The run as a bundle: reading a run (issue 38's export), like its summary.
+    "GET /api/v1/runs/{run_id}/bundle/": [IMPORT],
     # It answers with the run's result events and tools: reading a run, not only capturing.
     "POST /api/v1/runs/{run_id}/captures/": [CAPTURE, IMPORT],
     "POST /api/v1/captures/": [CAPTURE],
