@@ -214,6 +214,43 @@ def _import_root(
     masked_before: Sequence[dict[str, str]] = (),
     events_check: secret_scan.EventsCheckProcess | None = None,
 ) -> ImportResult:
+    if events_check is not None or not secret_scan.EventsAhead.checked_in_child(root / "events.jsonl"):
+        return _import_checked_root(
+            root,
+            user=user,
+            made_by_replay=made_by_replay,
+            made_by=made_by,
+            blobs_written=blobs_written,
+            prescanned=prescanned,
+            masked_before=masked_before,
+            events_check=events_check,
+        )
+    # The checking process EventsAhead would start for this file, started first: it starts up and compiles its rules
+    # (half a second of a core) while this process reads the manifest and hashes the blobs and the bundle.
+    with secret_scan.EventsCheckProcess() as own_check:
+        return _import_checked_root(
+            root,
+            user=user,
+            made_by_replay=made_by_replay,
+            made_by=made_by,
+            blobs_written=blobs_written,
+            prescanned=prescanned,
+            masked_before=masked_before,
+            events_check=own_check.start(),
+        )
+
+
+def _import_checked_root(
+    root: Path,
+    *,
+    user: Any,
+    made_by_replay: int | None = None,
+    made_by: str | None = None,
+    blobs_written: list[str] | None = None,
+    prescanned: Mapping[str, secret_scan.ScannedBlob] | None = None,
+    masked_before: Sequence[dict[str, str]] = (),
+    events_check: secret_scan.EventsCheckProcess | None = None,
+) -> ImportResult:
     """`made_by`: the subsystem importing a run it derived (identifiers.DERIVED_RUN_IDS: a converter); a replay's
     worker says `made_by_replay` instead.
 
