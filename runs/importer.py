@@ -44,7 +44,7 @@ from n17q_engine.lineage import LineageGraph
 from n17q_secrets import gate
 
 from . import import_slices, secret_scan
-from .bulk import Appender, BackgroundInserts, datetime_adapter, fewer_collections
+from .bulk import Appender, BackgroundInserts, KeysAhead, datetime_adapter, fewer_collections
 from .facts import required_for
 from .models import (
     SEARCH_VALUE_CHARS,
@@ -301,6 +301,8 @@ def _import_checked_root(
             EventsAhead(events_path, events_check) as scan,
             fewer_collections(),
         ):
+            # PostgreSQL: the run's first event keys reserved meanwhile, on another connection (bulk.KeysAhead).
+            keys_ahead = KeysAhead(Event._meta.db_table, min(lines, PRIMED_EVENT_KEYS)) if KeysAhead.wanted() else None
             run_meta = secret_scan.mask_run(run_meta, masks)
             blob_paths, manifest = secret_scan.mask_blobs(
                 blob_paths, manifest, Path(workdir), masks, prescanned=prescanned
@@ -326,6 +328,7 @@ def _import_checked_root(
                     blob_paths=blob_paths,
                     written=written,
                     slices=slices,
+                    keys_ahead=keys_ahead,
                 )
     except IntegrityError as exc:
         _clean_up_refused(slices, written)
@@ -507,6 +510,7 @@ def _write_run(
     blob_paths: dict[str, Path],
     written: list[str],
     slices: import_slices.ImportSlices | None = None,
+    keys_ahead: KeysAhead | None = None,
 ) -> ImportResult:
     scenario = run_meta.get("scenario") or {}
     parent_ref = run_meta.get("parent_run") or ""
@@ -550,7 +554,7 @@ def _write_run(
     objects_out = Appender(RunObject._meta.db_table, ("id", "run_id", "kind", "ref", "introduced_by_id"), id_block=1024)
     # Keys reserved before the writer thread starts: a reservation made while it streams a COPY waits for the
     # connection. Every line is at most one event; objects are far fewer than events.
-    events_out.prime(min(lines, PRIMED_EVENT_KEYS))
+    events_out.prime(min(lines, PRIMED_EVENT_KEYS), keys_ahead)
     objects_out.prime(objects_out.id_block)
     edges_out = Appender(
         Edge._meta.db_table, ("run_id", "source_id", "field", "target_ref", "target_event_id", "target_object_id")
