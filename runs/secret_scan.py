@@ -280,8 +280,12 @@ class EventsCheckProcess:
     def __enter__(self) -> EventsCheckProcess:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            # A refused import does not wait for the process to end on its own (it may still be starting: `start`).
+            self.discard()
 
     def start(self) -> EventsCheckProcess:
         """Start the process now, if it is not running: it starts and compiles its rules (half a second of a core)
