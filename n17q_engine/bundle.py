@@ -508,6 +508,36 @@ def iter_lines(stream: BinaryIO, *, chunk: int = 1 << 20, digest: Any = None) ->
         yield pending
 
 
+def _checked_lines(stream: BinaryIO, digest: Any) -> Iterator[bytes]:
+    """The lines of `iter_lines` for a stream another reader has checked (`iter_checked_records`): the same lines, in
+    the same order, each without its line feed (its text is stripped anyway: no copy of each line to add it back). A
+    line past MAX_LINE_BYTES is the other reader's to refuse, before this one's caller parses it; the bytes are fed to
+    `digest` as they are read, all of them."""
+    pending = b""
+    while True:
+        block = stream.read(1 << 20)
+        if digest is not None:
+            digest.update(block)
+        if not block:
+            break
+        data = pending + block if pending else block
+        lines = data.split(b"\n")
+        pending = lines.pop()
+        if len(data) <= MAX_LINE_BYTES:
+            yield from lines  # no line of it can be too long
+        else:
+            for line in lines:
+                if len(line) > MAX_LINE_BYTES:
+                    yield line[: MAX_LINE_BYTES + 1]
+                    return
+                yield line
+        if len(pending) > MAX_LINE_BYTES:
+            yield pending[: MAX_LINE_BYTES + 1]
+            return
+    if pending:
+        yield pending
+
+
 def iter_checked_records(
     stream: BinaryIO, checked: Callable[[int], T], *, digest: Any = None
 ) -> Iterator[tuple[EventRecord, T]]:
@@ -516,15 +546,25 @@ def iter_checked_records(
     `checked` has returned for it; `checked` raises for a line the other reader refused. The same decoding and clocks
     as `iter_event_records`, without repeating its checks. `digest` (a hashlib object) is fed every byte read."""
     line_no = 0
-    for raw in iter_lines(stream, digest=digest):
+    decode = _DECODER.raw_decode
+    last_text: Any = None
+    last_time: Any = None
+    for raw in _checked_lines(stream, digest):
         line_no += 1
         verdict = checked(line_no)
         text = raw.decode("utf-8").strip()
-        event = _DECODER.decode(text)
+        # The other reader parsed this very line (its digest is compared with these bytes' at the end) and found one
+        # JSON value and nothing after it: parsed as it is, without the decoder's whitespace passes around it.
+        event = decode(text)[0]
         at = event["at"]
-        logical = parse_iso(at["logical"])
+        logical_text = at["logical"]
+        # Events of one moment (a span's proposal and its token charge) write the same time: parsed once, and the
+        # same object, which the importer converts once for its column too.
+        if logical_text != last_text:
+            last_text, last_time = logical_text, parse_iso(logical_text)
+        logical = last_time
         wall_text = at.get("wall")
-        wall = logical if type(wall_text) is str and wall_text == at["logical"] else parse_iso(wall_text)
+        wall = logical if type(wall_text) is str and wall_text == logical_text else parse_iso(wall_text)
         yield EventRecord(line_no, event, text, logical, wall), verdict
     if line_no == 0:
         checked(1)  # an empty file: the other reader's refusal ("no events")

@@ -166,7 +166,16 @@ def _convert_and_import(fh: IO[bytes], size: int | None, *, user: Any, label: st
 
     with tempfile.TemporaryDirectory(prefix="n17q-converting-") as tmp:
         runs = _converted_by_worker(fmt, data, Path(tmp), while_converting=scan_original)
-        return _import_prepared(runs, user=user, label=label, made_by=CONVERTER_MAKERS[fmt], prescanned=prescanned)
+        return _import_prepared(
+            runs,
+            user=user,
+            label=label,
+            made_by=CONVERTER_MAKERS[fmt],
+            prescanned=prescanned,
+            # A file this large is converted into runs whose events.jsonl are checked in a process (EventsAhead):
+            # started with the converter, it is ready when the first run is.
+            start_check=len(data) >= secret_scan.CHECK_IN_CHILD_BYTES,
+        )
 
 
 def converter_format(data: bytes) -> str:
@@ -365,13 +374,17 @@ def _import_prepared(
     prescanned: Mapping[str, secret_scan.ScannedBlob] | None = None,
     on_stored: Callable[[list[ImportResult]], None] | None = None,
     masked_before: Sequence[dict[str, str]] = (),
+    start_check: bool = False,
 ) -> FileImport:
+    """`start_check`: start the runs' checking process now, before the first run is ready (else on first use)."""
     written: list[str] = []
     results: list[ImportResult] = []
     reports: list[dict[str, Any]] = []
     try:
         # One checking process for every run's events (the rules compiled once per file): secret_scan.EventsAhead.
         with secret_scan.EventsCheckProcess() as events_check, transaction.atomic():
+            if start_check:
+                events_check.start()
             for i, run in enumerate(prepared):
                 checkpoint(now=True)
                 reports.append(run.report)

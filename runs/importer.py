@@ -44,7 +44,7 @@ from n17q_engine.lineage import LineageGraph
 from n17q_secrets import gate
 
 from . import import_slices, secret_scan
-from .bulk import Appender, BackgroundInserts, datetime_adapter, fewer_collections
+from .bulk import Appender, BackgroundInserts, KeysAhead, datetime_adapter, fewer_collections
 from .facts import required_for
 from .models import (
     SEARCH_VALUE_CHARS,
@@ -214,6 +214,43 @@ def _import_root(
     masked_before: Sequence[dict[str, str]] = (),
     events_check: secret_scan.EventsCheckProcess | None = None,
 ) -> ImportResult:
+    if events_check is not None or not secret_scan.EventsAhead.checked_in_child(root / "events.jsonl"):
+        return _import_checked_root(
+            root,
+            user=user,
+            made_by_replay=made_by_replay,
+            made_by=made_by,
+            blobs_written=blobs_written,
+            prescanned=prescanned,
+            masked_before=masked_before,
+            events_check=events_check,
+        )
+    # The checking process EventsAhead would start for this file, started first: it starts up and compiles its rules
+    # (half a second of a core) while this process reads the manifest and hashes the blobs and the bundle.
+    with secret_scan.EventsCheckProcess() as own_check:
+        return _import_checked_root(
+            root,
+            user=user,
+            made_by_replay=made_by_replay,
+            made_by=made_by,
+            blobs_written=blobs_written,
+            prescanned=prescanned,
+            masked_before=masked_before,
+            events_check=own_check.start(),
+        )
+
+
+def _import_checked_root(
+    root: Path,
+    *,
+    user: Any,
+    made_by_replay: int | None = None,
+    made_by: str | None = None,
+    blobs_written: list[str] | None = None,
+    prescanned: Mapping[str, secret_scan.ScannedBlob] | None = None,
+    masked_before: Sequence[dict[str, str]] = (),
+    events_check: secret_scan.EventsCheckProcess | None = None,
+) -> ImportResult:
     """`made_by`: the subsystem importing a run it derived (identifiers.DERIVED_RUN_IDS: a converter); a replay's
     worker says `made_by_replay` instead.
 
@@ -264,6 +301,8 @@ def _import_root(
             EventsAhead(events_path, events_check) as scan,
             fewer_collections(),
         ):
+            # PostgreSQL: the run's first event keys reserved meanwhile, on another connection (bulk.KeysAhead).
+            keys_ahead = KeysAhead(Event._meta.db_table, min(lines, PRIMED_EVENT_KEYS)) if KeysAhead.wanted() else None
             run_meta = secret_scan.mask_run(run_meta, masks)
             blob_paths, manifest = secret_scan.mask_blobs(
                 blob_paths, manifest, Path(workdir), masks, prescanned=prescanned
@@ -289,6 +328,7 @@ def _import_root(
                     blob_paths=blob_paths,
                     written=written,
                     slices=slices,
+                    keys_ahead=keys_ahead,
                 )
     except IntegrityError as exc:
         _clean_up_refused(slices, written)
@@ -470,6 +510,7 @@ def _write_run(
     blob_paths: dict[str, Path],
     written: list[str],
     slices: import_slices.ImportSlices | None = None,
+    keys_ahead: KeysAhead | None = None,
 ) -> ImportResult:
     scenario = run_meta.get("scenario") or {}
     parent_ref = run_meta.get("parent_run") or ""
@@ -513,7 +554,7 @@ def _write_run(
     objects_out = Appender(RunObject._meta.db_table, ("id", "run_id", "kind", "ref", "introduced_by_id"), id_block=1024)
     # Keys reserved before the writer thread starts: a reservation made while it streams a COPY waits for the
     # connection. Every line is at most one event; objects are far fewer than events.
-    events_out.prime(min(lines, PRIMED_EVENT_KEYS))
+    events_out.prime(min(lines, PRIMED_EVENT_KEYS), keys_ahead)
     objects_out.prime(objects_out.id_block)
     edges_out = Appender(
         Edge._meta.db_table, ("run_id", "source_id", "field", "target_ref", "target_event_id", "target_object_id")
@@ -521,8 +562,12 @@ def _write_run(
     db_datetime = datetime_adapter()
     event_pk = _EventKeys(graph)
     object_pk: dict[str, tuple[int, int]] = {}  # object ref -> (RunObject pk, introducing event pk)
-    # (event, its JSON text, logical, wall, its references)
-    batch: list[tuple[dict[str, Any], str, Any, Any, list[tuple[str, str]]]] = []
+    # What a row needs of each event, taken from it as it goes by: (seq, id, kind, attempt, workspace, the object it
+    # introduces, its JSON text, logical, wall, its references). Not the decoded event itself: it is freed as soon as
+    # it is read, while its memory is still in the cache, not a batch later (a tenth of the parser's time).
+    batch: list[
+        tuple[int, str, str, Any, str | None, tuple[str, str] | None, str, Any, Any, list[tuple[str, str]]]
+    ] = []
     count = 0
     last_state = ""
     kind_counts: dict[str, int] = {}
@@ -548,23 +593,29 @@ def _write_run(
     pending_objects: list[tuple[Any, ...]] = []
     pending_edges: list[tuple[Any, ...]] = []
 
+    converted: list[Any] = [None, None]  # the last logical time and its column value, across batches
+
     def flush(final: bool = False) -> None:
         ids = events_out.take_ids(len(batch))
         rows, object_rows, edge_rows = [], [], []
         run_pk = run.pk
-        for pk, (event, text, logical, wall, refs) in zip(ids, batch, strict=True):
-            seq = event["seq"]
+        for pk, (seq, event_id, kind, attempt, workspace, introduced, text, logical, wall, refs) in zip(
+            ids, batch, strict=True
+        ):
             event_pk.add(seq, pk)
-            logical_db = db_datetime(logical)
+            # The reader gives events of one moment the same time object (bundle.iter_checked_records): converted once.
+            if logical is not converted[0]:
+                converted[0], converted[1] = logical, db_datetime(logical)
+            logical_db = converted[1]
             rows.append(
                 (
                     pk,
                     run_pk,
                     seq,
-                    event["id"],
-                    event["kind"],
-                    _ref(event["attempt"] or ""),
-                    _ref(v.event_workspace(event) or ""),
+                    event_id,
+                    kind,
+                    _ref(attempt or ""),
+                    _ref(workspace or ""),
                     logical_db,
                     # One text for both clocks is parsed once (bundle._validate_event): converted once too.
                     logical_db if wall is logical else db_datetime(wall),
@@ -573,7 +624,6 @@ def _write_run(
                     gate.already_masked(text, by="runs.secret_scan.EventsAhead"),
                 )
             )
-            introduced = v.introduced_object(event)
             if introduced is not None:
                 (object_id,) = objects_out.take_ids(1)
                 object_pk[introduced[1]] = (object_id, pk)
@@ -625,7 +675,20 @@ def _write_run(
                 tools.add(event["tool"][:SEARCH_VALUE_CHARS])
             elif kind == "effect.intent" and len(destinations) < SEARCH_VALUES_MAX:
                 destinations.add(event["destination"][:SEARCH_VALUE_CHARS])
-            batch.append((event, text, logical, wall, refs))
+            batch.append(
+                (
+                    event["seq"],
+                    event["id"],
+                    kind,
+                    event["attempt"],
+                    v.event_workspace(event),
+                    v.introduced_object(event),
+                    text,
+                    logical,
+                    wall,
+                    refs,
+                )
+            )
             count += 1
             kind_counts[kind] = kind_counts.get(kind, 0) + 1
             if len(batch) >= EVENT_BATCH:

@@ -38,6 +38,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import IO, Any, NoReturn
 
 from django.utils.crypto import salted_hmac
@@ -288,12 +289,17 @@ class EventsCheckProcess:
     def __enter__(self) -> EventsCheckProcess:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            # A refused import does not wait for the process to end on its own (it may still be starting: `start`).
+            self.discard()
 
-    def check(self, path: Path) -> subprocess.Popen[bytes]:
-        """The process, told to check `path` next: its answers are the next lines of its stdout, up to the path's last
-        message (`done`, `error` or `failure`)."""
+    def start(self) -> EventsCheckProcess:
+        """Start the process now, if it is not running: it starts and compiles its rules (half a second of a core)
+        while the caller does something else, rather than when the first events.jsonl is ready to check. Started
+        and never asked, it is closed with the rest (`close`)."""
         if self._child is None or self._child.poll() is not None:
             self.discard()
             # Never a pipe: a process that lives long must never block on it. Closed by discard().
@@ -305,7 +311,13 @@ class EventsCheckProcess:
                 stderr=self._stderr,
                 cwd=_PROJECT_ROOT,
             )
-        assert self._child.stdin is not None
+        return self
+
+    def check(self, path: Path) -> subprocess.Popen[bytes]:
+        """The process, told to check `path` next: its answers are the next lines of its stdout, up to the path's last
+        message (`done`, `error` or `failure`)."""
+        self.start()
+        assert self._child is not None and self._child.stdin is not None
         try:
             self._child.stdin.write(json.dumps(str(path)).encode() + b"\n")
             self._child.stdin.flush()
@@ -387,6 +399,16 @@ class EventsAhead:
         self._ready = threading.Condition()
         self._child: subprocess.Popen[bytes] | None = None
         self._thread = threading.Thread(target=self._run, name="n17q-events-check", daemon=True)
+
+    @staticmethod
+    def checked_in_child(events_path: Path) -> bool:
+        """Whether the check of this file will run in a process (a large file), rather than in a thread; False for a
+        path that is not a regular file (the importer refuses it before any check)."""
+        try:
+            stat = events_path.lstat()
+        except OSError:
+            return False
+        return S_ISREG(stat.st_mode) and stat.st_size >= CHECK_IN_CHILD_BYTES
 
     @property
     def in_child_process(self) -> bool:

@@ -632,6 +632,19 @@ class LineageGraph:
         if not self._in_order:
             yield from self._sorted(f for e in seq if is_source(e) for f in self._findings_from(e))
             return
+        if all(isinstance(group, dict) for group in groups):
+            # Every source is listed in memory (nothing spilled): the sources that are events of the run, in seq order,
+            # which for events added in seq order is the order a walk of every event meets them, without that walk.
+            held: dict[str, int] = {}
+            for group in groups:
+                for event_id in group:
+                    if event_id not in held:
+                        at = seq.get(event_id)
+                        if at is not None:
+                            held[event_id] = at
+            for event_id in sorted(held, key=held.__getitem__):
+                yield from one(event_id)
+            return
         for event_id in seq:
             if is_source(event_id):
                 yield from one(event_id)

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from n17q_engine.bundle import BundleError
+from runs import importer as importer_module
 from runs import secret_scan
 from runs.importer import run_import_from_path
 from runs.models import Blob, Edge, Event, Finding, MaskedSecret, Run, RunObject
@@ -258,3 +259,31 @@ def run_import_from_path_json(path: Path) -> dict[str, Any]:
     from runs.import_formats import runs_import_from_path
 
     return runs_import_from_path(path).to_json()
+
+
+def test_the_checking_process_starts_first_and_goes_with_a_refused_import(_blob_store, in_child, monkeypatch):
+    """A bundle whose events.jsonl is checked in a process starts that process before it hashes its blobs (it starts
+    up meanwhile); an import refused before the check (the run is imported already) kills and reaps it, never leaving
+    it or waiting for it."""
+    started: list = []
+    real_start = secret_scan.EventsCheckProcess.start
+
+    def start(self):
+        out = real_start(self)
+        if not any(self._child is s for s in started):
+            started.append(self._child)
+        return out
+
+    real_verify = importer_module.bundle.verify_blobs
+
+    def verify(root, manifest):
+        assert started and started[-1].poll() is None  # already running when the blobs are hashed
+        return real_verify(root, manifest)
+
+    monkeypatch.setattr(secret_scan.EventsCheckProcess, "start", start)
+    monkeypatch.setattr(importer_module.bundle, "verify_blobs", verify)
+    run_import_from_path(bundles.EXAMPLE)
+    with pytest.raises(BundleError, match="already imported"):
+        run_import_from_path(bundles.EXAMPLE)
+    assert len(started) == 2
+    assert all(child.poll() is not None for child in started)
