@@ -16,6 +16,7 @@ exists, other writers never wait long behind the import, and a refusal removes t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -214,7 +215,12 @@ def _import_root(
     masked_before: Sequence[dict[str, str]] = (),
     events_check: secret_scan.EventsCheckProcess | None = None,
 ) -> ImportResult:
-    if events_check is not None or not secret_scan.EventsAhead.checked_in_child(root / "events.jsonl"):
+    with contextlib.ExitStack() as stack:
+        if events_check is None and secret_scan.EventsAhead.checked_in_child(root / "events.jsonl"):
+            # The checking process EventsAhead would start for this file, started first: it starts up and compiles
+            # its rules (half a second of a core) while this process reads the manifest and hashes the blobs and the
+            # bundle.
+            events_check = stack.enter_context(secret_scan.EventsCheckProcess()).start()
         return _import_checked_root(
             root,
             user=user,
@@ -224,19 +230,6 @@ def _import_root(
             prescanned=prescanned,
             masked_before=masked_before,
             events_check=events_check,
-        )
-    # The checking process EventsAhead would start for this file, started first: it starts up and compiles its rules
-    # (half a second of a core) while this process reads the manifest and hashes the blobs and the bundle.
-    with secret_scan.EventsCheckProcess() as own_check:
-        return _import_checked_root(
-            root,
-            user=user,
-            made_by_replay=made_by_replay,
-            made_by=made_by,
-            blobs_written=blobs_written,
-            prescanned=prescanned,
-            masked_before=masked_before,
-            events_check=own_check.start(),
         )
 
 
