@@ -44,6 +44,9 @@ def _cases(tmp: Path) -> list[tuple[str, str, str, bytes, int, dict[str, str]]]:
     ordinary_bundle = _zip(folder, tmp / "ordinary.zip")
     unpacked = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     tiny_events = hostile.inspect_eval(hostile.inspect_many_tiny_events(60_000))
+    tiny_events_json = hostile.inspect_json(hostile.inspect_many_tiny_events(60_000))
+    tiny_spans_protobuf = hostile.otlp_protobuf(hostile.otlp_json_many_tiny_spans(120_000))
+    attributes_protobuf = hostile.otlp_protobuf(attributes)
     long_sample = hostile.inspect_eval(hostile.inspect_long_string(8 * MIB))
     fields = "scenario=docs-research&tool=status.lookup&contract_revision=2&effect_class=read"
     json_otlp = {"door": "otlp", "content_type": "application/json"}
@@ -61,6 +64,22 @@ def _cases(tmp: Path) -> list[tuple[str, str, str, bytes, int, dict[str, str]]]:
         (
             "OTLP receiver",
             "hostile",
+            "160,000 attributes, protobuf",
+            attributes_protobuf,
+            len(attributes_protobuf),
+            {"door": "otlp", "content_type": "application/x-protobuf"},
+        ),
+        (
+            "OTLP receiver",
+            "hostile",
+            "120,000 tiny spans, protobuf",
+            tiny_spans_protobuf,
+            len(tiny_spans_protobuf),
+            {"door": "otlp", "content_type": "application/x-protobuf"},
+        ),
+        (
+            "OTLP receiver",
+            "hostile",
             "30,000 empty gzip members",
             hostile.gzip_members(spans, 30_000),
             len(spans),
@@ -72,6 +91,14 @@ def _cases(tmp: Path) -> list[tuple[str, str, str, bytes, int, dict[str, str]]]:
         ("bundle", "hostile", "a 16 MiB string in an event", long_event, 16 * MIB, {"door": "runs", "name": "b.zip"}),
         ("Inspect .eval", "ordinary", "60,000 tiny events", tiny_events, 4 * MIB, {"door": "runs", "name": "l.eval"}),
         ("Inspect .eval", "hostile", "an 8 MiB string", long_sample, 8 * MIB, {"door": "runs", "name": "l.eval"}),
+        (
+            "Inspect .json",
+            "hostile",
+            "60,000 tiny events",
+            tiny_events_json,
+            len(tiny_events_json),
+            {"door": "runs", "name": "l.json"},
+        ),
         (
             "capture",
             "hostile",
