@@ -201,23 +201,27 @@ class OtlpJsonReader:
         """A SPAN or an ITEM of the skeleton list of items at `level`, or a MEMBER `key` of the skeleton object at
         `level`, decoded within the caps (a refusal names where it is): whole when it fits its window, else by
         `_large`."""
-        self._piece_values = 0
-        where = ".".join(f"{SKELETON[i][0]}[{self.index[i + 1]}]" for i in range(level))
-        if key is not None:
-            where = f"{where}.{key[:40]}" if where else key[:40]
-        self._what = where or "the OTLP JSON"
         try:
             decoded = self._decode(pos, self.last_span if kind == SPAN else 0)
         except RecursionError:
-            raise self._too_deep(self._what) from None
+            raise self._too_deep(self._where(level, key)) from None
         if decoded is None:
+            self._piece_values = 0
+            self._what = self._where(level, key)
             return self._large(kind, level, key, pos)
         value, end = decoded
         if kind == SPAN:
             self.last_span = end - pos
         elif type(value) is str and len(value) > MAX_STRING_CHARS:
-            raise self._too_long(self._what)
+            raise self._too_long(self._where(level, key))
         return value, end
+
+    def _where(self, level: int, key: str | None) -> str:
+        """What a refusal names: the piece's path (`resourceSpans[0].scopeSpans[1].spans[2]`, `...resource`)."""
+        where = ".".join(f"{SKELETON[i][0]}[{self.index[i + 1]}]" for i in range(level))
+        if key is not None:
+            where = f"{where}.{key[:40]}" if where else key[:40]
+        return where or "the OTLP JSON"
 
     def _large(self, kind: str, level: int, key: str | None, pos: int) -> tuple[Any, int]:
         """A piece too long for its window (`_piece`'s arguments): walked, and built within MAX_PIECE_VALUES. A
