@@ -89,8 +89,9 @@ def decompress(body: bytes, content_encoding: str, *, max_bytes: int, max_member
 
 def split_request(body: bytes, encoding: str) -> SplitRequest:
     """The request cut into one batch per trace (`SplitRequest`), never parsed whole: protobuf walked at the wire
-    level and each Resource, scope and span parsed alone (`_ProtobufReader`), OTLP/JSON read a span at a time
-    (`_JsonReader`). WireError (400 malformed, 413 past a cap) for a request refused as a whole."""
+    level and each Resource, scope and span parsed alone (`_ProtobufReader`), OTLP/JSON read a span at a time by
+    the engine's OTLP/JSON reader (`_JsonReader`). WireError (400 malformed, 413 past a cap) for a request refused
+    as a whole."""
     if encoding == "protobuf":
         return _ProtobufReader(body).read()
     return _finish(_read_json(body), None)

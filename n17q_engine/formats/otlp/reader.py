@@ -1,14 +1,17 @@
-"""OTLP/JSON read a piece at a time within caps (issue 35): the request's skeleton (`resourceSpans` -> `scopeSpans` ->
-`spans`) walked over the text, each span and every other member decoded alone, none of them ever built past a bound.
+"""OTLP/JSON read a piece at a time within caps (issue 35), the one reader both OTLP/JSON doors use: the request's
+skeleton (`resourceSpans` -> `scopeSpans` -> `spans`) walked over the text, each span and every other member
+decoded alone, none of them ever built past a bound.
 
 Why: `json.loads` of a whole export builds every object at once, and a JSON object costs 50-200 bytes of Python
-whatever its text costs: a 6 MB span of 160,000 tiny attributes took the converting process to 15 times its size.
-Reading span by span is not enough on its own (that one span is the whole file), so each piece is decoded by the
-json module's C scanner (`raw_decode`, the one `json.loads` uses: numbers, escapes, NaN and error messages as
-before) over a window of WINDOW_CHARS characters of the text: whatever those hold, their objects are a few MiB.
-A piece that does not fit its window (a large span) is walked instead, member by member and item by item, each
-decoded the same way, with its lists, strings, nesting and values counted against the caps as they are read, so it
-is refused at the cap, not after it was built.
+whatever its text costs: a 37 MB request took the receiver to 14 times its size, a 6 MB span of 160,000 tiny
+attributes the converting process to 15 times. Reading span by span is not enough on its own (that one span is the
+whole file), so each object or list is decoded by the json module's C scanner (`raw_decode`, the one `json.loads`
+uses: numbers, escapes, NaN and error messages as before) over a window of the text: first twice the previous
+span's length (so an ordinary span costs one short copy), then WINDOW_CHARS characters: whatever those hold, their
+objects are a few MiB. A piece that does not fit its window (a large span) goes to `_large`: here it is walked,
+member by member and item by item, each decoded the same way, with its lists, strings, nesting and values counted
+against the caps as they are read, so it is refused at the cap, not after it was built; the receiver's reader
+(otlp_receiver.wire._JsonReader, a subclass) parses it into its protobuf message a member at a time instead.
 
 `OtlpJsonReader(text).events()` yields what it reads, in the text's order, as (kind, level, key, value):
 
@@ -19,15 +22,19 @@ is refused at the cap, not after it was built.
 - (MEMBER, level, key, value): any other member of the object at `level`, decoded (a skeleton name whose value is
   not a list comes here too, as json.loads would give it);
 - (SPAN, 3, None, value): a span (any JSON value: the caller checks its shape);
-- (ITEM, level, None, value): an item of a skeleton list that is not an object (level: the list's items' level).
+- (ITEM, level, None, value): an item of a skeleton list that is not an object (level: the list's items' level), or
+  at level 0 a text that is not an object.
+
+Used by the OTLP file door's flattening (`flat.flatten_json`), `read_whole`/`decode_otlp`, the storage gate's
+piecewise masking (`n17q_secrets.gate.mask_otlp_json`) and the OTLP/HTTP receiver (`otlp_receiver.wire`).
 
 Refusals are one line: `OtlpJsonTooLarge` past a cap (the receiver's 413), `OtlpJsonInvalid` for text that is not
 JSON or too deeply nested (400); both are ConversionErrors, so the file doors say them as they say any other.
 
-The same caps as the OTLP receiver's (otlp_receiver/wire.py): MAX_SPANS per export, MAX_ITEMS per list (attributes,
-events, links, values: the walk counts them; the flattening counts those of pieces decoded whole), MAX_STRING_CHARS
-per string, MAX_DEPTH of nesting, and MAX_PIECE_VALUES per span, resource or scope, which bounds the one large span
-the walk assembles.
+The caps, defined here once for both doors (the receiver's protobuf door uses MAX_ITEMS too): MAX_SPANS per export,
+MAX_ITEMS per list (attributes, events, links, values: the walk counts them; of a piece decoded whole, the file
+door's flattening and the receiver's check count them), MAX_STRING_CHARS per string, MAX_DEPTH of nesting, and
+MAX_PIECE_VALUES per span, resource or scope, which bounds the one large span this reader's walk assembles.
 """
 
 from __future__ import annotations
