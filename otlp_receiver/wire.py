@@ -118,8 +118,8 @@ def _read_json(body: bytes, *, ordered: bool = False) -> list[_Resource]:
         return _JsonReader(text, len(body), ordered=ordered).read_request()
     except (_TooMuch, OtlpJsonTooLarge) as exc:
         raise WireError(413, f"the body is refused: {exc}") from None
-    except OtlpJsonInvalid as exc:
-        raise WireError(400, f"the body is not JSON ({exc})") from None
+    except OtlpJsonInvalid as exc:  # not JSON, or nested too deep for the reader
+        raise WireError(400, f"the body is refused: {exc}") from None
     except _NotOtlp as exc:
         line = " ".join(str(exc).splitlines())[:300]
         raise WireError(400, f"the body is not an OTLP ExportTraceServiceRequest in JSON ({line})") from None
@@ -185,8 +185,8 @@ class _JsonReader(OtlpJsonReader):
         if self.text.startswith("\ufeff"):
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", self.text, 0)
         resources: list[_Resource] = []
-        resource = _Resource(self.ledger)
-        scope = _Scope(self.ledger, ordered=self.ordered)
+        resource: Any = None  # the ResourceSpans and the ScopeSpans being read (each OPEN makes one)
+        scope: Any = None
         for kind, level, key, value in self.events():
             if kind == SPAN:
                 span = value if isinstance(value, Span) else self._span(value)
@@ -212,7 +212,7 @@ class _JsonReader(OtlpJsonReader):
                     resource.scopes.append(scope)
             elif kind == LIST or (kind == MEMBER and key in SKELETON[level]):
                 # given twice (or as both names): the last one counts, as ParseDict clears it
-                (resources, resource.scopes, scope)[level].clear()
+                (resources if level == 0 else resource.scopes if level == 1 else scope).clear()
                 self.rests[level].pop(cast(str, key), None)
                 if kind == MEMBER and value is not None:  # null clears the field; anything else ParseDict refuses
                     self.rests[level][cast(str, key)] = value
