@@ -30,6 +30,18 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from n17q_engine.budget import checkpoint
+from n17q_engine.formats.otlp import reader as otlp_json
+from n17q_engine.formats.otlp.reader import (
+    CLOSE,
+    LIST,
+    MEMBER,
+    OPEN,
+    SKELETON,
+    SPAN,
+    OtlpJsonInvalid,
+    OtlpJsonReader,
+    OtlpJsonTooLarge,
+)
 from n17q_engine.inflate import InflateError, inflate
 from n17q_engine.protowire import CapExceeded, WireFormatError, count, fields
 
@@ -77,8 +89,9 @@ def decompress(body: bytes, content_encoding: str, *, max_bytes: int, max_member
 
 def split_request(body: bytes, encoding: str) -> SplitRequest:
     """The request cut into one batch per trace (`SplitRequest`), never parsed whole: protobuf walked at the wire
-    level and each Resource, scope and span parsed alone (`_ProtobufReader`), OTLP/JSON read a span at a time
-    (`_JsonReader`). WireError (400 malformed, 413 past a cap) for a request refused as a whole."""
+    level and each Resource, scope and span parsed alone (`_ProtobufReader`), OTLP/JSON read a span at a time by
+    the engine's OTLP/JSON reader (`_JsonReader`). WireError (400 malformed, 413 past a cap) for a request refused
+    as a whole."""
     if encoding == "protobuf":
         return _ProtobufReader(body).read()
     return _finish(_read_json(body), None)
@@ -103,8 +116,10 @@ def _read_json(body: bytes, *, ordered: bool = False) -> list[_Resource]:
     try:
         text = _json_text(body)
         return _JsonReader(text, len(body), ordered=ordered).read_request()
-    except _TooMuch as exc:
+    except (_TooMuch, OtlpJsonTooLarge) as exc:
         raise WireError(413, f"the body is refused: {exc}") from None
+    except OtlpJsonInvalid as exc:  # not JSON, or nested too deep for the reader
+        raise WireError(400, f"the body is refused: {exc}") from None
     except _NotOtlp as exc:
         line = " ".join(str(exc).splitlines())[:300]
         raise WireError(400, f"the body is not an OTLP ExportTraceServiceRequest in JSON ({line})") from None
@@ -115,17 +130,15 @@ def _read_json(body: bytes, *, ordered: bool = False) -> list[_Resource]:
 # ---- OTLP/JSON, read a span at a time (issue 35)
 #
 # `json.loads` of a whole request then `ParseDict` of the whole dict took a 37 MB body to 14 times its size in
-# memory (the dicts of every span at once, then the message). Here the request's skeleton (the resourceSpans,
-# scopeSpans and spans lists) is walked over the text, and each span, resource and scope is decoded alone by the
-# json module's C scanner (`raw_decode`), checked against the caps below, and parsed by `ParseDict` as before into a
-# message of its own: a span into a Span, kept as its protobuf bytes in its scope's trace (`_Scope`), so only one
-# span's dicts and message are alive at a time and what is accepted or refused is unchanged
-# (tests/otlp_receiver/test_bounded_work.py compares it with the whole-document parse).
+# memory (the dicts of every span at once, then the message). The request is read by the engine's OTLP/JSON reader
+# (n17q_engine.formats.otlp.reader, the file door's too): its skeleton (the resourceSpans, scopeSpans and spans
+# lists) walked over the text, each span, resource and scope decoded alone by the json module's C scanner
+# (`raw_decode`) within a window, under the one set of caps (MAX_SPANS, MAX_ITEMS, MAX_STRING_CHARS, MAX_DEPTH). What
+# is the receiver's: each piece checked against the caps and its object budget, its hex ids made base64, and parsed
+# by `ParseDict` as before into a message of its own: a span into a Span, kept as its protobuf bytes in its scope's
+# trace (`_Scope`), so only one span's dicts and message are alive at a time and what is accepted or refused is
+# unchanged (tests/otlp_receiver/test_bounded_work.py compares it with the whole-document parse).
 
-MAX_SPANS = 100_000  # per request; an SDK's batch is 512
-MAX_ITEMS = 10_000  # per list: attributes of a span, a resource, a scope, an event or a link; events; links; values
-MAX_STRING_CHARS = 8 * 1024 * 1024  # a key or a string value
-MAX_DEPTH = 140  # JSON nesting in a span: an attribute value 32 deep (the converter's MAX_ANY_DEPTH) is 136
 # What the parsed message costs, estimated per JSON object (measured with upb: an empty Span about 180 bytes, an
 # empty KeyValue about 56, an AnyValue about as much), and how many times the body's size those may come to: real
 # spans come to 1 to 3 times (many small attributes the most); empty objects (`{}`, three bytes, is a 180-byte
@@ -133,12 +146,8 @@ MAX_DEPTH = 140  # JSON nesting in a span: an attribute value 32 deep (the conve
 _SPAN_COST, _OBJECT_COST = 180, 56
 _COST_PER_BYTE = 4
 _COST_SLACK = 1 << 20
-
-_WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
-_RESOURCE_SPANS = ("resourceSpans", "resource_spans")
-_SCOPE_SPANS = ("scopeSpans", "scope_spans")
-_SPANS = ("spans",)
+_SKELETON_MESSAGES = (ExportTraceServiceRequest, ResourceSpans, ScopeSpans)
+_STREAMED = object()  # a member parsed into its field a piece at a time (`_JsonReader._large`)
 
 
 class _TooMuch(Exception):
@@ -154,207 +163,135 @@ def _json_text(body: bytes) -> str:
     return body.decode(json.detect_encoding(body), "surrogatepass")
 
 
-class _JsonReader:
+class _JsonReader(OtlpJsonReader):
+    """The engine's reader, its events made into each ResourceSpans and ScopeSpans (`_Resource`, `_Scope`: their
+    other members parsed as a message of their own) and each span parsed alone, as protobuf bytes, into its scope;
+    a piece too long for the reader's window parsed into its message a member at a time (`_large`)."""
+
     def __init__(self, text: str, size: int, *, ordered: bool = False) -> None:
-        self.text = text
-        self.spans = 0
+        super().__init__(text)
         self.ordered = ordered
         # The text itself is counted against the budget: a body widened to 4 bytes a character leaves less.
         self.budget = _COST_PER_BYTE * size + _COST_SLACK - max(0, sys.getsizeof(text) - size)
         self.cost = 0
-        self.last_span = 0  # the last span's length: how much of the text to decode the next one from
         self.ledger = _Ledger(size)
-
-    # -- the skeleton: each ResourceSpans and ScopeSpans read into a _Resource and a _Scope (their other members
-    # parsed as a message of their own), each span parsed alone, as protobuf bytes, into its scope
+        # Per skeleton level (the request, a ResourceSpans, a ScopeSpans): the message its members are parsed into,
+        # the members kept for ParseDict, the members parsed into their field a piece at a time.
+        self.messages: list[Any] = [None] * 3
+        self.rests: list[dict[str, Any]] = [{}, {}, {}]
+        self.streamed: list[set[str]] = [set(), set(), set()]
 
     def read_request(self) -> list[_Resource]:
         if self.text.startswith("\ufeff"):
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", self.text, 0)
-        pos = self._ws(0)
-        if self.text[pos : pos + 1] != "{":
-            _value, end = _DECODER.raw_decode(self.text, pos)  # what json.loads would say of it
-            self._end(end)
-            raise WireError(400, "the body is not an OTLP ExportTraceServiceRequest: a JSON object was expected")
         resources: list[_Resource] = []
-        pos = self._object(pos, ExportTraceServiceRequest(), _RESOURCE_SPANS, resources, self._resource_spans)
-        self._end(pos)
-        return resources
-
-    def _resource_spans(self, pos: int, resources: list[_Resource]) -> int:
-        resource = _Resource(self.ledger)
-        message = ResourceSpans()
-        pos = self._object(pos, message, _SCOPE_SPANS, resource.scopes, self._scope_spans)
-        resource.head = message.SerializeToString()
-        resource.service = _service_name(message.resource)
-        resources.append(resource)
-        return pos
-
-    def _scope_spans(self, pos: int, scopes: list[_Scope]) -> int:
-        scope = _Scope(self.ledger, ordered=self.ordered)
-        message = ScopeSpans()
-        pos = self._object(pos, message, _SPANS, scope, self._span)
-        scope.head = message.SerializeToString()
-        scopes.append(scope)
-        return pos
-
-    def _span(self, pos: int, scope: _Scope) -> int:
-        checkpoint()  # the request's budget (n17q_engine.budget), once per span
-        message = Span()
-        decoded = self._decode(pos, self.last_span)
-        if decoded is None:  # too long to decode whole: a piece at a time
-            unit = _Unit("a span")
-            self.cost += _SPAN_COST - _OBJECT_COST
-            end = self._walk(pos, unit, message, _MESSAGE_DEPTH["Span"], span=True)
-            self._count_span()
-            unit.settle()
-        else:
-            span, end = decoded
-            self.last_span = end - pos
-            self._count_span()
-            self.cost += _SPAN_COST - _OBJECT_COST
-            self._check(span, "a span")
-            if isinstance(span, dict):
-                _span_ids_to_base64(span)
-            self._parse(span, message)
-        scope.take(message, _frame(0x12, message.SerializeToString()))
-        return end
-
-    def _count_span(self) -> None:
-        self.spans += 1
-        if self.spans > MAX_SPANS:
-            raise _TooMuch(f"it holds more than {MAX_SPANS} spans: send smaller batches")
-
-    def _object(self, pos: int, message: Any, names: tuple[str, ...], items: Any, element: Any) -> int:
-        """The JSON object at `pos`: its list named `names` an element at a time, by `element` into `items`; every
-        other member decoded whole, checked and parsed into `message` as before."""
-        text = self.text
-        rest: dict[str, Any] = {}
-        streamed: set[str] = set()  # members walked into their field a piece at a time
-        pos = self._ws(pos + 1)
-        if text[pos : pos + 1] == "}":
-            return pos + 1
-        while True:
-            if text[pos : pos + 1] != '"':
-                raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
-            key, pos = scanstring(text, pos + 1)
-            pos = self._ws(pos)
-            if text[pos : pos + 1] != ":":
-                raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
-            pos = self._ws(pos + 1)
-            if key in names:
-                items.clear()  # given twice (or as both names): the last one counts, as ParseDict clears it
-                rest.pop(key, None)
-                if text[pos : pos + 1] == "[":
-                    pos = self._array(pos, items, element)
-                else:
-                    decoded = self._decode(pos, 0)
-                    if decoded is None:  # an object too long to decode whole: walked, then refused as ParseDict does
-                        pos = self._walk(pos, _Unit("a value", checks=False), None, 0)
-                        raise _NotOtlp(f"Failed to parse {key} field: repeated field {key} must be in []")
-                    value, pos = decoded
-                    if value is not None:  # null clears the field, as ParseDict does; anything else it refuses
-                        rest[key] = value
-            else:
-                what = f"the {key!r} of a {message.DESCRIPTOR.name}"
-                known = _json_fields(message.DESCRIPTOR).get(key)
-                decoded = self._decode(pos, 0)
-                if decoded is None:  # too long to decode whole: into its field a piece at a time
-                    rest.pop(key, None)
-                    streamed.add(key)
-                    unit = _Unit(what)
-                    pos = self._walk(pos, unit, message, _MESSAGE_DEPTH[message.DESCRIPTOR.name], key=key)
-                    unit.settle()
-                else:
-                    value, pos = decoded
-                    self._check(value, what)
-                    if key in streamed and known is not None:  # given again: the last counts
-                        streamed.discard(key)
-                        message.ClearField(known.name)
-                    if known is not None or _EXTENSION.match(key):
-                        rest[key] = value  # kept for ParseDict; a member it ignores is dropped once checked
-            pos = self._ws(pos)
-            if text[pos : pos + 1] == ",":
-                pos = self._ws(pos + 1)
-                continue
-            if text[pos : pos + 1] == "}":
-                pos += 1
-                break
-            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
-        if rest:
-            self._parse(rest, message)
-        return pos
-
-    def _array(self, pos: int, items: Any, element: Any) -> int:
-        text = self.text
-        pos = self._ws(pos + 1)
-        if text[pos : pos + 1] == "]":
-            return pos + 1
-        while True:
-            if text[pos : pos + 1] == "{" or element == self._span:
-                pos = element(pos, items)
-            else:  # not an object: decoded whole, and refused by ParseDict as before
-                decoded = self._decode(pos, 0)
-                if decoded is None:  # an array too long to decode whole: walked for the caps, then refused
-                    self.cost += _SPAN_COST
-                    unit = _Unit("a value")
-                    pos = self._walk(pos, unit, None, 0)
-                    unit.settle()
-                    raise _NotOtlp("a repeated field's element is not an object")
-                value, pos = decoded
+        resource: Any = None  # the ResourceSpans and the ScopeSpans being read (each OPEN makes one)
+        scope: Any = None
+        for kind, level, key, value in self.events():
+            if kind == SPAN:
+                span = value if isinstance(value, Span) else self._span(value)
+                scope.take(span, _frame(0x12, span.SerializeToString()))
+            elif kind == OPEN:
+                self.messages[level] = _SKELETON_MESSAGES[level]()
+                self.rests[level] = {}
+                self.streamed[level] = set()
+                if level == 1:
+                    resource = _Resource(self.ledger)
+                elif level == 2:
+                    scope = _Scope(self.ledger, ordered=self.ordered)
+            elif kind == CLOSE:
+                message = self.messages[level]
+                if self.rests[level]:
+                    self._parse(self.rests[level], message)
+                if level == 1:
+                    resource.head = message.SerializeToString()
+                    resource.service = _service_name(message.resource)
+                    resources.append(resource)
+                elif level == 2:
+                    scope.head = message.SerializeToString()
+                    resource.scopes.append(scope)
+            elif kind == LIST or (kind == MEMBER and key in SKELETON[level]):
+                # given twice (or as both names): the last one counts, as ParseDict clears it
+                (resources if level == 0 else resource.scopes if level == 1 else scope).clear()
+                self.rests[level].pop(cast(str, key), None)
+                if kind == MEMBER and value is not None:  # null clears the field; anything else ParseDict refuses
+                    self.rests[level][cast(str, key)] = value
+            elif kind == MEMBER:
+                self._member(level, cast(str, key), value)
+            elif level == 0:
+                raise WireError(400, "the body is not an OTLP ExportTraceServiceRequest: a JSON object was expected")
+            else:  # an item of resourceSpans or scopeSpans that is not an object: refused by ParseDict as before
                 if value is None:
                     raise _NotOtlp("null is not allowed to be used as an element in a repeated field")
                 self.cost += _SPAN_COST
                 self._check(value, "a value")
-                self._parse(value, ResourceSpans() if element == self._resource_spans else ScopeSpans())
-            pos = self._ws(pos)
-            if text[pos : pos + 1] == ",":
-                pos = self._ws(pos + 1)
-                continue
-            if text[pos : pos + 1] == "]":
-                return pos + 1
-            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+                self._parse(value, _SKELETON_MESSAGES[level]())
+        return resources
 
-    def _ws(self, pos: int) -> int:
-        match = _WS.match(self.text, pos)
-        return match.end() if match else pos
+    def _span(self, span: Any) -> Any:
+        """A span decoded whole: checked, its ids made base64, parsed into a Span."""
+        message = Span()
+        self.cost += _SPAN_COST - _OBJECT_COST
+        self._check(span, "a span")
+        if isinstance(span, dict):
+            _span_ids_to_base64(span)
+        self._parse(span, message)
+        return message
 
-    def _end(self, pos: int) -> None:
-        pos = self._ws(pos)
-        if pos != len(self.text):
-            raise json.JSONDecodeError("Extra data", self.text, pos)
+    def _member(self, level: int, key: str, value: Any) -> None:
+        """A member of the skeleton object at `level`, decoded whole: checked, and kept for ParseDict if it reads
+        it (a member it ignores is dropped once checked)."""
+        if value is _STREAMED:
+            return
+        message = self.messages[level]
+        known = _json_fields(message.DESCRIPTOR).get(key)
+        self._check(value, f"the {key!r} of a {message.DESCRIPTOR.name}")
+        if key in self.streamed[level] and known is not None:  # given again: the last counts
+            self.streamed[level].discard(key)
+            message.ClearField(known.name)
+        if known is not None or _EXTENSION.match(key):
+            self.rests[level][key] = value
 
-    # -- a value too long to decode whole (issue 35): walked a piece at a time
+    # -- a piece too long to decode whole (issue 35): parsed into its message a piece at a time
     #
     # `raw_decode` of one span of 160,000 tiny attributes held 15 times its text in dicts before `_check` refused
-    # it. A value is decoded whole only from a window of at most _WINDOW characters (twice the last span's length
-    # first, so an ordinary span costs one short copy); an object or array longer than that is walked member by
-    # member and element by element (`_unit`), each piece decoded, checked and parsed into its field of the message
-    # (a repeated field's items one at a time) and dropped. Refused as the whole decode refused it: malformed JSON
-    # first, then a cap (a list past MAX_ITEMS is refused before the rest of it is decoded), then what ParseDict
-    # refuses; a member given twice, the last counts; two members of one oneof, refused.
+    # it. The reader decodes a piece whole only from its window (twice the last span's length first, so an ordinary
+    # span costs one short copy); an object or array longer than that comes here, and is walked member by member and
+    # element by element, each piece decoded, checked and parsed into its field of the message (a repeated field's
+    # items one at a time) and dropped. Refused as the whole decode refused it: malformed JSON first, then a cap (a
+    # list past MAX_ITEMS is refused before the rest of it is decoded), then what ParseDict refuses; a member given
+    # twice, the last counts; two members of one oneof, refused.
 
-    def _decode(self, pos: int, hint: int) -> tuple[Any, int] | None:
-        """The value at `pos` and the position after it; None for an object or array longer than _WINDOW
-        characters (or malformed past a window's end: the walk over its pieces says where). `hint`: its likely
-        length."""
-        text = self.text
-        if text[pos : pos + 1] not in ("{", "["):
-            return _DECODER.raw_decode(text, pos)  # a string, a number or a literal: no more than its length
-        size = min(_WINDOW, max(_WINDOW_MIN, 2 * hint))
-        while True:
-            if pos + size >= len(text):
-                return _DECODER.raw_decode(text, pos)
-            try:
-                value, end = _DECODER.raw_decode(text[pos : pos + size])
-            except json.JSONDecodeError:  # cut short by the window
-                if size >= _WINDOW:
-                    return None
-                size = _WINDOW
-                continue
-            return value, pos + end
+    def _large(self, kind: str, level: int, key: str | None, pos: int) -> tuple[Any, int]:
+        if kind == SPAN:
+            message = Span()
+            unit = _Unit("a span")
+            self.cost += _SPAN_COST - _OBJECT_COST
+            end = self._stream(pos, unit, message, _MESSAGE_DEPTH["Span"], span=True)
+            unit.settle()
+            return message, end
+        if kind == MEMBER and key not in SKELETON[level]:
+            key = cast(str, key)
+            message = self.messages[level]
+            self.rests[level].pop(key, None)
+            self.streamed[level].add(key)
+            unit = _Unit(f"the {key!r} of a {message.DESCRIPTOR.name}")
+            end = self._stream(pos, unit, message, _MESSAGE_DEPTH[message.DESCRIPTOR.name], key=key)
+            unit.settle()
+            return _STREAMED, end
+        if kind == MEMBER:  # a skeleton list's name, not given a list: walked, then refused as ParseDict does
+            self._stream(pos, _Unit("a value", checks=False), None, 0)
+            raise _NotOtlp(f"Failed to parse {key} field: repeated field {key} must be in []")
+        if level == 0:  # the request, not an object: walked for where it ends, then refused
+            return None, self._stream(pos, _Unit("a value", checks=False), None, 0)
+        # an item of resourceSpans or scopeSpans that is not an object: walked for the caps, then refused
+        self.cost += _SPAN_COST
+        unit = _Unit("a value")
+        self._stream(pos, unit, None, 0)
+        unit.settle()
+        raise _NotOtlp("a repeated field's element is not an object")
 
-    def _walk(self, pos: int, unit: _Unit, message: Any, mdepth: int, *, key: str = "", span: bool = False) -> int:
+    def _stream(self, pos: int, unit: _Unit, message: Any, mdepth: int, *, key: str = "", span: bool = False) -> int:
         """The value at `pos` (what one `raw_decode` and `_check` used to take) walked a piece at a time: into
         `message` (which sits `mdepth` messages deep) when `span`, into its field `key` when `key`, else only walked
         and checked. Malformed JSON is raised at once; the caps and ParseDict's refusals are kept in `unit`, for
@@ -373,7 +310,7 @@ class _JsonReader:
             return self._stream_object(pos, None, unit, depth, 0)
         if self.text[pos : pos + 1] == "[":
             return self._stream_array(pos, None, unit, depth, 0)
-        value, pos = _DECODER.raw_decode(self.text, pos)
+        value, pos = cast(tuple[Any, int], self._decode(pos, 0))  # not an object or a list: decoded, never None
         self._check_in(unit, value, depth)
         return pos
 
@@ -392,8 +329,8 @@ class _JsonReader:
                 if text[pos : pos + 1] != '"':
                     raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
                 key, pos = scanstring(text, pos + 1)
-                if len(key) > MAX_STRING_CHARS and unit.checks:
-                    unit.fail(_TooMuch(f"{unit.what} holds a key of more than {MAX_STRING_CHARS} characters"))
+                if len(key) > otlp_json.MAX_STRING_CHARS and unit.checks:
+                    unit.fail(_TooMuch(f"{unit.what} holds a key of more than {otlp_json.MAX_STRING_CHARS} characters"))
                 pos = self._ws(pos)
                 if text[pos : pos + 1] != ":":
                     raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
@@ -471,7 +408,7 @@ class _JsonReader:
             return pos + 1
         while True:
             count += 1
-            if count > MAX_ITEMS and unit.checks:
+            if count > otlp_json.MAX_ITEMS and unit.checks:
                 self._count_container(unit, depth, count)
             start = pos
             decoded = self._decode(pos, last)
@@ -505,14 +442,14 @@ class _JsonReader:
         """An object (`items` None) or an array of `items` walked: its cost, its nesting, its length."""
         if not unit.checks:
             return
-        if depth > MAX_DEPTH:
-            unit.fail(_NotOtlp(f"{unit.what} is nested more than {MAX_DEPTH} levels deep"))
+        if depth > otlp_json.MAX_DEPTH:
+            unit.fail(_NotOtlp(f"{unit.what} is nested more than {otlp_json.MAX_DEPTH} levels deep"))
         if items is None:
             self.cost += _OBJECT_COST
             if self.cost > self.budget:
                 unit.fail(_TooMuch(_TOO_MANY_OBJECTS))
-        elif items > MAX_ITEMS:
-            unit.fail(_TooMuch(f"{unit.what} holds a list of more than {MAX_ITEMS} items {_LISTS}"))
+        elif items > otlp_json.MAX_ITEMS:
+            unit.fail(_TooMuch(f"{unit.what} holds a list of more than {otlp_json.MAX_ITEMS} items {_LISTS}"))
 
     def _check_in(self, unit: _Unit, value: Any, depth: int) -> None:
         if unit.checks:
@@ -538,22 +475,22 @@ class _JsonReader:
         while stack:
             item, depth = stack.pop()
             if isinstance(item, str):
-                if len(item) > MAX_STRING_CHARS:
-                    raise _TooMuch(f"{what} holds a string of more than {MAX_STRING_CHARS} characters")
+                if len(item) > otlp_json.MAX_STRING_CHARS:
+                    raise _TooMuch(f"{what} holds a string of more than {otlp_json.MAX_STRING_CHARS} characters")
             elif isinstance(item, dict):
                 objects += 1
-                if depth > MAX_DEPTH:
-                    raise _NotOtlp(f"{what} is nested more than {MAX_DEPTH} levels deep")
+                if depth > otlp_json.MAX_DEPTH:
+                    raise _NotOtlp(f"{what} is nested more than {otlp_json.MAX_DEPTH} levels deep")
                 for key, inner in item.items():
-                    if len(key) > MAX_STRING_CHARS:
-                        raise _TooMuch(f"{what} holds a key of more than {MAX_STRING_CHARS} characters")
+                    if len(key) > otlp_json.MAX_STRING_CHARS:
+                        raise _TooMuch(f"{what} holds a key of more than {otlp_json.MAX_STRING_CHARS} characters")
                     if isinstance(inner, (str, dict, list)):
                         stack.append((inner, depth + 1))
             elif isinstance(item, list):
-                if len(item) > MAX_ITEMS:
-                    raise _TooMuch(f"{what} holds a list of more than {MAX_ITEMS} items {_LISTS}")
-                if depth > MAX_DEPTH:
-                    raise _NotOtlp(f"{what} is nested more than {MAX_DEPTH} levels deep")
+                if len(item) > otlp_json.MAX_ITEMS:
+                    raise _TooMuch(f"{what} holds a list of more than {otlp_json.MAX_ITEMS} items {_LISTS}")
+                if depth > otlp_json.MAX_DEPTH:
+                    raise _NotOtlp(f"{what} is nested more than {otlp_json.MAX_DEPTH} levels deep")
                 stack.extend((inner, depth + 1) for inner in item if isinstance(inner, (str, dict, list)))
         self.cost += objects * _OBJECT_COST
         if self.cost > self.budget:
@@ -582,7 +519,6 @@ _TOO_MANY_OBJECTS = (
 )
 _EXTENSION = re.compile(r"\[[a-zA-Z0-9\._]*\]$")  # a member ParseDict reads as an extension's name
 _LISTS = "(attributes, events, links or values)"
-_WINDOW_MIN, _WINDOW = 1024, 64 * 1024  # characters a value is decoded whole from
 
 
 class _Unit:
@@ -630,9 +566,6 @@ def _json_fields(descriptor: Any) -> dict[str, Any]:
         known = {f.name: f for f in descriptor.fields} | {f.json_name: f for f in descriptor.fields}
         _JSON_FIELDS[descriptor.full_name] = known
     return known
-
-
-_FIELDS = {"resourceSpans": "resource_spans", "scopeSpans": "scope_spans", "spans": "spans"}
 
 
 def _span_ids_to_base64(span: dict[str, Any], *, links_ok: bool = True) -> bool:
@@ -879,7 +812,7 @@ class _ProtobufReader:
     def __init__(self, body: bytes) -> None:
         self.body = body
         self.ledger = _Ledger(len(body))
-        self.big = 2 * MAX_ITEMS  # bytes: a piece this long may hold a list past the cap (an item takes 2 bytes)
+        self.big = 2 * otlp_json.MAX_ITEMS  # bytes: a piece this long may hold a list past the cap (an item: 2 bytes)
 
     def read(self) -> SplitRequest:
         body = self.body
@@ -912,14 +845,14 @@ class _ProtobufReader:
                 start,
                 end,
                 descriptor,
-                max_items=MAX_ITEMS,
+                max_items=otlp_json.MAX_ITEMS,
                 max_messages=(_PB_COST_PER_BYTE * (end - start) + _PB_COST_SLACK) // _PB_MESSAGE_COST,
             )
         except CapExceeded as exc:
             if exc.what == "items":
                 raise WireError(
                     413,
-                    f"the body is refused: {what} holds a list of more than {MAX_ITEMS} items {_LISTS}",
+                    f"the body is refused: {what} holds a list of more than {otlp_json.MAX_ITEMS} items {_LISTS}",
                 ) from None
             raise WireError(
                 413, f"the body is refused: {what} holds more attributes and values than its size allows"

@@ -1,9 +1,9 @@
 """An OTLP trace file through the import doors (issue 35, point 4): the web door (POST /api/v1/runs/, converted by the
 converting process) and `import_run` (the command, in a process of its own). Hostile files are answered (a 4xx or a
 command's one-line refusal, or success) within a bound on the memory the door's process and its converting process
-added. OTLP/JSON is read a span at a time within the receiver's caps (n17q_engine/formats/otlp/reader.py), by the
-converting process and by the secret scan of the original in the door's own process; each piece is decoded over a
-bounded window of the text, so one huge span is as bounded as many small ones."""
+added. OTLP/JSON is read a span at a time by the reader the receiver uses too (n17q_engine/formats/otlp/reader.py),
+by the converting process and by the secret scan of the original in the door's own process; each piece is decoded
+over a bounded window of the text, so one huge span is as bounded as many small ones."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from n17q_engine.formats.otlp import reader as otlp_json
 from otlp_receiver import wire
 from otlp_receiver.models import ReceivedTrace
 from tests.otlp_json import attribute_heavy_json
@@ -196,6 +197,7 @@ def test_a_multi_member_gzip_body_under_the_cap_is_received(client, recorder, op
 
 _RECEIVE = """
 import json, sys
+from n17q_engine.formats.otlp import reader as otlp_json
 from otlp_receiver import wire
 
 def peak_rss():  # VmHWM, what ru_maxrss reads; reset below, as a forked child starts with its parent's
@@ -268,9 +270,9 @@ def nested_value(depth: int) -> dict[str, Any]:
 
 
 def test_each_cap_is_refused_in_one_line(client, operator_key, monkeypatch):
-    monkeypatch.setattr(wire, "MAX_STRING_CHARS", 1000)
-    monkeypatch.setattr(wire, "MAX_ITEMS", 100)
-    monkeypatch.setattr(wire, "MAX_SPANS", 5)
+    monkeypatch.setattr(otlp_json, "MAX_STRING_CHARS", 1000)
+    monkeypatch.setattr(otlp_json, "MAX_ITEMS", 100)
+    monkeypatch.setattr(otlp_json, "MAX_SPANS", 5)
     attribute = {"key": "k", "value": {"intValue": "1"}}
     cases = [
         (span_json(name="x" * 1001), 413, "a span holds a string of more than 1000 characters"),
@@ -278,7 +280,7 @@ def test_each_cap_is_refused_in_one_line(client, operator_key, monkeypatch):
         (
             json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{}] * 6}]}]}).encode(),
             413,
-            "it holds more than 5 spans",
+            "holds more than 5 spans",
         ),
         (
             span_json(attributes=[{"key": "deep", "value": nested_value(50)}]),

@@ -16,6 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from n17q_engine import protowire
+from n17q_engine.formats.otlp import reader as otlp_json
 from otlp_receiver import wire
 from otlp_receiver.models import ReceivedTrace
 
@@ -233,7 +234,7 @@ def span_with_attributes(count: int) -> bytes:
 
 
 def test_a_span_past_the_attribute_cap_is_refused_with_413_in_one_line(client, operator_key):
-    response = post(client, request_of(span_with_attributes(wire.MAX_ITEMS + 1)), operator_key)
+    response = post(client, request_of(span_with_attributes(otlp_json.MAX_ITEMS + 1)), operator_key)
     assert response.status_code == 413, response.content[:300]
     _code, message = status_of(response)
     assert "a span holds a list of more than 10000 items" in message and "\n" not in message, message
@@ -241,8 +242,8 @@ def test_a_span_past_the_attribute_cap_is_refused_with_413_in_one_line(client, o
 
 
 def test_a_span_at_the_attribute_cap_is_received(client, operator_key):
-    body = request_of(span_with_attributes(wire.MAX_ITEMS))
-    assert len(body) > 2 * wire.MAX_ITEMS  # long enough to be counted first
+    body = request_of(span_with_attributes(otlp_json.MAX_ITEMS))
+    assert len(body) > 2 * otlp_json.MAX_ITEMS  # long enough to be counted first
     assert post(client, body, operator_key).status_code == 200
     assert ReceivedTrace.objects.count() == 1
 
@@ -250,7 +251,7 @@ def test_a_span_at_the_attribute_cap_is_received(client, operator_key):
 def test_a_resource_past_the_attribute_cap_is_refused(recorder):
     agent_turn(recorder.tracer)
     request = encode_spans(recorder.take())
-    for i in range(wire.MAX_ITEMS + 1):
+    for i in range(otlp_json.MAX_ITEMS + 1):
         request.resource_spans[0].resource.attributes.add(key=f"r{i}").value.bool_value = True
     with pytest.raises(wire.WireError) as refused:
         wire.split_request(request.SerializeToString(), "protobuf")
@@ -262,7 +263,7 @@ def test_a_span_of_more_messages_than_its_size_allows_is_refused():
     span = Span(trace_id=TRACE, span_id=b"\x01" * 8)
     for i in range(30):
         values = span.attributes.add(key=f"a{i}").value.array_value.values
-        for _ in range(wire.MAX_ITEMS):
+        for _ in range(otlp_json.MAX_ITEMS):
             values.add()
     with pytest.raises(wire.WireError) as refused:
         wire.split_request(request_of(span.SerializeToString()), "protobuf")
@@ -343,11 +344,11 @@ def test_a_span_read_a_piece_at_a_time_is_what_it_was_decoded_whole(recorder, mo
     """A window of 40 characters walks every object longer than that a piece at a time: each body gets the answer
     and the message (or the status) the whole decode gave it, under the caps (6 items a list) as within them."""
     bodies = [*variants(exporter_json(recorder)), *long_spans()]
-    for max_items in (wire.MAX_ITEMS, 6):
-        monkeypatch.setattr(wire, "MAX_ITEMS", max_items)
+    for max_items in (otlp_json.MAX_ITEMS, 6):
+        monkeypatch.setattr(otlp_json, "MAX_ITEMS", max_items)
         whole = [json_outcome(b) for b in bodies]
-        monkeypatch.setattr(wire, "_WINDOW", 40)
-        monkeypatch.setattr(wire, "_WINDOW_MIN", 16)
+        monkeypatch.setattr(otlp_json, "WINDOW_CHARS", 40)
+        monkeypatch.setattr(otlp_json, "WINDOW_MIN", 16)
         walked = [json_outcome(b) for b in bodies]
         monkeypatch.undo()
         for body, expected, got in zip(bodies, whole, walked, strict=True):
@@ -364,11 +365,11 @@ def test_a_json_span_past_the_attribute_cap_is_refused_an_attribute_at_a_time(mo
         return check(self, value, what, depth)
 
     monkeypatch.setattr(wire._JsonReader, "_check", counted)
-    body = spans_json({**SPAN, "attributes": [kv(f"k{i}", {"intValue": "1"}) for i in range(3 * wire.MAX_ITEMS)]})
+    body = spans_json({**SPAN, "attributes": [kv(f"k{i}", {"intValue": "1"}) for i in range(3 * otlp_json.MAX_ITEMS)]})
     with pytest.raises(wire.WireError) as refused:
         wire.split_request(body, "json")
     assert refused.value.status == 413 and "a span holds a list of more than 10000 items" in refused.value.message
-    assert len(decoded) <= wire.MAX_ITEMS + 10  # each attribute decoded alone, and none checked past the cap
+    assert len(decoded) <= otlp_json.MAX_ITEMS + 10  # each attribute decoded alone, and none checked past the cap
 
 
 # ---- what the split keeps beside the spans' bytes, within the body's size

@@ -36,7 +36,7 @@ contract "the OTLP format's modules" holds them to it):
   `flatten_json`, `iter_traces`).
 - `wire`: decoding the body (`decode_otlp`), recognising an OTLP file (`looks_like_otlp`).
 - `reader`: OTLP/JSON read a piece at a time within caps (`OtlpJsonReader`, issue 35): what `flat.flatten_json`,
-  `decode_otlp` and the storage gate's scan of a JSON original read.
+  `decode_otlp`, the storage gate's scan of a JSON original and the OTLP/HTTP receiver read, and the caps they share.
 - `text`: text forms every step shares.
 
 This module re-exports the names code outside the package uses.

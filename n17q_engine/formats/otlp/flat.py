@@ -12,7 +12,7 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from .. import ConversionError
-from .reader import ITEM, LIST, MAX_ITEMS, MEMBER, OPEN, SKELETON, SPAN, WINDOW_CHARS, OtlpJsonReader, too_many_items
+from .reader import ITEM, LIST, MAX_ITEMS, MEMBER, OPEN, SKELETON, SPAN, OtlpJsonReader, too_many_items
 from .text import _storable
 from .wire import (
     _SPAN_KIND_NAMES,
@@ -188,7 +188,7 @@ def _proto_value(value: Any, depth: int) -> Any:
 # ---- OTLP/JSON -> flat spans a span at a time (convert_otlp's path: the whole document is never built)
 
 
-def flatten_json(text: str, *, window: int = WINDOW_CHARS) -> list[dict[str, Any]]:
+def flatten_json(text: str, *, window: int | None = None) -> list[dict[str, Any]]:
     """`flatten_spans(decode_otlp(body, content_type=JSON_TYPE))`, the same flat spans (tests compare them), read from
     the text a span at a time within the caps of `reader`: only the flat spans are kept, never the document's dicts.
     ConversionError (one line) for a text that is not OTLP/JSON or is past a cap."""
@@ -196,7 +196,7 @@ def flatten_json(text: str, *, window: int = WINDOW_CHARS) -> list[dict[str, Any
         return _flatten_json(text, window)
 
 
-def _flatten_json(text: str, window: int) -> list[dict[str, Any]]:
+def _flatten_json(text: str, window: int | None) -> list[dict[str, Any]]:
     flat: list[dict[str, Any]] = []
     found = False  # a resourceSpans list (the last one named counts, as json.loads keeps the last)
     # Per level (0 the export, 1 a resourceSpans item, 2 a scopeSpans item, 3 a span): the index of the open

@@ -1,14 +1,17 @@
-"""OTLP/JSON read a piece at a time within caps (issue 35): the request's skeleton (`resourceSpans` -> `scopeSpans` ->
-`spans`) walked over the text, each span and every other member decoded alone, none of them ever built past a bound.
+"""OTLP/JSON read a piece at a time within caps (issue 35), the one reader both OTLP/JSON doors use: the request's
+skeleton (`resourceSpans` -> `scopeSpans` -> `spans`) walked over the text, each span and every other member
+decoded alone, none of them ever built past a bound.
 
 Why: `json.loads` of a whole export builds every object at once, and a JSON object costs 50-200 bytes of Python
-whatever its text costs: a 6 MB span of 160,000 tiny attributes took the converting process to 15 times its size.
-Reading span by span is not enough on its own (that one span is the whole file), so each piece is decoded by the
-json module's C scanner (`raw_decode`, the one `json.loads` uses: numbers, escapes, NaN and error messages as
-before) over a window of WINDOW_CHARS characters of the text: whatever those hold, their objects are a few MiB.
-A piece that does not fit its window (a large span) is walked instead, member by member and item by item, each
-decoded the same way, with its lists, strings, nesting and values counted against the caps as they are read, so it
-is refused at the cap, not after it was built.
+whatever its text costs: a 37 MB request took the receiver to 14 times its size, a 6 MB span of 160,000 tiny
+attributes the converting process to 15 times. Reading span by span is not enough on its own (that one span is the
+whole file), so each object or list is decoded by the json module's C scanner (`raw_decode`, the one `json.loads`
+uses: numbers, escapes, NaN and error messages as before) over a window of the text: first twice the previous
+span's length (so an ordinary span costs one short copy), then WINDOW_CHARS characters: whatever those hold, their
+objects are a few MiB. A piece that does not fit its window (a large span) goes to `_large`: here it is walked,
+member by member and item by item, each decoded the same way, with its lists, strings, nesting and values counted
+against the caps as they are read, so it is refused at the cap, not after it was built; the receiver's reader
+(otlp_receiver.wire._JsonReader, a subclass) parses it into its protobuf message a member at a time instead.
 
 `OtlpJsonReader(text).events()` yields what it reads, in the text's order, as (kind, level, key, value):
 
@@ -19,15 +22,19 @@ is refused at the cap, not after it was built.
 - (MEMBER, level, key, value): any other member of the object at `level`, decoded (a skeleton name whose value is
   not a list comes here too, as json.loads would give it);
 - (SPAN, 3, None, value): a span (any JSON value: the caller checks its shape);
-- (ITEM, level, None, value): an item of a skeleton list that is not an object (level: the list's items' level).
+- (ITEM, level, None, value): an item of a skeleton list that is not an object (level: the list's items' level), or
+  at level 0 a text that is not an object.
+
+Used by the OTLP file door's flattening (`flat.flatten_json`), `read_whole`/`decode_otlp`, the storage gate's
+piecewise masking (`n17q_secrets.gate.mask_otlp_json`) and the OTLP/HTTP receiver (`otlp_receiver.wire`).
 
 Refusals are one line: `OtlpJsonTooLarge` past a cap (the receiver's 413), `OtlpJsonInvalid` for text that is not
 JSON or too deeply nested (400); both are ConversionErrors, so the file doors say them as they say any other.
 
-The same caps as the OTLP receiver's (otlp_receiver/wire.py): MAX_SPANS per export, MAX_ITEMS per list (attributes,
-events, links, values: the walk counts them; the flattening counts those of pieces decoded whole), MAX_STRING_CHARS
-per string, MAX_DEPTH of nesting, and MAX_PIECE_VALUES per span, resource or scope, which bounds the one large span
-the walk assembles.
+The caps, defined here once for both doors (the receiver's protobuf door uses MAX_ITEMS too): MAX_SPANS per export,
+MAX_ITEMS per list (attributes, events, links, values: the walk counts them; of a piece decoded whole, the file
+door's flattening and the receiver's check count them), MAX_STRING_CHARS per string, MAX_DEPTH of nesting, and
+MAX_PIECE_VALUES per span, resource or scope, which bounds the one large span this reader's walk assembles.
 """
 
 from __future__ import annotations
@@ -49,9 +56,12 @@ MAX_DEPTH = 140  # JSON nesting: an attribute value 32 deep (the converter's MAX
 # JSON values (objects, lists, strings, numbers...) in one span, resource or scope read by the walk: a span of
 # 10,000 attributes is about 50,000; this many tiny ones are some 30 MiB of dicts.
 MAX_PIECE_VALUES = 250_000
-# The characters a piece is decoded over at once. Their objects are at most ~30 bytes a character (`[],` is three
-# characters and a 56-byte list): 2 x 64 Ki characters are ~4 MiB, whatever the text.
+# The characters an object or a list is decoded over at once: first twice the previous span's length (at least
+# WINDOW_MIN), then WINDOW_CHARS. Their objects are at most ~30 bytes a character (`[],` is three characters and a
+# 56-byte list): 64 Ki characters are ~2 MiB, whatever the text. A string, number or literal is decoded from the
+# text itself (its value is no larger than its text).
 WINDOW_CHARS = 64 * 1024
+WINDOW_MIN = 1024
 
 OPEN, CLOSE, LIST, MEMBER, SPAN, ITEM = "open", "close", "list", "member", "span", "item"
 SKELETON = (("resourceSpans", "resource_spans"), ("scopeSpans", "scope_spans"), ("spans",))
@@ -60,8 +70,6 @@ SPAN_LEVEL = len(SKELETON)
 Event = tuple[str, int, str | None, Any]
 
 _WS = re.compile(r"[ \t\n\r]*")
-# A number or a literal as the json module reads them (json.scanner's NUMBER_RE, and its constants).
-_SCALAR = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null|NaN|-?Infinity")
 _DECODER = json.JSONDecoder()
 
 
@@ -80,13 +88,12 @@ def json_error(exc: json.JSONDecodeError) -> OtlpJsonInvalid:
 class OtlpJsonReader:
     """One OTLP/JSON export's text, read by `events()` (once)."""
 
-    def __init__(self, text: str, *, window: int = WINDOW_CHARS) -> None:
+    def __init__(self, text: str, *, window: int | None = None) -> None:
         self.text = text
         self.spans = 0
-        self._window = window
-        self._base = 0
-        self._buf = ""
-        self._buf_end = 0  # the text offset the window ends at
+        self.window = WINDOW_CHARS if window is None else window
+        self.window_min = min(WINDOW_MIN, self.window)
+        self.last_span = 0  # the last span decoded whole's length: the first window of the next
         self._piece_values = 0  # values the walk has read of the current piece
         self._what = "the export"
         self.index = [0, -1, -1, -1]  # per level, the index of the item being read in its skeleton list
@@ -100,7 +107,7 @@ class OtlpJsonReader:
         try:
             pos = self._ws(0)
             if text[pos : pos + 1] != "{":
-                value, end = self._piece(pos, 1, "", 0)
+                value, end = self._piece(pos, ITEM, 0)
                 self._end(end)
                 self.start, self.end = pos, end
                 yield ITEM, 0, None, value  # the caller says what it is instead of an object
@@ -129,7 +136,7 @@ class OtlpJsonReader:
                 yield LIST, level, key, None
                 pos = yield from self._array(pos, level + 1)
             else:
-                value, pos = self._piece(pos, level + 1, key[:40], level)
+                value, pos = self._piece(pos, MEMBER, level, key)
                 self.start, self.end = start, pos
                 yield MEMBER, level, key, value
             pos = self._ws(pos)
@@ -156,14 +163,14 @@ class OtlpJsonReader:
                 if self.spans > MAX_SPANS:
                     raise OtlpJsonTooLarge(f"the OTLP JSON holds more than {MAX_SPANS} spans: send it in smaller parts")
                 start = pos
-                value, pos = self._piece(pos, level + 1, "")
+                value, pos = self._piece(pos, SPAN, level)
                 self.start, self.end = start, pos
                 yield SPAN, level, None, value
             elif text[pos : pos + 1] == "{":
                 pos = yield from self._object(pos, level)
             else:
                 start = pos
-                value, pos = self._piece(pos, level + 1, "")
+                value, pos = self._piece(pos, ITEM, level)
                 self.start, self.end = start, pos
                 yield ITEM, level, None, value
             pos = self._ws(pos)
@@ -197,59 +204,79 @@ class OtlpJsonReader:
 
     # -- one piece (a span, a resource, a member), bounded
 
-    def _piece(self, pos: int, depth: int, member: str, level: int | None = None) -> tuple[Any, int]:
-        """A span or an item of a skeleton list (`level` None: its path is the indices being read), or a `member` of
-        the skeleton object at `level`, decoded within the caps; a refusal names where it is."""
-        self._piece_values = 0
-        at = depth - 1 if level is None else level
-        where = ".".join(f"{SKELETON[i][0]}[{self.index[i + 1]}]" for i in range(at))
-        if member:
-            where = f"{where}.{member}" if where else member
-        self._what = where or "the OTLP JSON"
-        return self._value(pos, depth, self._what)
+    def _piece(self, pos: int, kind: str, level: int, key: str | None = None) -> tuple[Any, int]:
+        """A SPAN or an ITEM of the skeleton list of items at `level`, or a MEMBER `key` of the skeleton object at
+        `level`, decoded within the caps (a refusal names where it is): whole when it fits its window, else by
+        `_large`."""
+        try:
+            decoded = self._decode(pos, self.last_span if kind == SPAN else 0)
+        except RecursionError:
+            raise self._too_deep(self._where(level, key)) from None
+        if decoded is None:
+            self._piece_values = 0
+            self._what = self._where(level, key)
+            return self._large(kind, level, key, pos)
+        value, end = decoded
+        if kind == SPAN:
+            self.last_span = end - pos
+        elif type(value) is str and len(value) > MAX_STRING_CHARS:
+            raise self._too_long(self._where(level, key))
+        return value, end
+
+    def _where(self, level: int, key: str | None) -> str:
+        """What a refusal names: the piece's path (`resourceSpans[0].scopeSpans[1].spans[2]`, `...resource`)."""
+        where = ".".join(f"{SKELETON[i][0]}[{self.index[i + 1]}]" for i in range(level))
+        if key is not None:
+            where = f"{where}.{key[:40]}" if where else key[:40]
+        return where or "the OTLP JSON"
+
+    def _large(self, kind: str, level: int, key: str | None, pos: int) -> tuple[Any, int]:
+        """A piece too long for its window (`_piece`'s arguments): walked, and built within MAX_PIECE_VALUES. A
+        reader that does not want it built (the receiver's, which parses it into its message a member at a time)
+        walks it its own way."""
+        return self._walk(pos, level + 1, self._what)
+
+    def _decode(self, pos: int, hint: int) -> tuple[Any, int] | None:
+        """The value at `pos` and the position after it, decoded by the C scanner; None for an object or a list that
+        does not end within `window` characters (or is malformed past a window's end: a walk over its parts says
+        where). `hint`: its likely length (a span: the previous one's), so an ordinary span costs one short copy."""
+        text = self.text
+        if text[pos : pos + 1] not in ("{", "["):
+            return _DECODER.raw_decode(text, pos)  # a string, a number or a literal: no more than its text
+        size = min(self.window, max(self.window_min, 2 * hint))
+        while True:
+            if pos + size >= len(text):
+                return _DECODER.raw_decode(text, pos)
+            try:
+                value, end = _DECODER.raw_decode(text[pos : pos + size])
+            except json.JSONDecodeError:  # cut short by the window
+                if size >= self.window:
+                    return None
+                size = self.window
+                continue
+            return value, pos + end
 
     def _value(self, pos: int, depth: int, what: str) -> tuple[Any, int]:
-        """The JSON value at `pos` and where it ends: decoded whole when it ends within the window, else walked."""
-        buf, base = self._window_at(pos)
-        whole = self._buf_end == len(self.text)
+        """A part of a piece being walked: decoded whole when it fits the window (then counted), else walked."""
         try:
-            value, end = _DECODER.raw_decode(buf, pos - base)
-        except json.JSONDecodeError as exc:
-            if whole:  # the window holds the rest of the text: the error is the text's
-                raise json.JSONDecodeError(exc.msg, self.text, base + exc.pos) from None
+            decoded = self._decode(pos, 0)
         except RecursionError:
             raise self._too_deep(what) from None
-        else:
-            # A number cut by the window's end decodes as its beginning (`1500.` as 1500, `2e+` as 2): one that
-            # ends within two characters of it is read again by the walk.
-            if whole or end < len(buf) - (2 if type(value) in (int, float) else 0):
-                if self._piece_values:  # a part of a piece being walked: counted with it
-                    self._count(value, depth, what)
-                return value, base + end
-        return self._walk(pos, depth, what)
-
-    def _window_at(self, pos: int) -> tuple[str, int]:
-        """The text from `pos` on, at least `window` characters of it (or all that is left): a slice of twice that,
-        taken again only when `pos` has moved half of it on, so the text is copied about twice in all."""
-        if not (self._base <= pos and (pos + self._window <= self._buf_end or self._buf_end == len(self.text))):
-            self._base = pos
-            self._buf = self.text[pos : pos + 2 * self._window]
-            self._buf_end = pos + len(self._buf)
-        return self._buf, self._base
+        if decoded is None:
+            return self._walk(pos, depth, what)
+        value, end = decoded
+        if type(value) is str and len(value) > MAX_STRING_CHARS:
+            raise self._too_long(what)
+        self._count(value, depth, what)
+        return value, end
 
     def _walk(self, pos: int, depth: int, what: str) -> tuple[Any, int]:
-        """A value larger than the window: an object member by member, a list item by item, each counted as read."""
+        """An object or a list larger than the window: member by member, item by item, each counted as read."""
         if depth > MAX_DEPTH:
             raise self._too_deep(what)
         text = self.text
-        first = text[pos : pos + 1]
         self._tally(1, what)
-        if first == '"':
-            value, end = scanstring(text, pos + 1)
-            if len(value) > MAX_STRING_CHARS:
-                raise OtlpJsonTooLarge(f"{what} holds a string of more than {MAX_STRING_CHARS} characters")
-            return value, end
-        if first == "{":
+        if text[pos : pos + 1] == "{":
             out: dict[str, Any] = {}
             pos = self._ws(pos + 1)
             if text[pos : pos + 1] == "}":
@@ -264,31 +291,22 @@ class OtlpJsonReader:
                 if text[pos : pos + 1] == "}":
                     return out, pos + 1
                 raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
-        if first == "[":
-            items: list[Any] = []
-            pos = self._ws(pos + 1)
+        items: list[Any] = []
+        pos = self._ws(pos + 1)
+        if text[pos : pos + 1] == "]":
+            return items, pos + 1
+        while True:
+            if len(items) == MAX_ITEMS:
+                raise self._too_many(what)
+            item, pos = self._value(pos, depth + 1, what)
+            items.append(item)
+            pos = self._ws(pos)
+            if text[pos : pos + 1] == ",":
+                pos = self._ws(pos + 1)
+                continue
             if text[pos : pos + 1] == "]":
                 return items, pos + 1
-            while True:
-                if len(items) == MAX_ITEMS:
-                    raise self._too_many(what)
-                item, pos = self._value(pos, depth + 1, what)
-                items.append(item)
-                pos = self._ws(pos)
-                if text[pos : pos + 1] == ",":
-                    pos = self._ws(pos + 1)
-                    continue
-                if text[pos : pos + 1] == "]":
-                    return items, pos + 1
-                raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
-        match = _SCALAR.match(text, pos)
-        if match is None:
-            raise json.JSONDecodeError("Expecting value", text, pos)
-        try:
-            value, _end = _DECODER.raw_decode(match.group())
-        except json.JSONDecodeError as exc:
-            raise json.JSONDecodeError(exc.msg, text, pos + exc.pos) from None
-        return value, match.end()
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
 
     def _count(self, value: Any, depth: int, what: str) -> None:
         """The caps over a part of a walked piece that was decoded whole: nesting, list lengths, and its values."""
@@ -325,6 +343,10 @@ class OtlpJsonReader:
         )
 
     @staticmethod
+    def _too_long(what: str) -> OtlpJsonTooLarge:
+        return OtlpJsonTooLarge(f"{what} holds a string of more than {MAX_STRING_CHARS} characters")
+
+    @staticmethod
     def _too_deep(what: str) -> OtlpJsonInvalid:
         return OtlpJsonInvalid(f"the OTLP JSON is nested more than {MAX_DEPTH} levels deep (in {what})")
 
@@ -334,7 +356,7 @@ def too_many_items(where: str, what: str) -> OtlpJsonTooLarge:
     return OtlpJsonTooLarge(f"{where} holds more than {MAX_ITEMS} {what}: the most an OTLP export may give one list")
 
 
-def read_whole(text: str, *, window: int = WINDOW_CHARS) -> Any:
+def read_whole(text: str, *, window: int | None = None) -> Any:
     """The value `json.loads(text)` gives (duplicate keys: the last value, at the first one's place), read a piece at a
     time by `OtlpJsonReader`, so within its caps: what `decode_otlp` returns whole, and what tests compare."""
     stack: list[dict[str, Any]] = []
