@@ -23,7 +23,7 @@ from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_b
 from n17q_engine.bundle import BundleError
 
 from . import selectors
-from .bundle_export import BundleExportError, run_bundle_file
+from .bundle_export import BundleExportError, run_bundle_file, run_export_file
 from .import_formats import runs_import_from_upload
 from .importer import FINDINGS_IN_ANSWER
 from .models import Finding, Run
@@ -299,5 +299,34 @@ class RunBundleApi(APIView):
         except BundleExportError as exc:
             return Response({"error": str(exc)}, status=status.HTTP_409_CONFLICT)
         response = FileResponse(spool, as_attachment=True, filename=f"{run.run_id}.zip", content_type="application/zip")
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
+
+
+class RunOtlpApi(APIView):
+    """The run as one OTLP/JSON trace, as `manage.py export_run RUN OUT.json --format otlp-json` writes it."""
+
+    permission_classes = [requires_perm("runs.view_run"), scoped(READ_RUNS)]
+
+    @extend_schema(
+        summary="Export a run as OTLP JSON",
+        description='One OTLP/JSON `ExportTraceServiceRequest` (docs/formats/otlp.md "Export"): one trace per run '
+        "(its id from the run id), a root span, a span per attempt, a GenAI `execute_tool` span per tool call and "
+        "result, a `chat` span per model proposal, and every event as a span event carrying it whole (`n17q.event`); "
+        "the resource names the run and carries its scope note. Secrets the scan masked stay masked; blobs are named "
+        "by digest, not inlined. It imports again through the OTLP file door. Audited (`run.exported`). 409 with one "
+        "line when the run's bytes changed while it was written.",
+        responses={(200, "application/json"): OpenApiTypes.BINARY, 409: ErrorOutput},
+        parameters=[RUN_ID],
+    )
+    def get(self, request: Request, run_id: str) -> FileResponse | Response:
+        run = get_object_or_404(Run, run_id=run_id)
+        try:
+            spool, _answer, filename, media_type = run_export_file(
+                run, actor=request.user, by="api", request=request, fmt="otlp-json"
+            )
+        except BundleExportError as exc:
+            return Response({"error": str(exc)}, status=status.HTTP_409_CONFLICT)
+        response = FileResponse(spool, as_attachment=True, filename=filename, content_type=media_type)
         response["X-Content-Type-Options"] = "nosniff"
         return response

@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from accounts.audit import audit_record
 from n17q_engine import canonical
+from n17q_engine.formats.otlp.export import otlp_json_chunks, trace_id_for
 from n17q_engine.vocabulary import BUNDLE_FORMAT
 
 from .blob_access import run_blob_open
@@ -46,10 +47,14 @@ class RunBundle:
     expired: dict[str, Expiry] = field(default_factory=dict)
     run_blobs: list[RunBlob] = field(default_factory=list)
 
+    def events(self) -> Iterator[dict[str, Any]]:
+        """Each event as stored, in seq order (a bounded number held at a time)."""
+        bodies = Event.objects.filter(run=self.run).order_by("seq").values_list("body", flat=True)
+        yield from bodies.iterator(EVENTS_READ)
+
     def event_lines(self) -> Iterator[bytes]:
         """Each event as stored, canonical JSON and a line feed, in seq order (a bounded number held at a time)."""
-        bodies = Event.objects.filter(run=self.run).order_by("seq").values_list("body", flat=True)
-        for body in bodies.iterator(EVENTS_READ):
+        for body in self.events():
             yield canonical.canonical_json(body) + b"\n"
 
     def blobs(self) -> Iterator[tuple[str, IO[bytes]]]:
@@ -95,11 +100,7 @@ def _scope_note(run: Run) -> dict[str, Any] | None:
     body = Event.objects.filter(run=run, kind="replay.scope").order_by("seq").values_list("body", flat=True).first()
     if not isinstance(body, dict):
         return None
-    return {
-        k: body[k]
-        for k in ("scenario", "scope", "recorded_between", "synthetic", "uncovered", "isolation")
-        if k in body
-    }
+    return {k: body[k] for k in SCOPE_NOTE_FIELDS if k in body}
 
 
 def export_note(run: Run, bundle: RunBundle, *, by: str, at: datetime | None = None) -> dict[str, Any]:
@@ -161,18 +162,64 @@ def run_bundle_zip(run: Run, out: IO[bytes], *, by: str, at: datetime | None = N
     }
 
 
+def run_otlp_json(run: Run, out: IO[bytes], *, by: str, at: datetime | None = None) -> dict[str, Any]:
+    """Write `run` to `out` as one OTLP/JSON ExportTraceServiceRequest (n17q_engine/formats/otlp/export.py,
+    docs/formats/otlp.md "Export"): the same reading of the run as the bundle (`run_bundle`, its events streamed),
+    its `exported` note and scope note on the resource, blobs named by digest and not inlined. Answers what was
+    written: {"run", "events", "spans", "blobs" (0: none inlined), "expired", "masked_on_import", "trace_id"}."""
+    bundle = run_bundle(run)
+    note = export_note(run, bundle, by=by, at=at)
+    counts: dict[str, int] = {}
+    for piece in otlp_json_chunks(
+        bundle.manifest, bundle.events(), scope_note=note["scope_note"], exported=note, counts=counts
+    ):
+        out.write(piece)
+    return {
+        "run": run.run_id,
+        "events": counts.get("events", 0),
+        "spans": counts.get("spans", 0),
+        "blobs": 0,
+        "expired": sorted(bundle.expired),
+        "masked_on_import": run.masked_secret_count,
+        "trace_id": trace_id_for(run.run_id),
+    }
+
+
+# The export formats: the writer, the file name's suffix and the download's media type.
+EXPORT_FORMATS = {
+    "bundle": (run_bundle_zip, ".zip", "application/zip"),
+    "otlp-json": (run_otlp_json, ".otlp.json", "application/json"),
+}
+
 SPOOL_BYTES = 16 * 1024 * 1024  # an export held in memory up to this size, then in a temporary file
+
+
+def run_export_file(
+    run: Run, *, actor: Any, by: str, request: Any = None, fmt: str = "bundle"
+) -> tuple[IO[bytes], dict[str, Any], str, str]:
+    """The run exported in `fmt` (EXPORT_FORMATS) in a temporary file (read from its start; the caller closes it),
+    with what was written, the download's file name and media type; the export is audited (`run.exported`: who,
+    which run, which format, what it held)."""
+    write, suffix, media_type = EXPORT_FORMATS[fmt]
+    spool: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 (the caller closes it)
+    try:
+        answer = write(run, spool, by=by)
+    except BaseException:
+        spool.close()
+        raise
+    spool.seek(0)
+    audit_record(
+        actor=actor,
+        action="run.exported",
+        target=run.run_id,
+        detail={"by": by, "format": fmt, **answer},
+        request=request,
+    )
+    return spool, answer, f"{run.run_id}{suffix}", media_type
 
 
 def run_bundle_file(run: Run, *, actor: Any, by: str, request: Any = None) -> tuple[IO[bytes], dict[str, Any]]:
     """The run's `.zip` bundle in a temporary file (read from its start; the caller closes it), for a download; the
     export is audited (`run.exported`: who, which run, what it held)."""
-    spool: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 (the caller closes it)
-    try:
-        answer = run_bundle_zip(run, spool, by=by)
-    except BaseException:
-        spool.close()
-        raise
-    spool.seek(0)
-    audit_record(actor=actor, action="run.exported", target=run.run_id, detail={"by": by, **answer}, request=request)
+    spool, answer, _name, _media = run_export_file(run, actor=actor, by=by, request=request)
     return spool, answer

@@ -18,7 +18,7 @@ from n17q_engine.bundle import BundleError
 from . import run_page, selectors
 from .blob_access import run_blob_read
 from .blob_preview import INLINE_IMAGE_TYPES
-from .bundle_export import BundleExportError, run_bundle_file
+from .bundle_export import EXPORT_FORMATS, BundleExportError, run_export_file
 from .event_detail import event_detail_build
 from .forms import BundleUploadForm, RunFilterForm
 from .glossary import glossary_entries
@@ -132,13 +132,23 @@ def blob_download(request: HtmxHttpRequest, run_id: str, digest: str) -> HttpRes
 
 
 def run_export(request: HtmxHttpRequest, run_id: str) -> HttpResponse | FileResponse:
-    """The run as a `.zip` run bundle (runs/bundle_export.py), as an attachment; audited."""
+    """The run as a `.zip` run bundle, or (`?format=otlp-json`) as one OTLP/JSON trace (runs/bundle_export.py), as
+    an attachment; audited."""
     run = get_object_or_404(Run, run_id=run_id)
+    fmt = request.GET.get("format") or "bundle"
+    if fmt not in EXPORT_FORMATS:
+        return HttpResponse(
+            f"format must be one of {', '.join(sorted(EXPORT_FORMATS))}\n",
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
     try:
-        spool, _answer = run_bundle_file(run, actor=request.user, by="web", request=request)
+        spool, _answer, filename, media_type = run_export_file(
+            run, actor=request.user, by="web", request=request, fmt=fmt
+        )
     except BundleExportError as exc:
         return HttpResponse(f"{exc}\n", status=409, content_type="text/plain; charset=utf-8")
-    response = FileResponse(spool, as_attachment=True, filename=f"{run.run_id}.zip", content_type="application/zip")
+    response = FileResponse(spool, as_attachment=True, filename=filename, content_type=media_type)
     response["X-Content-Type-Options"] = "nosniff"
     return response
 

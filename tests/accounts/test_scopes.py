@@ -29,6 +29,8 @@ AUDITED = {
     "GET /api/v1/runs/{run_id}/findings/": [IMPORT],
     # The run as a bundle: reading a run (issue 38's export), like its summary.
     "GET /api/v1/runs/{run_id}/bundle/": [IMPORT],
+    # The run as OTLP JSON: the same reading, the same scope.
+    "GET /api/v1/runs/{run_id}/otlp/": [IMPORT],
     # It answers with the run's result events and tools: reading a run, not only capturing.
     "POST /api/v1/runs/{run_id}/captures/": [CAPTURE, IMPORT],
     "POST /api/v1/captures/": [CAPTURE],

@@ -152,6 +152,7 @@ NOT_PAGES = {
     "api-run-captures": "JSON API",
     "api-run-findings": "JSON API",
     "api-run-bundle": "a file download (a run bundle, .zip)",
+    "api-run-otlp": "a file download (the run as OTLP JSON)",
     "runs:blob-download": "a file download",
     "runs:run-export": "a file download (a run bundle, .zip)",
     "otlp:export-traces": "OTLP/HTTP for exporters (protobuf or JSON)",

@@ -118,6 +118,13 @@ def test_bundle_export(sweep, client, role_user, tmp_path):
     hits = reader.search(finder, "export", "bundle.zip", data)
     assert [hit.line("run bundle export") for hit in hits] == []
     assert len(reader.search(finder, "control", "the bundle imported", bundle(sweep.canaries, tmp_path).read_bytes()))
+    # The same run as OTLP JSON (its events whole, as stored): the same search finds nothing either.
+    response = client.get(f"/runs/{answer['run']}/export/?format=otlp-json")
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    data = b"".join(response.streaming_content)
+    assert json.loads(data)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    hits = reader.search(finder, "export", "run.otlp.json", data)
+    assert [hit.line("run OTLP JSON export") for hit in hits] == []
     sweep.check("run bundle export (web)")
 
 
