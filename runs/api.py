@@ -316,7 +316,7 @@ class RunOtlpApi(APIView):
         "the resource names the run and carries its scope note. Secrets the scan masked stay masked; blobs are named "
         "by digest, not inlined. It imports again through the OTLP file door. Audited (`run.exported`). 409 with one "
         "line when the run's bytes changed while it was written.",
-        responses={(200, "application/json"): OpenApiTypes.BINARY, 409: ErrorOutput},
+        responses={(200, "application/json"): OpenApiTypes.OBJECT, 409: ErrorOutput},
         parameters=[RUN_ID],
     )
     def get(self, request: Request, run_id: str) -> FileResponse | Response:
