@@ -23,7 +23,7 @@ from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_b
 from n17q_engine.bundle import BundleError
 
 from . import selectors
-from .bundle_export import BundleExportError, run_bundle_file, run_export_file
+from .bundle_export import BundleExportError, export_download
 from .import_formats import runs_import_from_upload
 from .importer import FINDINGS_IN_ANSWER
 from .models import Finding, Run
@@ -277,6 +277,14 @@ class RunFindingsApi(APIView):
         return paginator.get_paginated_response(FindingOutput(page, many=True).data)
 
 
+def _export(request: Request, run_id: str, fmt: str) -> FileResponse | Response:
+    run = get_object_or_404(Run, run_id=run_id)
+    try:
+        return export_download(run, actor=request.user, by="api", request=request, fmt=fmt)
+    except BundleExportError as exc:
+        return Response({"error": str(exc)}, status=status.HTTP_409_CONFLICT)
+
+
 class RunBundleApi(APIView):
     """The run as a `.zip` run bundle (`n17q.run-bundle/1`), as `manage.py export_run` writes it."""
 
@@ -293,14 +301,7 @@ class RunBundleApi(APIView):
         parameters=[RUN_ID],
     )
     def get(self, request: Request, run_id: str) -> FileResponse | Response:
-        run = get_object_or_404(Run, run_id=run_id)
-        try:
-            spool, _answer = run_bundle_file(run, actor=request.user, by="api", request=request)
-        except BundleExportError as exc:
-            return Response({"error": str(exc)}, status=status.HTTP_409_CONFLICT)
-        response = FileResponse(spool, as_attachment=True, filename=f"{run.run_id}.zip", content_type="application/zip")
-        response["X-Content-Type-Options"] = "nosniff"
-        return response
+        return _export(request, run_id, "bundle")
 
 
 class RunOtlpApi(APIView):
@@ -320,13 +321,4 @@ class RunOtlpApi(APIView):
         parameters=[RUN_ID],
     )
     def get(self, request: Request, run_id: str) -> FileResponse | Response:
-        run = get_object_or_404(Run, run_id=run_id)
-        try:
-            spool, _answer, filename, media_type = run_export_file(
-                run, actor=request.user, by="api", request=request, fmt="otlp-json"
-            )
-        except BundleExportError as exc:
-            return Response({"error": str(exc)}, status=status.HTTP_409_CONFLICT)
-        response = FileResponse(spool, as_attachment=True, filename=filename, content_type=media_type)
-        response["X-Content-Type-Options"] = "nosniff"
-        return response
+        return _export(request, run_id, "otlp-json")

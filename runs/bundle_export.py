@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
 
+from django.http import FileResponse
+
 from accounts.audit import audit_record
 from n17q_engine import canonical
 from n17q_engine.formats.otlp.export import otlp_json_chunks, trace_id_for
@@ -218,8 +220,10 @@ def run_export_file(
     return spool, answer, f"{run.run_id}{suffix}", media_type
 
 
-def run_bundle_file(run: Run, *, actor: Any, by: str, request: Any = None) -> tuple[IO[bytes], dict[str, Any]]:
-    """The run's `.zip` bundle in a temporary file (read from its start; the caller closes it), for a download; the
-    export is audited (`run.exported`: who, which run, what it held)."""
-    spool, answer, _name, _media = run_export_file(run, actor=actor, by=by, request=request)
-    return spool, answer
+def export_download(run: Run, *, actor: Any, by: str, request: Any = None, fmt: str = "bundle") -> FileResponse:
+    """The run exported in `fmt` as an attachment (the run page's link and the API's two endpoints alike); audited.
+    BundleExportError (one line) when the run's bytes changed while it was written: each door says it its own way."""
+    spool, _answer, filename, media_type = run_export_file(run, actor=actor, by=by, request=request, fmt=fmt)
+    response = FileResponse(spool, as_attachment=True, filename=filename, content_type=media_type)
+    response["X-Content-Type-Options"] = "nosniff"
+    return response

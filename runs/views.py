@@ -18,7 +18,7 @@ from n17q_engine.bundle import BundleError
 from . import run_page, selectors
 from .blob_access import run_blob_read
 from .blob_preview import INLINE_IMAGE_TYPES
-from .bundle_export import EXPORT_FORMATS, BundleExportError, run_export_file
+from .bundle_export import EXPORT_FORMATS, BundleExportError, export_download
 from .event_detail import event_detail_build
 from .forms import BundleUploadForm, RunFilterForm
 from .glossary import glossary_entries
@@ -143,14 +143,9 @@ def run_export(request: HtmxHttpRequest, run_id: str) -> HttpResponse | FileResp
             content_type="text/plain; charset=utf-8",
         )
     try:
-        spool, _answer, filename, media_type = run_export_file(
-            run, actor=request.user, by="web", request=request, fmt=fmt
-        )
+        return export_download(run, actor=request.user, by="web", request=request, fmt=fmt)
     except BundleExportError as exc:
         return HttpResponse(f"{exc}\n", status=409, content_type="text/plain; charset=utf-8")
-    response = FileResponse(spool, as_attachment=True, filename=filename, content_type=media_type)
-    response["X-Content-Type-Options"] = "nosniff"
-    return response
 
 
 def glossary(request: HtmxHttpRequest) -> HttpResponse:
