@@ -145,7 +145,8 @@ def _is_bundle(fh: IO[bytes]) -> bool:
 
 def _convert_and_import(fh: IO[bytes], size: int | None, *, user: Any, label: str) -> FileImport:
     limit = min(CONVERTED_MAX_BYTES, settings.N17Q_MAX_BUNDLE_BYTES)
-    data = fh.read(limit + 1)
+    # Asked for what the file holds, not for the limit: a read of `limit + 1` allocates that much before it reads.
+    data = fh.read((limit if size is None else min(size, limit)) + 1)
     if len(data) > limit:
         raise _refused(user, label, f"the file is larger than the {limit} bytes a trace file or a log may be")
     try:

@@ -99,6 +99,7 @@ def run_list(
         "event_count",
         "finding_count",
         "error_count",
+        "unevaluated",
         "final_state",
         "imported_at",
         "created_at",

@@ -18,12 +18,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
 from google.protobuf import json_format
 
 from accounts.models import AuditEntry, HarnessToken
+from n17q_engine.bundle import BundleError
 from n17q_engine.formats.inspect_log import convert_inspect_log
 from n17q_engine.formats.sniff import describe
 from n17q_engine.identifiers import INSPECT_MAKER
@@ -288,3 +290,27 @@ def test_the_sniffer_never_raises_and_says_one_line():
     for data in (b"\x1f\x8b", b"PK\x03\x04junk", b"{" * 5000, b"\xff" * 100, "é".encode() * 40000):
         said = describe(data)
         assert said and "\n" not in said
+
+
+def test_a_converted_files_bytes_are_asked_for_as_many_as_it_holds_not_the_limit():
+    # A read of the limit (512 MiB) allocates that much before it reads: asked for what the file holds, plus one.
+    from runs import import_formats
+
+    class Asked(io.BytesIO):
+        def __init__(self, data: bytes) -> None:
+            super().__init__(data)
+            self.sizes: list[int] = []
+
+        def read(self, size: int | None = -1) -> bytes:
+            self.sizes.append(-1 if size is None else size)
+            return super().read(size)
+
+    data = b"not a trace file, not a log"
+    upload = Asked(data)
+    with pytest.raises(BundleError):
+        import_formats._convert_and_import(upload, len(data), user=None, label="upload x")
+    assert upload.sizes[0] == len(data) + 1
+    unknown = Asked(data)  # a stream of unknown size: the limit, as before
+    with pytest.raises(BundleError):
+        import_formats._convert_and_import(unknown, None, user=None, label="upload y")
+    assert unknown.sizes[0] == min(import_formats.CONVERTED_MAX_BYTES, settings.N17Q_MAX_BUNDLE_BYTES) + 1
