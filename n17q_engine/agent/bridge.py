@@ -68,14 +68,86 @@ def tool_schema(contract: Contract, workspaces: Iterable[str]) -> dict[str, Any]
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
+WAKE_PREFIX = "n17q-wake-"
+
+
+class _Wire:
+    """The MCP channel's two text ends, as `stdio_server` reads and writes them, with the engine's wake-up pings.
+
+    The `mcp` SDK's stdio transport reads its stdin in a worker thread that no cancellation reaches: an agent whose
+    code raises inside its `ClientSession` waits there, alive and silent, until one more line arrives. So while the
+    engine waits for an agent that spoke MCP and has gone quiet, it sends a JSON-RPC `ping` (`wake`): a live client
+    answers it (the answer is dropped here, the server never sees it), a crashed one reads it, unwinds, prints its
+    traceback and exits, and the run ends at once with its last stderr lines. A ping is never part of the run's log."""
+
+    def __init__(self, agent_stdout: IO[bytes], agent_stdin: IO[bytes]) -> None:
+        self.reader = io.TextIOWrapper(agent_stdout, encoding="utf-8", errors="replace")
+        self.writer = io.TextIOWrapper(agent_stdin, encoding="utf-8", write_through=True)
+        self.lock = threading.Lock()
+        self.spoke = False  # the agent sent its first MCP message (pings before it could confuse a starting client)
+        self.pings = 0
+
+    def readline(self, size: int = -1) -> str:
+        while True:
+            line = self.reader.readline(size)
+            if line:
+                self.spoke = True
+            if WAKE_PREFIX in line and self._answers_a_ping(line):
+                continue
+            return line
+
+    def __iter__(self) -> _Wire:
+        return self
+
+    def __next__(self) -> str:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    @staticmethod
+    def _answers_a_ping(line: str) -> bool:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return False
+        return (
+            isinstance(message, dict)
+            and "method" not in message
+            and isinstance(message.get("id"), str)
+            and message["id"].startswith(WAKE_PREFIX)
+        )
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            return self.writer.write(text)
+
+    def flush(self) -> None:
+        with self.lock:
+            self.writer.flush()
+
+    def ping(self) -> None:
+        """One `ping` request on the agent's stdin (blocking: called on a worker thread)."""
+        with self.lock:
+            self.pings += 1
+            self.writer.write(
+                json.dumps({"jsonrpc": "2.0", "id": f"{WAKE_PREFIX}{self.pings}", "method": "ping"}) + "\n"
+            )
+            self.writer.flush()
+
+
 class Bridge:
-    def __init__(self, tools: list[dict[str, Any]]) -> None:
-        self.tools = tools  # [{"name", "description", "input_schema"}]
+    def __init__(self, tools: list[dict[str, Any]], context: dict[str, Any] | None = None, prompt: str = "") -> None:
+        self.tools = tools  # [{"name", "description", "input_schema", "openai_name"}]
+        self.context = context  # the task and the recorded run's context (`n17q://task`), or None
+        self.prompt = prompt  # the task as a prompt's text (`n17q-task`)
         self.requests: queue.Queue[Request] = queue.Queue()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="n17q-agent-bridge", daemon=True)
         self.server: asyncio.base_events.Server | None = None
         self.mcp: concurrent.futures.Future[None] | None = None
+        self.wire: _Wire | None = None
+        self.pinging: concurrent.futures.Future[None] | None = None
         self.closed = False
 
     # -- the model endpoint ------------------------------------------------------------------------------------
@@ -178,10 +250,27 @@ class Bridge:
             )
 
         server: Any = Server("n17q-scenario-tools", on_list_tools=list_tools, on_call_tool=call_tool)
-        read = anyio.wrap_file(io.TextIOWrapper(agent_stdout, encoding="utf-8", errors="replace"))
-        write = anyio.wrap_file(io.TextIOWrapper(agent_stdin, encoding="utf-8", write_through=True))
+        wire = self.wire = _Wire(agent_stdout, agent_stdin)
+        read: Any = anyio.wrap_file(wire)  # type: ignore[arg-type]  # a text file as far as the SDK reads it
+        write: Any = anyio.wrap_file(wire)  # type: ignore[arg-type]
         async with stdio_server(read, write) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    def wake(self) -> bool:
+        """Ping a quiet agent that has spoken MCP (see `_Wire`); False when there is none to ping (yet), or the last
+        ping is still being written (an agent that does not read its stdin is not sent more)."""
+        wire = self.wire
+        if self.closed or wire is None or not wire.spoke or (self.pinging is not None and not self.pinging.done()):
+            return False
+        self.pinging = asyncio.run_coroutine_threadsafe(self._ping(wire), self.loop)
+        return True
+
+    @staticmethod
+    async def _ping(wire: _Wire) -> None:
+        try:
+            await asyncio.to_thread(wire.ping)
+        except (OSError, ValueError):  # the agent's stdin is closed: its exit is on its way
+            return
 
     # -- both ------------------------------------------------------------------------------------------------------
 
