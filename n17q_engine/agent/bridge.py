@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..contracts import Contract
+from .names import tool_name
+from .task import TASK_PROMPT, TASK_URI
 
 MAX_BODY = 8 << 20
 MAX_HEADERS = 64
@@ -69,6 +71,7 @@ def tool_schema(contract: Contract, workspaces: Iterable[str]) -> dict[str, Any]
 
 
 WAKE_PREFIX = "n17q-wake-"
+OPENAI_META = "n17q/openai_name"  # a tool's `_meta` key holding its OpenAI function name (`names.openai_name`)
 
 
 class _Wire:
@@ -231,15 +234,34 @@ class Bridge:
         from mcp.server.stdio import stdio_server
 
         tools = [
-            types.Tool(name=t["name"], description=t["description"], input_schema=t["input_schema"]) for t in self.tools
+            types.Tool(
+                name=t["name"],
+                title=t.get("openai_name"),
+                description=t["description"],
+                input_schema=t["input_schema"],
+                meta={OPENAI_META: t["openai_name"]} if t.get("openai_name") else None,
+            )
+            for t in self.tools
         ]
+        names = {t["name"] for t in self.tools}
+        by_openai = {t["openai_name"]: t["name"] for t in self.tools if t.get("openai_name")}
+
+        def tool_called(name: str) -> str:
+            """A tool by its name, or by its OpenAI name (the table's, else the rule's): a contract name wins."""
+            if name in names:
+                return name
+            if name in by_openai:
+                return by_openai[name]
+            return tool_name(name) or name
 
         async def list_tools(_ctx: Any, _params: Any) -> Any:
             return types.ListToolsResult(tools=tools)
 
         async def call_tool(_ctx: Any, params: Any) -> Any:
             try:
-                answer = await self.ask("tool", {"name": params.name, "arguments": dict(params.arguments or {})})
+                answer = await self.ask(
+                    "tool", {"name": tool_called(params.name), "arguments": dict(params.arguments or {})}
+                )
             except Refused as exc:
                 return types.CallToolResult(content=[types.TextContent(text=str(exc))], is_error=True)
             text = json.dumps(answer, sort_keys=True)
@@ -249,7 +271,58 @@ class Bridge:
                 is_error=answer.get("outcome") != "ok",
             )
 
-        server: Any = Server("n17q-scenario-tools", on_list_tools=list_tools, on_call_tool=call_tool)
+        context_text = json.dumps(self.context, sort_keys=True, ensure_ascii=False, indent=1) if self.context else ""
+        resources = (
+            [
+                types.Resource(
+                    name="task",
+                    title="The task and the recorded run's context",
+                    uri=TASK_URI,
+                    mime_type="application/json",
+                    description="the task as the recorded run states it, its workspaces, the branch point, and what "
+                    "the run did before it",
+                )
+            ]
+            if self.context
+            else []
+        )
+        prompts = (
+            [types.Prompt(name=TASK_PROMPT, title="The task", description="the task of the replayed run, as text")]
+            if self.context
+            else []
+        )
+
+        async def list_resources(_ctx: Any, _params: Any) -> Any:
+            return types.ListResourcesResult(resources=resources)
+
+        async def read_resource(_ctx: Any, params: Any) -> Any:
+            if not self.context or str(params.uri) != TASK_URI:
+                raise ValueError(f"no resource {params.uri}; there is {TASK_URI}")
+            return types.ReadResourceResult(
+                contents=[types.TextResourceContents(uri=TASK_URI, mime_type="application/json", text=context_text)]
+            )
+
+        async def list_prompts(_ctx: Any, _params: Any) -> Any:
+            return types.ListPromptsResult(prompts=prompts)
+
+        async def get_prompt(_ctx: Any, params: Any) -> Any:
+            if not self.context or params.name != TASK_PROMPT:
+                raise ValueError(f"no prompt {params.name}; there is {TASK_PROMPT}")
+            return types.GetPromptResult(
+                description="the task of the replayed run",
+                messages=[types.PromptMessage(role="user", content=types.TextContent(text=self.prompt))],
+            )
+
+        server: Any = Server(
+            "n17q-scenario-tools",
+            instructions=self.prompt or None,
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            on_list_resources=list_resources,
+            on_read_resource=read_resource,
+            on_list_prompts=list_prompts,
+            on_get_prompt=get_prompt,
+        )
         wire = self.wire = _Wire(agent_stdout, agent_stdin)
         read: Any = anyio.wrap_file(wire)  # type: ignore[arg-type]  # a text file as far as the SDK reads it
         write: Any = anyio.wrap_file(wire)  # type: ignore[arg-type]

@@ -56,8 +56,10 @@ from ..replay import ISOLATION_ENV
 from ..vocabulary import VIOLATION_TARGETS
 from .bridge import Bridge, Refused, Request, tool_schema
 from .model import MODEL_CONTRACT, MODEL_TOOL, LiveModel
+from .names import openai_name
 from .netwatch import NetWatch
 from .spec import AgentSpec
+from .task import TASK_FILE_NAME, TASK_URI, task_context, task_prompt
 
 REPORT_PREFIX = "n17q.sandbox.attempt "
 IDLE_S = 120.0  # an agent that sends nothing for this long is stopped
@@ -78,7 +80,12 @@ class AgentSession:
     """The agent process and its two endpoints, for one replay."""
 
     def __init__(
-        self, spec: AgentSpec, sc: ScenarioPackage, watch: NetWatch | None = None, deadline: Deadline | None = None
+        self,
+        spec: AgentSpec,
+        sc: ScenarioPackage,
+        watch: NetWatch | None = None,
+        deadline: Deadline | None = None,
+        source: SourceRun | None = None,
     ) -> None:
         self.spec, self.sc, self.watch, self.deadline = spec, sc, watch, deadline
         self.out_of_time = False  # the deadline came: the agent is killed at close, without the grace period
@@ -89,13 +96,17 @@ class AgentSession:
         tools = [
             {
                 "name": c.tool,
+                "openai_name": openai_name(c.tool),
                 "description": f"{c.tool} (contract revision {c.revision}, {c.effect_class})",
                 "input_schema": tool_schema(c, workspaces),
             }
             for c in sc.contracts
             if c.tool != MODEL_TOOL
         ]
-        self.bridge = Bridge(tools)
+        # The task and the recorded run's context (issue 36): from the package only, so every replay of a branch
+        # tells the agent the same bytes; a resource and a prompt of the MCP server, and a file and variables.
+        self.context = task_context(source, sc, [t["name"] for t in tools]) if source is not None else None
+        self.bridge = Bridge(tools, self.context, task_prompt(self.context) if self.context else "")
         self.proc: subprocess.Popen[bytes] | StartedAgent | None = None
         self.stderr_thread: threading.Thread | None = None
         self.stderr_tail: list[str] = []
@@ -122,6 +133,8 @@ class AgentSession:
             "N17Q_AGENT_FOLDER": self.spec.folder,
             "N17Q_MCP": "stdio",
         }
+        if self.context is not None:
+            env.update(self._task_environment())
         argv = [executable, *self.spec.command[1:]]
         # its own files, read-only, are its working folder; HOME and TMPDIR are its writable one
         starter = starter_from_env(os.environ.get(STARTER_ENV))
@@ -141,6 +154,25 @@ class AgentSession:
         threading.Thread(target=self._wait_exit, name="n17q-agent-exit", daemon=True).start()
         if self.watch is not None:
             threading.Thread(target=self._watch_network, name="n17q-agent-netwatch", daemon=True).start()
+
+    def _task_environment(self) -> dict[str, str]:
+        """The task's variables and its file: the JSON of `n17q://task`, read-only, in the sandbox's working folder
+        (nothing of the host's; the agent can read it, and changing its copy changes nothing the engine holds)."""
+        assert self.context is not None
+        folder = os.path.join(os.getcwd(), "agent-task")
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+        path = os.path.join(folder, TASK_FILE_NAME)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(self.context, sort_keys=True, ensure_ascii=False, indent=1))
+        os.chmod(path, 0o444)
+        os.chmod(folder, 0o555)
+        task = self.context["task"]
+        return {
+            "N17Q_TASK_ID": str(task.get("id") or ""),
+            "N17Q_TASK_TITLE": str(task.get("title") or ""),
+            "N17Q_TASK_FILE": path,
+            "N17Q_TASK_URI": TASK_URI,
+        }
 
     def _drain_network(self) -> bool:
         """Read what the watch holds now; True when attempts are waiting to be reported."""
@@ -374,7 +406,7 @@ def agent_decider(
     fixtures = {f.id: f for f in sc.fixtures}
 
     def actions(source: SourceRun, view: View) -> Generator[Action, None, None]:
-        session = AgentSession(spec, sc, watch, deadline)
+        session = AgentSession(spec, sc, watch, deadline, source)
         session.start()
         try:
             yield from _Drive(spec, sc, fixtures, source, view, session, live).run()

@@ -916,3 +916,74 @@ def test_an_agent_whose_venv_python_is_a_symlink_chain_through_linked_folders_ru
     state = final(log)
     assert state["state"] == "failed", state
     assert state["reason"] == f"agent chained exited with status 3: prefix={real}", state["reason"]
+
+
+# --- issue 36, points 1 and 3: what the agent receives; tools by their OpenAI function names -----------------------
+
+
+def _received(log: list[dict]) -> dict:
+    first = next(c for c in kinds(log, "tool.call") if c["tool"] == MODEL_TOOL)["request"]
+    return json.loads(first["messages"][0]["content"])
+
+
+def test_the_agent_reads_its_task_as_a_resource_a_prompt_variables_and_a_file_and_calls_tools_by_openai_names(
+    tmp_path,
+):
+    from n17q_engine.agent.names import OPENAI_NAME
+
+    folder = agent_folder(tmp_path, "context_agent.py")
+    agent = register(folder, ("python", "context_agent.py"), name="reader")
+    run = "run-001-recorded"
+    script = [
+        (None, "email--draft_create", _recorded_request(run, "e-001-call-draft-create")),
+        ("Drafted.", None, None),
+    ]
+    fixtures, log = author(agent, run, "email-delivery", script)
+    assert len(fixtures) == 2
+    received = _received(log)
+    assert received["resources"] == ["n17q://task"] and received["prompts"] == ["n17q-task"]
+    task = json.loads(received["resource"])
+    assert received["file"] == received["resource"]  # the same document both ways
+    assert task["format"] == "n17q.agent-task/1"
+    assert task["task"] == {
+        "id": "task-maintenance-notice",
+        "revision": "r1",
+        "title": BUNDLES[run].manifest["run"]["title"],
+        "instructions": "task: announce the billing API maintenance window",
+    }
+    assert task["branch"] == {"from": "start", "history_events": 0} and task["before_the_branch"] == []
+    assert task["scenario"] == {"name": "email-delivery", "version": 1}
+    env = received["env"]
+    assert env["N17Q_TASK_ID"] == "task-maintenance-notice" and env["N17Q_TASK_URI"] == "n17q://task"
+    assert env["N17Q_TASK_TITLE"] == task["task"]["title"] and env["N17Q_TASK_FILE"].endswith("/n17q-task.json")
+    assert received["prompt"].startswith("Task task-maintenance-notice (revision r1): Maintenance notice")
+    assert "task: announce the billing API maintenance window" in received["prompt"]
+    # the tools were offered to the model under OpenAI-valid names, and the call by that name reached the contract
+    first = next(c for c in kinds(log, "tool.call") if c["tool"] == MODEL_TOOL)["request"]
+    offered = [t["function"]["name"] for t in first["tools"]]
+    assert "email--draft_create" in offered and all(OPENAI_NAME.match(n) for n in offered)
+    assert {t["openai_name"] for t in task["tools"]} == set(offered)
+    assert [c["tool"] for c in kinds(log, "tool.call") if c["tool"] != MODEL_TOOL] == ["email.draft_create"]
+    assert final(log)["state"] == "stopped"  # it stopped before the recording's next step, as told
+    # deterministic: the same package twice gives the same bytes (the task file's path and contents included)
+    scenario = with_model("email-delivery", fixtures)
+    assert replay_with(agent, run, scenario)[0].to_wire() == replay_with(agent, run, scenario)[0].to_wire()
+
+
+def test_from_a_checkpoint_the_agent_is_told_the_branch_point_and_what_the_run_did_before_it(tmp_path):
+    folder = agent_folder(tmp_path, "context_agent.py")
+    agent = register(folder, ("python", "context_agent.py"), name="reader")
+    run, checkpoint = "run-003-review-request", "e-003-a1-checkpoint"
+    _out, log, _result = replay_with(agent, run, with_model("coding-review-request", []), checkpoint)
+    task = json.loads(_received(log)["resource"])
+    assert task["branch"]["from"] == checkpoint
+    assert task["workspaces"] == {"offered": ["ws-1", "ws-2"], "created_before_the_branch": ["ws-1"]}
+    steps = task["before_the_branch"]
+    calls = [s["tool"] for s in steps if s["step"] == "tool_call"]
+    assert calls == ["repo.read_file", "repo.read_file", "repo.apply_patch", "shell.run"]
+    (command,) = [s for s in steps if s["step"] == "command_result"]
+    assert command["command"] == "pytest -q tests/test_adapter.py" and command["workspace"] == "ws-1"
+    assert steps[-1] == {"step": "checkpoint", "id": checkpoint}
+    # nothing after the branch point is told: the broad suite's run is the agent's to decide
+    assert "pytest -q tests" not in [s.get("command") for s in steps]
+    assert f"from its checkpoint {checkpoint}" in _received(log)["prompt"]
