@@ -63,6 +63,7 @@ class RegisterAgentForm(forms.ModelForm):
 class RegisteredAgentAdmin(admin.ModelAdmin):
     list_display = [
         "decider",
+        "version",
         "folder",
         "command_shown",
         "digest_shown",
@@ -72,9 +73,10 @@ class RegisteredAgentAdmin(admin.ModelAdmin):
         "registered_at",
     ]
     search_fields = ["name", "folder"]
-    ordering = ["name"]
+    ordering = ["name", "-version"]
     readonly_fields = [
         "name",
+        "version",
         "folder",
         "command",
         "digest",
