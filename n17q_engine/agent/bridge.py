@@ -233,16 +233,17 @@ class Bridge:
         from mcp.server.lowlevel import Server
         from mcp.server.stdio import stdio_server
 
-        tools = [
-            types.Tool(
-                name=t["name"],
-                title=t.get("openai_name"),
-                description=t["description"],
-                input_schema=t["input_schema"],
-                meta={OPENAI_META: t["openai_name"]} if t.get("openai_name") else None,
-            )
-            for t in self.tools
-        ]
+        def tool(t: dict[str, Any]) -> Any:
+            fields: dict[str, Any] = {
+                "name": t["name"],
+                "title": t.get("openai_name"),
+                "description": t["description"],
+                "input_schema": t["input_schema"],
+                "meta": {OPENAI_META: t["openai_name"]} if t.get("openai_name") else None,  # `_meta` on the wire
+            }
+            return types.Tool(**fields)
+
+        tools = [tool(t) for t in self.tools]
         names = {t["name"] for t in self.tools}
         by_openai = {t["openai_name"]: t["name"] for t in self.tools if t.get("openai_name")}
 

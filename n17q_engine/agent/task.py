@@ -61,10 +61,10 @@ def _step(event: dict[str, Any], tool_of: dict[str, str]) -> dict[str, Any] | No
     if kind == "tool.call" and event.get("tool") != MODEL_TOOL and not event.get("proposal_id"):
         return {"step": "tool_call", "tool": event.get("tool"), "arguments": event.get("request"), "by": "harness"}
     if kind == "tool.result":
-        tool = tool_of.get(str(event.get("call_id")))
-        if tool == MODEL_TOOL:
+        called = tool_of.get(str(event.get("call_id")))
+        if called == MODEL_TOOL:
             return None
-        return {"step": "tool_result", "tool": tool, "outcome": event.get("outcome")}
+        return {"step": "tool_result", "tool": called, "outcome": event.get("outcome")}
     if kind == "command.receipt":
         return {
             "step": "command_result",

@@ -17,6 +17,7 @@ import re
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -142,7 +143,11 @@ def test_replace_makes_a_new_version_the_decider_runs_and_old_replays_keep_their
     out = register(capsys, "tester", str(first), "--command", "python who.py")
     assert out["version"] == 1
     run = Run.objects.get(run_id=RUN)
-    launch = {"mode": "counterfactual", "vary": {"decider": "agent:tester"}, "scenario": "coding-review-request@1"}
+    launch: dict[str, Any] = {
+        "mode": "counterfactual",
+        "vary": {"decider": "agent:tester"},
+        "scenario": "coding-review-request@1",
+    }
     old = replay_create(run, **launch)
     assert old.agent_version == 1 and old.environment["agent"]["version"] == 1
 
