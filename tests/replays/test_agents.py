@@ -201,6 +201,12 @@ def test_the_admin_registers_an_agent_and_lists_it_readably(tmp_path, client_as)
     for text in ("agent:by-admin", f"python {AGENT}", agent.digest[:19], "folder unchanged since registration"):
         assert text in page
     assert admin.get(f"/admin/replays/registeredagent/{agent.pk}/change/").status_code == 200
+    # the same name again: refused in one line, unless it is to be a new version
+    again = {"name": "by-admin", "folder": str(folder), "command_line": f"python {AGENT}", "requirements": ""}
+    refused = admin.post("/admin/replays/registeredagent/add/", again)
+    assert refused.status_code == 200 and "register it with --replace to make version 2" in refused.content.decode()
+    assert admin.post("/admin/replays/registeredagent/add/", {**again, "replace": "on"}).status_code == 302
+    assert sorted(RegisteredAgent.objects.filter(name="by-admin").values_list("version", flat=True)) == [1, 2]
 
 
 def test_the_form_offers_a_registered_agent_and_disables_one_whose_folder_changed(
