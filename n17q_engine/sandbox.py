@@ -471,7 +471,44 @@ class _View:
     resolv: bytes = b""  # /etc/resolv.conf inside (the network watch's nameserver), or none
 
 
-def _view(new_root: str, *, allow_test_entries: bool, extra_read_only: tuple[str, ...] = ()) -> _View:
+def symlink_chain(path: str) -> tuple[list[tuple[str, str]], str]:
+    """Every symlink met while resolving the absolute `path` component by component, as (link, its target), and the
+    real path it ends at. Inside the sandbox only real paths are bound: these links are made there too, so a path
+    through them (a venv's `bin/python -> python3 -> /opt/python/bin/python3.11`, a linked venv folder) resolves
+    inside as it does outside (issue 36)."""
+    links: list[tuple[str, str]] = []
+    parts = [p for p in path.split("/") if p]
+    current = "/"
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, part)
+        if os.path.islink(candidate):
+            hops += 1
+            if hops > 40:
+                raise OSError(f"too many levels of symbolic links resolving {path}")
+            target = os.readlink(candidate)
+            links.append((candidate, target))
+            if target.startswith("/"):
+                current = "/"
+            parts[:0] = [p for p in target.split("/") if p]
+        else:
+            current = candidate
+    return links, current
+
+
+def _view(
+    new_root: str,
+    *,
+    allow_test_entries: bool,
+    extra_read_only: tuple[str, ...] = (),
+    extra_links: tuple[str, ...] = (),
+) -> _View:
     interpreter = os.path.realpath(sys.executable)
     prefix = os.path.realpath(sys.base_prefix)
     paths = {"/usr", prefix, str(REPO_ROOT / "n17q_engine")}
@@ -486,6 +523,10 @@ def _view(new_root: str, *, allow_test_entries: bool, extra_read_only: tuple[str
             links.append((top.encode(), os.readlink(top).encode()))
         elif os.path.isdir(top):
             paths.add(top)
+    for path in extra_links:  # the links on the way to a program the sandbox starts by a path through them
+        for link, target in symlink_chain(path)[0]:
+            if (link.encode(), target.encode()) not in links:
+                links.append((link.encode(), target.encode()))
     return _View(
         new_root=new_root.encode(),
         read_only=tuple(sorted(p.encode() for p in paths if os.path.isdir(p))),
@@ -505,7 +546,9 @@ def _enter_view(libc: _Libc, view: _View) -> None:
         libc.mount(path, inside, None, _MS_BIND | _MS_REC, None)
         libc.mount(None, inside, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None)
     for path, target in view.links:
-        os.symlink(target, root + path)
+        if not os.path.lexists(root + path):  # one inside a bound folder is there already, as the host has it
+            os.makedirs(os.path.dirname(root + path), exist_ok=True)
+            os.symlink(target, root + path)
     os.makedirs(root + b"/dev", exist_ok=True)
     for device in view.devices:
         if os.path.exists(device):
@@ -654,13 +697,18 @@ def _spawn(
     allow_test_entries: bool,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     extra_read_only: tuple[str, ...] = (),
+    extra_links: tuple[str, ...] = (),
     loopback: bool = False,
     relay: Callable[[bytes], bytes] | None = None,
     network_watch: bool = False,
     agent_starter: bool = False,
 ) -> tuple[int, bytes, bytes, float, int, bool]:
     workdir = tempfile.mkdtemp(prefix="n17q-sandbox-")
-    view = _view(workdir, allow_test_entries=allow_test_entries, extra_read_only=extra_read_only) if isolate else None
+    view = (
+        _view(workdir, allow_test_entries=allow_test_entries, extra_read_only=extra_read_only, extra_links=extra_links)
+        if isolate
+        else None
+    )
     # The network watch's descriptor number: a slot held open here until the child has started, so the number
     # is free in the child (pass_fds keeps it across exec) and the TUN made in the child lands on it.
     slot = os.open(os.devnull, os.O_RDONLY) if network_watch and view is not None else None
@@ -865,6 +913,7 @@ def run_sandboxed(
     allow_test_entries: bool = False,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     extra_read_only: tuple[str, ...] = (),
+    extra_links: tuple[str, ...] = (),
     loopback: bool = False,
     relay: Callable[[bytes], bytes] | None = None,
     network_watch: bool = False,
@@ -876,7 +925,8 @@ def run_sandboxed(
     ``allow_test_entries`` lets entries under ``tests.`` run (the test suite's probes only).
     ``on_event`` receives every JSON event line of the child's stderr as it is written (the replay's
     ``replay.progress`` lines, say), in the calling thread, while the child runs.
-    ``extra_read_only`` host folders are bound read-only at the same path inside; ``loopback`` brings the
+    ``extra_read_only`` host folders are bound read-only at their real path inside; ``extra_links`` are paths whose
+    symlinks (every one met resolving them: :func:`symlink_chain`) are made inside too; ``loopback`` brings the
     namespace's own ``lo`` up (both for an agent replay, ``n17q_engine.agent``; neither makes degraded isolation
     any wider: without namespaces there is no view and no ``lo`` of its own, so agent replays refuse it).
     ``relay`` answers the child's lines on an extra pipe pair (``_RelayChannel``: an agent replay's live model
@@ -900,6 +950,7 @@ def run_sandboxed(
         "allow_test_entries": allow_test_entries,
         "on_event": on_event,
         "extra_read_only": tuple(extra_read_only),
+        "extra_links": tuple(extra_links),
         "loopback": loopback,
         "relay": relay,
         "network_watch": network_watch,

@@ -27,6 +27,12 @@ class RegisterAgentForm(forms.ModelForm):
         help_text="e.g. python agent.py (the agent's environment's python), a path inside the folder, or an "
         "absolute path",
     )
+    replace = forms.BooleanField(
+        label="New version",
+        required=False,
+        help_text="the name is registered already: make this its next version (agent:NAME then runs the newest; "
+        "older versions stay, for the replays that ran them)",
+    )
 
     class Meta:
         model = RegisteredAgent
@@ -49,7 +55,12 @@ class RegisterAgentForm(forms.ModelForm):
             raise forms.ValidationError(f"Entry command: {exc}") from None
         try:
             self.registered = agent_register(
-                data["name"], data["folder"], command, requirements=data.get("requirements") or "", user=self.user
+                data["name"],
+                data["folder"],
+                command,
+                requirements=data.get("requirements") or "",
+                user=self.user,
+                replace=bool(data.get("replace")),
             )
         except AgentRefused as exc:
             raise forms.ValidationError(f"Not registered: {exc}") from None
@@ -63,6 +74,7 @@ class RegisterAgentForm(forms.ModelForm):
 class RegisteredAgentAdmin(admin.ModelAdmin):
     list_display = [
         "decider",
+        "version",
         "folder",
         "command_shown",
         "digest_shown",
@@ -72,9 +84,10 @@ class RegisteredAgentAdmin(admin.ModelAdmin):
         "registered_at",
     ]
     search_fields = ["name", "folder"]
-    ordering = ["name"]
+    ordering = ["name", "-version"]
     readonly_fields = [
         "name",
+        "version",
         "folder",
         "command",
         "digest",
@@ -92,7 +105,7 @@ class RegisteredAgentAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
-            return ["name", "folder", "command_line", "requirements"]
+            return ["name", "folder", "command_line", "requirements", "replace"]
         return self.readonly_fields
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:

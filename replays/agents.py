@@ -47,15 +47,23 @@ def agent_environments() -> str:
 
 
 def agent_register(
-    name: str, folder: str, command: list[str], *, requirements: str = "", user: Any = None
+    name: str, folder: str, command: list[str], *, requirements: str = "", user: Any = None, replace: bool = False
 ) -> RegisteredAgent:
-    """Register an agent; see the module docstring. Raises AgentRefused (nothing stored) for anything wrong."""
+    """Register an agent; see the module docstring. Raises AgentRefused (nothing stored) for anything wrong.
+
+    A name is registered once, unless `replace`: then the registration is a new version of it (the newest is what
+    `agent:<name>` means from now on; the older ones stay, for the replays that ran them)."""
     if not NAME_RE.match(name or "") or len(name) > NAME_CHARS:
         raise AgentRefused(f"agent name {name!r}: up to {NAME_CHARS} lower-case letters, digits, '.', '_' or '-'")
-    if RegisteredAgent.objects.filter(name=name).exists():
-        raise AgentRefused(f"agent {name!r} is registered already: delete it first, or choose another name")
+    newest = RegisteredAgent.objects.filter(name=name).order_by("-version").values_list("version", flat=True).first()
+    if newest is not None and not replace:
+        raise AgentRefused(
+            f"agent {name!r} is registered already (version {newest}): register it with --replace to make version "
+            f"{newest + 1}, or choose another name"
+        )
+    version = (newest or 0) + 1
     if folder and os.path.isabs(folder) and (folder.endswith(".whl") or os.path.isfile(folder)):
-        return _register_wheel(name, folder, command, requirements=requirements, user=user)
+        return _register_wheel(name, folder, command, requirements=requirements, user=user, version=version)
     if not folder or not os.path.isabs(folder) or not os.path.isdir(folder):
         raise AgentRefused(f"agent folder {folder!r}: an absolute path to a folder (or a .whl) on the worker's disk")
     folder = os.path.normpath(folder)
@@ -82,6 +90,7 @@ def agent_register(
             raise AgentRefused(str(exc)) from None
     agent = RegisteredAgent(
         name=name,
+        version=version,
         folder=folder,
         command=list(command),
         digest=digest,
@@ -95,7 +104,9 @@ def agent_register(
     return _save(agent, user, env.path if env else None, {"requirements": lines})
 
 
-def _register_wheel(name: str, wheel: str, command: list[str], *, requirements: str, user: Any) -> RegisteredAgent:
+def _register_wheel(
+    name: str, wheel: str, command: list[str], *, requirements: str, user: Any, version: int = 1
+) -> RegisteredAgent:
     """An agent shipped as a wheel: checked, copied into the data folder beside the environment it is installed in
     (its Requires-Dist and any extra requirements from the registry); both pinned by digest."""
     try:
@@ -119,6 +130,7 @@ def _register_wheel(name: str, wheel: str, command: list[str], *, requirements: 
         raise AgentRefused(str(exc)) from None
     agent = RegisteredAgent(
         name=name,
+        version=version,
         folder=folder,
         command=list(command),
         digest=info.digest,
@@ -145,6 +157,7 @@ def _save(agent: RegisteredAgent, user: Any, built: str | None, detail: dict[str
                 action="agent.register",
                 target=agent.decider,
                 detail={
+                    "version": agent.version,
                     "folder": agent.folder,
                     "command": list(agent.command),
                     "digest": agent.digest,
@@ -156,7 +169,9 @@ def _save(agent: RegisteredAgent, user: Any, built: str | None, detail: dict[str
         if built is not None:
             remove_environment(built)
         raise AgentRefused(
-            str(exc) if isinstance(exc, AgentError) else f"agent {agent.name!r} is registered already"
+            str(exc)
+            if isinstance(exc, AgentError)
+            else f"agent {agent.name!r} version {agent.version} is registered already (registered meanwhile)"
         ) from None
     return agent
 
@@ -184,16 +199,22 @@ def agent_status(agent: RegisteredAgent) -> str:
     return ""
 
 
-def agent_for(decider: str | None) -> RegisteredAgent | None:
-    """The registration a decider value `agent:<name>` names (None: not an agent decider, or none by that name)."""
+def agent_for(decider: str | None, version: int | None = None) -> RegisteredAgent | None:
+    """The registration a decider value `agent:<name>` names: its newest version, or `version` (a replay's, as
+    launched). None: not an agent decider, or none by that name (and version)."""
     if not decider or not decider.startswith(PREFIX):
         return None
-    return RegisteredAgent.objects.filter(name=decider[len(PREFIX) :]).first()
+    found = RegisteredAgent.objects.filter(name=decider[len(PREFIX) :])
+    if version is not None:
+        return found.filter(version=version).first()
+    return found.order_by("-version").first()
 
 
-def agent_check(decider: str) -> RegisteredAgent:
-    """The registration of `agent:<name>`, if it can run; raises AgentRefused in one line otherwise."""
-    agent = agent_for(decider)
+def agent_check(decider: str, version: int | None = None) -> RegisteredAgent:
+    """The registration of `agent:<name>` (newest, or `version`), if it can run; AgentRefused in one line otherwise."""
+    agent = agent_for(decider, version)
+    if agent is None and version is not None:
+        raise AgentRefused(f"{decider} version {version} is no longer registered")
     if agent is None:
         raise AgentRefused(f"unknown decider {decider!r}: no agent is registered under that name")
     why = agent_status(agent)
@@ -205,9 +226,15 @@ def agent_check(decider: str) -> RegisteredAgent:
 def agent_choices() -> list[tuple[str, str, str]]:
     """(decider value, label, why it cannot run or "") for every registered agent, by name."""
     out = []
-    for agent in RegisteredAgent.objects.all():
+    seen: set[str] = set()
+    for agent in RegisteredAgent.objects.order_by("name", "-version"):  # the newest version of each name
+        if agent.name in seen:
+            continue
+        seen.add(agent.name)
         why = agent_status(agent)
-        label = f"{agent.decider} — your agent, {agent.digest[:19]}…, model from model fixtures"
+        label = (
+            f"{agent.decider} — your agent, version {agent.version}, {agent.digest[:19]}…, model from model fixtures"
+        )
         out.append((agent.decider, f"{agent.decider} — unavailable: {why}" if why else label, why))
     return out
 
@@ -215,6 +242,7 @@ def agent_choices() -> list[tuple[str, str, str]]:
 def agent_json(agent: RegisteredAgent) -> dict[str, Any]:
     return {
         "name": agent.name,
+        "version": agent.version,
         "decider": agent.decider,
         "folder": agent.folder,
         "command": list(agent.command),

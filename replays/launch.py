@@ -154,6 +154,7 @@ def _agent_summary(decider: str, sc: ScenarioPackage | None) -> dict[str, Any]:
     contract = sc is not None and MODEL_TOOL in sc.contracts
     return {
         "name": agent["name"],
+        "version": agent["version"],
         "decider": decider,
         "folder": agent["folder"],
         "command": agent["command"],

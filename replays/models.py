@@ -68,6 +68,9 @@ class Replay(models.Model):
     progress_events = models.PositiveIntegerField(default=0)
     progress_logical = models.CharField(max_length=40, blank=True, default="")
     progress_checkpoint = GatedCharField(max_length=200, blank=True, default="")
+    # An agent decider's registration version, as launched (issue 36): the worker runs that version, and the replay's
+    # page says which ran, after `register_agent --replace` made a newer one. Null: not an agent decider.
+    agent_version = models.PositiveIntegerField(null=True, blank=True)
     # An agent decider's live model connection (issues 18, 33): the approved model connection chosen at launch, as it
     # was then: {"connection", "base_url", "credential_name", "max_calls"}; empty: model fixtures. The credential's
     # NAME only: the worker resolves its value from its own environment, nothing stores it.
@@ -133,10 +136,12 @@ class RegisteredAgent(models.Model):
     folder (`folder` holds only the wheel; `digest` is the wheel's sha256) and installed into its own environment.
     `environment` is the agent's own Python environment, built read-only from `requirements` (or the wheel) in the
     data folder and pinned by `environment_digest` (empty: the worker's own environment). A registration is not
-    edited: register again under another name, or delete it (replays keep the decider name they ran with).
+    edited: `register_agent NAME ... --replace` makes a new version (issue 36); the old one stays, so a replay keeps
+    the version it ran (`Replay.agent_version`), and the decider `agent:<name>` means the newest version.
     """
 
-    name = GatedCharField(max_length=40, unique=True)  # the decider is `agent:<name>` (Replay.decider: 50 chars)
+    name = GatedCharField(max_length=40)  # the decider is `agent:<name>` (Replay.decider: 50 chars)
+    version = models.PositiveIntegerField(default=1)  # 1, then one more for each `--replace`
     folder = GatedCharField(max_length=1000)
     command = GatedJSONField()  # argv: ["python", "agent.py"], an absolute path, or a path inside the folder
     digest = models.CharField(max_length=71)
@@ -153,10 +158,11 @@ class RegisteredAgent(models.Model):
     registered_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["name"]
+        ordering = ["name", "-version"]
+        constraints = [models.UniqueConstraint(fields=["name", "version"], name="registered_agent_name_version")]
 
     def __str__(self) -> str:
-        return f"agent:{self.name}"
+        return f"agent:{self.name} v{self.version}"
 
     @property
     def decider(self) -> str:

@@ -142,6 +142,7 @@ def replay_create(
             mode=mode,
             vary=vary,
             decider=vary.get("decider", "recorded"),
+            agent_version=(environment.get("agent") or {}).get("version"),
             checkpoint=checkpoint,
             scenario_version=version,
             environment=environment,
@@ -524,7 +525,7 @@ def _run_agent(replay: Replay, package: Any, progress: Any) -> Any:
     from .agents import AgentRefused, agent_check, agent_spec
 
     try:
-        agent = agent_check(replay.decider)
+        agent = agent_check(replay.decider, replay.agent_version)  # the version it was launched with
     except AgentRefused as exc:
         raise AgentError(str(exc)) from None
     relay, connection = _relay_for(replay), ""

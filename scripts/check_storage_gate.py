@@ -79,6 +79,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("n17q_engine/formats/__init__.py", "path-write"): "a converted bundle, imported next through the run importer's "
     "scan (the gate) from " + _TEMP,
     ("n17q_engine/formats/__init__.py", "open-write"): "a converted bundle's events.jsonl, as above",
+    ("n17q_engine/agent/decider.py", "open-write"): "the agent's task file inside the sandbox's working folder (the "
+    "replay package's own values, already stored gated; gone with the sandbox)",
     ("n17q_engine/agent/environment.py", "path-write"): "an agent environment's requirements file (package names)",
     ("n17q_engine/agent/unpack.py", "open-write"): "an agent's wheel and the registry wheels it requires, unpacked "
     "into its environment (code, not captured data; issue 33: unpacked, never run on the host)",

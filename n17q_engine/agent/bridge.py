@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..contracts import Contract
+from .names import tool_name
+from .task import TASK_PROMPT, TASK_URI
 
 MAX_BODY = 8 << 20
 MAX_HEADERS = 64
@@ -68,14 +70,87 @@ def tool_schema(contract: Contract, workspaces: Iterable[str]) -> dict[str, Any]
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
+WAKE_PREFIX = "n17q-wake-"
+OPENAI_META = "n17q/openai_name"  # a tool's `_meta` key holding its OpenAI function name (`names.openai_name`)
+
+
+class _Wire:
+    """The MCP channel's two text ends, as `stdio_server` reads and writes them, with the engine's wake-up pings.
+
+    The `mcp` SDK's stdio transport reads its stdin in a worker thread that no cancellation reaches: an agent whose
+    code raises inside its `ClientSession` waits there, alive and silent, until one more line arrives. So while the
+    engine waits for an agent that spoke MCP and has gone quiet, it sends a JSON-RPC `ping` (`wake`): a live client
+    answers it (the answer is dropped here, the server never sees it), a crashed one reads it, unwinds, prints its
+    traceback and exits, and the run ends at once with its last stderr lines. A ping is never part of the run's log."""
+
+    def __init__(self, agent_stdout: IO[bytes], agent_stdin: IO[bytes]) -> None:
+        self.reader = io.TextIOWrapper(agent_stdout, encoding="utf-8", errors="replace")
+        self.writer = io.TextIOWrapper(agent_stdin, encoding="utf-8", write_through=True)
+        self.lock = threading.Lock()
+        self.spoke = False  # the agent sent its first MCP message (pings before it could confuse a starting client)
+        self.pings = 0
+
+    def readline(self, size: int = -1) -> str:
+        while True:
+            line = self.reader.readline(size)
+            if line:
+                self.spoke = True
+            if WAKE_PREFIX in line and self._answers_a_ping(line):
+                continue
+            return line
+
+    def __iter__(self) -> _Wire:
+        return self
+
+    def __next__(self) -> str:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    @staticmethod
+    def _answers_a_ping(line: str) -> bool:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return False
+        return (
+            isinstance(message, dict)
+            and "method" not in message
+            and isinstance(message.get("id"), str)
+            and message["id"].startswith(WAKE_PREFIX)
+        )
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            return self.writer.write(text)
+
+    def flush(self) -> None:
+        with self.lock:
+            self.writer.flush()
+
+    def ping(self) -> None:
+        """One `ping` request on the agent's stdin (blocking: called on a worker thread)."""
+        with self.lock:
+            self.pings += 1
+            self.writer.write(
+                json.dumps({"jsonrpc": "2.0", "id": f"{WAKE_PREFIX}{self.pings}", "method": "ping"}) + "\n"
+            )
+            self.writer.flush()
+
+
 class Bridge:
-    def __init__(self, tools: list[dict[str, Any]]) -> None:
-        self.tools = tools  # [{"name", "description", "input_schema"}]
+    def __init__(self, tools: list[dict[str, Any]], context: dict[str, Any] | None = None, prompt: str = "") -> None:
+        self.tools = tools  # [{"name", "description", "input_schema", "openai_name"}]
+        self.context = context  # the task and the recorded run's context (`n17q://task`), or None
+        self.prompt = prompt  # the task as a prompt's text (`n17q-task`)
         self.requests: queue.Queue[Request] = queue.Queue()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="n17q-agent-bridge", daemon=True)
         self.server: asyncio.base_events.Server | None = None
         self.mcp: concurrent.futures.Future[None] | None = None
+        self.wire: _Wire | None = None
+        self.pinging: concurrent.futures.Future[None] | None = None
         self.closed = False
 
     # -- the model endpoint ------------------------------------------------------------------------------------
@@ -158,16 +233,36 @@ class Bridge:
         from mcp.server.lowlevel import Server
         from mcp.server.stdio import stdio_server
 
-        tools = [
-            types.Tool(name=t["name"], description=t["description"], input_schema=t["input_schema"]) for t in self.tools
-        ]
+        def tool(t: dict[str, Any]) -> Any:
+            fields: dict[str, Any] = {
+                "name": t["name"],
+                "title": t.get("openai_name"),
+                "description": t["description"],
+                "input_schema": t["input_schema"],
+                "meta": {OPENAI_META: t["openai_name"]} if t.get("openai_name") else None,  # `_meta` on the wire
+            }
+            return types.Tool(**fields)
+
+        tools = [tool(t) for t in self.tools]
+        names = {t["name"] for t in self.tools}
+        by_openai = {t["openai_name"]: t["name"] for t in self.tools if t.get("openai_name")}
+
+        def tool_called(name: str) -> str:
+            """A tool by its name, or by its OpenAI name (the table's, else the rule's): a contract name wins."""
+            if name in names:
+                return name
+            if name in by_openai:
+                return by_openai[name]
+            return tool_name(name) or name
 
         async def list_tools(_ctx: Any, _params: Any) -> Any:
             return types.ListToolsResult(tools=tools)
 
         async def call_tool(_ctx: Any, params: Any) -> Any:
             try:
-                answer = await self.ask("tool", {"name": params.name, "arguments": dict(params.arguments or {})})
+                answer = await self.ask(
+                    "tool", {"name": tool_called(params.name), "arguments": dict(params.arguments or {})}
+                )
             except Refused as exc:
                 return types.CallToolResult(content=[types.TextContent(text=str(exc))], is_error=True)
             text = json.dumps(answer, sort_keys=True)
@@ -177,11 +272,79 @@ class Bridge:
                 is_error=answer.get("outcome") != "ok",
             )
 
-        server: Any = Server("n17q-scenario-tools", on_list_tools=list_tools, on_call_tool=call_tool)
-        read = anyio.wrap_file(io.TextIOWrapper(agent_stdout, encoding="utf-8", errors="replace"))
-        write = anyio.wrap_file(io.TextIOWrapper(agent_stdin, encoding="utf-8", write_through=True))
+        context_text = json.dumps(self.context, sort_keys=True, ensure_ascii=False, indent=1) if self.context else ""
+        resources = (
+            [
+                types.Resource(
+                    name="task",
+                    title="The task and the recorded run's context",
+                    uri=TASK_URI,
+                    mime_type="application/json",
+                    description="the task as the recorded run states it, its workspaces, the branch point, and what "
+                    "the run did before it",
+                )
+            ]
+            if self.context
+            else []
+        )
+        prompts = (
+            [types.Prompt(name=TASK_PROMPT, title="The task", description="the task of the replayed run, as text")]
+            if self.context
+            else []
+        )
+
+        async def list_resources(_ctx: Any, _params: Any) -> Any:
+            return types.ListResourcesResult(resources=resources)
+
+        async def read_resource(_ctx: Any, params: Any) -> Any:
+            if not self.context or str(params.uri) != TASK_URI:
+                raise ValueError(f"no resource {params.uri}; there is {TASK_URI}")
+            return types.ReadResourceResult(
+                contents=[types.TextResourceContents(uri=TASK_URI, mime_type="application/json", text=context_text)]
+            )
+
+        async def list_prompts(_ctx: Any, _params: Any) -> Any:
+            return types.ListPromptsResult(prompts=prompts)
+
+        async def get_prompt(_ctx: Any, params: Any) -> Any:
+            if not self.context or params.name != TASK_PROMPT:
+                raise ValueError(f"no prompt {params.name}; there is {TASK_PROMPT}")
+            return types.GetPromptResult(
+                description="the task of the replayed run",
+                messages=[types.PromptMessage(role="user", content=types.TextContent(text=self.prompt))],
+            )
+
+        server: Any = Server(
+            "n17q-scenario-tools",
+            instructions=self.prompt or None,
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            on_list_resources=list_resources,
+            on_read_resource=read_resource,
+            on_list_prompts=list_prompts,
+            on_get_prompt=get_prompt,
+        )
+        wire = self.wire = _Wire(agent_stdout, agent_stdin)
+        read: Any = anyio.wrap_file(wire)  # type: ignore[arg-type]  # a text file as far as the SDK reads it
+        write: Any = anyio.wrap_file(wire)  # type: ignore[arg-type]
         async with stdio_server(read, write) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    def wake(self) -> bool:
+        """Ping a quiet agent that has spoken MCP (see `_Wire`); False when there is none to ping (yet), or the last
+        ping is still being written (an agent that does not read its stdin is not sent more)."""
+        wire = self.wire
+        if self.closed or wire is None or not wire.spoke or (self.pinging is not None and not self.pinging.done()):
+            return False
+        self.pinging = asyncio.run_coroutine_threadsafe(self._ping(wire), self.loop)
+        return True
+
+    @staticmethod
+    async def _ping(wire: _Wire) -> None:
+        try:
+            await asyncio.to_thread(wire.ping)
+        except (OSError, ValueError):  # the agent's stdin is closed: its exit is on its way
+            return
 
     # -- both ------------------------------------------------------------------------------------------------------
 

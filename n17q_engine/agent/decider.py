@@ -56,11 +56,16 @@ from ..replay import ISOLATION_ENV
 from ..vocabulary import VIOLATION_TARGETS
 from .bridge import Bridge, Refused, Request, tool_schema
 from .model import MODEL_CONTRACT, MODEL_TOOL, LiveModel
+from .names import openai_name
 from .netwatch import NetWatch
 from .spec import AgentSpec
+from .task import TASK_FILE_NAME, TASK_URI, task_context, task_prompt
 
 REPORT_PREFIX = "n17q.sandbox.attempt "
 IDLE_S = 120.0  # an agent that sends nothing for this long is stopped
+WAKE_S = 1.0  # a quiet agent that spoke MCP is pinged this often (a crashed one then exits: `Bridge.wake`)
+STDERR_SETTLE_S = 2.0  # after the agent's exit, how long its last stderr lines may take to arrive
+TAIL_LINES = 3  # the agent's last stderr lines a stop reason quotes
 # Once the run has stopped, the agent is given this long to end by itself (it was refused what it waited for), so
 # what it does meanwhile is still recorded on the sandbox's channel; then it is killed.
 GRACE_S = 10.0
@@ -75,7 +80,12 @@ class AgentSession:
     """The agent process and its two endpoints, for one replay."""
 
     def __init__(
-        self, spec: AgentSpec, sc: ScenarioPackage, watch: NetWatch | None = None, deadline: Deadline | None = None
+        self,
+        spec: AgentSpec,
+        sc: ScenarioPackage,
+        watch: NetWatch | None = None,
+        deadline: Deadline | None = None,
+        source: SourceRun | None = None,
     ) -> None:
         self.spec, self.sc, self.watch, self.deadline = spec, sc, watch, deadline
         self.out_of_time = False  # the deadline came: the agent is killed at close, without the grace period
@@ -86,16 +96,21 @@ class AgentSession:
         tools = [
             {
                 "name": c.tool,
+                "openai_name": openai_name(c.tool),
                 "description": f"{c.tool} (contract revision {c.revision}, {c.effect_class})",
                 "input_schema": tool_schema(c, workspaces),
             }
             for c in sc.contracts
             if c.tool != MODEL_TOOL
         ]
-        self.bridge = Bridge(tools)
+        # The task and the recorded run's context (issue 36): from the package only, so every replay of a branch
+        # tells the agent the same bytes; a resource and a prompt of the MCP server, and a file and variables.
+        self.context = task_context(source, sc, [t["name"] for t in tools]) if source is not None else None
+        self.bridge = Bridge(tools, self.context, task_prompt(self.context) if self.context else "")
         self.proc: subprocess.Popen[bytes] | StartedAgent | None = None
         self.stderr_thread: threading.Thread | None = None
         self.stderr_tail: list[str] = []
+        self.stderr_done = threading.Event()
         self.current: Request | None = None
         self.last_words: str | None = None
 
@@ -118,6 +133,8 @@ class AgentSession:
             "N17Q_AGENT_FOLDER": self.spec.folder,
             "N17Q_MCP": "stdio",
         }
+        if self.context is not None:
+            env.update(self._task_environment())
         argv = [executable, *self.spec.command[1:]]
         # its own files, read-only, are its working folder; HOME and TMPDIR are its writable one
         starter = starter_from_env(os.environ.get(STARTER_ENV))
@@ -134,8 +151,28 @@ class AgentSession:
         self.bridge.serve_tools(self.proc.stdout, self.proc.stdin)
         self.stderr_thread = threading.Thread(target=self._watch, name="n17q-agent-watch", daemon=True)
         self.stderr_thread.start()
+        threading.Thread(target=self._wait_exit, name="n17q-agent-exit", daemon=True).start()
         if self.watch is not None:
             threading.Thread(target=self._watch_network, name="n17q-agent-netwatch", daemon=True).start()
+
+    def _task_environment(self) -> dict[str, str]:
+        """The task's variables and its file: the JSON of `n17q://task`, read-only, in the sandbox's working folder
+        (nothing of the host's; the agent can read it, and changing its copy changes nothing the engine holds)."""
+        assert self.context is not None
+        folder = os.path.join(os.getcwd(), "agent-task")
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+        path = os.path.join(folder, TASK_FILE_NAME)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(self.context, sort_keys=True, ensure_ascii=False, indent=1))
+        os.chmod(path, 0o444)
+        os.chmod(folder, 0o555)
+        task = self.context["task"]
+        return {
+            "N17Q_TASK_ID": str(task.get("id") or ""),
+            "N17Q_TASK_TITLE": str(task.get("title") or ""),
+            "N17Q_TASK_FILE": path,
+            "N17Q_TASK_URI": TASK_URI,
+        }
 
     def _drain_network(self) -> bool:
         """Read what the watch holds now; True when attempts are waiting to be reported."""
@@ -160,32 +197,55 @@ class AgentSession:
         return taken
 
     def _watch(self) -> None:
+        """Read the agent's stderr to its end: reports of attempts, and the last lines (for a stop reason)."""
         proc = self.proc
         assert proc is not None and proc.stderr is not None
-        for raw in proc.stderr:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            if line.startswith(REPORT_PREFIX):
-                with contextlib.suppress(ValueError):
-                    report = json.loads(line[len(REPORT_PREFIX) :])
-                    if isinstance(report, dict):
-                        self.bridge.requests.put(Request("attempt", report))
-                continue
-            self.stderr_tail = [*self.stderr_tail, line[:500]][-20:]
+        try:
+            for raw in proc.stderr:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                if line.startswith(REPORT_PREFIX):
+                    with contextlib.suppress(ValueError):
+                        report = json.loads(line[len(REPORT_PREFIX) :])
+                        if isinstance(report, dict):
+                            self.bridge.requests.put(Request("attempt", report))
+                    continue
+                self.stderr_tail = [*self.stderr_tail, line[:500]][-20:]
+        except (OSError, ValueError):  # closed under us at the session's end
+            pass
+        finally:
+            self.stderr_done.set()
+
+    def _wait_exit(self) -> None:
+        """Wait for the agent's exit itself (the starter's report, which its pidfd wakes; `wait` for a plain child),
+        not for its stderr's end: a descendant holding stderr open does not keep the run waiting. Its last lines
+        are given a moment to arrive first."""
+        proc = self.proc
+        assert proc is not None
         code = proc.wait()
+        self.stderr_done.wait(timeout=STDERR_SETTLE_S)
         self.bridge.requests.put(Request("exit", {"returncode": code}))
 
     def next(self) -> Request:
         """The agent's next request; an attempt the watch saw first comes before it (the request is held, and refused
-        when the session closes)."""
+        when the session closes). While the agent is quiet it is pinged every WAKE_S (`Bridge.wake`): an agent that
+        crashed inside its MCP session unwinds and exits, so its exit comes at once, not the idle timeout."""
+        quiet_since = time.monotonic()
         while True:
-            wait = IDLE_S if self.deadline is None else min(IDLE_S, max(0.0, self.deadline.left()))
+            idle_left = IDLE_S - (time.monotonic() - quiet_since)
+            wait = min(WAKE_S, max(0.0, idle_left))
+            if self.deadline is not None:
+                wait = min(wait, max(0.0, self.deadline.left()))
             try:
                 request = self.bridge.requests.get(timeout=wait)
             except queue.Empty:
-                request = Request(
-                    "deadline" if self.deadline is not None and self.deadline.left() <= 0 else "idle", None
-                )
-                self.out_of_time = request.kind == "deadline"
+                if self.deadline is not None and self.deadline.left() <= 0:
+                    request = Request("deadline", None)
+                    self.out_of_time = True
+                elif idle_left - wait <= 0:
+                    request = Request("idle", None)
+                else:
+                    self.bridge.wake()
+                    continue
             if self._drain_network():
                 if request.kind not in ("watch", "idle", "deadline"):
                     self.held.append(request)
@@ -194,6 +254,23 @@ class AgentSession:
                 continue  # already reported
             self.current = request
             return request
+
+    def tail(self, budget: int) -> str:
+        """The agent's last stderr lines, newest kept whole first, within `budget` characters (the older ones are
+        cut from their start): what a stop reason quotes."""
+        kept: list[str] = []
+        used = 0
+        # an exception group's traceback frames its lines with `|` and `+---`: the words are what is quoted
+        lines = [ln.strip().lstrip("| ").strip() for ln in self.stderr_tail]
+        lines = [ln for ln in lines if ln and not ln.startswith("+-")]
+        for line in reversed(lines[-TAIL_LINES:]):
+            room = budget - used - (3 if kept else 0)
+            if room <= 10:
+                break
+            piece = line if len(line) <= room else "\u2026" + line[-(room - 1) :]
+            kept.insert(0, piece)
+            used += len(piece) + (3 if len(kept) > 1 else 0)
+        return " | ".join(kept) or "(nothing on its stderr)"
 
     def answer(self, value: Any) -> None:
         if self.current is not None and not self.current.reply.done():
@@ -250,6 +327,17 @@ class AgentSession:
                 request.reply.set_exception(Refused("the replay has stopped"))
         if self.watch is not None:
             self.watch.close()
+
+
+def _exit_status(code: int | None) -> str:
+    """How the agent ended, in words: its exit status, or the signal that killed it."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with status {code}"
 
 
 def _unsignallable_by_the_agent() -> None:
@@ -318,7 +406,7 @@ def agent_decider(
     fixtures = {f.id: f for f in sc.fixtures}
 
     def actions(source: SourceRun, view: View) -> Generator[Action, None, None]:
-        session = AgentSession(spec, sc, watch, deadline)
+        session = AgentSession(spec, sc, watch, deadline, source)
         session.start()
         try:
             yield from _Drive(spec, sc, fixtures, source, view, session, live).run()
@@ -454,27 +542,32 @@ class _Drive:
         if request.kind == "deadline":
             deadline = self.s.deadline
             assert deadline is not None
-            tail = " | ".join(self.s.stderr_tail[-3:]) or "(nothing on its stderr)"
             reason = (
                 f"sandbox timeout: agent {self.spec.name} was still running at the replay's deadline, "
                 f"{deadline.margin_s:g} s before the sandbox's {deadline.timeout_s:g} s timeout; it was stopped. "
-                f"Its last words on stderr: {tail}"
+                "Its last words on stderr: "
             )
+            reason += self.s.tail(REASON_CHARS - len(reason))
             yield Stop(None, when, "stopped", _bounded(reason))
             return "stopped"
         if request.kind in ("exit", "idle"):
             code = (request.body or {}).get("returncode") if request.kind == "exit" else None
             if request.kind == "idle":
-                reason = f"agent {self.spec.name} sent nothing for {IDLE_S:g} s"
+                reason = f"agent {self.spec.name} sent nothing for {IDLE_S:g} s; its last lines on stderr: "
+                reason += self.s.tail(REASON_CHARS - len(reason))
                 state = "stopped"
             elif code != 0:
-                tail = " | ".join(self.s.stderr_tail[-3:])
-                reason, state = f"agent {self.spec.name} exited with status {code}: {tail}", "failed"
+                how = _exit_status(code)
+                reason = f"agent {self.spec.name} {how}: "
+                reason += self.s.tail(REASON_CHARS - len(reason))
+                state = "failed"
             elif at is None:
                 return "exited"  # the recording was done and so is the agent: the run completes
             else:
-                words = self.s.last_words or "(no final message)"
+                words = _bounded(self.s.last_words or "(no final message)")[:200]
                 reason = f"agent {self.spec.name} stopped before the recording's {at[1]} ({at[0].ref}): {words}"
+                if not self.s.last_words:  # it said nothing to its model: what it said on stderr
+                    reason += "; its last lines on stderr: " + self.s.tail(REASON_CHARS - len(reason) - 28)
                 state = "stopped"
             yield Stop(None, when, state, _bounded(reason))
             return state

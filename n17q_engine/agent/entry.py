@@ -47,8 +47,13 @@ def run_agent_replay(
     Raises AgentError when the agent's folder no longer has its registered digest, and IsolationUnavailable
     when no namespace can be made (never degraded: see the module docstring)."""
     agent.check()
-    engine_site = sysconfig.get_paths()["purelib"]
-    head: dict[str, Any] = {"agent": agent.to_dict(), "engine_site": engine_site}
+    # Inside the sandbox only real paths exist (issue 36): the folder, the environment and the engine's
+    # site-packages are named by their real paths, and every symlink on the way to the agent's executable (a venv's
+    # `bin/python -> python3 -> <base interpreter>`) is made inside as well; the base interpreter's prefix is bound.
+    inside = agent.resolved()
+    engine_site = os.path.realpath(sysconfig.get_paths()["purelib"])
+    home = inside.interpreter_home()
+    head: dict[str, Any] = {"agent": inside.to_dict(), "engine_site": engine_site}
     if relay is not None:
         # The live model relay: the agent's chat requests leave the sandbox only through the relay pipe pair, to
         # `relay` here (which alone holds the credential); the header names the connection, never the credential.
@@ -65,7 +70,8 @@ def run_agent_replay(
         limits=limits or Limits(cpu_s=120, memory_bytes=4 << 30, open_files=256, processes=256),
         timeout_s=timeout_s,
         allow_test_entries=allow_test_entries,
-        extra_read_only=(agent.folder, agent.environment, engine_site),
+        extra_read_only=(inside.folder, inside.environment, engine_site, *([home] if home else [])),
+        extra_links=(inside.executable(),),
         loopback=True,
         network_watch=True,
         agent_starter=True,

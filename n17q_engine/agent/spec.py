@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +130,26 @@ class AgentSpec:
         if self.wheel and "/" not in head:  # a console script the wheel's installation put in its environment
             return os.path.join(self.environment, "bin", head)
         return head if os.path.isabs(head) else os.path.normpath(os.path.join(self.folder, head))
+
+    def resolved(self) -> AgentSpec:
+        """The same agent with its folder and environment at their real paths: the sandbox binds real paths only, so
+        a folder or venv reached through a symlink on the host (`/srv/app/.venv -> /data/venvs/app`) is named as it
+        exists inside (issue 36)."""
+        return replace(self, folder=os.path.realpath(self.folder), environment=os.path.realpath(self.environment))
+
+    def interpreter_home(self) -> str | None:
+        """The base interpreter's installation prefix a venv environment runs on (`home` in its `pyvenv.cfg` names
+        its `bin`), at its real path; None when the environment is not a venv."""
+        try:
+            with open(os.path.join(self.environment, "pyvenv.cfg"), encoding="utf-8") as fh:
+                for line in fh:
+                    key, _, value = line.partition("=")
+                    if key.strip() == "home" and value.strip():
+                        prefix = os.path.dirname(os.path.realpath(value.strip()))
+                        return prefix if prefix != "/" else None
+        except OSError:
+            return None
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -838,3 +838,152 @@ def test_an_isolated_engine_without_its_agent_starter_refuses_to_start_the_agent
     assert result.returncode != 0 and not result.output
     errors = [e for e in result.events if e.get("event") == "sandbox.error"]
     assert errors and "the sandbox made no agent starter" in errors[-1]["message"], result.events
+
+
+# --- issue 36, point 4: a crash ends the replay at once, naming the agent's last stderr lines ------------------------
+
+
+@pytest.mark.parametrize("mode", ["start", "after-call"])
+def test_a_crashing_agent_ends_the_run_at_once_as_failed_with_its_exceptions_last_line(mode, tmp_path):
+    """`start` raises before it speaks MCP; `after-call` raises inside its `ClientSession` after one tool call, where
+    the `mcp` SDK's stdin thread would keep the process alive and silent (it used to end as "sent nothing for 120 s"
+    with none of its stderr). The engine pings a quiet agent that spoke MCP: the crashed one unwinds and exits."""
+    run = "run-001-recorded"
+    call = {"tool": "email.draft_create", "arguments": _recorded_request(run, "e-001-call-draft-create")}
+    folder = agent_folder(tmp_path, "crash_agent.py", extra={"call.json": json.dumps(call)})
+    agent = register(folder, ("python", "crash_agent.py", mode), name="crasher")
+    _out, log, _result = replay_with(agent, run, with_model("email-delivery", []))
+    state = final(log)
+    assert state["state"] == "failed", state
+    assert state["reason"].startswith("agent crasher exited with status 1: "), state["reason"]
+    last = (
+        "AgentCrashed: crash-agent refused to start: no task for me"
+        if mode == "start"
+        else "AgentCrashed: crash-agent gave up after calling email.draft_create"
+    )
+    assert state["reason"].endswith(last), state["reason"]
+    assert "sent nothing" not in state["reason"] and "timeout" not in state["reason"]
+    if mode == "after-call":  # its one call was served before it crashed
+        assert [c["tool"] for c in kinds(log, "tool.call")] == ["email.draft_create"]
+
+
+def test_a_stop_reason_keeps_the_newest_stderr_line_whole_within_its_bound():
+    from types import SimpleNamespace
+
+    session = AgentSession(SimpleNamespace(name="t"), SimpleNamespace(workspaces=[], contracts=[]))  # type: ignore[arg-type]
+    session.stderr_tail = ["x" * 500, "  | +---------------- 1 ----", "  | ValueError: the last line"]
+    tail = session.tail(120)
+    assert tail.endswith("xxx | ValueError: the last line") and len(tail) <= 120 and tail.startswith("\u2026")
+    session.stderr_tail = []
+    assert session.tail(100) == "(nothing on its stderr)"
+
+
+# --- issue 36, point 5: an environment reached through symlinks runs inside as outside ------------------------------
+
+
+def test_an_agent_whose_environment_is_a_symlink_to_a_venv_runs(tmp_path):
+    """The worker's venv reached through a link (`/srv/app/.venv -> /data/venvs/app`): the sandbox binds only real
+    paths, so the agent's interpreter is named by its real path (every agent replay failed before)."""
+    folder = agent_folder(tmp_path, "mcp_openai_agent.py")
+    linked = tmp_path / "venv-link"
+    linked.symlink_to(os.path.realpath(sys.prefix))
+    agent = AgentSpec("linked", str(folder), ("python", "mcp_openai_agent.py"), folder_digest(folder), str(linked))
+    _out, log, result = replay_with(agent, "run-001-recorded", with_model("email-delivery", []))
+    (asked,) = [c for c in kinds(log, "tool.call") if c["tool"] == MODEL_TOOL]  # it ran, with mcp and openai
+    assert asked["request"]["model"] == "n17q-test-model"
+    assert final(log)["state"] == "incomplete_test_world" and result.isolation == "netns"
+
+
+def test_an_agent_whose_venv_python_is_a_symlink_chain_through_linked_folders_runs(tmp_path):
+    """A venv (itself reached through a link) whose `bin/python` goes through a linked folder and a link outside
+    every bound folder to the base interpreter: each link on the way is made inside the sandbox."""
+    real = tmp_path / "store" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(real)], check=True, timeout=120)
+    links = tmp_path / "linkstore"
+    links.mkdir()
+    (links / "py").symlink_to(os.path.realpath(sys.executable))
+    (tmp_path / "links").symlink_to("linkstore")
+    (real / "bin" / "python").unlink()
+    (real / "bin" / "python").symlink_to("../../../links/py")
+    env = tmp_path / "env-link"
+    env.symlink_to(real)
+    script = "import sys, json; print('prefix=' + sys.prefix, file=sys.stderr); sys.exit(3)\n"
+    folder = agent_folder(tmp_path, extra={"where.py": script})
+    for path in [tmp_path / "store", *(p for p in tmp_path.rglob("*") if not p.is_symlink())]:
+        path.chmod(0o755)
+    agent = AgentSpec("chained", str(folder), ("python", "where.py"), folder_digest(folder), str(env))
+    _out, log, _result = replay_with(agent, "run-001-recorded", with_model("email-delivery", []))
+    state = final(log)
+    assert state["state"] == "failed", state
+    assert state["reason"] == f"agent chained exited with status 3: prefix={real}", state["reason"]
+
+
+# --- issue 36, points 1 and 3: what the agent receives; tools by their OpenAI function names -----------------------
+
+
+def _received(log: list[dict]) -> dict:
+    first = next(c for c in kinds(log, "tool.call") if c["tool"] == MODEL_TOOL)["request"]
+    return json.loads(first["messages"][0]["content"])
+
+
+def test_the_agent_reads_its_task_as_a_resource_a_prompt_variables_and_a_file_and_calls_tools_by_openai_names(
+    tmp_path,
+):
+    from n17q_engine.agent.names import OPENAI_NAME
+
+    folder = agent_folder(tmp_path, "context_agent.py")
+    agent = register(folder, ("python", "context_agent.py"), name="reader")
+    run = "run-001-recorded"
+    script = [
+        (None, "email--draft_create", _recorded_request(run, "e-001-call-draft-create")),
+        ("Drafted.", None, None),
+    ]
+    fixtures, log = author(agent, run, "email-delivery", script)
+    assert len(fixtures) == 2
+    received = _received(log)
+    assert received["resources"] == ["n17q://task"] and received["prompts"] == ["n17q-task"]
+    task = json.loads(received["resource"])
+    assert received["file"] == received["resource"]  # the same document both ways
+    assert task["format"] == "n17q.agent-task/1"
+    assert task["task"] == {
+        "id": "task-maintenance-notice",
+        "revision": "r1",
+        "title": BUNDLES[run].manifest["run"]["title"],
+        "instructions": "task: announce the billing API maintenance window",
+    }
+    assert task["branch"] == {"from": "start", "history_events": 0} and task["before_the_branch"] == []
+    assert task["scenario"] == {"name": "email-delivery", "version": 1}
+    env = received["env"]
+    assert env["N17Q_TASK_ID"] == "task-maintenance-notice" and env["N17Q_TASK_URI"] == "n17q://task"
+    assert env["N17Q_TASK_TITLE"] == task["task"]["title"] and env["N17Q_TASK_FILE"].endswith("/n17q-task.json")
+    assert received["prompt"].startswith("Task task-maintenance-notice (revision r1): Maintenance notice")
+    assert "task: announce the billing API maintenance window" in received["prompt"]
+    # the tools were offered to the model under OpenAI-valid names, and the call by that name reached the contract
+    first = next(c for c in kinds(log, "tool.call") if c["tool"] == MODEL_TOOL)["request"]
+    offered = [t["function"]["name"] for t in first["tools"]]
+    assert "email--draft_create" in offered and all(OPENAI_NAME.match(n) for n in offered)
+    assert {t["openai_name"] for t in task["tools"]} == set(offered)
+    assert [c["tool"] for c in kinds(log, "tool.call") if c["tool"] != MODEL_TOOL] == ["email.draft_create"]
+    assert final(log)["state"] == "stopped"  # it stopped before the recording's next step, as told
+    # deterministic: the same package twice gives the same bytes (the task file's path and contents included)
+    scenario = with_model("email-delivery", fixtures)
+    assert replay_with(agent, run, scenario)[0].to_wire() == replay_with(agent, run, scenario)[0].to_wire()
+
+
+def test_from_a_checkpoint_the_agent_is_told_the_branch_point_and_what_the_run_did_before_it(tmp_path):
+    folder = agent_folder(tmp_path, "context_agent.py")
+    agent = register(folder, ("python", "context_agent.py"), name="reader")
+    run, checkpoint = "run-003-review-request", "e-003-a1-checkpoint"
+    _out, log, _result = replay_with(agent, run, with_model("coding-review-request", []), checkpoint)
+    task = json.loads(_received(log)["resource"])
+    assert task["branch"]["from"] == checkpoint
+    assert task["workspaces"] == {"offered": ["ws-1", "ws-2"], "created_before_the_branch": ["ws-1"]}
+    steps = task["before_the_branch"]
+    calls = [s["tool"] for s in steps if s["step"] == "tool_call"]
+    assert calls == ["repo.read_file", "repo.read_file", "repo.apply_patch", "shell.run"]
+    (command,) = [s for s in steps if s["step"] == "command_result"]
+    assert command["command"] == "pytest -q tests/test_adapter.py" and command["workspace"] == "ws-1"
+    assert steps[-1] == {"step": "checkpoint", "id": checkpoint}
+    # nothing after the branch point is told: the broad suite's run is the agent's to decide
+    assert "pytest -q tests" not in [s.get("command") for s in steps]
+    assert f"from its checkpoint {checkpoint}" in _received(log)["prompt"]

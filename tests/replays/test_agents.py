@@ -17,6 +17,7 @@ import re
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -24,7 +25,7 @@ from django.test import Client
 
 from n17q_engine.agent.spec import folder_digest
 from replays.models import RegisteredAgent, Replay
-from runs.models import Event, Finding
+from runs.models import Event, Finding, Run
 from tests.engine.test_agent_decider import _isolation_or_skip, agent_folder
 from tests.replays.model_connections import approve_model_connection, propose_model_connection
 from tests.replays.test_replay_pages import launched
@@ -121,9 +122,63 @@ def test_register_agent_refuses_bad_input_in_one_line_and_stores_nothing(tmp_pat
 def test_a_name_is_registered_once(tmp_path, capsys):
     folder = agent_folder(tmp_path, AGENT)
     register(capsys, "tester", str(folder), "--command", "python", "--command", AGENT)
-    with pytest.raises(CommandError, match="registered already"):
+    with pytest.raises(CommandError, match=r"registered already \(version 1\): register it with --replace"):
         call_command("register_agent", "tester", str(folder), "--command", f"python {AGENT}")
     assert RegisteredAgent.objects.count() == 1
+
+
+def test_replace_makes_a_new_version_the_decider_runs_and_old_replays_keep_theirs(
+    demo, tmp_path, capsys, no_broker, client_as
+):
+    """Issue 36: `register_agent NAME ... --replace` makes version 2; version 1 stays (a replay launched with it keeps
+    it, and its page says so); `agent:NAME` then means version 2; the admin's list shows both."""
+    from replays.agents import agent_for
+    from replays.models import Replay
+    from replays.services import replay_create
+
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v2").mkdir()
+    speak = "import sys; print('I am version {n}', file=sys.stderr); sys.exit({n})\n"
+    first = agent_folder(tmp_path / "v1", extra={"who.py": speak.format(n=1)})
+    out = register(capsys, "tester", str(first), "--command", "python who.py")
+    assert out["version"] == 1
+    run = Run.objects.get(run_id=RUN)
+    launch: dict[str, Any] = {
+        "mode": "counterfactual",
+        "vary": {"decider": "agent:tester"},
+        "scenario": "coding-review-request@1",
+    }
+    old = replay_create(run, **launch)
+    assert old.agent_version == 1 and old.environment["agent"]["version"] == 1
+
+    second = agent_folder(tmp_path / "v2", extra={"who.py": speak.format(n=2)})
+    out = register(capsys, "tester", str(second), "--command", "python who.py", "--replace")
+    assert out["version"] == 2 and out["folder"] == str(second) and out["digest"] == folder_digest(second)
+    assert RegisteredAgent.objects.filter(name="tester").count() == 2
+    assert agent_for("agent:tester").version == 2 and agent_for("agent:tester", 1).folder == str(first)
+    new = replay_create(run, **launch)
+    assert new.agent_version == 2
+    old = Replay.objects.get(pk=old.pk)
+    assert old.agent_version == 1  # the old replay keeps the version it was launched with
+    admin = client_as("admin")
+    page = admin.get(f"/replays/{old.pk}/").content.decode()
+    assert "agent:tester</code> version 1" in page
+    listing = admin.get("/admin/replays/registeredagent/").content.decode()
+    assert re.findall(r'class="field-version">(\d+)<', listing) == ["2", "1"]  # the newest first
+    # the worker runs the version each replay was launched with
+    _isolation_or_skip()
+    from replays.services import replay_execute
+
+    for replay, n in ((old, 1), (new, 2)):
+        done = replay_execute(replay.pk)
+        assert done.run is not None, done.error
+        state = Event.objects.filter(run=done.run, kind="run.state").order_by("-seq").first()
+        assert state is not None
+        assert state.body["reason"] == f"agent tester exited with status {n}: I am version {n}", state.body
+    # the form offers the newest version once
+    query = {"scenario": "coding-review-request@1", "variable": "decider", "decider": "agent:tester"}
+    options = decider_options(admin.get(FORM, query).content.decode())
+    assert "version 2" in options["agent:tester"][0]
 
 
 def test_the_admin_registers_an_agent_and_lists_it_readably(tmp_path, client_as):
@@ -146,6 +201,12 @@ def test_the_admin_registers_an_agent_and_lists_it_readably(tmp_path, client_as)
     for text in ("agent:by-admin", f"python {AGENT}", agent.digest[:19], "folder unchanged since registration"):
         assert text in page
     assert admin.get(f"/admin/replays/registeredagent/{agent.pk}/change/").status_code == 200
+    # the same name again: refused in one line, unless it is to be a new version
+    again = {"name": "by-admin", "folder": str(folder), "command_line": f"python {AGENT}", "requirements": ""}
+    refused = admin.post("/admin/replays/registeredagent/add/", again)
+    assert refused.status_code == 200 and "register it with --replace to make version 2" in refused.content.decode()
+    assert admin.post("/admin/replays/registeredagent/add/", {**again, "replace": "on"}).status_code == 302
+    assert sorted(RegisteredAgent.objects.filter(name="by-admin").values_list("version", flat=True)) == [1, 2]
 
 
 def test_the_form_offers_a_registered_agent_and_disables_one_whose_folder_changed(
@@ -764,3 +825,33 @@ def test_an_agent_that_signals_every_pid_it_can_name_still_leaves_a_run(demo, tm
     assert replay.run.final_state == "failed"
     state = Event.objects.filter(run=replay.run, kind="run.state").order_by("-seq").first().body
     assert "agent signaller exited with status 3" in state["reason"] and "signals " in state["reason"]
+
+
+def test_a_crashing_agents_stderr_in_the_stop_reason_is_masked_like_every_event(demo, tmp_path, capsys):
+    """Issue 36, point 4: the stop reason quotes the agent's last stderr lines; a credential among them is masked by
+    the importer's secret scan, as anything else in the run's events is."""
+    import secrets
+    import string
+
+    from replays.services import replay_create, replay_execute
+    from runs.models import MaskedSecret
+
+    _isolation_or_skip()
+    token = "ghp_" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(36))
+    crash = f"import sys\nprint('using token {token}', file=sys.stderr)\nraise SystemExit('gave up')\n"
+    folder = agent_folder(tmp_path, extra={"crash.py": crash})
+    register(capsys, "leaky", str(folder), "--command", "python crash.py")
+    replay = replay_create(
+        Run.objects.get(run_id=RUN),
+        mode="counterfactual",
+        vary={"decider": "agent:leaky"},
+        scenario="coding-review-request@1",
+    )
+    done = replay_execute(replay.pk)
+    assert done.run is not None, done.error
+    state = Event.objects.filter(run=done.run, kind="run.state").order_by("-seq").first()
+    assert state is not None
+    reason = state.body["reason"]
+    assert state.body["state"] == "failed" and reason.startswith("agent leaky exited with status 1: using token ")
+    assert reason.endswith(" | gave up") and token[4:] not in reason, reason
+    assert MaskedSecret.objects.filter(run=done.run).exists()

@@ -1,10 +1,11 @@
-"""`manage.py register_agent NAME (FOLDER | WHEEL.whl) --command ARG [--command ARG ...] [--requirements FILE] --json`.
+"""`manage.py register_agent NAME (FOLDER | WHEEL.whl) --command ARG [...] [--requirements FILE] [--replace] --json`.
 
 Registers an agent program as the replay decider `agent:NAME` (issue 18, docs/agents.md): FOLDER on the worker's
 disk, its entry command (argv, one --command per argument, or one quoted string split like a shell), the digest of
 its files pinned now, and, with --requirements, its own read-only environment built from the package registry.
 A WHEEL.whl instead of a folder is installed with its dependencies from the registry into its own read-only
-environment; the entry command is one of its console scripts or `python -m MODULE`.
+environment; the entry command is one of its console scripts or `python -m MODULE`. A NAME registered already is
+refused, unless --replace: then this is its next version (issue 36), and agent:NAME runs the newest.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ class Command(JsonCommand):
             "one string, or once per argument",
         )
         parser.add_argument(
+            "--replace",
+            action="store_true",
+            help="NAME is registered already: make this a new version of it (the newest is what agent:NAME runs; "
+            "older versions stay, for the replays that ran them)",
+        )
+        parser.add_argument(
             "--requirements",
             metavar="FILE",
             help="a requirements file (package specifiers only): its own environment is built from the registry",
@@ -57,7 +64,9 @@ class Command(JsonCommand):
             except (OSError, UnicodeDecodeError) as exc:
                 raise CommandError(f"--requirements {options['requirements']}: {exc}") from None
         try:
-            agent = agent_register(options["name"], options["folder"], command, requirements=requirements)
+            agent = agent_register(
+                options["name"], options["folder"], command, requirements=requirements, replace=options["replace"]
+            )
         except AgentRefused as exc:
             raise CommandError(str(exc)) from None
         return agent_json(agent)
@@ -68,6 +77,6 @@ class Command(JsonCommand):
             environment += f" ({result['environment_digest']})"
         source = f"{result['wheel']} in {result['folder']}" if result.get("wheel") else result["folder"]
         return (
-            f"registered {result['decider']}: {source} ({result['digest']}), command "
+            f"registered {result['decider']} version {result['version']}: {source} ({result['digest']}), command "
             f"{shlex.join(result['command'])}, environment {environment}"
         )
