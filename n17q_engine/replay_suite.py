@@ -387,7 +387,8 @@ def judge(
 
     - its final `run.state` is the case's `expect` (default `completed`) and, when given, its reason contains
       `reason_contains`;
-    - no fixture was missing or ambiguous (`fixture.missing`, `fixture.ambiguous`);
+    - no fixture was missing or ambiguous (`fixture.missing`, `fixture.ambiguous`), except in a canary case
+      (`expect = "incomplete_test_world"`), where at least one must be: a miss must stop the run, never be served;
     - no sandbox violation was recorded (in the run's log or on the sandbox's event channel);
     - no error-severity lineage finding has a code the recorded run's own findings do not have (a replay may
       keep the recording's findings; it may not introduce one)."""
@@ -402,9 +403,12 @@ def judge(
     elif case.reason_contains and case.reason_contains not in reason:
         problems.append(f"the run ended {state}, but its reason does not contain {case.reason_contains!r}: {reason}")
     missing = missing_fixtures(events)
-    if missing and not problems:
+    if case.expect == "incomplete_test_world":  # a fixture-miss canary: the miss must happen, and stop the run
+        if not missing and not problems:
+            problems.append("expected a missing fixture (a canary case), but none was missing")
+    elif missing and not problems:
         problems.append(f"{len(missing)} fixture(s) missing")
-    violations = [e for e in events if e.get("kind") == "sandbox.violation"]
+    violations: list[Mapping[str, Any]] = [e for e in events if e.get("kind") == "sandbox.violation"]
     violations += [e for e in channel if e.get("event") == "sandbox.violation" and e not in violations]
     if violations:
         first = violations[0]

@@ -9,7 +9,9 @@ What it writes under examples/mcp_openai_agent/stories/ (committed, so a CI job 
   `manage.py load_demo` imports): run-001-recorded and run-003-review-request;
 - `<story>/scenario/`: the scenario package (as `manage.py export_package` writes it) of the demo's seed scenario
   (`n17q_demo.seed_scenarios`: email-delivery, coding-review-request) with the `model.chat` contract and this
-  agent's model fixtures added.
+  agent's model fixtures added;
+- `001-email-delivery/scenario-no-answers/`: the same scenario with the `model.chat` contract and no answer, for the
+  suite's fixture-miss canary (the agent's first model request must stop the run as a missing fixture).
 
 The model fixtures are authored the way a reviewer would (docs/agents.md, "Model fixtures"): replay the case in the
 sandbox (`n17q_engine.replay_suite.run_case`, exactly what the pytest plugin runs), read the model request it stopped
@@ -136,6 +138,8 @@ def main() -> int:
         runs[folder] = read_recorded_run(target / "run.zip")
         bases[folder] = scenario_with_fixtures(seeds[scenario], [])
         bases[folder].write_dir(target / "scenario")  # the suite must load while the fixtures are authored
+        if folder == "001-email-delivery":  # the canary's scenario: the model.chat contract, no answer
+            bases[folder].write_dir(target / "scenario-no-answers")
     cases = {c.name: c for c in load_suite(SUITE)}
     for (name, branch), script in scripts(runs).items():
         case = cases[name]

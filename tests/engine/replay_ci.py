@@ -36,6 +36,9 @@ def run_pytest(python: str, args: list[str], cwd: Path, *, env: dict[str, str] |
     if plugin_flag:
         full += ["-p", "n17q_engine.pytest_plugin"]
     child_env = {**os.environ, **(env or {})}
+    if not plugin_flag:  # an installed distribution's own entry point, and nothing of this checkout
+        for name in ("PYTHONPATH", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS"):
+            child_env.pop(name, None)
     if plugin_flag:
         child_env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only the plugin named: no other installed one
         child_env["PYTHONPATH"] = str(REPO)  # this checkout's engine and plugin
@@ -45,11 +48,11 @@ def run_pytest(python: str, args: list[str], cwd: Path, *, env: dict[str, str] |
 def junit_cases(path: Path) -> dict[str, dict]:
     """name -> {"failure": message or None, "properties": {...}} from a JUnit XML file pytest wrote."""
     root = ET.parse(path).getroot()
-    out = {}
+    out: dict[str, dict] = {}
     for case in root.iter("testcase"):
         failure = case.find("failure")
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        out[case.get("name")] = {
+        out[str(case.get("name"))] = {
             "failure": None if failure is None else (failure.get("message") or "") + "\n" + (failure.text or ""),
             "error": case.find("error") is not None,
             "skipped": case.find("skipped") is not None,

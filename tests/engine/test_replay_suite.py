@@ -4,13 +4,14 @@ in a child pytest, read back from its JUnit XML."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 import pytest
 
 from n17q_engine.divergence import first_divergence, missing_fixtures
-from n17q_engine.replay_suite import SuiteError, load_suite, read_recorded_run
+from n17q_engine.replay_suite import SuiteError, judge, load_suite, read_recorded_run
 from tests.engine import replay_ci
 
 
@@ -28,6 +29,7 @@ def test_the_example_suite_names_its_cases_branch_points_and_agent():
     assert [(c.name, c.branch_points, c.expect) for c in cases] == [
         ("story-001", ("start",), "completed"),
         ("story-003", ("e-003-a1-checkpoint",), "stopped"),
+        ("story-001-canary", ("start",), "incomplete_test_world"),
     ]
     assert cases[0].agent.command == ("python", "agent.py") and cases[0].agent.environment == ""
     assert cases[0].agent.folder == replay_ci.EXAMPLE / "agent"
@@ -167,6 +169,19 @@ def test_a_branched_replay_is_compared_after_its_checkpoint_only():
     assert first_divergence(recorded, replay) is None
 
 
+def test_the_verdict_on_the_recorded_runs_own_log_passes_and_a_canary_that_missed_nothing_fails():
+    """`judge` on the recording itself (what a perfect replay would be): it passes as `completed`; a fixture-miss
+    canary expecting `incomplete_test_world` fails when nothing was missing."""
+    case = load_suite(replay_ci.EXAMPLE / "replays.n17q.toml")[0]
+    run = read_recorded_run(case.run)
+    verdict = judge(case, "start", run, run.manifest, run.events)
+    assert verdict.passed and verdict.state == "completed" and verdict.divergence == "", verdict.message()
+    canary = dataclasses.replace(case, expect="incomplete_test_world")
+    verdict = judge(canary, "start", run, run.manifest, run.events)
+    assert not verdict.passed
+    assert verdict.problems == ["expected run.state incomplete_test_world, got completed: notice sent"]
+
+
 # --- the plugin on the shipped example, in the sandbox ---------------------------------------------------------
 
 
@@ -180,15 +195,28 @@ def test_the_example_agent_replays_story_001_to_completion_and_story_003_stops_b
         sys.executable, ["--n17q-suite", str(suite), f"--junitxml={junit}", f"--n17q-keep={keep}"], tmp_path
     )
     cases = replay_ci.junit_cases(junit)
-    assert set(cases) == {"story-001[start]", "story-003[e-003-a1-checkpoint]"}, done.stdout
+    assert set(cases) == {"story-001[start]", "story-003[e-003-a1-checkpoint]", "story-001-canary[start]"}, done.stdout
     assert cases["story-001[start]"]["failure"] is None, cases["story-001[start]"]["failure"]
     assert cases["story-001[start]"]["properties"]["n17q.state"] == "completed"
     assert cases["story-003[e-003-a1-checkpoint]"]["failure"] is None
     assert cases["story-003[e-003-a1-checkpoint]"]["properties"]["n17q.state"] == "stopped"
+    assert cases["story-001-canary[start]"]["failure"] is None
+    assert cases["story-001-canary[start]"]["properties"]["n17q.state"] == "incomplete_test_world"
+    assert cases["story-001-canary[start]"]["properties"]["n17q.missing_fixtures"] == "1"
     assert done.returncode == 0, done.stdout
-    assert sorted(p.name for p in keep.iterdir()) == ["story-001--start", "story-003--e-003-a1-checkpoint"]
+    assert sorted(p.name for p in keep.iterdir()) == [
+        "story-001--start",
+        "story-001-canary--start",
+        "story-003--e-003-a1-checkpoint",
+    ]
     events = (keep / "story-003--e-003-a1-checkpoint" / "events.jsonl").read_text()
     assert '"tool":"review.create_request"' not in events.replace(" ", "")
+    # Twice in a row: the same logs, byte for byte.
+    again = tmp_path / "again"
+    done = replay_ci.run_pytest(sys.executable, ["--n17q-suite", str(suite), f"--n17q-keep={again}", "-q"], tmp_path)
+    assert done.returncode == 0, done.stdout
+    for name in ("story-001--start", "story-003--e-003-a1-checkpoint"):
+        assert (again / name / "events.jsonl").read_bytes() == (keep / name / "events.jsonl").read_bytes(), name
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
