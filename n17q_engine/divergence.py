@@ -3,7 +3,7 @@
 Pure functions over two event lists (each as its bundle holds it, in `seq` order): nothing is read or stored. The
 pairing is the console's comparison (replays/comparison.py, its "Proposals" and "Tool transitions" layers): the
 n-th decision of the replay is paired with the n-th decision of the recording, the n-th tool call with the n-th,
-each by the same signature the console uses, and the first divergence is the earliest unequal pair (by the
+each by a signature, and the first divergence is the earliest unequal pair (by the
 recording's position; a pair with nothing recorded comes after every recorded one). Two differences from the
 console, both because this answers "did the agent do what the recorded run did?":
 
@@ -16,7 +16,8 @@ console, both because this answers "did the agent do what the recorded run did?"
   replay after the checkpoint its scope note says it restored), as the console does.
 
 The console's comparison reads the database (`Event` rows) and shows every layer; this module is the part a CI job
-needs without a database; `call_signature` is the console's tool-call signature.
+needs without a database. The console's comparison takes its tool-call pairing from here (`calls_with_outcomes`,
+`call_signature`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import canonical
 from .archive import unpack
 from .bundle import BundleError, iter_event_records, parse_manifest, verify_blobs
 from .divergence import MissingFixture, first_divergence, missing_fixtures
@@ -318,7 +317,8 @@ def agent_copy(config: AgentConfig, into: Path) -> Any:
     for path in [into, folder, *folder.rglob("*")]:
         if not path.is_symlink():
             path.chmod(0o755)
-    environment = config.environment or sys.prefix
+    # Resolved: the sandbox binds the environment at its real path, so a path through a symlink would not exist there.
+    environment = os.path.realpath(config.environment or sys.prefix)
     return AgentSpec(config.name, str(folder), config.command, folder_digest(folder), environment)
 
 
@@ -364,7 +364,9 @@ def run_case(
         return _refused(case, branch, f"the replay's output was unreadable: {exc}")
     events = list(iter_output_events(output))
     if keep is not None:
-        output.write_bundle(keep / f"{case.name}--{re.sub(r'[^A-Za-z0-9._-]', '-', branch)}")
+        target = keep / f"{case.name}--{re.sub(r'[^A-Za-z0-9._-]', '-', branch)}"
+        shutil.rmtree(target, ignore_errors=True)  # this run's bundle only, never a blob of an earlier one
+        output.write_bundle(target)
     outcome = judge(case, branch, run, output.manifest, events, channel=result.events)
     outcome.output = output
     return outcome
@@ -457,11 +459,3 @@ def scenario_with_fixtures(scenario: Package, fixtures: Sequence[Mapping[str, An
         files["contracts.json"] = [*contracts, MODEL_CONTRACT]
     files["fixtures.json"] = [*(files.get("fixtures.json") or []), *fixtures]
     return build_scenario(files)
-
-
-def events_digest(events: Sequence[Mapping[str, Any]]) -> str:
-    return canonical.digest_bytes(b"".join(canonical.canonical_json(dict(e)) + b"\n" for e in events))
-
-
-def environment_note() -> str:
-    return f"python {sys.version.split()[0]} at {os.path.realpath(sys.prefix)}"

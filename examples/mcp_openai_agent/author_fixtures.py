@@ -1,6 +1,8 @@
 """Regenerate this example's stories: the recorded runs, the scenario packages and the agent's model fixtures.
 
-    python examples/mcp_openai_agent/author_fixtures.py      (from the repository, the console's environment)
+    python examples/mcp_openai_agent/author_fixtures.py [EXAMPLE_DIR]   (the console's environment)
+
+EXAMPLE_DIR (default: this script's folder) holds `replays.n17q.toml` and `agent/`; its `stories/` is rewritten.
 
 What it writes under examples/mcp_openai_agent/stories/ (committed, so a CI job needs nothing but the files):
 
@@ -26,6 +28,7 @@ Needs the sandbox's kernel boundary (Linux namespaces), like every agent replay.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sys
@@ -48,8 +51,6 @@ from n17q_engine.replay_suite import (  # noqa: E402
     scenario_with_fixtures,
 )
 
-STORIES = HERE / "stories"
-SUITE = HERE / "replays.n17q.toml"
 RECORDED_AT = "2026-12-01T00:00:00Z"
 # story folder -> (recorded run id, seed scenario name)
 SOURCES = {
@@ -58,9 +59,14 @@ SOURCES = {
 }
 
 
-def fn(tool: str) -> str:
-    """The function name the agent offers its model for an MCP tool (agent.py's `function_name`)."""
-    return tool.replace(".", "__")
+def fn(tool: str, example: Path) -> str:
+    """The function name the agent offers its model for an MCP tool: agent.py's own `function_name`, so a change of
+    its mapping changes the answers with it."""
+    spec = importlib.util.spec_from_file_location("example_agent", example / "agent" / "agent.py")
+    assert spec is not None and spec.loader is not None
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    return agent.function_name(tool, {})
 
 
 def recorded(run: Any, call_id: str) -> dict[str, Any]:
@@ -110,7 +116,8 @@ def author(case: Case, branch: str, base: Package, run: Any, script: list) -> li
             raise SystemExit(f"{case.name}: the agent asked its model more than the script holds: {outcome.reason}")
         request = missing[0].request
         content, tool, arguments = script[turn]
-        calls = [(f"call-{turn}", fn(tool), json.dumps(arguments, sort_keys=True))] if tool else None
+        name = fn(tool, case.agent.folder.parent) if tool else None
+        calls = [(f"call-{turn}", name, json.dumps(arguments, sort_keys=True))] if name else None
         fixtures.append(
             model_fixture(
                 f"model-{case.name}-{turn}",
@@ -124,13 +131,15 @@ def author(case: Case, branch: str, base: Package, run: Any, script: list) -> li
     raise SystemExit(f"{case.name}: the agent kept asking its model after the script ended")
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    example = Path(argv[0]).resolve() if argv else HERE
+    stories_dir = example / "stories"
     seeds = {p.manifest["scenario"]["name"]: p for p in seed_scenarios.seed_packages()}
     bundles = {b.manifest["run"]["id"]: b for b in stories.demo_bundles()}
     runs: dict[str, Any] = {}
     bases: dict[str, Package] = {}
     for folder, (run_id, scenario) in SOURCES.items():
-        target = STORIES / folder
+        target = stories_dir / folder
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
@@ -140,18 +149,18 @@ def main() -> int:
         bases[folder].write_dir(target / "scenario")  # the suite must load while the fixtures are authored
         if folder == "001-email-delivery":  # the canary's scenario: the model.chat contract, no answer
             bases[folder].write_dir(target / "scenario-no-answers")
-    cases = {c.name: c for c in load_suite(SUITE)}
+    cases = {c.name: c for c in load_suite(example / "replays.n17q.toml")}
     for (name, branch), script in scripts(runs).items():
         case = cases[name]
         folder = case.run.parent.name
         fixtures = author(case, branch, bases[folder], runs[folder], script)
         if len(fixtures) != len(script):
             raise SystemExit(f"{name}: authored {len(fixtures)} answers for a script of {len(script)}")
-        shutil.rmtree(STORIES / folder / "scenario")
-        scenario_with_fixtures(bases[folder], fixtures).write_dir(STORIES / folder / "scenario")
+        shutil.rmtree(stories_dir / folder / "scenario")
+        scenario_with_fixtures(bases[folder], fixtures).write_dir(stories_dir / folder / "scenario")
         print(f"{name} [{branch}]: {len(fixtures)} model fixtures", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

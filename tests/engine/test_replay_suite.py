@@ -35,6 +35,23 @@ def test_the_example_suite_names_its_cases_branch_points_and_agent():
     assert cases[0].agent.folder == replay_ci.EXAMPLE / "agent"
 
 
+def test_a_json_suite_reads_as_its_toml_twin(tmp_path):
+    """The same structure as JSON (paths absolute here, as a suite may give them)."""
+    import json
+    import tomllib
+
+    toml_suite = replay_ci.EXAMPLE / "replays.n17q.toml"
+    data = tomllib.loads(toml_suite.read_text())
+    data["agent"]["folder"] = str(replay_ci.EXAMPLE / data["agent"]["folder"])
+    for case in data["case"]:
+        case["scenario"], case["run"] = (str(replay_ci.EXAMPLE / case[k]) for k in ("scenario", "run"))
+    json_cases = load_suite(_write(tmp_path, "twin.n17q.json", json.dumps(data)))
+    toml_cases = load_suite(toml_suite)
+    assert [(c.name, c.scenario, c.run, c.branch_points, c.agent, c.expect) for c in json_cases] == [
+        (c.name, c.scenario, c.run, c.branch_points, c.agent, c.expect) for c in toml_cases
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "error"),
     [
@@ -234,3 +251,30 @@ def test_a_scenario_missing_a_model_answer_fails_with_the_missing_fixture_and_th
     assert "missing fixture: model.chat sha256:" in message and '"tool_call_id":"call-1"' in message
     assert "first divergence at decision #3: recorded e-001-propose-send proposed" in message
     assert "replay nothing (no such step)" in message
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
+def test_the_examples_committed_stories_are_what_its_authoring_script_writes(tmp_path):
+    """Anyone can regenerate the example's runs, scenarios and model fixtures: the authoring loop (replay, read the
+    request it stopped on, answer it, replay again), run on a copy, writes the committed files byte for byte."""
+    import shutil
+    import subprocess
+
+    replay_ci.isolation_or_skip()
+    copy = tmp_path / "example"
+    shutil.copytree(replay_ci.EXAMPLE, copy, ignore=shutil.ignore_patterns("__pycache__", "stories"))
+    done = subprocess.run(
+        [sys.executable, str(replay_ci.EXAMPLE / "author_fixtures.py"), str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    written = {p.relative_to(copy): p.read_bytes() for p in sorted((copy / "stories").rglob("*")) if p.is_file()}
+    committed = {
+        p.relative_to(replay_ci.EXAMPLE): p.read_bytes()
+        for p in sorted((replay_ci.EXAMPLE / "stories").rglob("*"))
+        if p.is_file()
+    }
+    assert sorted(written) == sorted(committed)
+    assert [name for name in written if written[name] != committed[name]] == []
