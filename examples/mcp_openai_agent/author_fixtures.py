@@ -69,6 +69,15 @@ def fn(tool: str, example: Path) -> str:
     return agent.function_name(tool, {})
 
 
+def offered(request: dict[str, Any], name: str) -> str:
+    """`name` as one of the functions the agent offered in this model request (a clear stop if it is not: the tool
+    names the MCP server serves, or the agent's mapping of them, changed; update the script's tools)."""
+    names = [str((t.get("function") or {}).get("name")) for t in request.get("tools") or []]
+    if name not in names:
+        raise SystemExit(f"the agent offers no function {name!r} (it offers {', '.join(names)})")
+    return name
+
+
 def recorded(run: Any, call_id: str) -> dict[str, Any]:
     return dict(next(e for e in run.events if e["id"] == call_id)["request"])
 
@@ -116,7 +125,7 @@ def author(case: Case, branch: str, base: Package, run: Any, script: list) -> li
             raise SystemExit(f"{case.name}: the agent asked its model more than the script holds: {outcome.reason}")
         request = missing[0].request
         content, tool, arguments = script[turn]
-        name = fn(tool, case.agent.folder.parent) if tool else None
+        name = offered(request, fn(tool, case.agent.folder.parent)) if tool else None
         calls = [(f"call-{turn}", name, json.dumps(arguments, sort_keys=True))] if name else None
         fixtures.append(
             model_fixture(
