@@ -31,6 +31,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from n17q_engine.divergence import call_signature, calls_with_outcomes
 from n17q_engine.facts import effects_label, validation_label
 from runs.facts import facts_of
 from runs.models import Event, Finding, Run
@@ -301,22 +302,9 @@ def comparison_build(replay_run: Run) -> Comparison:
     # tool transitions
     tools, src_c, rep_c = layer("tools", "Tool transitions", ("tool.call", "tool.result", "command.receipt"))
 
-    def calls(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        results = {e.get("call_id"): e for e in events if e["kind"] in ("tool.result", "command.receipt")}
-        out = []
-        for e in events:
-            if e["kind"] == "tool.call":
-                res = results.get(e["id"]) or {}
-                out.append({**e, "result_outcome": res.get("outcome") or res.get("completion") or "no result"})
-        return out
-
-    src_calls, rep_calls = calls(src_c), calls(rep_c)
-    _pair(
-        tools,
-        src_calls,
-        rep_calls,
-        lambda e, side: (e.get("tool"), e.get("contract_revision"), e.get("request_digest"), e.get("result_outcome")),
-    )
+    # The engine's pairing core (n17q_engine/divergence.py), which a CI's replay suite uses without a database.
+    src_calls, rep_calls = calls_with_outcomes(src_c), calls_with_outcomes(rep_c)
+    _pair(tools, src_calls, rep_calls, lambda e, side: call_signature(e))
     tools.summary = f"{len(src_calls)} calls recorded, {len(rep_calls)} in the replay; {tools.diverged} differ"
 
     # world changes

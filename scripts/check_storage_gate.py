@@ -87,6 +87,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("n17q_engine/archive.py", "open-write"): "a bundle unpacked into " + _TEMP + " for the importer's scan",
     ("n17q_engine/spill.py", "raw-sql-write"): "the engine's spill database, a temporary file of ids and graph "
     "records for one import, deleted when it ends",
+    ("n17q_engine/replay_suite.py", "file-copy"): "an agent's folder (its code, from the CI suite) copied into "
+    + _TEMP
+    + " for the sandbox's unprivileged uid to read, removed when the replay ends; never run in the console",
 }
 
 
