@@ -314,6 +314,23 @@ def test_story_001_with_its_send_replayed_twice_by_two_replays_completes_both_ti
     assert outs[0].blobs == outs[1].blobs
 
 
+def test_what_the_sandbox_hands_an_agent_is_the_same_in_two_replays_of_one_branch(tmp_path):
+    """HOME, TMPDIR, the model endpoint's URL (its port no longer the kernel's pick), the working folder: the agent
+    puts them in its model request, which two replays with their own ids, run ids and launch instants make alike."""
+    agent = register(agent_folder(tmp_path, "env_agent.py"), ("python", "env_agent.py"), name="env-agent")
+    asked = []
+    for replay_id, launched in (("replay-51", "2026-12-05T08:00:00Z"), ("replay-52", "2026-12-06T09:00:00Z")):
+        _out, log, _result = replay_with(
+            agent, "run-001-recorded", with_model("email-delivery", []), replay_id=replay_id, launched_at=launched
+        )
+        (call,) = [c for c in kinds(log, "tool.call") if c["tool"] == MODEL_TOOL]
+        assert final(log)["state"] == "incomplete_test_world"
+        asked.append(canonical_json(call["request"]))
+    assert asked[0] == asked[1]
+    seen = json.loads(json.loads(asked[0])["messages"][0]["content"])
+    assert seen["OPENAI_BASE_URL"] == "http://198.18.0.1:8400/v1" and seen["HOME"] == seen["TMPDIR"]
+
+
 def test_story_003_the_agent_reruns_validation_in_workspace_two_sees_the_failure_and_stops_without_a_request(
     real_agent,
 ):
