@@ -36,6 +36,15 @@ Decisions:
   observed); every other stage of `vocabulary.FAULT_STAGES` is allowed for both classes.
 - A contract dict with a key this module does not know is refused: contracts are ours, a typo must not
   silently become "no canonicalization".
+- `volatile` (issue 36, extension): request parts that may differ between two calls meaning the same thing (an
+  id a client makes up per call, an id the tool handed out earlier and the caller quotes back) are declared as paths
+  and replaced by the marker `VOLATILE` in the normalized request, so they do not enter the digest. A path is the
+  dotted way to the part from a field of the contract, `[]` after a name meaning "each item of that array":
+  `metadata`, `messages[].tool_call_id`, `messages[].tool_calls[].id`. Only a field's nested parts are untyped
+  JSON, so a path that goes below its field starts at an `object` field or at each item of an array of objects; a
+  path may not run through an array the contract sorts or deduplicates (the volatile part would decide the order);
+  what a request lacks is left alone. A whole field declared volatile keeps its presence (the marker stands for
+  its value) and the marker is accepted for it again, so a normalized request normalizes to itself.
 - A revision may declare how fixtures of earlier revisions become its own (`migrations_from`, docs/contract-
   migration.md): `{"<earlier revision>": [operation, ...]}`, each operation one of a small reviewed set
   (`MIGRATION_OPERATIONS`), data only. Here each is checked against this revision (a renamed field must be one
@@ -45,6 +54,7 @@ Decisions:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,8 +78,12 @@ _CONTRACT_KEYS = frozenset(
         "outcomes",
         "produces",
         "migrations_from",
+        "volatile",
     }
 )
+# What a volatile request part is replaced by in the normalized request (see `volatile` above).
+VOLATILE = "<volatile>"
+_PATH_SEGMENT = re.compile(r"^([A-Za-z0-9_-]+)(\[\])?$")
 # What a call of the tool leaves in the run: a `tool.result`, or (a command run in a workspace) a `command.receipt`.
 PRODUCES = ("result", "receipt")
 # The declared structural transformations between contract revisions (docs/contract-migration.md): the keys
@@ -307,7 +321,11 @@ class Contract:
     produces: str = "result"
     # {earlier revision: the operations that turn its fixtures into this revision's}; see MIGRATION_OPERATIONS.
     migrations_from: Mapping[int, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    # Request parts whose value does not enter the digest (paths as declared; see `volatile` above).
+    volatile: tuple[str, ...] = ()
     _order: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    _volatile_paths: tuple[tuple[tuple[str, bool], ...], ...] = field(default=(), repr=False, compare=False)
+    _volatile_whole: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -347,6 +365,8 @@ class Contract:
         if produces not in PRODUCES:
             raise ContractError("produces", f"must be one of {', '.join(PRODUCES)}, got {produces!r}")
         migrations = _migrations_from(data.get("migrations_from", {}), revision, fields, outcomes)
+        volatile = _str_list(data, "volatile")
+        paths = tuple(_volatile_path(path, fields) for path in volatile)
         return cls(
             tool=tool,
             revision=revision,
@@ -357,7 +377,10 @@ class Contract:
             outcomes=outcomes,
             produces=produces,
             migrations_from=migrations,
+            volatile=volatile,
             _order=tuple(sorted(fields)),
+            _volatile_paths=paths,
+            _volatile_whole=frozenset(p[0][0] for p in paths if len(p) == 1 and not p[0][1]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -380,6 +403,8 @@ class Contract:
                 if self.migrations_from
                 else {}
             ),
+            # Likewise only when declared.
+            **({"volatile": list(self.volatile)} if self.volatile else {}),
         }
 
     def normalize(self, args: Any) -> dict[str, Any]:
@@ -461,6 +486,51 @@ def _migration_op(op: Any, where: str, fields: Mapping[str, FieldSpec], outcomes
     return copy_json(op)
 
 
+def _volatile_path(path: str, fields: Mapping[str, FieldSpec]) -> tuple[tuple[str, bool], ...]:
+    """A declared volatile path, checked against the contract's fields: ((name, each item), ...)."""
+    where = f"volatile.{path}"
+    segments: list[tuple[str, bool]] = []
+    for part in path.split("."):
+        match = _PATH_SEGMENT.match(part)
+        if match is None:
+            raise ContractError(where, "a path is dotted names, each optionally followed by [] (each item)")
+        segments.append((match.group(1), match.group(2) is not None))
+    (name, each), below = segments[0], segments[1:]
+    spec = fields.get(name)
+    if spec is None:
+        raise ContractError(where, f"{name!r} is not a field of the contract")
+    if each and spec.type != "array":
+        raise ContractError(where, f"{name!r} is not an array ({spec.type}): [] has no items to take")
+    if each and not below:
+        raise ContractError(where, f"the items of {name!r} are typed: declare the parts of them that vary")
+    if below and not (spec.type == "object" or (each and spec.items == "object")):
+        raise ContractError(where, f"{name!r} has no untyped parts to go into (an object, or [] of objects)")
+    if {"unique", "sort"} & set(spec.canonical):
+        raise ContractError(where, f"{name!r} is sorted or deduplicated: a volatile part would decide its order")
+    return tuple(segments)
+
+
+def _mark_volatile(container: dict[str, Any], segments: tuple[tuple[str, bool], ...]) -> None:
+    """Replace the part at `segments` (where `container` has it) by VOLATILE, in place."""
+    (name, each), rest = segments[0], segments[1:]
+    if name not in container:
+        return
+    value = container[name]
+    if each:
+        if not isinstance(value, list):
+            return
+        if not rest:
+            container[name] = [VOLATILE] * len(value)
+            return
+        for item in value:
+            if isinstance(item, dict):
+                _mark_volatile(item, rest)
+    elif not rest:
+        container[name] = VOLATILE
+    elif isinstance(value, dict):
+        _mark_volatile(value, rest)
+
+
 def normalize(contract: Contract, args: Any) -> dict[str, Any]:
     """The normalized request for `args` under `contract`, or `ContractError` naming the field at fault."""
     if not isinstance(args, dict):
@@ -471,14 +541,20 @@ def normalize(contract: Contract, args: Any) -> dict[str, Any]:
         if name not in contract.fields and name not in contract.transport:
             raise ContractError(name, f"unknown field for {contract.tool} revision {contract.revision}")
     out: dict[str, Any] = {}
+    whole = contract._volatile_whole
     for name in contract._order or sorted(contract.fields):
         spec = contract.fields[name]
         if name in args:
+            if whole and name in whole and args[name] == VOLATILE:  # already normalized: the marker stands for it
+                out[name] = VOLATILE
+                continue
             out[name] = spec.canonicalize(args[name])
         elif spec.has_default:
             out[name] = spec.canonicalize(spec.default)
         elif spec.required:
             raise ContractError(name, f"required by {contract.tool} revision {contract.revision} and missing")
+    for path in contract._volatile_paths:
+        _mark_volatile(out, path)
     return out
 
 

@@ -960,6 +960,35 @@ class ReplayPackage:
         return self.package.digest
 
 
+# The branch basis (issue 36 point 1, docs/agents.md "Determinism"): what every value a replay generates derives from.
+BASIS_FORMAT = "n17q.branch-basis/1"
+
+
+def branch_basis(package: ReplayPackage) -> str:
+    """The one thing every value a rerun or counterfactual generates is derived from (its event ids, execution ids,
+    idempotency keys, the counterfactual's world name, synthetic tokens), with the position in the replay (each id
+    kind counted from 0) and the scenario seed: the recorded run (its id and the digest of its events), the branch
+    point (the checkpoint, None for the start) and what the replay varies (mode, vary, and the decider a rerun
+    names). Never the replay's own id, its run id or its launch instant, never randomness or process time: two
+    replays of the same branch that make the same decisions generate the same values, so what an agent sees (and
+    the model requests it makes from it) is byte-identical, and fixtures authored from one replay answer the next.
+
+    The scenario's version is deliberately not part of it, only its seed: approving a new model fixture makes a new
+    scenario version, and the values the agent saw before must stay what its recorded requests carry."""
+    src = package.source_manifest.get("run") or {}
+    return canonical.digest_json(
+        {
+            "format": BASIS_FORMAT,
+            "seed": package.scenario.seed if package.scenario is not None else None,
+            "source": {"run": src.get("id"), "events": canonical.digest_bytes(package.source_events)},
+            "checkpoint": package.checkpoint,
+            "mode": package.mode,
+            "vary": dict(package.vary),
+            "decider": package.decider,
+        }
+    )
+
+
 def build_replay(
     *,
     replay_id: str,

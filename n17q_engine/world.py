@@ -500,10 +500,12 @@ SYNTHETIC_TOKEN_PREFIX = "n17q-synthetic-token."
 SYNTHETIC_TOKEN = re.compile(rf"{re.escape(SYNTHETIC_TOKEN_PREFIX)}[A-Za-z0-9][A-Za-z0-9._-]*\.[0-9a-f]{{{_HEX}}}")
 
 
-def synthetic_token(seed: str, replay_id: str, grant: str) -> str:
+def synthetic_token(seed: str, basis: str, grant: str) -> str:
     """The synthetic token the fixture world issues to one replay for one grant (seed 000 "Credentials never
-    entered replay artifacts"). Derived from the scenario seed, the replay id and the grant, so the same package
-    gives the same token and no two replays share one; it authorizes nothing outside that replay's fixture world.
+    entered replay artifacts"). Derived from the scenario seed, the replay's branch basis (`package.branch_basis`:
+    the recorded run, the branch point, what the replay varies) and the grant, never from the replay's own id: two
+    replays of one branch get the same token (an agent that is handed it asks the same model requests), replays of
+    different branches or variations different ones; it authorizes nothing outside the replay's fixture world.
 
     Its shape is deliberately no provider's: a fixed prefix that says what it is, the grant's name, and hex. It has
     none of the markers secret scanners key on (`ghp_`, `sk-`, `xox`, `AKIA`, a JWT's `eyJ`, a PEM block), so no
@@ -511,4 +513,4 @@ def synthetic_token(seed: str, replay_id: str, grant: str) -> str:
     fingerprint (`token_fingerprint`) beside the grant's scope: the trace keeps who was authorized for what, not
     the material."""
     _name(grant, "the grant")
-    return f"{SYNTHETIC_TOKEN_PREFIX}{grant}.{_hex(seed, replay_id, 'grant', grant)}"
+    return f"{SYNTHETIC_TOKEN_PREFIX}{grant}.{_hex(seed, basis, 'grant', grant)}"

@@ -4,7 +4,8 @@
   scenario contract (its fields as the JSON schema), plus an optional `workspace` argument naming the scenario
   workspace a call runs in.
 - Model: `POST /v1/chat/completions` (OpenAI-compatible, whole completions, no streaming) on the sandbox network
-  namespace's own address (`NAMESPACE_HOST`, on its `lo`); any other path or method is a 404/405.
+  namespace's own address (`NAMESPACE_HOST`, on its `lo`) at the fixed `MODEL_PORT`; any other path or method is a
+  404/405.
 
 Neither endpoint decides anything: each request becomes a `Request` on `requests`, which the decider (on the
 engine's thread) takes, turns into engine actions, and answers through the request's future. While the decider
@@ -28,6 +29,9 @@ from .names import tool_name
 from .task import TASK_PROMPT, TASK_URI
 
 MAX_BODY = 8 << 20
+# The model endpoint's port on the sandbox namespace's own address: fixed, so OPENAI_BASE_URL is the same in every
+# replay (docs/agents.md "Determinism"); nothing else listens in the replay's network namespace.
+MODEL_PORT = 8400
 MAX_HEADERS = 64
 
 
@@ -155,10 +159,13 @@ class Bridge:
 
     # -- the model endpoint ------------------------------------------------------------------------------------
 
-    def start_model_endpoint(self, host: str) -> int:
-        """Listen on `host` (the sandbox namespace's own address), any free port; returns the port."""
+    def start_model_endpoint(self, host: str, port: int = MODEL_PORT) -> int:
+        """Listen on `host` (the sandbox namespace's own address) at `port`; returns the port.
+
+        The port is fixed, not any free one the kernel picks: the namespace is the replay's own (nothing else listens
+        on its address), and the agent sees it in OPENAI_BASE_URL, so it is the same in every replay (issue 36)."""
         self.thread.start()
-        started = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._http, host, 0), self.loop)
+        started = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._http, host, port), self.loop)
         self.server = started.result(timeout=30)
         return int(self.server.sockets[0].getsockname()[1])
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from .. import canonical, sandbox_child
 from ..agent_starter import STARTER_ENV, StartedAgent, start_agent, starter_from_env
+from ..contracts import ContractError
 from ..deciders import (
     REASON_CHARS,
     Action,
@@ -631,12 +632,19 @@ class _Drive:
         assert self.live is not None
         view: Any = self.view  # the engine's own log (`emit`, `log.blob`): a live result has no fixture to look up
         body = request.body if isinstance(request.body, dict) else {}
+        # Recorded as a fixture of the scenario's own model.chat contract would key it (its transport fields dropped,
+        # its volatile parts marked), so the request can become one; a request that contract refuses is kept whole.
+        recorded, revision, digest = body, MODEL_CONTRACT["revision"], canonical.digest_json(body)
+        if MODEL_TOOL in self.sc.contracts:
+            contract = self.sc.contracts.get(MODEL_TOOL)
+            with contextlib.suppress(ContractError):
+                (recorded, digest), revision = contract.digest(body), contract.revision
         call = view.emit(
             "tool.call",
             tool=MODEL_TOOL,
-            contract_revision=MODEL_CONTRACT["revision"],
-            request=body,
-            request_digest=canonical.digest_json(body),
+            contract_revision=revision,
+            request=recorded,
+            request_digest=digest,
             proposal_id=None,
             workspace_id=None,
         )

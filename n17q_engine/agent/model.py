@@ -5,7 +5,11 @@ model call in fixtures.json, exactly like a tool's: the normalized chat-completi
 tools, tool_choice, temperature, max_tokens, ...) is the key, its digest the lookup, the completion the response
 body. A request with a field the contract does not know fails closed (`fixture.missing`, "request does not fit"),
 and so does one no fixture answers: the run stops as `incomplete_test_world`, the agent gets an HTTP error.
-`stream` is refused (the endpoint answers whole completions only)."""
+`stream` is refused (the endpoint answers whole completions only).
+
+The request is normalized by the scenario's own `model.chat` contract (the engine's tool-call path), so a scenario
+whose contract declares `volatile` parts (`contracts.py`, e.g. `messages[].tool_call_id`) has them replaced by the
+marker before the digest; MODEL_CONTRACT below declares none, so its digests are what they always were."""
 
 from __future__ import annotations
 

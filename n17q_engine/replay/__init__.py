@@ -46,7 +46,8 @@ What the engine does with a step, and the decisions behind it:
   the lineage graph of everything so far plus the approval, decision and intent about to be written and asks
   `intent_findings`; any error-severity finding turns the step into a `deny` naming the codes, and the intent
   is never written. An allowed intent gets the replay namespace `replay:<world>`, an idempotency key derived
-  from the seed and the historical key (never the live key), and `historical_intent` naming the source.
+  from the seed, the world (for a counterfactual, named from the branch basis) and the historical key (never the
+  live key), and `historical_intent` naming the source.
 - **Executions** go through the destination's mutation contract and fixture on connection
   `fixture:<tool>`. Fault stages (a scenario fault, a counterfactual `fault`, or a fixture's own
   `fault_stage`) apply once per request: `before_send` fails with no world change; `after_acceptance` and
@@ -66,8 +67,15 @@ What the engine does with a step, and the decisions behind it:
   fixture's elapsed time, by a decider's wait, and at the end to let scheduled transitions settle. `at.wall`
   of every event is the launch instant from the package: the engine reads no clock, and the elapsed wall
   time is measured by the launcher and stored beside the run, so the log itself stays deterministic.
-- **Ids** of replay events are derived from the scenario seed and the replay id (`IdSource`); attempt,
-  workspace and artifact ids keep their recorded names so the comparison can pair them.
+- **Ids** of replay events are derived from the scenario seed and the replay's **branch basis** (`IdSource(seed,
+  basis)`, counted per kind): `package.branch_basis` digests the recorded run (id and events), the branch point
+  (checkpoint or start) and what the replay varies (mode, vary, a rerun's decider), never the replay's own id, run
+  id or launch instant (issue 36). The counterfactual's world (`<world>.cf-<basis hex>`, hence its namespace and
+  idempotency keys) and synthetic tokens derive from it too, so two replays of one branch that make the same
+  decisions hand an agent the same values and write the same log except for what names the replay itself
+  (manifest `run.id`, `run.created_at`, `run.replay.id`, `run.replay.package`; every event's `at.wall`, the scope
+  note's `package`, a simulated approval's `run`; docs/agents.md "Determinism"). Attempt, workspace and artifact ids
+  keep their recorded names so the comparison can pair them.
 - **The scope note** (`replay.scope`, first event) is computed from the manifest alone: scenario version,
   scope, fixture world and its digest, recording dates, synthetic fixtures, and what is uncovered (declared,
   excluded tools with reasons, contracts without a fixture).
@@ -90,7 +98,7 @@ Issue 19 (additive; docs/decisions.md "Issue 19 — budgets, hostile text, synth
   `max` stops the run `failed`, naming the invariant. There is nothing else to refuse: no action carries an
   environment, a mode, an isolation level or a connection, and the View has no setter (tests prove both).
 - **Synthetic tokens**: the scenario's `grants` are issued to each replay as synthetic tokens
-  (`world.synthetic_token`, derived from seed, replay and grant). A call to a tool of `authorized_tools` carries
+  (`world.synthetic_token`, derived from seed, branch basis and grant). A call to a tool of `authorized_tools` carries
   `authorization` {decision, grant, account, scope, synthetic, token_fingerprint}: the scope identity is
   evidence, the material is not recorded. A call on an account no grant covers is denied by the world
   (`tool.result outcome: denied`, no fixture consulted, no world change), and the replay goes on.

@@ -224,7 +224,7 @@ class _ToolCalls(_EngineState):
         }
 
     def _fingerprint(self, grant: str) -> str:
-        return canonical.digest_bytes(synthetic_token(self.sc.seed, self.package.replay_id, grant).encode("utf-8"))
+        return canonical.digest_bytes(synthetic_token(self.sc.seed, self.basis, grant).encode("utf-8"))
 
     def _excluded_call(self, a: CallTool, proposal: str | None, reason: str) -> None:
         """A call to a tool the scenario version excludes: recorded, not evaluated, and the replay goes on.

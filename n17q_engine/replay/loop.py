@@ -268,6 +268,7 @@ class _Engine(_Branching):
                         "vary": dict(pkg.vary),
                         "package": pkg.digest,
                         "world": self.world.name,
+                        "basis": self.basis,
                     },
                 ),
                 "model": model,

@@ -23,7 +23,7 @@ from .. import canonical
 from ..bundle import MAX_TITLE_CHARS, title_problem
 from ..deciders import SourceRun
 from ..facts import MODE_WORDS, replay_title, run_facts
-from ..package import ReplayPackage
+from ..package import ReplayPackage, branch_basis
 from ..vocabulary import BUNDLE_FORMAT
 from ..world import IdSource
 
@@ -222,7 +222,8 @@ class _Reconstruction:
     def run(self) -> ReplayOutput:
         pkg, src = self.package, self.source
         run = src.run
-        ids = IdSource(pkg.scenario.seed if pkg.scenario else pkg.replay_id, pkg.replay_id)
+        basis = branch_basis(pkg)
+        ids = IdSource(pkg.scenario.seed if pkg.scenario else basis, basis)
         log = _Log(ids, pkg.launched_at)
         taken = set(src.by_id)
         scope_id = log.new_id("replay.scope")
@@ -276,7 +277,7 @@ class _Reconstruction:
                 scenario=run.get("scenario"),
                 isolation=self.isolation,
                 reconstructs={"id": run.get("id"), "environment": run.get("environment"), "mode": run.get("mode")},
-                replay={"id": pkg.replay_id, "decider": None, "vary": {}, "package": pkg.digest},
+                replay={"id": pkg.replay_id, "decider": None, "vary": {}, "package": pkg.digest, "basis": basis},
             ),
             "blobs": meta,
         }

@@ -18,9 +18,17 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from .. import canonical
 from ..deciders import DECIDERS, HUMAN_CHOICES, Action, Decider, SourceRun
-from ..package import Fault, PackageError, Policy, ReplayPackage, ScenarioPackage, check_fault, vary_value_problem
+from ..package import (
+    Fault,
+    PackageError,
+    Policy,
+    ReplayPackage,
+    ScenarioPackage,
+    branch_basis,
+    check_fault,
+    vary_value_problem,
+)
 from ..world import IdSource, LogicalClock, SimulatedWorld, WorldError, iso, namespace_for, parse_time
 from .output import ReplayError, _Log
 
@@ -98,12 +106,15 @@ class _EngineState:
         self._paced: str | None = None
         self._task_id = (source.run.get("task") or {}).get("id")
 
+        # Every value the replay generates derives from the branch basis (the recorded run, the branch point, what
+        # the replay varies) and its position, never from the replay's own id (package.branch_basis).
+        self.basis = branch_basis(package)
         world = SimulatedWorld.from_snapshot(sc.world)
         if package.mode == "counterfactual":
-            world = world.child(f"{world.name}.cf-{canonical.digest_json(package.replay_id)[7:15]}")
+            world = world.child(f"{world.name}.cf-{self.basis.removeprefix('sha256:')[:8]}")
         self.world = world
         self.namespace = namespace_for(world.name)
-        self.ids = IdSource(sc.seed, package.replay_id)
+        self.ids = IdSource(sc.seed, self.basis)
         self.log = _Log(self.ids, package.launched_at)
         self.map: dict[str, str] = {}  # source id -> replay id
         self.objects: set[str] = set()

@@ -84,17 +84,25 @@ def with_model(scenario: str, fixtures: list[dict]) -> Package:
     return build_scenario(files)
 
 
-def agent_package(agent: AgentSpec, run_id: str, scenario: Package, checkpoint: str | None = None) -> Package:
+def agent_package(
+    agent: AgentSpec,
+    run_id: str,
+    scenario: Package,
+    checkpoint: str | None = None,
+    *,
+    replay_id: str = "replay-1",
+    launched_at: str = "2026-12-02T12:00:00Z",
+) -> Package:
     """A counterfactual whose decider is the agent, from the run's start or from a recorded checkpoint (the branch
     restores the history before it, then the agent decides)."""
     b = BUNDLES[run_id]
     return build_replay(
-        replay_id="replay-1",
-        run_id=f"{run_id}~counterfactual",
+        replay_id=replay_id,
+        run_id=f"{run_id}~{replay_id}",
         mode="counterfactual",
         vary={"decider": agent.decider_name},
         decider="recorded",
-        launched_at="2026-12-02T12:00:00Z",
+        launched_at=launched_at,
         scenario=scenario,
         source_manifest=b.manifest,
         source_events=b"".join(canonical_json(e) + b"\n" for e in b.events),
@@ -104,9 +112,9 @@ def agent_package(agent: AgentSpec, run_id: str, scenario: Package, checkpoint: 
 
 
 def replay_with(
-    agent: AgentSpec, run_id: str, scenario: Package, checkpoint: str | None = None
+    agent: AgentSpec, run_id: str, scenario: Package, checkpoint: str | None = None, **package: str
 ) -> tuple[ReplayOutput, list[dict], Any]:
-    pkg = agent_package(agent, run_id, scenario, checkpoint)
+    pkg = agent_package(agent, run_id, scenario, checkpoint, **package)
     result = run_agent_replay(pkg, agent, timeout_s=120, allow_test_entries=True)
     assert result.returncode == 0 and result.output, (result.returncode, result.stderr[-3000:], result.events[-5:])
     out = ReplayOutput.from_wire(result.output)
@@ -232,6 +240,95 @@ def test_story_001_the_agent_sends_exactly_once_in_the_replay_namespace(real_age
     again = replay_with(real_agent, run, with_model("email-delivery", fixtures))[0]
     first = replay_with(real_agent, run, with_model("email-delivery", fixtures))[0]
     assert again.events == first.events
+
+
+# What names a replay itself, and nothing else differs between two replays of one branch with the same decisions
+# (docs/agents.md "Determinism"): the manifest's run id, its created_at (the launch instant), replay.id and
+# replay.package (the digest of a package that holds the other three), every event's at.wall (the launch instant), the
+# replay.scope note's package (that digest again) and a simulated approval.recorded's run (the replay's run id).
+REPLAY_OWN_RUN_FIELDS = ("id", "created_at")
+REPLAY_OWN_REPLAY_FIELDS = ("id", "package")
+
+
+def _without_replay_own(out: ReplayOutput) -> tuple[dict, list[dict]]:
+    manifest = json.loads(json.dumps(out.manifest))
+    run = manifest["run"]
+    for key in REPLAY_OWN_RUN_FIELDS:
+        run.pop(key)
+    for key in REPLAY_OWN_REPLAY_FIELDS:
+        run["replay"].pop(key)
+    events = []
+    for event in iter_output_events(out):
+        del event["at"]["wall"]
+        if event["kind"] == "replay.scope":
+            del event["package"]
+        if event["kind"] == "approval.recorded" and event["origin"] == "simulated":
+            assert event.pop("run") == out.manifest["run"]["id"]
+        events.append(event)
+    return manifest, events
+
+
+def test_story_001_with_its_send_replayed_twice_by_two_replays_completes_both_times_with_identical_requests(
+    real_agent,
+):
+    """Issue 36 point 1: the send's result hands the agent the execution's id and idempotency key, and the agent's next
+    model request carries them. Fixtures authored from one replay must answer the next one: every value a replay
+    generates derives from the recorded run, the branch point, what the replay varies and the position in it, never
+    from the replay's own id (which the console makes new for every launch). Red before: the second replay stopped
+    `incomplete_test_world` at the model request after the send."""
+    run = "run-001-recorded"
+    script = [
+        (None, "email.draft_create", _recorded_request(run, "e-001-call-draft-create")),
+        (None, "email.draft_update", _recorded_request(run, "e-001-call-draft-update")),
+        (None, "email.send", {"draft_id": "dr-5501"}),
+        ("Sent the notice once to the narrowed audience.", None, None),
+    ]
+    fixtures, authored = author(real_agent, run, "email-delivery", script)
+    assert final(authored)["state"] == "completed", final(authored)["reason"]
+    scenario = with_model("email-delivery", fixtures)
+    outs = [
+        replay_with(real_agent, run, scenario, replay_id=replay_id, launched_at=launched)[0]
+        for replay_id, launched in (("replay-41", "2026-12-05T08:00:00Z"), ("replay-42", "2026-12-06T09:30:00.5Z"))
+    ]
+    requests = []
+    for out in outs:
+        log = list(iter_output_events(out))
+        assert final(log)["state"] == "completed", final(log)["reason"]
+        (execution,) = kinds(log, "effect.execution")
+        asked = [c["request"] for c in kinds(log, "tool.call") if c["tool"] == MODEL_TOOL]
+        assert len(asked) == len(script)
+        # the request after the send carries what the send answered: the execution's id and idempotency key
+        after_send = canonical_json(asked[3])
+        assert execution["id"].encode() in after_send and execution["idempotency_key"].encode() in after_send
+        requests.append([canonical_json(r) for r in asked])
+    assert requests[0] == requests[1]  # byte for byte
+    assert requests[0] == [canonical_json(f["request"]) for f in fixtures]
+    first, second = (_without_replay_own(out) for out in outs)
+    assert len(first[1]) == len(second[1])
+    for a, b in zip(first[1], second[1], strict=True):
+        assert a == b, {k: (a.get(k), b.get(k)) for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    assert first[0] == second[0]
+    # and the fields left out are the replay's own: they differ
+    assert outs[0].manifest["run"]["id"] != outs[1].manifest["run"]["id"]
+    assert outs[0].events != outs[1].events  # at.wall only (the launch instants differ)
+    assert outs[0].blobs == outs[1].blobs
+
+
+def test_what_the_sandbox_hands_an_agent_is_the_same_in_two_replays_of_one_branch(tmp_path):
+    """HOME, TMPDIR, the model endpoint's URL (its port no longer the kernel's pick), the working folder: the agent
+    puts them in its model request, which two replays with their own ids, run ids and launch instants make alike."""
+    agent = register(agent_folder(tmp_path, "env_agent.py"), ("python", "env_agent.py"), name="env-agent")
+    asked = []
+    for replay_id, launched in (("replay-51", "2026-12-05T08:00:00Z"), ("replay-52", "2026-12-06T09:00:00Z")):
+        _out, log, _result = replay_with(
+            agent, "run-001-recorded", with_model("email-delivery", []), replay_id=replay_id, launched_at=launched
+        )
+        (call,) = [c for c in kinds(log, "tool.call") if c["tool"] == MODEL_TOOL]
+        assert final(log)["state"] == "incomplete_test_world"
+        asked.append(canonical_json(call["request"]))
+    assert asked[0] == asked[1]
+    seen = json.loads(json.loads(asked[0])["messages"][0]["content"])
+    assert seen["OPENAI_BASE_URL"] == "http://198.18.0.1:8400/v1" and seen["HOME"] == seen["TMPDIR"]
 
 
 def test_story_003_the_agent_reruns_validation_in_workspace_two_sees_the_failure_and_stops_without_a_request(

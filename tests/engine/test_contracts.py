@@ -1,11 +1,13 @@
 """Tool contracts: normalization fails closed, and a contract validates itself (DESIGN §5)."""
 
 import json
+import re
+from typing import Any
 
 import pytest
 
 from n17q_engine import canonical
-from n17q_engine.contracts import Contract, ContractError, ContractSet, normalize, request_digest
+from n17q_engine.contracts import VOLATILE, Contract, ContractError, ContractSet, normalize, request_digest
 
 # The example bundle's two tool calls and the digests it records for them.
 DOCS_DIGEST = "sha256:c8a59f66638044b7a1a03bf901f0e67f47dd1944f908b062da8ade79e000ec70"
@@ -232,3 +234,102 @@ def test_it_canonicalizes_a_default_like_a_value_the_agent_sent():
 
     assert defaulted["corpus"] == "public-docs"
     assert request_digest(defaulted) == request_digest(sent)
+
+
+# --- volatile request parts (issue 36 point 2) ------------------------------------------------------------------
+
+CHAT: dict[str, Any] = {
+    "tool": "model.chat",
+    "revision": 2,
+    "effect_class": "read",
+    "fields": {
+        "model": {"type": "string"},
+        "messages": {"type": "array", "items": "object"},
+        "metadata": {"type": "object", "required": False},
+        "seed": {"type": "integer", "required": False},
+    },
+    "transport": ["user"],
+    "outcomes": ["ok"],
+}
+
+
+def chat_request(call_id: str, seed: int = 1, trace: str = "t-1") -> dict:
+    return {
+        "model": "m",
+        "seed": seed,
+        "metadata": {"trace": trace, "team": "mail"},
+        "messages": [
+            {"role": "user", "content": "send it"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function"}]},
+            {"role": "tool", "tool_call_id": call_id, "content": "ok"},
+        ],
+    }
+
+
+def test_a_declared_volatile_part_does_not_enter_the_digest_and_a_normalized_request_normalizes_to_itself():
+    paths = ["messages[].tool_call_id", "messages[].tool_calls[].id", "metadata.trace", "seed"]
+    chat = Contract.from_dict({**CHAT, "volatile": paths})
+    one, digest = chat.digest(chat_request("call-1", seed=1, trace="t-1"))
+    two, other = chat.digest(chat_request("call-9", seed=7, trace="t-9"))
+    assert one == two and digest == other
+    assert one["messages"][2]["tool_call_id"] == VOLATILE and one["messages"][1]["tool_calls"][0]["id"] == VOLATILE
+    assert one["metadata"] == {"trace": VOLATILE, "team": "mail"} and one["seed"] == VOLATILE
+    assert one["messages"][0] == {"role": "user", "content": "send it"}  # a message without the part is left alone
+    assert chat.normalize(one) == one  # how a fixture's stored request is checked at load
+    # what is not declared volatile still tells requests apart
+    changed = chat_request("call-1")
+    changed["metadata"]["team"] = "docs"
+    assert chat.digest(changed)[1] != digest
+    # declared only when declared: the dict (and so the scenario's digest) of a contract without it is unchanged
+    assert Contract.from_dict({**CHAT, "volatile": paths}).to_dict()["volatile"] == paths
+    assert "volatile" not in Contract.from_dict(CHAT).to_dict()
+    plain = Contract.from_dict(CHAT)
+    assert plain.digest(chat_request("call-1"))[1] != plain.digest(chat_request("call-9"))[1]
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("nothing.here", "'nothing' is not a field"),
+        ("model.x", "'model' has no untyped parts"),
+        ("seed[].x", "'seed' is not an array (integer)"),
+        ("messages[]", "the items of 'messages' are typed"),
+        ("messages..role", "a path is dotted names"),
+        ("messages[0].role", "a path is dotted names"),
+        ("tags[].x", "'tags' has no untyped parts"),
+        ("sorted[].id", "sorted or deduplicated"),
+    ],
+)
+def test_a_volatile_path_the_contract_cannot_honour_is_refused_naming_it(path, message):
+    fields = {
+        **CHAT["fields"],
+        "tags": {"type": "array", "items": "string", "required": False},
+        "sorted": {"type": "array", "items": "object", "canonical": ["unique"], "required": False},
+    }
+    with pytest.raises(ContractError, match=re.escape(message)) as caught:
+        Contract.from_dict({**CHAT, "fields": fields, "volatile": [path]})
+    assert caught.value.field == f"volatile.{path}"
+
+
+def test_a_replay_whose_call_differs_from_the_fixture_only_in_a_volatile_part_is_answered_by_it():
+    """The same path a model request takes (`model.chat` is a contract like any other): the scenario's contract
+    normalizes the request before the lookup, so a part it declares volatile cannot make a miss."""
+    from tests.engine import replaylib as rl
+    from tests.engine.test_replay import final, kinds, replay
+
+    search = {**rl.SEARCH, "fields": {**rl.SEARCH["fields"], "context": {"type": "object", "required": False}}}
+    recorded = {**rl.search_request("keys"), "context": {"trace": "recorded-trace", "team": "docs"}}
+    asked = {**rl.search_request("keys"), "context": {"trace": "another-trace", "team": "docs"}}
+    manifest, events = rl.source_run([("docs.search", 1, asked)])
+
+    def run(contract: dict) -> list[dict]:
+        stored = Contract.from_dict(contract).normalize(recorded)
+        sc = rl.scenario(contracts=[contract], fixtures=[rl.fixture("f-1", stored)])
+        return replay(rl.replay_package(sc, manifest, events))[1]
+
+    missed = run(search)
+    assert final(missed)["state"] == "incomplete_test_world" and kinds(missed, "fixture.missing")
+    answered = run({**search, "volatile": ["context.trace"]})
+    assert final(answered)["state"] == "completed", final(answered)["reason"]
+    (call,) = kinds(answered, "tool.call")
+    assert call["request"]["context"] == {"trace": VOLATILE, "team": "docs"}

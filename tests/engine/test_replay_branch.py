@@ -198,11 +198,16 @@ def test_a_human_choice_changes_exactly_that_input_and_the_approval_it_decided()
 
     (human,) = kinds(log, "human.input")
     assert (human["action"], human["origin"], human["recorded_action"]) == ("reject", "varied", "reject_audience")
-    # Everything before the varied input is the rerun's, event for event (ids derive from seed and replay id).
+    # Everything before the varied input is the rerun's, event for event. Ids derive from the branch basis, which
+    # holds what the replay varies (issue 36): the counterfactual's are its own, standing where the rerun's stood.
     at = log.index(human)
     strip = ("fixture_world", "vary", "decider", "segment")
-    same = [{k: v for k, v in e.items() if k not in strip} for e in rerun[1:at]]
-    assert same == [{k: v for k, v in e.items() if k not in strip} for e in log[1:at]]
+    renamed = {r["id"]: c["id"] for r, c in zip(rerun[1:at], log[1:at], strict=True)}
+    assert all(old != new for old, new in renamed.items())
+    same = json.dumps([{k: v for k, v in e.items() if k not in strip} for e in rerun[1:at]])
+    for old_id, new_id in renamed.items():
+        same = same.replace(json.dumps(old_id), json.dumps(new_id))
+    assert json.loads(same) == [{k: v for k, v in e.items() if k not in strip} for e in log[1:at]]
     (approval,) = kinds(log, "approval.recorded")
     assert approval["decision"] == "approved" and approval["decided_in_replay"] == "rejected"  # history unchanged
     hold = [d for d in kinds(log, "policy.decision") if d["outcome"] == "needs_approval"][-1]

@@ -4,12 +4,13 @@ the scope is denied by the world, and no material (real or synthetic) enters the
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from n17q_engine.canonical import digest_bytes
-from n17q_engine.package import PackageError
+from n17q_engine.package import PackageError, branch_basis, load_replay
 from n17q_engine.world import SYNTHETIC_TOKEN_PREFIX, synthetic_token
 from n17q_secrets.scanning import scan_text
 from tests.engine import replaylib as rl
@@ -50,15 +51,25 @@ def tickets_scenario(**meta):
     )
 
 
-def tickets_replay(replay_id: str = "replay-1", **meta):
+def tickets_package(replay_id: str = "replay-1", *, mode: str = "rerun", vary: dict | None = None, **meta):
     manifest, events = rl.source_run([("tickets.update", 1, ACME), ("tickets.update", 1, GLOBEX)])
-    return replay(rl.replay_package(tickets_scenario(**meta), manifest, events, replay_id=replay_id))
+    return rl.replay_package(tickets_scenario(**meta), manifest, events, replay_id=replay_id, mode=mode, vary=vary)
+
+
+def tickets_replay(replay_id: str = "replay-1", **options):
+    return replay(tickets_package(replay_id, **options))
+
+
+def tickets_token(replay_id: str = "replay-1", **options) -> str:
+    """The token the replay of `tickets_package(...)` is issued: from the seed and its branch basis."""
+    basis = branch_basis(load_replay(tickets_package(replay_id, **options)))
+    return synthetic_token("test-scenario/1", basis, "support-desk")
 
 
 def test_a_call_inside_the_grant_records_its_scope_identity_and_one_outside_is_denied_by_the_world():
     _out, log = tickets_replay()
     acme, globex = kinds(log, "tool.call")
-    fingerprint = digest_bytes(synthetic_token("test-scenario/1", "replay-1", "support-desk").encode())
+    fingerprint = digest_bytes(tickets_token().encode())
     assert acme["authorization"] == {
         "decision": "allowed",
         "grant": "support-desk",
@@ -90,7 +101,7 @@ def test_a_call_inside_the_grant_records_its_scope_identity_and_one_outside_is_d
 
 def test_the_token_never_enters_the_replays_artifacts_and_the_scanner_finds_nothing_in_them():
     out, _log = tickets_replay()
-    token = synthetic_token("test-scenario/1", "replay-1", "support-desk")
+    token = tickets_token()
     everything = out.to_wire()
     assert token.encode() not in everything
     assert scan_text(everything.decode("utf-8")) == []
@@ -110,17 +121,29 @@ def test_a_synthetic_token_is_marked_synthetic_mimics_no_provider_and_no_scanner
     assert {rule for rule, _value in scan_text(f"Authorization: Bearer {token}")} in ({"bearer-token"}, {"np-http-2"})
 
 
-def test_tokens_derive_from_the_scenario_seed_and_the_replay_so_two_replays_never_share_one():
-    assert synthetic_token("s/1", "replay-1", "g") == synthetic_token("s/1", "replay-1", "g")
-    assert synthetic_token("s/1", "replay-1", "g") != synthetic_token("s/1", "replay-2", "g")
-    assert synthetic_token("s/1", "replay-1", "g") != synthetic_token("s/2", "replay-1", "g")
+def test_tokens_derive_from_the_seed_and_the_branch_so_two_replays_of_one_branch_share_one_and_others_do_not():
+    """Issue 36: the token is derived from the branch basis (the recorded run, the branch point, what the replay
+    varies), never from the replay's own id: an agent handed it asks the same model requests in every replay of the
+    branch. Another variation of the same run gets another token."""
+    assert synthetic_token("s/1", "basis-1", "g") == synthetic_token("s/1", "basis-1", "g")
+    assert synthetic_token("s/1", "basis-1", "g") != synthetic_token("s/1", "basis-2", "g")
+    assert synthetic_token("s/1", "basis-1", "g") != synthetic_token("s/2", "basis-1", "g")
     first, _ = tickets_replay("replay-1")
     again, _ = tickets_replay("replay-1")
-    _other, log = tickets_replay("replay-2")
+    other, log = tickets_replay("replay-2")
     assert first.events == again.events
-    assert kinds(log, "tool.call")[0]["authorization"]["token_fingerprint"] != (
-        digest_bytes(synthetic_token("test-scenario/1", "replay-1", "support-desk").encode())
-    )
+
+    def without_package(out):  # the scope note's package digest names the replay (its package holds the replay id)
+        return [{k: v for k, v in e.items() if k != "package"} for e in map(json.loads, out.events.splitlines())]
+
+    assert without_package(first) == without_package(other)  # launched at the same instant: the same log
+    assert first.manifest["run"]["replay"]["id"] != other.manifest["run"]["replay"]["id"]
+    assert tickets_token("replay-2") == tickets_token("replay-1")
+    assert kinds(log, "tool.call")[0]["authorization"]["token_fingerprint"] == digest_bytes(tickets_token().encode())
+    varied = tickets_token("replay-1", mode="counterfactual", vary={"decider": "recorded"})
+    assert varied != tickets_token("replay-1")
+    _varied_out, varied_log = tickets_replay("replay-1", mode="counterfactual", vary={"decider": "recorded"})
+    assert kinds(varied_log, "tool.call")[0]["authorization"]["token_fingerprint"] == digest_bytes(varied.encode())
 
 
 @pytest.mark.parametrize(
