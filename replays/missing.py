@@ -63,6 +63,9 @@ class MissingView:
     nearby: list[Nearby]
     excluded_reason: str | None
     answers: RequestAnswers | None = None
+    # The contract the request was checked against, as the pinned scenario version declares it (`Contract.to_dict`);
+    # None when the version holds none for the tool (issue 36: the API answers it beside the request).
+    contract: dict[str, Any] | None = None
 
     @property
     def recorded_answer(self) -> bool:
@@ -158,6 +161,8 @@ def missing_fixture_view(replay: Replay, index: int) -> MissingView:
         )
     sc = scenario_loaded(replay.scenario_version) if replay.scenario_version else None
     excluded_reason = sc.excluded(record.get("tool", "")) if sc else None
+    tool = record.get("tool")
+    contract = sc.contracts.get(tool).to_dict() if sc is not None and tool in sc.contracts else None
     if sc is not None:
         candidates = []
         for f in sc.fixtures:
@@ -200,6 +205,7 @@ def missing_fixture_view(replay: Replay, index: int) -> MissingView:
         rests_on_it=rests_on_it,
         nearby=nearby,
         excluded_reason=excluded_reason,
+        contract=contract,
         answers=request_answers(
             scenario=(record.get("scenario") or {}).get("name") or "",
             tool=record.get("tool") or "",
