@@ -103,9 +103,10 @@ def missing_answer(view: MissingView) -> dict[str, Any]:
         "contract_revision": record.get("contract_revision"),
         "contract": view.contract,
         "request_digest": record.get("request_digest"),
-        # The call the replay made, as recorded in its run: the request normalized by the contract (the key a
-        # fixture is looked up by; for model.chat the chat request: model, messages, tools, parameters).
-        "request": call.get("request") if call else None,
+        # The request the replay stopped on, as its run holds it: the call's, normalized by the contract (the key a
+        # fixture is looked up by; for model.chat the chat request: model, messages, tools, parameters); for a call
+        # stopped before its lookup (no contract, a request that does not fit) the one the missing record carries.
+        "request": view.request,
         "call": record.get("call_id"),
         "workspace": (call or {}).get("workspace_id"),
         "world_revision": record.get("world_revision"),

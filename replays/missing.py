@@ -68,6 +68,15 @@ class MissingView:
     contract: dict[str, Any] | None = None
 
     @property
+    def request(self) -> Any:
+        """The request the replay stopped on: its `tool.call`'s (normalized by the contract, the lookup's key), or,
+        for a call stopped before any lookup (no contract, a request that does not fit), the one the
+        `fixture.missing` record carries (issue 36); None when the run recorded neither."""
+        if self.call is not None:
+            return self.call.get("request")
+        return self.record.get("request")
+
+    @property
     def recorded_answer(self) -> bool:
         """The source run recorded a result a fixture can hold: "copy the recorded answer" can work."""
         result = self.recorded_result or {}
@@ -108,7 +117,7 @@ def missing_fixture_view(replay: Replay, index: int) -> MissingView:
     proposal = None
     if call and call.get("proposal_id"):
         proposal = Event.objects.filter(run=run, event_id=call["proposal_id"]).values_list("body", flat=True).first()
-    request = (call or {}).get("request") or {}
+    request = (call or {}).get("request") or record.get("request") or {}
 
     # The recording's own call with this request (seed 000: the status lookup that was answered live).
     source = replay.source_run

@@ -13,7 +13,8 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from accounts.models import HarnessToken
+from accounts.models import AuditEntry, HarnessToken
+from n17q_engine.canonical import digest_json
 from n17q_engine.contracts import Contract
 from replays import services as replays
 from replays.models import Replay
@@ -106,6 +107,8 @@ def test_a_confirmed_launch_queues_once_and_runs_through_the_worker(
         again.status_code == 200 and again.json()["replay"] == launched["replay"] and again.json()["created"] is False
     )
     assert Replay.objects.count() == 1 and no_broker == [launched["replay"]]
+    (entry,) = AuditEntry.objects.filter(action="replay.create")  # one launch, audited once, as the token's
+    assert entry.via.startswith("token n17q_") and entry.detail["replay"] == launched["replay"]
 
     replays.replay_execute(launched["replay"])  # the worker's task body (replays.tasks)
     read = operator.get(launched["url"]).json()
@@ -248,3 +251,52 @@ def test_an_unknown_replay_is_not_found(demo, harness):
     for url in ("/api/v1/replays/999/", "/api/v1/replays/999/missing/", f"/api/v1/replays/{2**70}/"):
         response = reader.get(url)
         assert response.status_code == 404 and response.json()["error"].startswith("no replay"), url
+
+
+def test_a_second_click_on_the_forms_launch_answers_the_replay_the_first_queued(demo, client_as_operator, no_broker):
+    # Before issue 36 the form queued one replay per click: the confirmation rule is now the API's and the form's.
+    url = "/runs/run-000-recorded/launch/replay/"
+    page = client_as_operator.get(url).content.decode()
+    data = {"summary_digest": re.search(r'name="summary_digest" value="([^"]+)"', page).group(1)}
+    first, second = client_as_operator.post(url, data), client_as_operator.post(url, data)
+    assert first.status_code == second.status_code == 302 and first["Location"] == second["Location"]
+    assert Replay.objects.count() == 1
+
+
+def test_an_agent_replay_launched_by_api_answers_the_chat_request_it_stopped_on(
+    demo, harness, tmp_path, capsys, no_broker, django_capture_on_commit_callbacks
+):
+    """Story 003 from the checkpoint before the broad suite, decided by a registered agent (`agent:NAME` as the
+    decider, as the form and `replay --vary` take it): it stops at the agent's first model call, and the API answers
+    the chat request the agent sent (its messages and the tools it was offered), not a digest."""
+    from tests.engine.test_agent_decider import _isolation_or_skip, agent_folder
+
+    _isolation_or_skip()
+    folder = agent_folder(tmp_path, "mcp_openai_agent.py")
+    call_command("register_agent", "api-agent", str(folder), "--command", "python mcp_openai_agent.py", "--json")
+    capsys.readouterr()
+    operator = harness("operator", LAUNCH, READ)
+    data = {
+        "run": "run-003-review-request",
+        "mode": "counterfactual",
+        "scenario": "coding-review-request@1",
+        "vary": {"decider": "agent:api-agent"},
+        "checkpoint": "e-003-a1-checkpoint",
+    }
+    shown = post(operator, data).json()
+    assert shown["summary"]["agent"]["name"] == "api-agent" and shown["summary"]["model"]["name"] == "agent:api-agent"
+    with django_capture_on_commit_callbacks(execute=True):
+        launched = post(operator, {**data, "summary_digest": shown["summary_digest"]})
+    assert launched.status_code == 201 and launched.json()["decider"] == "agent:api-agent"
+    replay = replays.replay_execute(launched.json()["replay"])
+    assert replay.state == Replay.State.FINISHED, replay.error
+    (missing,) = operator.get(f"/api/v1/replays/{replay.pk}/missing/").json()["missing"]
+    assert missing["tool"] == "model.chat" and missing["checkpoint"] == replay.missing[0]["checkpoint_id"]
+    request = missing["request"]
+    assert request["messages"] and {"role", "content"} <= set(request["messages"][0])
+    assert {t["function"]["name"] for t in request["tools"]}  # the scenario's tools, as the agent offered them
+    # No contract, so no lookup and no `tool.call`: the missing record carries the request, the one its digest names.
+    assert missing["contract"] is None and "no contract for model.chat" in missing["reason"]
+    assert missing["call"] is None and missing["request_digest"] == digest_json(request)
+    stored = Event.objects.get(run=replay.run, event_id=replay.missing[0]["id"]).body
+    assert stored["request"] == request
