@@ -300,3 +300,53 @@ def test_an_agent_replay_launched_by_api_answers_the_chat_request_it_stopped_on(
     assert missing["call"] is None and missing["request_digest"] == digest_json(request)
     stored = Event.objects.get(run=replay.run, event_id=replay.missing[0]["id"]).body
     assert stored["request"] == request
+
+
+@pytest.fixture
+def celery_worker_on_redis(settings, tmp_path):
+    """A real `celery worker` process on REDIS_TEST_URL taking this test's own queue (tests/replays/workers.py)."""
+    import uuid
+
+    import redis
+
+    from tests.conftest import need_service
+    from tests.replays.workers import REDIS_URL, Worker, celery_to, redis_up
+
+    need_service("Redis", redis_up(REDIS_URL), f"{REDIS_URL} does not answer (set REDIS_TEST_URL)")
+    queue = f"n17q-test-api-{uuid.uuid4().hex[:6]}"
+    celery_to(REDIS_URL, settings, queue)
+    worker = Worker(broker=REDIS_URL, queue=queue, data_dir=tmp_path).start()
+    yield worker
+    worker.stop()
+    redis.Redis.from_url(REDIS_URL).delete(queue)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
+def test_a_replay_launched_by_api_runs_in_a_celery_worker_and_is_read_back(demo, harness, celery_worker_on_redis):
+    """The whole door: the confirmed launch is sent to the broker once committed, a real worker process takes it,
+    and a client polling the replay's `url` sees it end with its child run."""
+    from tests.replays.test_replay_worker import wait_for
+
+    worker = celery_worker_on_redis
+    operator = harness("operator", LAUNCH, READ)
+    response = post(operator, confirmed(operator, {"run": "run-001-recorded", "mode": "rerun"}))
+    assert response.status_code == 201, response.content.decode()
+    url = response.json()["url"]
+    wait_for(lambda: operator.get(url).json()["ended"], 90, "the replay's end", worker, step=0.2)
+    read = operator.get(url).json()
+    assert (read["replay_state"], read["state"], read["isolation"]) == ("finished", "completed", "netns"), read
+    assert read["run"] == f"run-001-recorded~rerun-{read['replay']}" and read["stop_reason"]
+    assert operator.get(read["missing_url"]).json()["missing"] == []
+
+
+def test_issue_token_issues_a_replay_token_that_launches(demo, role_user, capsys, no_broker):
+    role_user("operator", "ci-bot")
+    call_command(
+        "issue_token", "ci-bot", "--name", "ci", "--scope", "replays:launch", "--scope", "replays:read", "--json"
+    )
+    issued = json.loads(capsys.readouterr().out)
+    assert issued["scopes"] == ["replays:launch", "replays:read"]
+    client = Client(HTTP_AUTHORIZATION=f"Token {issued['token']}")
+    assert post(client, RERUN).status_code == 409  # shown the summary: the token may launch
+    assert client.get("/api/v1/runs/").status_code == 403  # and reads no run list: that is runs:import's
