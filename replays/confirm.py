@@ -108,6 +108,8 @@ def vary_from_mapping(vary: Any) -> dict[str, str]:
         raise ReplayRefused('vary: an object of one variable and its value, e.g. {"decider": "careful"}', field="vary")
     out: dict[str, str] = {}
     for key, value in vary.items():
+        if not str(key).isprintable() or len(str(key)) > 250:
+            raise ReplayRefused(f"vary: {str(key)[:40]!r} is not a variable's name", field="vary")
         if str(key).split(".", 1)[0] not in VARY_KEYS:
             raise ReplayRefused(f"vary.{key}: not a declared variable (one of {', '.join(VARY_KEYS)})", field="vary")
         if not isinstance(value, str) or not value:

@@ -222,6 +222,7 @@ def test_the_person_behind_the_token_must_be_allowed_to_launch(demo, harness, ro
             400,
             None,
         ),
+        ({**RERUN, "mode": "counterfactual", "vary": {"human.\u0000": "rejected"}}, 400, None),
         ({**RERUN, "scenario": "nowhere@9"}, 400, None),
         ({**RERUN, "checkpoint": "e-nowhere"}, 400, None),
         (
