@@ -147,7 +147,7 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
             # The one rule of every door (replays.confirm): launched only when the digest the form carries is the
             # summary's now, and once (a second click on the same summary answers the replay the first queued).
             try:
-                replay, _created = replay_launch_confirmed(
+                replay, created = replay_launch_confirmed(
                     run,
                     mode=spec.mode,
                     version=version,
@@ -162,6 +162,8 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
             except (VaryRefused, ReplayRefused) as exc:
                 error = str(exc)
             else:
+                if not created:
+                    messages.info(request, f"Replay {replay.pk} of this very summary is already {replay.state}: shown.")
                 # Audited by replay_create itself ("replay.create", with this request's user and address), inside
                 # the launch's transaction; a second entry here would count one launch twice.
                 return redirect("replays:replay-detail", pk=replay.pk)

@@ -262,6 +262,8 @@ def test_a_second_click_on_the_forms_launch_answers_the_replay_the_first_queued(
     first, second = client_as_operator.post(url, data), client_as_operator.post(url, data)
     assert first.status_code == second.status_code == 302 and first["Location"] == second["Location"]
     assert Replay.objects.count() == 1
+    shown = client_as_operator.get(second["Location"]).content.decode()
+    assert f"Replay {Replay.objects.get().pk} of this very summary is already queued: shown." in shown
 
 
 def test_an_agent_replay_launched_by_api_answers_the_chat_request_it_stopped_on(
