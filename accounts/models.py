@@ -22,6 +22,10 @@ class HarnessToken(models.Model):
     class Scope(models.TextChoices):
         IMPORT_RUNS = "runs:import"
         CAPTURE = "captures:create"
+        # Issue 36: a harness (a CI job) launches replays and reads what they did, the missing fixtures' requests
+        # included; launching answers the launch summary, a reading, so it needs both (docs: README "API").
+        LAUNCH_REPLAYS = "replays:launch"
+        READ_REPLAYS = "replays:read"
 
     name = GatedCharField(max_length=200)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="harness_tokens")

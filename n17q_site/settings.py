@@ -263,6 +263,8 @@ SPECTACULAR_SETTINGS = {
     # Deep links put a link inside each operation's expand button, a control nested in a control that screen
     # readers cannot reach (axe: nested-interactive); the docs page works without them.
     "SWAGGER_UI_SETTINGS": {"deepLinking": False},
+    # Two "mode" choice sets (a run's, and the modes a replay launches in): each named, none named by a hash.
+    "ENUM_NAME_OVERRIDES": {"RunModeEnum": "runs.models.Mode", "ReplayModeEnum": "replays.services.MODES"},
 }
 
 # The cache holds throttle counts, which every web process must share: Redis when there is one (its own

@@ -63,6 +63,18 @@ class MissingView:
     nearby: list[Nearby]
     excluded_reason: str | None
     answers: RequestAnswers | None = None
+    # The contract the request was checked against, as the pinned scenario version declares it (`Contract.to_dict`);
+    # None when the version holds none for the tool (issue 36: the API answers it beside the request).
+    contract: dict[str, Any] | None = None
+
+    @property
+    def request(self) -> Any:
+        """The request the replay stopped on: its `tool.call`'s (normalized by the contract, the lookup's key), or,
+        for a call stopped before any lookup (no contract, a request that does not fit), the one the
+        `fixture.missing` record carries (issue 36); None when the run recorded neither."""
+        if self.call is not None:
+            return self.call.get("request")
+        return self.record.get("request")
 
     @property
     def recorded_answer(self) -> bool:
@@ -105,7 +117,7 @@ def missing_fixture_view(replay: Replay, index: int) -> MissingView:
     proposal = None
     if call and call.get("proposal_id"):
         proposal = Event.objects.filter(run=run, event_id=call["proposal_id"]).values_list("body", flat=True).first()
-    request = (call or {}).get("request") or {}
+    request = (call or {}).get("request") or record.get("request") or {}
 
     # The recording's own call with this request (seed 000: the status lookup that was answered live).
     source = replay.source_run
@@ -158,6 +170,8 @@ def missing_fixture_view(replay: Replay, index: int) -> MissingView:
         )
     sc = scenario_loaded(replay.scenario_version) if replay.scenario_version else None
     excluded_reason = sc.excluded(record.get("tool", "")) if sc else None
+    tool = record.get("tool")
+    contract = sc.contracts.get(tool).to_dict() if sc is not None and tool in sc.contracts else None
     if sc is not None:
         candidates = []
         for f in sc.fixtures:
@@ -200,6 +214,7 @@ def missing_fixture_view(replay: Replay, index: int) -> MissingView:
         rests_on_it=rests_on_it,
         nearby=nearby,
         excluded_reason=excluded_reason,
+        contract=contract,
         answers=request_answers(
             scenario=(record.get("scenario") or {}).get("name") or "",
             tool=record.get("tool") or "",

@@ -85,17 +85,9 @@ def parse_vary(items: list[str]) -> dict[str, str]:
     return vary
 
 
-def replay_create(
-    run: Run,
-    *,
-    mode: str,
-    vary: dict[str, str] | None = None,
-    scenario: str | None = None,
-    checkpoint: str = "start",
-    user: Any = None,
-    model_connection: str | None = None,
-) -> Replay:
-    vary = dict(vary or {})
+def launch_shape_check(run: Run, *, mode: str, vary: dict[str, str]) -> None:
+    """Refuse, in one line, a launch whose mode and variation cannot go together, whatever the scenario: the
+    launch itself (`replay_create`) and the summary a door shows before it (`replays.confirm.launch_preview`)."""
     if mode not in MODES:
         raise ReplayRefused(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     too_long = replay_run_id_problem(run.run_id, mode)  # refused now, not after the sandbox ran
@@ -107,6 +99,20 @@ def replay_create(
         raise ReplayRefused(f"a {mode} changes nothing; a varied value belongs to a counterfactual", field="vary")
     if "decider" in vary and vary["decider"] not in DECIDERS and not vary["decider"].startswith("agent:"):
         raise ReplayRefused(f"unknown decider {vary['decider']!r} (known: {', '.join(sorted(DECIDERS))})")
+
+
+def replay_create(
+    run: Run,
+    *,
+    mode: str,
+    vary: dict[str, str] | None = None,
+    scenario: str | None = None,
+    checkpoint: str = "start",
+    user: Any = None,
+    model_connection: str | None = None,
+) -> Replay:
+    vary = dict(vary or {})
+    launch_shape_check(run, mode=mode, vary=vary)
     connection = model_connection_chosen(mode, vary, model_connection)
     try:
         version = scenario_resolve(scenario) if scenario else scenario_for_run(run)

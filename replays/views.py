@@ -27,6 +27,7 @@ from runs.models import Run
 from runs.selectors import replay_runs_imported
 
 from .comparison import comparison_build, run_outcome
+from .confirm import LaunchUnconfirmed, launch_preview, replay_launch_confirmed
 from .forms import CopySimilarForm, CounterfactualForm, ExcludeToolForm, LaunchForm
 from .launch import (
     BUDGET_RESOURCES,
@@ -39,25 +40,19 @@ from .launch import (
     fault_choices,
     human_choices,
     launch_options,
-    launch_summary,
     scenario_loaded,
     summary_digest,
-    vary_check,
 )
 from .missing import missing_fixture_view
 from .models import Replay
 from .regression import RegressionRefused, regression_invariants, regression_scenario_mint
-from .services import ReplayRefused, model_connection_chosen, replay_launch
+from .services import ReplayRefused
 
 log = logging.getLogger(__name__)
 
 
 def _audit(request: HtmxHttpRequest, action: str, target: str, detail: dict[str, Any]) -> None:
     audit_record(actor=request.user, action=action, target=target, detail=detail, request=request)
-
-
-STALE = "What would launch changed since you looked: review it again."
-UNSEEN = "Review the summary before launching: this form did not carry the summary it was launched from."
 
 
 def _launch_form(
@@ -130,11 +125,15 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
         summary_error = option.reason
     else:
         try:
-            vary_check(scenario_loaded(version) if spec.mode != "reconstruction" else None, vary)
-            chosen_model = model_connection_chosen(spec.mode, vary, connection)
-            summary = launch_summary(
-                run, mode=spec.mode, vary=vary, version=version, checkpoint=checkpoint, model_connection=chosen_model
-            )
+            summary = launch_preview(
+                run,
+                mode=spec.mode,
+                version=version,
+                vary=vary,
+                checkpoint=checkpoint,
+                model_connection=connection,
+                complete=False,  # shown while the variable is still being chosen; the launch requires it
+            ).summary
         except (VaryRefused, ReplayRefused) as exc:
             summary_error = str(exc)
 
@@ -144,24 +143,27 @@ def replay_new(request: HtmxHttpRequest, run_id: str, button: str) -> HttpRespon
             error = option.reason
         elif not form.is_valid() or summary is None:
             pass  # the form's or the summary's own message says why
-        elif not request.POST.get("summary_digest"):
-            error = UNSEEN
-        elif request.POST["summary_digest"] != summary_digest(summary):
-            error = STALE
         else:
+            # The one rule of every door (replays.confirm): launched only when the digest the form carries is the
+            # summary's now, and once (a second click on the same summary answers the replay the first queued).
             try:
-                replay = replay_launch(
+                replay, created = replay_launch_confirmed(
                     run,
                     mode=spec.mode,
+                    version=version,
                     vary=vary,
-                    scenario=version.ref if version else None,
                     checkpoint=checkpoint,
-                    user=request.user,
                     model_connection=connection,
+                    digest=request.POST.get("summary_digest") or "",
+                    user=request.user,
                 )
-            except ReplayRefused as exc:
+            except LaunchUnconfirmed as exc:
+                error, summary = str(exc), exc.preview.summary
+            except (VaryRefused, ReplayRefused) as exc:
                 error = str(exc)
             else:
+                if not created:
+                    messages.info(request, f"Replay {replay.pk} of this very summary is already {replay.state}: shown.")
                 # Audited by replay_create itself ("replay.create", with this request's user and address), inside
                 # the launch's transaction; a second entry here would count one launch twice.
                 return redirect("replays:replay-detail", pk=replay.pk)

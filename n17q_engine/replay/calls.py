@@ -85,7 +85,9 @@ class _ToolCalls(_EngineState):
                 f"request does not fit {a.tool} revision {contract.revision}: {exc}",
             )
         if workspace is not None and self.world.get(f"workspace:{workspace}") is None:
-            self._missing_call(a, contract, digest, f"workspace {workspace} does not exist in the fixture world")
+            self._missing_call(
+                a, contract, digest, f"workspace {workspace} does not exist in the fixture world", request=normalized
+            )
         authorization = self._authorize(a.tool, normalized) if a.tool in sc.authorized_tools else None
         call = self.emit(
             "tool.call",
@@ -254,6 +256,7 @@ class _ToolCalls(_EngineState):
                 digest,
                 f"excluded: {a.tool} is {what} this scenario version excludes ({reason}): the world after it cannot "
                 "be evaluated",
+                request=request,
                 excluded={"tool": a.tool, "reason": reason},
             )
         revision = contract.revision if contract is not None else (a.recorded_revision or 0)
@@ -351,7 +354,9 @@ class _ToolCalls(_EngineState):
 
     # the missing-fixture stop
 
-    def _missing_call(self, a: CallTool, contract: Contract | None, digest: str, reason: str, **extra: Any) -> NoReturn:
+    def _missing_call(
+        self, a: CallTool, contract: Contract | None, digest: str, reason: str, *, request: Any = None, **extra: Any
+    ) -> NoReturn:
         record = {
             "scenario": self.sc.ref,
             "tool": a.tool,
@@ -361,6 +366,11 @@ class _ToolCalls(_EngineState):
             "checkpoint_id": self.checkpoint_id,
             "reason": reason,
             "proposal_id": self.resolve(a.proposal),
+            # No `tool.call` is made for a call stopped before its lookup (no contract, a revision mismatch, a
+            # request that does not fit, an exclusion), so the request rides here (issue 36: the missing fixture's
+            # request is read, not only its digest): normalized when the contract could (`request` given, the one
+            # `request_digest` digests), else as the decider sent it.
+            "request": a.args if request is None else request,
             **extra,
         }
         self._record_missing("fixture.missing", record)

@@ -19,6 +19,7 @@ from tests.runs.test_api import token_for
 from tests.test_openapi import operations, served_schema
 
 IMPORT, CAPTURE = HarnessToken.Scope.IMPORT_RUNS.value, HarnessToken.Scope.CAPTURE.value
+LAUNCH, READ_REPLAYS = HarnessToken.Scope.LAUNCH_REPLAYS.value, HarnessToken.Scope.READ_REPLAYS.value
 
 # The audit of issue 33, operation by operation: what a token needs, all of it ([]: no token needed or any token).
 AUDITED = {
@@ -35,6 +36,11 @@ AUDITED = {
     "POST /api/v1/runs/{run_id}/captures/": [CAPTURE, IMPORT],
     "POST /api/v1/captures/": [CAPTURE],
     "POST /v1/traces": [IMPORT],
+    # Issue 36: launching answers the launch summary (the run's facts), so it reads as well as launches.
+    "POST /api/v1/replays/": [LAUNCH, READ_REPLAYS],
+    "GET /api/v1/replays/{replay_id}/": [READ_REPLAYS],
+    # The missing fixtures' full requests: what the missing-fixture page shows.
+    "GET /api/v1/replays/{replay_id}/missing/": [READ_REPLAYS],
     "GET /health/": [],
 }
 

@@ -1,0 +1,363 @@
+"""REST API for replays under /api/v1/ (issue 36): launch one with the launch form's rule, read its state, read what
+it stopped on. One class per operation; each parses, calls one service, renders.
+
+Launching is the form's act with the form's rule (replays.confirm): the operator's permission (`runs.launch_replay`),
+and a launch goes ahead only with the digest of the summary the server computes now. Reading is a role's, as the
+replay pages are (any role reads any replay). A harness token needs `replays:read` to read and `replays:launch` as
+well to launch (the launch answers the summary, a reading).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import exceptions, serializers, status
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.auth import requires_perm, scoped
+from accounts.models import HarnessToken
+from console.openapi import ErrorOutput
+from runs.models import Event, Run
+
+from .confirm import LaunchUnconfirmed, launch_version, replay_launch_confirmed, vary_from_mapping
+from .launch import VaryRefused, summary_digest
+from .missing import MissingView, missing_fixture_view
+from .models import Replay
+from .services import MODES, ReplayRefused, replay_json
+
+LAUNCH, READ = HarnessToken.Scope.LAUNCH_REPLAYS, HarnessToken.Scope.READ_REPLAYS
+LARGEST_ID = 2**63 - 1  # a database's largest id; a larger one finds nothing rather than overflowing the query
+
+REPLAY_ID = OpenApiParameter(
+    "replay_id",
+    {"type": "integer", "minimum": 1},
+    OpenApiParameter.PATH,
+    description="the replay's number (`replay` in the launch's answer)",
+)
+
+
+def _replay_or_404(replay_id: str) -> Replay:
+    """The replay by its number; anything else in the path (not a number, a number past any id) finds none. The
+    route takes any text so that the answer is the API's JSON 404, never the site's page."""
+    pk = int(replay_id) if replay_id.isascii() and replay_id.isdigit() else 0
+    replay = (
+        Replay.objects.select_related("source_run", "scenario_version", "run").filter(pk=pk).first()
+        if 0 < pk <= LARGEST_ID
+        else None
+    )
+    if replay is None:
+        raise exceptions.NotFound(f"no replay {replay_id!r}")
+    return replay
+
+
+def stop_reason(replay: Replay) -> str | None:
+    """Why the replay ended as it did: the launcher's error (refused, failed, interrupted), else the reason its
+    run's final `run.state` gives (completed, incomplete test world…); None while it has not ended."""
+    if replay.error:
+        return replay.error
+    if replay.run is None:
+        return None
+    body = (
+        Event.objects.filter(run=replay.run, kind="run.state").order_by("-seq").values_list("body", flat=True).first()
+    )
+    reason = (body or {}).get("reason")
+    return str(reason) if reason else None
+
+
+def replay_answer(replay: Replay) -> dict[str, Any]:
+    """`replay --json`'s shape (DESIGN §8), with keys added: where it came from and what it was asked to do, why
+    it stopped, and where to read it."""
+    answer = replay_json(replay)
+    answer.update(
+        source_run=replay.source_run.run_id,
+        checkpoint=replay.checkpoint,
+        decider=replay.decider,
+        model_connection=dict(replay.model_connection) or None,
+        ended=replay.ended,
+        stop_reason=stop_reason(replay),
+        summary_digest=summary_digest(replay.environment),
+        created_at=replay.created_at.isoformat() if replay.created_at else None,
+        url=reverse("api-replay", args=[replay.pk]),
+        page=reverse("replays:replay-detail", args=[replay.pk]),
+        missing_url=reverse("api-replay-missing", args=[replay.pk]),
+    )
+    return answer
+
+
+def missing_answer(view: MissingView) -> dict[str, Any]:
+    """One missing fixture as the missing-fixture page shows it (replays.missing), every value as stored (secrets
+    the scan masked stay masked)."""
+    record, call = view.record, view.call
+    answers = view.answers
+    return {
+        "index": view.index,
+        "page": reverse("replays:missing-fixture", args=[view.replay.pk, view.index]),
+        "kind": record.get("kind") or "fixture.missing",
+        "event": record.get("id"),
+        "tool": record.get("tool"),
+        "contract_revision": record.get("contract_revision"),
+        "contract": view.contract,
+        "request_digest": record.get("request_digest"),
+        # The request the replay stopped on, as its run holds it: the call's, normalized by the contract (the key a
+        # fixture is looked up by; for model.chat the chat request: model, messages, tools, parameters); for a call
+        # stopped before its lookup (no contract, a request that does not fit) the one the missing record carries.
+        "request": view.request,
+        "call": record.get("call_id"),
+        "workspace": (call or {}).get("workspace_id"),
+        "world_revision": record.get("world_revision"),
+        "checkpoint": record.get("checkpoint_id"),
+        "scenario": record.get("scenario"),
+        "reason": record.get("reason"),
+        "candidates": record.get("candidates") or [],
+        "excluded_reason": view.excluded_reason,
+        "proposal": {
+            "id": view.proposal.get("id"),
+            "tool": (view.proposal.get("proposal") or {}).get("tool"),
+            "origin": view.proposal.get("origin"),
+        }
+        if view.proposal
+        else None,
+        "recorded_call": {
+            "id": view.recorded_call.get("id"),
+            "request_digest": view.recorded_call.get("request_digest"),
+            "outcome": (view.recorded_result or {}).get("outcome"),
+            "rests_on_it": [e.get("id") for e in view.rests_on_it],
+        }
+        if view.recorded_call
+        else None,
+        "nearby": [
+            {
+                "what": n.what,
+                "label": n.label,
+                "tool": n.tool,
+                "contract_revision": n.contract_revision,
+                "request_digest": n.request_digest,
+                "fixture": n.fixture_id,
+                "synthetic": n.synthetic,
+                "outcome": n.outcome,
+                "differing": n.differing,
+                "conditions": n.conditions,
+                "diff": [
+                    {"path": r.path, "missing": r.missing, "nearby": r.nearby, "status": r.status}
+                    for r in n.rows
+                    if r.status != "same"
+                ],
+            }
+            for n in view.nearby
+        ],
+        "answers": {
+            "staged": [r.public_id for r in answers.staged],
+            "candidates": [r.public_id for r in answers.candidates],
+            "promoted": [r.public_id for r in answers.promoted],
+            "versions": [{"scenario": v.ref, "fixture": fixture} for v, fixture in answers.versions],
+        }
+        if answers is not None
+        else None,
+    }
+
+
+def _replay_fields() -> dict[str, serializers.Field]:
+    """The replay answer's keys, for the schema (fresh fields each time: a field belongs to one serializer)."""
+    return {
+        "replay": serializers.IntegerField(),
+        "run": serializers.CharField(allow_null=True, help_text="the replay's own run, once imported"),
+        "mode": serializers.ChoiceField(MODES),
+        "state": serializers.CharField(help_text="its run's final state once ended, else the replay's state"),
+        "replay_state": serializers.ChoiceField(Replay.State.values),
+        "isolation": serializers.CharField(allow_null=True),
+        "missing": serializers.ListField(child=serializers.DictField(), help_text="the fixture.missing records"),
+        "findings": serializers.ListField(child=serializers.DictField()),
+        "finding_count": serializers.IntegerField(),
+        "findings_truncated": serializers.BooleanField(),
+        "scenario": serializers.CharField(allow_null=True),
+        "vary": serializers.DictField(child=serializers.CharField()),
+        "error": serializers.CharField(allow_null=True),
+        "wall_s": serializers.FloatField(allow_null=True),
+        "source_run": serializers.CharField(),
+        "checkpoint": serializers.CharField(),
+        "decider": serializers.CharField(),
+        "model_connection": serializers.DictField(allow_null=True),
+        "ended": serializers.BooleanField(),
+        "stop_reason": serializers.CharField(allow_null=True),
+        "summary_digest": serializers.CharField(help_text="the digest of the summary it was launched with"),
+        "created_at": serializers.CharField(allow_null=True),
+        "url": serializers.CharField(),
+        "page": serializers.CharField(),
+        "missing_url": serializers.CharField(),
+    }
+
+
+class LaunchInput(serializers.Serializer):
+    run = serializers.CharField(max_length=200, help_text="the id of the run to replay")
+    mode = serializers.ChoiceField(
+        MODES, help_text="reconstruction (inspect), rerun (replay in fixtures), counterfactual"
+    )
+    scenario = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        max_length=200,
+        help_text="NAME@VERSION, one of those the launch page offers; default: the run's recorded version",
+    )
+    vary = serializers.DictField(
+        child=serializers.CharField(max_length=200),
+        required=False,
+        help_text='a counterfactual\'s one variable: {"decider": "careful"}, {"decider": "agent:NAME"}, '
+        '{"human.<event id>": "rejected"}, {"fault": "tool:stage"}, {"clock": "…"}, {"budget.tokens": "100"}…',
+    )
+    checkpoint = serializers.CharField(
+        required=False, default="start", max_length=200, help_text="a recorded checkpoint event's id, or start"
+    )
+    model_connection = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        max_length=200,
+        help_text="with an agent decider: an approved model connection's name (a fresh comparison run)",
+    )
+    summary_digest = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=100,
+        help_text="the digest of the summary you were shown (a 409 answers it); without it nothing launches",
+    )
+
+
+class ReplayCollectionApi(APIView):
+    """POST launches a replay, as the launch form does."""
+
+    parser_classes = [JSONParser]
+    permission_classes = [requires_perm("runs.launch_replay"), scoped(LAUNCH, READ)]
+
+    @extend_schema(
+        summary="Launch a replay",
+        description="The launch form's rule (DESIGN §6): a POST without `summary_digest`, or with one that is not "
+        "the summary the server computes now for these inputs, queues nothing and answers 409 with `summary` (what "
+        "would launch: model, policy, workspaces, fixture completeness, clock, isolation, what it cannot touch) and "
+        "its `summary_digest`; POST again with that digest to launch: 201 with the replay (queued for a worker; "
+        "poll `url`). The same person confirming the same summary again while that replay is queued or running "
+        "gets it back (200, `created: false`), not a second one. Inputs as `manage.py replay` takes them: `mode`, "
+        "`scenario`, `vary` (one variable for a counterfactual, `decider` may be `agent:NAME`), `checkpoint`, "
+        "`model_connection`. 400 with one line for input that cannot launch, 404 for an unknown run. The user needs "
+        "the operator role; a harness token `replays:launch` and `replays:read`.",
+        request=LaunchInput,
+        responses={
+            201: inline_serializer("ReplayLaunched", {**_replay_fields(), "created": serializers.BooleanField()}),
+            200: inline_serializer(
+                "ReplayAlreadyLaunched", {**_replay_fields(), "created": serializers.BooleanField()}
+            ),
+            400: ErrorOutput,
+            404: ErrorOutput,
+            409: inline_serializer(
+                "LaunchSummary",
+                {
+                    "error": serializers.CharField(help_text="why nothing launched: unseen or changed summary"),
+                    "summary": serializers.DictField(help_text="the pre-launch summary, as the launch page shows it"),
+                    "summary_digest": serializers.CharField(help_text="send it back to launch exactly this"),
+                },
+            ),
+        },
+        examples=[
+            OpenApiExample(
+                "Ask for the summary of a rerun", value={"run": "run-example-docs", "mode": "reconstruction"}
+            )
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        data = LaunchInput(data=request.data)
+        if not data.is_valid():
+            raise exceptions.ValidationError(data.errors)
+        given = data.validated_data
+        run = Run.objects.filter(run_id=given["run"]).first()
+        if run is None:
+            raise exceptions.NotFound(f"no run {given['run']!r}")
+        try:
+            vary = vary_from_mapping(given.get("vary"))
+            version = launch_version(run, mode=given["mode"], scenario=given.get("scenario") or None)
+            replay, created = replay_launch_confirmed(
+                run,
+                mode=given["mode"],
+                version=version,
+                vary=vary,
+                checkpoint=given.get("checkpoint") or "start",
+                model_connection=given.get("model_connection") or None,
+                digest=given.get("summary_digest") or "",
+                user=request.user,
+            )
+        except LaunchUnconfirmed as exc:
+            return Response(
+                {"error": str(exc), "summary": exc.preview.summary, "summary_digest": exc.preview.digest},
+                status=status.HTTP_409_CONFLICT,
+            )
+        except (VaryRefused, ReplayRefused) as exc:
+            return Response({"error": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            {**replay_answer(replay), "created": created},
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+
+class ReplayDetailApi(APIView):
+    permission_classes = [requires_perm("runs.view_run"), scoped(READ)]
+
+    @extend_schema(
+        summary="One replay: its state and why it stopped",
+        description="`replay --json`'s shape with added keys: `source_run`, `checkpoint`, `decider`, "
+        "`model_connection`, `ended`, `stop_reason` (the launcher's error, or the reason the run's final state "
+        "gives), `summary_digest`, and where to read it (`page`, `missing_url`). Poll it until `ended`.",
+        responses={200: inline_serializer("Replay", _replay_fields()), 404: ErrorOutput},
+        parameters=[REPLAY_ID],
+    )
+    def get(self, request: Request, replay_id: str) -> Response:
+        return Response(replay_answer(_replay_or_404(replay_id)))
+
+
+class ReplayMissingApi(APIView):
+    permission_classes = [requires_perm("runs.view_run"), scoped(READ)]
+
+    @extend_schema(
+        summary="What a stopped replay is missing",
+        description="Each `fixture.missing` / `fixture.ambiguous` record of an ended replay as its missing-fixture "
+        "page shows it: the tool, its contract (as the pinned scenario version declares it) and revision, the "
+        "request digest and the full normalized `request` the replay made (for `model.chat` the chat request: "
+        "model, messages, tools, parameters; for a tool its normalized arguments), the world revision and "
+        "checkpoint, why it was needed, the nearby recorded requests with the fields that differ, and what the "
+        "console already holds for the same request. Values as stored: what the secret scan masked stays masked. "
+        "409 with one line while the replay has not ended.",
+        responses={
+            200: inline_serializer(
+                "ReplayMissing",
+                {
+                    "replay": serializers.IntegerField(),
+                    "run": serializers.CharField(),
+                    "state": serializers.CharField(),
+                    "stop_reason": serializers.CharField(allow_null=True),
+                    "missing": serializers.ListField(child=serializers.DictField()),
+                },
+            ),
+            404: ErrorOutput,
+            409: ErrorOutput,
+        },
+        parameters=[REPLAY_ID],
+    )
+    def get(self, request: Request, replay_id: str) -> Response:
+        replay = _replay_or_404(replay_id)
+        if replay.run is None:
+            return Response(
+                {"error": f"replay {replay.pk} is {replay.state}: it has no run to read yet"},
+                status=status.HTTP_409_CONFLICT,
+            )
+        return Response(
+            {
+                "replay": replay.pk,
+                "run": replay.run.run_id,
+                "state": replay.run.final_state,
+                "stop_reason": stop_reason(replay),
+                "missing": [missing_answer(missing_fixture_view(replay, i)) for i in range(len(replay.missing))],
+            }
+        )
