@@ -3,6 +3,7 @@
 from django.urls import path
 
 from fixtures_review import api as fixtures_api
+from replays import model_answer_api
 from runs import api as runs_api
 
 urlpatterns = [
@@ -14,4 +15,9 @@ urlpatterns = [
     path("runs/<str:run_id>/otlp/", runs_api.RunOtlpApi.as_view(), name="api-run-otlp"),
     path("runs/<str:run_id>/captures/", fixtures_api.RunCaptureApi.as_view(), name="api-run-captures"),
     path("captures/", fixtures_api.CaptureCollectionApi.as_view(), name="api-captures"),
+    path(
+        "replays/<str:replay_id>/missing/model-answer/",
+        model_answer_api.ReplayModelAnswerApi.as_view(),
+        name="api-replay-model-answer",
+    ),
 ]

@@ -68,10 +68,10 @@ def replay_model_answer_stage(
     the first model request among them) for review; audited. See the module's docstring for the refusals."""
     if user is not None and not getattr(user, "is_authenticated", False):
         raise ModelAnswerForbidden("staging a model answer needs the operator or reviewer role")
-    try:
-        pk = int(str(replay_id))
-    except ValueError:
-        raise ModelAnswerNotFound(f"no replay {replay_id!r} (a replay is named by its number)") from None
+    text = str(replay_id)
+    if not (text.isascii() and text.isdigit() and len(text) <= 18):  # a number the database's key can hold
+        raise ModelAnswerNotFound(f"no replay {text[:40]!r} (a replay is named by its number)")
+    pk = int(text)
     replay = Replay.objects.select_related("run", "run__parent").filter(pk=pk).first()
     if replay is None:
         raise ModelAnswerNotFound(f"no replay {pk}")

@@ -17,6 +17,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from accounts.models import HarnessToken
 from fixtures_review.models import ScenarioVersion, StagedRecording
 from n17q_engine.agent.model import MODEL_CONTRACT, MODEL_TOOL
 from replays.models import Replay
@@ -215,4 +216,65 @@ def test_bad_input_is_refused_in_one_line_and_nothing_is_staged(stopped, users, 
         with pytest.raises(CommandError) as caught:
             call_command("stage_model_answer", *filled)
         assert message in str(caught.value) and "\n" not in str(caught.value), (args, str(caught.value))
+    assert not StagedRecording.objects.filter(tool=MODEL_TOOL).exists()
+
+
+# --- the API door -------------------------------------------------------------------------------------------------
+
+
+def api_post(client: Client, pk, body, key: str | None = None):
+    headers = {"HTTP_AUTHORIZATION": f"Token {key}"} if key else {}
+    data = body if isinstance(body, str) else json.dumps(body)
+    return client.post(f"/api/v1/replays/{pk}/missing/model-answer/", data, content_type="application/json", **headers)
+
+
+def test_the_whole_loop_by_api_gets_the_relaunched_replay_past_the_request(stopped, users, capsys):
+    from tests.runs.test_api import token_for
+
+    call = stopped_request(stopped)
+    key = token_for(users["olga"], HarnessToken.Scope.CAPTURE, HarnessToken.Scope.IMPORT_RUNS)
+    answer = {"role": "assistant", "content": DONE}
+    response = api_post(Client(), stopped.pk, {"answer": answer}, key)
+    assert response.status_code == 201, response.content
+    out = response.json()
+    assert out["tool"] == MODEL_TOOL and out["request_digest"] == call["request_digest"] and out["answer"] == "typed"
+    recording = StagedRecording.objects.get(public_id=out["staged"])
+    assert recording.token is not None and recording.captured_by == users["olga"]  # the token's owner
+    assert recording.response["body"]["choices"][0]["message"] == answer
+
+    recording = approve(users["rex"], out["staged"])
+    assert recording.scenario_version.ref == f"{SCENARIO}@2"
+    again = relaunch(capsys, f"{SCENARIO}@2")
+    assert again.missing == [] and again.run.final_state == "stopped"
+    assert Event.objects.filter(run=again.run, kind="tool.result", body__origin="fixture").exists()
+
+
+def test_the_api_refuses_bad_input_with_its_status_and_stages_nothing(stopped, users, capsys):
+    from tests.runs.test_api import token_for
+
+    call_command("replay", "run-000-recorded", "--mode", "rerun", "--inline", "--json")
+    other = json.loads(capsys.readouterr().out)["replay"]
+    key = token_for(users["olga"], HarnessToken.Scope.CAPTURE, HarnessToken.Scope.IMPORT_RUNS)
+    capture_only = token_for(users["olga"], HarnessToken.Scope.CAPTURE)
+    viewer = token_for(users["vic"], HarnessToken.Scope.CAPTURE, HarnessToken.Scope.IMPORT_RUNS)
+    cases = [
+        (9999, {"content": "x"}, key, 404, "no replay 9999"),
+        (stopped.pk, "{not json", key, 400, "JSON parse error"),
+        (stopped.pk, [1, 2], key, 400, "the body must be a JSON object"),
+        (stopped.pk, {"answer": {"choices": "x"}}, key, 400, "choices: a non-empty list"),
+        (stopped.pk, {"answer": "text"}, key, 400, "answer: a JSON object"),
+        (stopped.pk, {"content": 3}, key, 400, "content: text"),
+        (stopped.pk, {"answers": {}}, key, 400, "answers: not a field"),
+        (stopped.pk, {}, key, 400, "say the answer"),
+        (stopped.pk, {"content": "x", "missing": 4}, key, 404, "has no missing fixture #4"),
+        (other, {"content": "x"}, key, 400, "did not stop on a model request"),
+        (stopped.pk, {"content": "x"}, capture_only, 403, "scopes do not allow"),
+        (stopped.pk, {"content": "x"}, viewer, 403, "needs"),
+        (stopped.pk, {"content": "x"}, None, 401, "credentials were not provided"),
+    ]
+    for pk, body, token, code, message in cases:
+        response = api_post(Client(), pk, body, token)
+        assert response.status_code == code, (body, response.content)
+        text = json.dumps(response.json())
+        assert message in text, (body, text)
     assert not StagedRecording.objects.filter(tool=MODEL_TOOL).exists()
