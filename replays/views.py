@@ -27,7 +27,7 @@ from runs.models import Run
 from runs.selectors import replay_runs_imported
 
 from .comparison import comparison_build, run_outcome
-from .forms import CopySimilarForm, CounterfactualForm, ExcludeToolForm, LaunchForm
+from .forms import CopySimilarForm, CounterfactualForm, ExcludeToolForm, LaunchForm, ModelAnswerForm
 from .launch import (
     BUDGET_RESOURCES,
     BUTTONS,
@@ -254,6 +254,7 @@ def missing_fixture(request: HtmxHttpRequest, pk: int, index: int) -> HttpRespon
         {
             "view": view,
             "exclude_form": ExcludeToolForm(),
+            "model_form": ModelAnswerForm(),
         },
     )
 

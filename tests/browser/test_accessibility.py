@@ -162,6 +162,7 @@ NOT_PAGES = {
     "fixtures:run-results-stage": "POST only; redirects to the staged recordings (or back to the run)",
     "replays:missing-copy-similar": "POST only; redirects to the staged candidate",
     "replays:missing-copy-recorded": "POST only; redirects to the staged candidate",
+    "replays:missing-model-answer": "POST only; redirects to the staged recording (or back to the missing fixture)",
     "replays:missing-exclude-tool": "POST only; redirects to the launch summary",
 }
 

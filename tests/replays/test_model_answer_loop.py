@@ -11,6 +11,7 @@ the same replay relaunched against that version gets past the request.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -278,3 +279,45 @@ def test_the_api_refuses_bad_input_with_its_status_and_stages_nothing(stopped, u
         text = json.dumps(response.json())
         assert message in text, (body, text)
     assert not StagedRecording.objects.filter(tool=MODEL_TOOL).exists()
+
+
+# --- the page's button ----------------------------------------------------------------------------------------------
+
+
+def test_the_whole_loop_from_the_missing_fixture_page(stopped, users, capsys):
+    call = stopped_request(stopped)
+    olga = client_for(users["olga"])
+    page = olga.get(f"/replays/{stopped.pk}/missing/0/").content.decode()
+    form = re.search(r'<div class="model-answer" id="model-answer">(.*?)</div>', page, re.S)
+    assert form is not None, page
+    action = f"/replays/{stopped.pk}/missing/0/model-answer/"
+    assert f'action="{action}"' in form.group(1) and 'name="content"' in form.group(1)
+    assert "copy-model-answer" not in form.group(1)  # @1 holds no model answer to copy
+
+    refused = olga.post(action, {"tool_calls": "{not json"}, follow=True).content.decode()
+    assert "Answer refused: answer: not JSON" in refused and not StagedRecording.objects.filter(tool=MODEL_TOOL)
+    assert client_for(users["vic"]).post(action, {"content": DONE}).status_code == 403
+    assert olga.post(f"/replays/{stopped.pk}/missing/5/model-answer/", {"content": DONE}).status_code == 404
+    assert not StagedRecording.objects.filter(tool=MODEL_TOOL).exists()
+
+    response = olga.post(action, {"content": DONE})
+    assert response.status_code == 302
+    recording = StagedRecording.objects.get(tool=MODEL_TOOL)
+    assert response["Location"] == f"/review/{recording.public_id}/"
+    assert recording.request["args"] == call["request"] and recording.captured_by == users["olga"]
+    # the missing page now lists it as pending
+    page = olga.get(f"/replays/{stopped.pk}/missing/0/").content.decode()
+    assert f'href="/review/{recording.public_id}/"' in page
+
+    recording = approve(users["rex"], recording.public_id)
+    assert recording.scenario_version.ref == f"{SCENARIO}@2"
+    again = relaunch(capsys, f"{SCENARIO}@2")
+    assert again.missing == [] and again.run.final_state == "stopped"
+
+
+def test_the_page_offers_no_answer_form_for_a_tool_that_is_not_the_model(demo, users, capsys):
+    call_command("replay", "run-000-recorded", "--mode", "rerun", "--inline", "--json")
+    pk = json.loads(capsys.readouterr().out)["replay"]
+    page = client_for(users["olga"]).get(f"/replays/{pk}/missing/0/").content.decode()
+    assert "copy-recorded" in page  # its own next steps
+    assert 'id="model-answer"' not in page
