@@ -224,9 +224,11 @@ def test_bad_input_is_refused_in_one_line_and_nothing_is_staged(stopped, users, 
 
 
 def api_post(client: Client, pk, body, key: str | None = None):
-    headers = {"HTTP_AUTHORIZATION": f"Token {key}"} if key else {}
+    headers = {"Authorization": f"Token {key}"} if key else {}
     data = body if isinstance(body, str) else json.dumps(body)
-    return client.post(f"/api/v1/replays/{pk}/missing/model-answer/", data, content_type="application/json", **headers)
+    return client.post(
+        f"/api/v1/replays/{pk}/missing/model-answer/", data, content_type="application/json", headers=headers
+    )
 
 
 def test_the_whole_loop_by_api_gets_the_relaunched_replay_past_the_request(stopped, users, capsys):
