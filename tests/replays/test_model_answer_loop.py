@@ -177,6 +177,8 @@ def test_copy_similar_copies_the_nearest_model_answer_and_says_which(stopped, us
     copy = StagedRecording.objects.get(public_id=out["staged"])
     assert copy.request["args"] == second and copy.response["body"] == turn_one["response"]["body"]
     assert copy.synthetic and f"copied from model fixture {turn_one['id']}" in copy.fidelity_note
+    page = client_for(users["rex"]).get(f"/review/{copy.public_id}/").content.decode()
+    assert f"a model answer copied from fixture <code>{turn_one['id']}</code> of {SCENARIO}@2" in page
 
 
 BAD = [
@@ -295,6 +297,7 @@ def test_the_whole_loop_from_the_missing_fixture_page(stopped, users, capsys):
     action = f"/replays/{stopped.pk}/missing/0/model-answer/"
     assert f'action="{action}"' in form.group(1) and 'name="content"' in form.group(1)
     assert "copy-model-answer" not in form.group(1)  # @1 holds no model answer to copy
+    assert "copy-similar" not in page  # an empty model answer answers nothing: the page offers the typed one instead
 
     refused = olga.post(action, {"tool_calls": "{not json"}, follow=True).content.decode()
     assert "Answer refused: answer: not JSON" in refused and not StagedRecording.objects.filter(tool=MODEL_TOOL)
