@@ -149,6 +149,7 @@ NOT_PAGES = {
     "api-run": "JSON API",
     "api-run-lineage": "JSON API",
     "api-captures": "JSON API",
+    "api-replay-model-answer": "JSON API",
     "api-run-captures": "JSON API",
     "api-run-findings": "JSON API",
     "api-run-bundle": "a file download (a run bundle, .zip)",
