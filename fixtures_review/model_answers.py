@@ -74,23 +74,29 @@ class ModelAnswerStaged:
 # --- the proposed answer -----------------------------------------------------------------------------------------
 
 
-def parse_answer(raw: bytes | str) -> Any:
-    """A proposed answer as given to a door (a file, stdin, a form field): JSON, one line when it is not."""
+def parse_answer(raw: bytes | str, where: str = "answer", limit: int = MAX_ANSWER_BYTES) -> Any:
+    """A proposed answer as given to a door (a file, stdin, a form field, the API's body): JSON, one line naming
+    `where` when it is not (too large, not UTF-8, not JSON, nested too deeply)."""
     data = raw.encode("utf-8") if isinstance(raw, str) else raw
-    if len(data) > MAX_ANSWER_BYTES:
-        raise ModelAnswerRefused(f"answer: larger than {MAX_ANSWER_BYTES} bytes")
+    if len(data) > limit:
+        raise ModelAnswerRefused(f"{where}: larger than {limit} bytes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ModelAnswerRefused(f"answer: not UTF-8 (byte {exc.start})") from None
+        raise ModelAnswerRefused(f"{where}: not UTF-8 (byte {exc.start})") from None
     if not text.strip():
-        raise ModelAnswerRefused("answer: empty (give a chat completion or an assistant message as JSON)")
+        raise ModelAnswerRefused(f"{where}: empty (give a chat completion or an assistant message as JSON)")
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:
-        raise ModelAnswerRefused(f"answer: not JSON: {exc}") from None
+        raise ModelAnswerRefused(f"{where}: not JSON: {exc}") from None
     except RecursionError:
-        raise ModelAnswerRefused("answer: not JSON: nested too deeply") from None
+        raise ModelAnswerRefused(f"{where}: not JSON: nested too deeply") from None
+    try:
+        intake.check_json_values(value, where)  # what any capture's value may be (depth, integers, text)
+    except intake.CaptureError as exc:
+        raise ModelAnswerRefused(str(exc)) from None
+    return value
 
 
 def _no_constant(name: str) -> Any:

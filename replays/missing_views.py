@@ -71,7 +71,7 @@ def missing_model_answer(request: HtmxHttpRequest, pk: int, index: int) -> HttpR
             if (data.get("content") or "").strip():
                 fields["content"] = data["content"]
             if (data.get("tool_calls") or "").strip():
-                fields["tool_calls"] = parse_answer(data["tool_calls"])
+                fields["tool_calls"] = parse_answer(data["tool_calls"], "tool calls")
                 if not isinstance(fields["tool_calls"], list):
                     raise ModelAnswerRefused("tool calls: a JSON list of tool calls")
         staged = replay_model_answer_stage(replay_id=pk, index=index, user=request.user, request=request, **fields)

@@ -9,18 +9,31 @@ from typing import Any
 
 from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.auth import READ_RUNS, requires_perm, scoped
 from accounts.models import HarnessToken
+from fixtures_review.model_answers import MAX_ANSWER_BYTES, parse_answer
 from fixtures_review.review_rules import CAPTURE_PERM
 
 from .model_answers import ModelAnswerForbidden, ModelAnswerNotFound, ModelAnswerRefused, replay_model_answer_stage
 
 _FIELDS = ("answer", "content", "tool_calls", "copy_similar", "missing")
+# The body is an answer and a few fields: a little more than the largest answer, read at most that far.
+MAX_BODY_BYTES = MAX_ANSWER_BYTES + 64 * 1024
+
+
+class BoundedJsonParser(BaseParser):
+    """The body as bytes, read at most MAX_BODY_BYTES + 1 far: `parse_answer` parses (and refuses) it in one line,
+    a body nested too deeply included (DRF's own JSON parser lets that RecursionError out as a 500)."""
+
+    media_type = "application/json"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        return stream.read(MAX_BODY_BYTES + 1) if stream is not None else b""
 
 
 class ReplayModelAnswerApi(APIView):
@@ -31,7 +44,7 @@ class ReplayModelAnswerApi(APIView):
     approving it (another reviewer) mints the next scenario version, against which the replay gets past the request.
     `missing` picks one of the replay's missing fixtures (default: its model request)."""
 
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJsonParser]
     # It stages (captures:create) and answers with what the replay's run holds (its request's digest, the staged
     # content's findings): reading a run too, as staging a run's results does.
     permission_classes = [
@@ -91,9 +104,9 @@ class ReplayModelAnswerApi(APIView):
         },
     )
     def post(self, request: Request, replay_id: str) -> Response:
-        data: Any = request.data
         try:
-            fields = _fields(data)
+            raw: Any = request.data
+            fields = _fields(parse_answer(raw if isinstance(raw, bytes) else b"", "the body", MAX_BODY_BYTES))
             staged = replay_model_answer_stage(
                 replay_id=replay_id,
                 user=request.user,

@@ -193,6 +193,7 @@ BAD = [
     (("{pk}", "--answer", "{nowhere}"), "cannot be read"),
     (("{pk}", "--tool-calls", '[{"arguments": {}}]'), "tool_calls[0]: name must be"),
     (("{pk}", "--tool-calls", '{"name": "x"}'), "--tool-calls: a JSON list"),
+    (("{pk}", "--tool-calls", "[{"), "--tool-calls: not JSON"),
     (("{pk}", "--content", "   "), "say something"),
     (("{pk}", "--content", "x", "--user", "vic"), "needs the operator or reviewer role"),
     (("{pk}", "--content", "x", "--user", "nobody"), "no user 'nobody'"),
@@ -264,7 +265,16 @@ def test_the_api_refuses_bad_input_with_its_status_and_stages_nothing(stopped, u
     viewer = token_for(users["vic"], HarnessToken.Scope.CAPTURE, HarnessToken.Scope.IMPORT_RUNS)
     cases = [
         (9999, {"content": "x"}, key, 404, "no replay 9999"),
-        (stopped.pk, "{not json", key, 400, "JSON parse error"),
+        (stopped.pk, "{not json", key, 400, "the body: not JSON"),
+        (
+            stopped.pk,
+            '{"answer": ' + "[" * 100000 + "]" * 100000 + "}",
+            key,
+            400,
+            "the body: not JSON: nested too deeply",
+        ),
+        (stopped.pk, json.dumps({"content": "x" * 1_200_000}), key, 400, "the body: larger than"),
+        (stopped.pk, '{"answer": ' + "[" * 200 + "]" * 200 + "}", key, 400, "the body nests deeper than"),
         (stopped.pk, [1, 2], key, 400, "the body must be a JSON object"),
         (stopped.pk, {"answer": {"choices": "x"}}, key, 400, "choices: a non-empty list"),
         (stopped.pk, {"answer": "text"}, key, 400, "answer: a JSON object"),
@@ -300,7 +310,7 @@ def test_the_whole_loop_from_the_missing_fixture_page(stopped, users, capsys):
     assert "copy-similar" not in page  # an empty model answer answers nothing: the page offers the typed one instead
 
     refused = olga.post(action, {"tool_calls": "{not json"}, follow=True).content.decode()
-    assert "Answer refused: answer: not JSON" in refused and not StagedRecording.objects.filter(tool=MODEL_TOOL)
+    assert "Answer refused: tool calls: not JSON" in refused and not StagedRecording.objects.filter(tool=MODEL_TOOL)
     assert client_for(users["vic"]).post(action, {"content": DONE}).status_code == 403
     assert olga.post(f"/replays/{stopped.pk}/missing/5/model-answer/", {"content": DONE}).status_code == 404
     assert not StagedRecording.objects.filter(tool=MODEL_TOOL).exists()

@@ -62,7 +62,7 @@ class Command(JsonCommand):
                 answer = parse_answer(self._read(options["answer"]))
             tool_calls = None
             if options.get("tool_calls") is not None:
-                tool_calls = parse_answer(options["tool_calls"])
+                tool_calls = parse_answer(options["tool_calls"], "--tool-calls")
                 if not isinstance(tool_calls, list):
                     raise ModelAnswerRefused("--tool-calls: a JSON list of tool calls")
             staged = replay_model_answer_stage(
