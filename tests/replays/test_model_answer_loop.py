@@ -10,6 +10,7 @@ the same replay relaunched against that version gets past the request.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
@@ -150,7 +151,7 @@ def test_the_whole_loop_by_command_gets_the_relaunched_replay_past_the_request(s
     assert DONE in state["reason"], state  # the agent stopped on the answer it was given, its words in the reason
 
 
-def test_copy_similar_copies_the_nearest_model_answer_and_says_which(stopped, users, capsys, tmp_path):
+def test_copy_similar_copies_the_nearest_model_answer_and_says_which(stopped, users, capsys, tmp_path, monkeypatch):
     """Turn one is answered with a tool call (the recorded broad suite); the relaunched replay runs it, asks its
     model again with the result, and stops there; copying similar for that request copies turn one's answer, the
     model fixture whose request shares the longest prefix of messages with it."""
@@ -160,7 +161,10 @@ def test_copy_similar_copies_the_nearest_model_answer_and_says_which(stopped, us
     with pytest.raises(CommandError, match=r"holds no recorded model\.chat answer to copy"):
         call_command("stage_model_answer", str(stopped.pk), "--copy-similar", "--user", "olga")
     suite = [{"name": "shell.run", "arguments": _recorded_request(RUN, "e-003-a1-call-broad")}]
-    first = stage(capsys, str(stopped.pk), "--tool-calls", json.dumps(suite), "--user", "olga")
+    # turn one typed as a whole assistant message on stdin (`--answer -`)
+    message = {"role": "assistant", "content": None, "tool_calls": suite}
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(json.dumps(message).encode())))
+    first = stage(capsys, str(stopped.pk), "--answer", "-", "--user", "olga")
     recording = approve(users["rex"], first["staged"])
     (turn_one,) = [f for f in json.loads(recording.scenario_version.files["fixtures.json"]) if f["tool"] == MODEL_TOOL]
 
