@@ -51,6 +51,8 @@ def content_authors(recording: StagedRecording) -> dict[int, str]:
                 StagedRecording.Origin.CONTRACT_MIGRATION.value: "ran the contract migration that staged this",
             }
             authors[pk] = copied.get(str(recording.origin), "captured this recording")
+            if (recording.copied_from or {}).get("answer") == "typed":
+                authors[pk] = "typed the model answer of this recording"
         elif recording.migration and pk == recording.migration.get("declared_by"):
             authors[pk] = "declared the contract revision whose change this recording carries"
         else:

@@ -11,6 +11,7 @@ from datetime import UTC
 from typing import Any
 
 from n17q_engine import canonical
+from n17q_engine.agent.model import contract_for
 from n17q_engine.contracts import ContractError
 from n17q_engine.fixtures import Fixture, FixtureError
 from n17q_engine.package import PackageError, load_scenario
@@ -95,9 +96,9 @@ def _fixture_for(recording: StagedRecording, base: ScenarioVersion) -> dict[str,
         contracts = load_scenario(scenario_package(base)).contracts
     except (ScenarioRefused, PackageError) as exc:
         raise ReviewRefused(f"{base.ref} cannot be loaded: {exc}") from None
-    if recording.tool not in contracts:
+    contract = contract_for(contracts, recording.tool)  # model.chat: the built-in one, pinned when minted
+    if contract is None:
         raise ReviewRefused(f"contract test: {base.ref} pins no contract for {recording.tool}")
-    contract = contracts.get(recording.tool)
     if contract.revision != recording.contract_revision:
         raise ReviewRefused(
             f"contract test: {base.ref} pins {recording.tool} revision {contract.revision}, the recording was made "

@@ -8,6 +8,7 @@ the latest version after the lock, and builds on it; the unique (name, version) 
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from n17q_engine import canonical
+from n17q_engine.agent.model import MODEL_CONTRACT, MODEL_TOOL
 from n17q_engine.package import PackageError, build_scenario
 
 from .fixture_checks import fixture_id_for
@@ -70,6 +72,11 @@ def scenario_version_mint(
         ]
         fixtures.append(fixture)
     files["fixtures.json"] = fixtures
+    pinned = {c.get("tool") for c in files["contracts.json"] if isinstance(c, dict)}
+    if MODEL_TOOL not in pinned and any(f.get("tool") == MODEL_TOOL for f in fixtures):
+        # A model answer approved for a scenario that pinned no model.chat contract: the version that holds it pins
+        # the built-in contract it was normalized under (docs/agents.md "Model fixtures"), so the package says it.
+        files["contracts.json"] = [*files["contracts.json"], copy.deepcopy(MODEL_CONTRACT)]
     return scenario_files_mint(base=base, files=files, user=user, source=source, _locked=_locked)
 
 

@@ -22,6 +22,7 @@ from django.utils.crypto import salted_hmac
 
 from console.blob_store import BlobStoreRefused, blob_put
 from n17q_engine import canonical
+from n17q_engine.agent.model import contract_for
 from n17q_engine.contracts import Contract, ContractError
 from n17q_engine.package import PackageError, load_scenario
 from n17q_secrets import gate
@@ -195,9 +196,9 @@ def _contract(scenario: str, tool: str, revision: int) -> tuple[Contract | None,
         contracts = load_scenario(scenario_package(latest)).contracts
     except (ScenarioRefused, PackageError) as exc:
         return None, f"{latest.ref} cannot be loaded: {exc}"
-    if tool not in contracts:
+    contract = contract_for(contracts, tool)  # model.chat: the built-in contract where none is pinned
+    if contract is None:
         return None, f"{latest.ref} pins no contract for {tool}: the digest is of the arguments as sent"
-    contract = contracts.get(tool)
     if contract.revision != revision:
         return (
             None,

@@ -4,6 +4,7 @@ from django.urls import path
 
 from fixtures_review import api as fixtures_api
 from replays import api as replays_api
+from replays import model_answer_api
 from runs import api as runs_api
 
 urlpatterns = [
@@ -18,4 +19,9 @@ urlpatterns = [
     path("replays/", replays_api.ReplayCollectionApi.as_view(), name="api-replays"),
     path("replays/<str:replay_id>/", replays_api.ReplayDetailApi.as_view(), name="api-replay"),
     path("replays/<str:replay_id>/missing/", replays_api.ReplayMissingApi.as_view(), name="api-replay-missing"),
+    path(
+        "replays/<str:replay_id>/missing/model-answer/",
+        model_answer_api.ReplayModelAnswerApi.as_view(),
+        name="api-replay-model-answer",
+    ),
 ]

@@ -146,3 +146,23 @@ class ExcludeToolForm(forms.Form):
 
 class CopySimilarForm(forms.Form):
     like_fixture = forms.CharField(required=False, max_length=200)
+
+
+class ModelAnswerForm(forms.Form):
+    """The missing-fixture page's "Answer this model request" (issue 36): the assistant's text and/or tool calls,
+    or a whole chat completion (or assistant message) as JSON; or, `copy_similar`, none of them."""
+
+    content = forms.CharField(
+        required=False, label="The assistant's answer (text)", widget=forms.Textarea(attrs={"rows": 4})
+    )
+    tool_calls = forms.CharField(
+        required=False,
+        label='Tool calls, as JSON (e.g. [{"name": "shell.run", "arguments": {"argv": ["pytest"]}}])',
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+    answer = forms.CharField(
+        required=False,
+        label="Or a whole chat completion or assistant message, as JSON",
+        widget=forms.Textarea(attrs={"rows": 4}),
+    )
+    copy_similar = forms.BooleanField(required=False)

@@ -145,7 +145,7 @@ def _agent_or_refuse(decider: str) -> Any:
 
 def _agent_summary(decider: str, sc: ScenarioPackage | None) -> dict[str, Any]:
     """What the summary says of an agent decider: the agent, its pinned digest, where its model answers from."""
-    from n17q_engine.agent.model import MODEL_TOOL
+    from n17q_engine.agent.model import MODEL_CONTRACT, MODEL_TOOL
 
     from .agents import agent_json
 
@@ -166,8 +166,9 @@ def _agent_summary(decider: str, sc: ScenarioPackage | None) -> dict[str, Any]:
             f"model fixtures: {model_fixtures} recorded {MODEL_TOOL} response(s) in the scenario version; a request "
             "none answers stops the run as incomplete test world"
             if contract
-            else f"model fixtures: the scenario version holds no {MODEL_TOOL} contract, so the agent's first model "
-            "call stops the run as incomplete test world"
+            else f"model fixtures: the scenario version pins no {MODEL_TOOL} contract and holds no model answer; the "
+            f"built-in contract (revision {MODEL_CONTRACT['revision']}) normalizes the agent's first model request and "
+            "the run stops on it as incomplete test world (stage an answer from the missing-fixture page)"
         ),
         # The address the agent is given (docs/agents.md), not 127.0.0.1: that is not local inside the sandbox.
         "runs": "as a separate process inside the sandbox: its tools over MCP on its stdin/stdout, its model at "

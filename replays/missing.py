@@ -77,6 +77,11 @@ class MissingView:
         return self.record.get("request")
 
     @property
+    def copyable_fixture(self) -> bool:
+        """The scenario version holds a fixture of the same tool: "copy the nearest" has something to copy."""
+        return any(n.fixture_id for n in self.nearby)
+
+    @property
     def recorded_answer(self) -> bool:
         """The source run recorded a result a fixture can hold: "copy the recorded answer" can work."""
         result = self.recorded_result or {}

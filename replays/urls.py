@@ -16,5 +16,10 @@ urlpatterns = [
         missing_views.missing_copy_recorded,
         name="missing-copy-recorded",
     ),
+    path(
+        "replays/<int:pk>/missing/<int:index>/model-answer/",
+        missing_views.missing_model_answer,
+        name="missing-model-answer",
+    ),
     path("replays/<int:pk>/missing/<int:index>/exclude-tool/", views.missing_exclude_tool, name="missing-exclude-tool"),
 ]

@@ -28,7 +28,7 @@ from runs.selectors import replay_runs_imported
 
 from .comparison import comparison_build, run_outcome
 from .confirm import LaunchUnconfirmed, launch_preview, replay_launch_confirmed
-from .forms import CopySimilarForm, CounterfactualForm, ExcludeToolForm, LaunchForm
+from .forms import CopySimilarForm, CounterfactualForm, ExcludeToolForm, LaunchForm, ModelAnswerForm
 from .launch import (
     BUDGET_RESOURCES,
     BUTTONS,
@@ -256,6 +256,7 @@ def missing_fixture(request: HtmxHttpRequest, pk: int, index: int) -> HttpRespon
         {
             "view": view,
             "exclude_form": ExcludeToolForm(),
+            "model_form": ModelAnswerForm(),
         },
     )
 

@@ -120,3 +120,17 @@ class LiveModel:
         except ValueError:
             return {"error": "the relay answered something that is not JSON"}
         return answer if isinstance(answer, dict) else {"error": "the relay answered something that is not an object"}
+
+
+def builtin_contract(tool: str) -> Any:
+    """The contract a tool has where a scenario pins none: `model.chat`'s (MODEL_CONTRACT, its revision stable),
+    so every scenario allows agents (docs/agents.md "Model fixtures"); None for any other tool."""
+    from ..contracts import Contract
+
+    return Contract.from_dict(MODEL_CONTRACT) if tool == MODEL_TOOL else None
+
+
+def contract_for(contracts: Any, tool: str) -> Any:
+    """The contract `tool` has in a scenario (`contracts`: its ContractSet): the one it pins, else the built-in
+    one (`builtin_contract`), else None."""
+    return contracts.get(tool) if tool in contracts else builtin_contract(tool)

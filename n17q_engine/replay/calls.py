@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from .. import canonical
+from ..agent.model import MODEL_TOOL, builtin_contract
 from ..contracts import Contract, ContractError
 from ..deciders import REASON_CHARS, CallTool
 from ..fixtures import Ambiguous, ContractMismatch, Fixture, Hit, Miss
@@ -25,6 +26,8 @@ from ..world import SimulatedWorld, WorldError, synthetic_token
 from .state import _EngineState
 
 JSON = "application/json"
+# model.chat's contract where a scenario pins none (every scenario allows agents): its revision is MODEL_CONTRACT's.
+BUILTIN_MODEL_CONTRACT: Contract = builtin_contract(MODEL_TOOL)
 TEXT = "text/plain; charset=utf-8"
 
 
@@ -61,11 +64,17 @@ class _ToolCalls(_EngineState):
         if reason is not None:
             self._excluded_call(a, proposal, reason)
             return
-        if a.tool not in sc.contracts:
+        contract: Contract
+        if a.tool in sc.contracts:
+            contract = sc.contracts.get(a.tool)
+        elif a.tool == MODEL_TOOL:
+            # An agent's model request in a scenario that pins no model.chat contract: the built-in one (docs/agents.md
+            # "Model fixtures") normalizes it, so the run records the exact request it stopped on.
+            contract = BUILTIN_MODEL_CONTRACT
+        else:
             self._missing_call(
                 a, None, canonical.digest_json(a.args), f"unknown tool: the scenario has no contract for {a.tool}"
             )
-        contract: Contract = sc.contracts.get(a.tool)
         if a.recorded_revision is not None and a.recorded_revision != contract.revision:
             self._missing_call(
                 a,
@@ -379,7 +388,12 @@ class _ToolCalls(_EngineState):
         record = result.record(scenario=self.sc.ref, checkpoint_id=self.checkpoint_id)
         kind = record.pop("kind")
         record["call_id"] = call
-        if isinstance(result, Miss) and not any(f.tool == result.tool for f in self.sc.fixtures):
+        if isinstance(result, Miss) and result.tool == MODEL_TOOL and MODEL_TOOL not in self.sc.contracts:
+            record["reason"] = (
+                f"unrecorded: the scenario pins no {MODEL_TOOL} contract; the built-in one (revision "
+                f"{result.contract_revision}) normalized the request and no model answer is recorded for it"
+            )
+        elif isinstance(result, Miss) and not any(f.tool == result.tool for f in self.sc.fixtures):
             record["reason"] = (
                 f"unrecorded: the scenario has a contract for {result.tool} revision {result.contract_revision} and no "
                 "fixture for it at all (this request was never recorded)"

@@ -35,6 +35,8 @@ AUDITED = {
     # It answers with the run's result events and tools: reading a run, not only capturing.
     "POST /api/v1/runs/{run_id}/captures/": [CAPTURE, IMPORT],
     "POST /api/v1/captures/": [CAPTURE],
+    # Stages a model answer for a replay's stop (issue 36) and answers with what its run holds: capturing and reading.
+    "POST /api/v1/replays/{replay_id}/missing/model-answer/": [CAPTURE, IMPORT],
     "POST /v1/traces": [IMPORT],
     # Issue 36: launching answers the launch summary (the run's facts), so it reads as well as launches.
     "POST /api/v1/replays/": [LAUNCH, READ_REPLAYS],

@@ -149,6 +149,7 @@ NOT_PAGES = {
     "api-run": "JSON API",
     "api-run-lineage": "JSON API",
     "api-captures": "JSON API",
+    "api-replay-model-answer": "JSON API",
     "api-run-captures": "JSON API",
     "api-run-findings": "JSON API",
     "api-run-bundle": "a file download (a run bundle, .zip)",
@@ -162,6 +163,7 @@ NOT_PAGES = {
     "fixtures:run-results-stage": "POST only; redirects to the staged recordings (or back to the run)",
     "replays:missing-copy-similar": "POST only; redirects to the staged candidate",
     "replays:missing-copy-recorded": "POST only; redirects to the staged candidate",
+    "replays:missing-model-answer": "POST only; redirects to the staged recording (or back to the missing fixture)",
     "replays:missing-exclude-tool": "POST only; redirects to the launch summary",
 }
 
