@@ -28,7 +28,6 @@ Needs the sandbox's kernel boundary (Linux namespaces), like every agent replay.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sys
@@ -41,6 +40,7 @@ sys.path.insert(0, str(HERE.parents[1]))  # the repository: n17q_demo and n17q_e
 
 from n17q_demo import seed_scenarios, stories  # noqa: E402
 from n17q_engine.agent.model import MODEL_TOOL, completion, model_fixture  # noqa: E402
+from n17q_engine.agent.names import openai_name  # noqa: E402
 from n17q_engine.canonical import canonical_json  # noqa: E402
 from n17q_engine.package import Package  # noqa: E402
 from n17q_engine.replay_suite import (  # noqa: E402
@@ -60,13 +60,9 @@ SOURCES = {
 
 
 def fn(tool: str, example: Path) -> str:
-    """The function name the agent offers its model for an MCP tool: agent.py's own `function_name`, so a change of
-    its mapping changes the answers with it."""
-    spec = importlib.util.spec_from_file_location("example_agent", example / "agent" / "agent.py")
-    assert spec is not None and spec.loader is not None
-    agent = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(agent)
-    return agent.function_name(tool, {})
+    """The function name the agent offers its model for an MCP tool: the OpenAI name the server gives each tool
+    (`n17q_engine.agent.names`, docs/agents.md), which agent.py takes from the tool's `_meta`."""
+    return openai_name(tool)
 
 
 def offered(request: dict[str, Any], name: str) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
 SECTION = "### The versions the worker's environment offers"
-MENTION = re.compile(r"\b(mcp-types|mcp|openai|anyio|pydantic|httpx)(?:==| )(\d+\.\d+\.\d+)\b")
+MENTION = re.compile(r"\b(mcp-types|mcp|openai)(?:==| )(\d+\.\d+\.\d+)\b")
+PYPROJECT = DOC.parents[1] / "pyproject.toml"
 
 
 def _table() -> dict[str, str]:
@@ -22,7 +23,9 @@ def _table() -> dict[str, str]:
 
 
 def _installed(name: str) -> str:
-    return platform.python_version() if name == "Python" else importlib.metadata.version(name)
+    if name == "Python":  # the minor version: a patch release of the interpreter changes nothing an agent sees
+        return ".".join(platform.python_version_tuple()[:2])
+    return importlib.metadata.version(name)
 
 
 def test_the_documented_versions_are_the_installed_ones():
@@ -42,3 +45,12 @@ def test_no_other_line_of_the_page_names_another_version_of_those_distributions(
         if pinned_example in text:
             continue
         assert version == table.get(name, _installed(name)), f"docs/agents.md names {name} {version}"
+
+
+def test_the_project_pins_exactly_the_versions_the_page_promises():
+    """A range in pyproject.toml would let a fresh worker install a newer mcp (2.x renamed fields) than the page
+    names: the promise holds only if the install is pinned."""
+    table = _table()
+    text = PYPROJECT.read_text(encoding="utf-8")
+    for name in ("mcp", "openai"):
+        assert f'"{name}=={table[name]}"' in text, f"pyproject.toml does not pin {name}=={table[name]}"
