@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fixtures_review.selectors import RequestAnswers, request_answers
+from n17q_engine.agent.model import contract_for
 from runs.models import Event
 
 from .launch import scenario_loaded
@@ -176,7 +177,9 @@ def missing_fixture_view(replay: Replay, index: int) -> MissingView:
     sc = scenario_loaded(replay.scenario_version) if replay.scenario_version else None
     excluded_reason = sc.excluded(record.get("tool", "")) if sc else None
     tool = record.get("tool")
-    contract = sc.contracts.get(tool).to_dict() if sc is not None and tool in sc.contracts else None
+    # The contract in force (the scenario's, or model.chat's built-in one where it pins none): the engine's one rule.
+    in_force = contract_for(sc.contracts, tool) if sc is not None and tool else None
+    contract = in_force.to_dict() if in_force is not None else None
     if sc is not None:
         candidates = []
         for f in sc.fixtures:

@@ -104,7 +104,9 @@ def task_context(source: SourceRun, sc: ScenarioPackage, tools: list[str]) -> di
             "instructions": _instructions(every),
         },
         "recorded_run": {"id": run.get("id"), "policy_revision": run.get("policy_revision")},
-        "scenario": {"name": sc.name, "version": sc.version},
+        # The scenario by name only: approving a model answer mints a new version, and a version in the task would
+        # change the agent's first request, so no answer approved earlier would ever match (docs/agents.md).
+        "scenario": {"name": sc.name},
         "workspaces": {
             "offered": sorted(sc.workspaces),
             "created_before_the_branch": [w for w in workspaces_seen if w],
@@ -125,7 +127,7 @@ def task_prompt(context: dict[str, Any]) -> str:
     lines = [
         f"Task {task['id']} (revision {task['revision']}): {task['title']}",
         f"Instructions, as the recorded run states them: {task['instructions'] or '(none recorded)'}",
-        f"Scenario {context['scenario']['name']} version {context['scenario']['version']}; "
+        f"Scenario {context['scenario']['name']}; "
         f"workspaces: {', '.join(context['workspaces']['offered']) or '(none)'}",
     ]
     if branch["from"] == "start":

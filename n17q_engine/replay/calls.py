@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from .. import canonical
-from ..agent.model import MODEL_TOOL, builtin_contract
+from ..agent.model import MODEL_TOOL, contract_for
 from ..contracts import Contract, ContractError
 from ..deciders import REASON_CHARS, CallTool
 from ..fixtures import Ambiguous, ContractMismatch, Fixture, Hit, Miss
@@ -26,8 +26,6 @@ from ..world import SimulatedWorld, WorldError, synthetic_token
 from .state import _EngineState
 
 JSON = "application/json"
-# model.chat's contract where a scenario pins none (every scenario allows agents): its revision is MODEL_CONTRACT's.
-BUILTIN_MODEL_CONTRACT: Contract = builtin_contract(MODEL_TOOL)
 TEXT = "text/plain; charset=utf-8"
 
 
@@ -64,14 +62,10 @@ class _ToolCalls(_EngineState):
         if reason is not None:
             self._excluded_call(a, proposal, reason)
             return
-        contract: Contract
-        if a.tool in sc.contracts:
-            contract = sc.contracts.get(a.tool)
-        elif a.tool == MODEL_TOOL:
-            # An agent's model request in a scenario that pins no model.chat contract: the built-in one (docs/agents.md
-            # "Model fixtures") normalizes it, so the run records the exact request it stopped on.
-            contract = BUILTIN_MODEL_CONTRACT
-        else:
+        # The contract in force: the scenario's, or, for an agent's model request where the scenario pins none, the
+        # built-in one (docs/agents.md "Model fixtures"), so the run records the exact request it stopped on.
+        contract: Contract | None = contract_for(sc.contracts, a.tool)
+        if contract is None:
             self._missing_call(
                 a, None, canonical.digest_json(a.args), f"unknown tool: the scenario has no contract for {a.tool}"
             )

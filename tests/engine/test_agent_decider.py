@@ -1049,7 +1049,7 @@ def test_the_agent_reads_its_task_as_a_resource_a_prompt_variables_and_a_file_an
         "instructions": "task: announce the billing API maintenance window",
     }
     assert task["branch"] == {"from": "start", "history_events": 0} and task["before_the_branch"] == []
-    assert task["scenario"] == {"name": "email-delivery", "version": 1}
+    assert task["scenario"] == {"name": "email-delivery"}  # not its version: a minted answer must still match
     env = received["env"]
     assert env["N17Q_TASK_ID"] == "task-maintenance-notice" and env["N17Q_TASK_URI"] == "n17q://task"
     assert env["N17Q_TASK_TITLE"] == task["task"]["title"] and env["N17Q_TASK_FILE"].endswith("/n17q-task.json")

@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from accounts.models import AuditEntry, HarnessToken
+from n17q_engine.agent.model import MODEL_CONTRACT
 from n17q_engine.canonical import digest_json
 from n17q_engine.contracts import Contract
 from replays import services as replays
@@ -298,11 +299,13 @@ def test_an_agent_replay_launched_by_api_answers_the_chat_request_it_stopped_on(
     request = missing["request"]
     assert request["messages"] and {"role", "content"} <= set(request["messages"][0])
     assert {t["function"]["name"] for t in request["tools"]}  # the scenario's tools, as the agent offered them
-    # No contract, so no lookup and no `tool.call`: the missing record carries the request, the one its digest names.
-    assert missing["contract"] is None and "no contract for model.chat" in missing["reason"]
-    assert missing["call"] is None and missing["request_digest"] == digest_json(request)
-    stored = Event.objects.get(run=replay.run, event_id=replay.missing[0]["id"]).body
-    assert stored["request"] == request
+    # The scenario pins no model.chat contract: the built-in one normalized the request, recorded in its tool.call,
+    # and the answer names it as the contract in force (the engine's one rule, `contract_for`).
+    assert missing["contract"] == Contract.from_dict(MODEL_CONTRACT).to_dict()  # as a pinned one is shown
+    assert "pins no model.chat contract" in missing["reason"]
+    assert missing["request_digest"] == digest_json(request)
+    stored = Event.objects.get(run=replay.run, event_id=missing["call"]).body
+    assert stored["kind"] == "tool.call" and stored["request"] == request
 
 
 @pytest.fixture
