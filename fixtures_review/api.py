@@ -7,13 +7,14 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
-from rest_framework.parsers import BaseParser, FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import BaseParser, FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.auth import READ_RUNS, requires_perm, scoped
 from accounts.models import HarnessToken
+from console.api_parsers import BoundedJSONParser
 from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_budget
 from n17q_engine.budget import checkpoint
 from runs.models import Run
@@ -338,7 +339,7 @@ class RunCaptureApi(APIView):
     that names none), `effect_class` (for tools the scenario pins no contract for), `tool`, `events` (result ids).
     A result staged before is listed in `already`, never staged twice."""
 
-    parser_classes = [JSONParser, FormParser]
+    parser_classes = [BoundedJSONParser, FormParser]
     # It stages (captures:create) and answers with the run's contents, its result events and tools: reading a run
     # (READ_RUNS). A capture token, which reads nothing, is refused (issue 33); a person signed in needs both roles.
     permission_classes = [

@@ -236,6 +236,12 @@ REST_FRAMEWORK = {
     # JSON only. DRF's browsable pages style themselves inline, which the CSP blocks (a browser opening
     # /health/ or /api/v1/runs/ got a page with a dozen violations); people read the API at /api/v1/docs/.
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # JSON bodies bounded in one place (console/api_parsers.py): a too-deep or too-large body is a 400, never a 500.
+    "DEFAULT_PARSER_CLASSES": [
+        "console.api_parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "console.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "console.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,

@@ -14,13 +14,13 @@ from typing import Any
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.auth import requires_perm, scoped
 from accounts.models import HarnessToken
+from console.api_parsers import BoundedJSONParser
 from console.openapi import ErrorOutput
 from runs.models import Event, Run
 
@@ -231,7 +231,7 @@ class LaunchInput(serializers.Serializer):
 class ReplayCollectionApi(APIView):
     """POST launches a replay, as the launch form does."""
 
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
     permission_classes = [requires_perm("runs.launch_replay"), scoped(LAUNCH, READ)]
 
     @extend_schema(
