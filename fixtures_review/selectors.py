@@ -13,6 +13,7 @@ from django.utils import timezone
 from console.captured_html import looks_like_html, sanitize_captured_html
 from n17q_engine import concurrency, coverage
 from n17q_engine.package import PackageError, load_scenario
+from runs.relaunch import relaunch_url
 from runs.retention import retention_class
 
 from . import intake, services
@@ -400,6 +401,14 @@ class NeededBy:
     source_run_id: str
     missing_event_id: str
     scenario_ref: str
+    # The address that launches that replay again as it was launched (mode, variable, checkpoint) against a version
+    # (`relaunch_url`; the run's manifest names them): an agent's counterfactual is relaunched as one.
+    mode: str = "rerun"
+    vary: dict = field(default_factory=dict)
+    checkpoint: str | None = None
+
+    def relaunch_url(self, scenario_ref: str) -> str:
+        return relaunch_url(self.source_run_id, self.mode, self.vary, self.checkpoint, scenario_ref)
 
 
 def runs_needing(recording: StagedRecording, *, limit: int = 50) -> list[NeededBy]:
@@ -433,12 +442,18 @@ def runs_needing(recording: StagedRecording, *, limit: int = 50) -> list[NeededB
         seen.add(run_pk)
         run = by_pk[run_pk]
         scenario = body.get("scenario") or {}
+        launched = (run.manifest_run or {}).get("replay") if isinstance(run.manifest_run, dict) else None
+        launched = launched if isinstance(launched, dict) else {}
+        vary = launched.get("vary")
         found.append(
             NeededBy(
                 run.run_id,
                 run.parent.run_id if run.parent else "",
                 event_id,
                 f"{scenario.get('name')}@{scenario.get('version')}",
+                mode=run.mode,
+                vary={str(k): str(v) for k, v in vary.items()} if isinstance(vary, dict) else {},
+                checkpoint=launched.get("checkpoint") if isinstance(launched.get("checkpoint"), str) else None,
             )
         )
     return found

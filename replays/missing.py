@@ -13,6 +13,7 @@ exclude the tool, the reconstruction) are separate actions that each make someth
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,11 @@ class MissingView:
         if self.call is not None:
             return self.call.get("request")
         return self.record.get("request")
+
+    @property
+    def request_json(self) -> str:
+        """The request as JSON text, as a client would send it (the page shows and copies this, never a repr)."""
+        return json.dumps(self.request, indent=2, ensure_ascii=False) if self.request is not None else ""
 
     @property
     def copyable_fixture(self) -> bool:

@@ -24,6 +24,7 @@ from fixtures_review.services import recording_copy_similar, scenario_version_mi
 from n17q_engine.bundle import is_run_id
 from n17q_engine.deciders import DECIDERS
 from runs.models import Run
+from runs.relaunch import relaunch_url
 from runs.selectors import replay_runs_imported
 
 from .comparison import comparison_build, run_outcome
@@ -317,8 +318,7 @@ def missing_exclude_tool(request: HtmxHttpRequest, pk: int, index: int) -> HttpR
         request,
         f"{version.ref} minted without {tool} (reason recorded). Replays of {replay.scenario_version.ref} stay pinned.",
     )
-    launch = reverse("replays:replay-new", args=[replay.source_run.run_id, "replay"])
-    return redirect(launch + f"?scenario={version.ref}")
+    return redirect(relaunch_url(replay.source_run.run_id, replay.mode, replay.vary, replay.checkpoint, version.ref))
 
 
 @permission_required("runs.launch_replay", raise_exception=True)

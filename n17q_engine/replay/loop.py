@@ -269,6 +269,9 @@ class _Engine(_Branching):
                         "package": pkg.digest,
                         "world": self.world.name,
                         "basis": self.basis,
+                        # The branch point (a source checkpoint's id, or "start"): with mode and vary, what the
+                        # console needs to launch the same replay again (runs/relaunch.py).
+                        "checkpoint": pkg.checkpoint or "start",
                     },
                 ),
                 "model": model,

@@ -10,6 +10,7 @@ and in a user's CI.
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import sys
@@ -24,6 +25,7 @@ from fixtures_review.models import StagedRecording
 from n17q_engine.agent.model import MODEL_TOOL
 from replays.models import Replay
 from runs.models import Event
+from runs.relaunch import relaunch_url
 from tests.engine.test_agent_decider import _isolation_or_skip
 from tests.replays.test_agents import _run_log
 from tests.runs.test_api import token_for
@@ -120,6 +122,11 @@ def test_the_example_agent_goes_through_the_model_answer_loop_to_completion_by_e
         ref = approve(users["rex"], staged)
         version += 1
         assert ref == f"{SCENARIO}@{version}"
+        # the review page relaunches the agent's counterfactual as it was launched, not as a rerun
+        review = html.unescape(olga.get(f"/review/{staged}/").content.decode())
+        again_url = relaunch_url(RUN, "counterfactual", {"decider": f"agent:{NAME}"}, "start", ref)
+        assert f'class="button primary replay-again" href="{again_url}"' in review, turn
+        assert "decider=agent%3Amcp-openai-agent" in again_url
 
     done = launch(capsys, version)
     assert (done.run.final_state, done.missing) == ("completed", []), done.run.final_state
