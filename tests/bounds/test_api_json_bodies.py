@@ -36,7 +36,8 @@ def _views(patterns, prefix=""):
 def test_no_api_view_parses_json_with_drfs_unbounded_parser():
     from django.conf import settings
 
-    assert settings.REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"][0] == "console.api_parsers.BoundedJSONParser"
+    rest: dict = settings.REST_FRAMEWORK
+    assert rest["DEFAULT_PARSER_CLASSES"][0] == "console.api_parsers.BoundedJSONParser"
     checked = 0
     for route, cls in _views(api_urls.urlpatterns):
         for parser in getattr(cls, "parser_classes", []) or []:

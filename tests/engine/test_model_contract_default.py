@@ -8,12 +8,11 @@ import copy
 
 from n17q_engine.agent.model import MODEL_CONTRACT, MODEL_TOOL, builtin_contract, contract_for
 from n17q_engine.contracts import Contract, ContractSet
-from n17q_engine.replay.calls import BUILTIN_MODEL_CONTRACT
 
 
 def test_the_built_in_contract_is_model_contract_and_its_revision_is_stable():
     built = builtin_contract(MODEL_TOOL)
-    assert built == Contract.from_dict(MODEL_CONTRACT) == BUILTIN_MODEL_CONTRACT
+    assert built == Contract.from_dict(MODEL_CONTRACT)
     assert built.revision == MODEL_CONTRACT["revision"] == 1
     request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": "transport", "n": 1}
     assert builtin_contract(MODEL_TOOL).digest(request) == built.digest(request)  # same key every time it is built
@@ -21,7 +20,7 @@ def test_the_built_in_contract_is_model_contract_and_its_revision_is_stable():
 
 
 def test_a_pinned_model_contract_wins_and_no_other_tool_has_a_built_in_one():
-    assert contract_for(ContractSet.from_dicts([]), MODEL_TOOL) == BUILTIN_MODEL_CONTRACT
+    assert contract_for(ContractSet.from_dicts([]), MODEL_TOOL) == Contract.from_dict(MODEL_CONTRACT)
     own = copy.deepcopy(MODEL_CONTRACT)
     own["revision"] = 2
     assert contract_for(ContractSet.from_dicts([own]), MODEL_TOOL).revision == 2
