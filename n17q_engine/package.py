@@ -526,7 +526,6 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
     scope = meta["scope"]
     if scope not in SCOPES:
         raise PackageError(f"scenario.json: scope must be one of {', '.join(SCOPES)}, got {scope!r}")
-    world_name = meta.get("world", f"{name}-w{version}")
     source_runs = tuple(_strs(meta.get("source_runs", []), "scenario.json: source_runs"))
     recorded = meta.get("recorded_between")
     if recorded is not None:
@@ -570,6 +569,11 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         world = SimulatedWorld.from_snapshot(values["world.json"])
     except WorldError as exc:
         raise PackageError(f"world.json: {exc}") from None
+    if "world" in meta and meta["world"] != world.name:
+        raise PackageError(
+            f"scenario.json: world names {meta['world']!r}, but world.json's world (the one a replay runs in) is "
+            f"{world.name!r}"
+        )
     workspaces = _workspaces(values["workspaces.json"])
     policies, current = _policies(values["policy.json"])
 
@@ -618,7 +622,10 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         name=name,
         version=version,
         seed=seed,
-        world_name=world_name,
+        # The world a replay runs in is world.json's (SimulatedWorld.from_snapshot): its name, never a label made
+        # from the scenario's version (which named "email-delivery-w2" for a version whose world is -w1, so the
+        # launch summary promised a namespace the replay did not use).
+        world_name=world.name,
         clock_start=clock_start,
         scope=scope,
         source_runs=source_runs,

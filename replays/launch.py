@@ -538,9 +538,15 @@ def launch_summary(
                 if agent is not None and model_connection
                 else []
             ),
-            f"the simulated world {sc.world_name}{' (a child world)' if mode == 'counterfactual' else ''}: "
-            f"{len(sc.world.get('resources', {}))} resources at revision {sc.world.get('revision')}",
-            f"effects only in the namespace {namespace_for(sc.world_name)}, through fixture connections",
+            (
+                f"a child world of the simulated world {sc.world_name} (named for this branch: {sc.world_name}.cf-…): "
+                if mode == "counterfactual"
+                else f"the simulated world {sc.world_name}: "
+            )
+            + f"{len(sc.world.get('resources', {}))} resources at revision {sc.world.get('revision')}",
+            "effects only in the namespace "
+            + (f"{namespace_for(sc.world_name)}.cf-…" if mode == "counterfactual" else namespace_for(sc.world_name))
+            + ", through fixture connections",
             "mutation tools: "
             + (", ".join(sorted(c.tool for c in sc.contracts if c.effect_class == "mutation")) or "none"),
         ],
