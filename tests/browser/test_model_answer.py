@@ -81,7 +81,11 @@ def test_an_operator_answers_the_model_request_on_the_page_and_a_reviewer_approv
         blocking = [v for v in axe(reviewer) if v["impact"] in BLOCKING]
         assert blocking == [], report(blocking)
         reviewer.get_by_role("button", name="Approve").first.click()
-        reviewer.get_by_text("Replay run-003-review-request against @2").wait_for(timeout=30000)
+        # the agent's counterfactual is offered again as it was launched (runs/relaunch.py), not as a rerun
+        again_link = reviewer.get_by_text("Launch this counterfactual of run-003-review-request again against @2")
+        again_link.wait_for(timeout=30000)
+        href = again_link.get_attribute("href") or ""
+        assert "/launch/counterfactual/" in href and "decider=agent%3A" in href, href
         shot(reviewer, "model-answer-approved")
     finally:
         context.close()

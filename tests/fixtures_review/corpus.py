@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import random
 import secrets
 import string
 import struct
@@ -50,7 +51,21 @@ def pem() -> str:
 
 
 # rule -> [(text, secret it holds)]: true positives each rule must catch in its own right.
-def positives() -> dict[str, list[tuple[str, str]]]:
+#
+# Drawn from a seeded generator, not `secrets`: the generic field classes judge a body by how random it reads
+# (field_classes.looks_random), which by design lets through about 1 random body in 70 of the `acme_<32>` shape
+# (measured by tests/fixtures_review/test_field_classes.py over thousands of fresh samples, where a rate belongs).
+# A fresh draw here made one CI run in about 60 fail on a sample the detector is documented to miss; with the seed
+# every run judges the same samples, so a failure is a rule that changed. Canaries (`canary`) stay fresh.
+POSITIVES_SEED = 36
+
+
+def positives(seed: int = POSITIVES_SEED) -> dict[str, list[tuple[str, str]]]:
+    draw = random.Random(seed)
+
+    def rnd(n: int, alphabet: str = ALNUM) -> str:
+        return "".join(draw.choice(alphabet) for _ in range(n))
+
     def one(text_of, secret):
         return (text_of(secret), secret)
 
@@ -127,7 +142,7 @@ def positives() -> dict[str, list[tuple[str, str]]]:
             one(lambda s: f"db:\n  password: {s}\n", rnd(10, string.ascii_lowercase)),
         ],
         "vendor-prefixed-token": [
-            one(lambda s: f"LANGFUSE_SECRET {s}", "sk-lf-" + str(uuid.uuid4())),
+            one(lambda s: f"LANGFUSE_SECRET {s}", "sk-lf-" + str(uuid.UUID(int=draw.getrandbits(128), version=4))),
             one(lambda s: f"smith {s}", "lsv2_pt_" + rnd(32, HEX) + "_" + rnd(10, HEX)),
             one(lambda s: f"pinecone {s}", "pcsk_" + rnd(5) + "_" + rnd(60)),
             one(lambda s: f"shipping {s}", "shippo_live_" + rnd(40, HEX)),
