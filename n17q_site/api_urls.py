@@ -4,7 +4,6 @@ from django.urls import path
 
 from fixtures_review import api as fixtures_api
 from replays import api as replays_api
-from replays import model_answer_api
 from runs import api as runs_api
 
 urlpatterns = [
@@ -21,7 +20,7 @@ urlpatterns = [
     path("replays/<str:replay_id>/missing/", replays_api.ReplayMissingApi.as_view(), name="api-replay-missing"),
     path(
         "replays/<str:replay_id>/missing/model-answer/",
-        model_answer_api.ReplayModelAnswerApi.as_view(),
+        replays_api.ReplayModelAnswerApi.as_view(),
         name="api-replay-model-answer",
     ),
 ]

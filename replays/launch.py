@@ -429,7 +429,7 @@ def launch_summary(
                 f"stored); every call is recorded with origin live, at most {model_connection['max_calls']} of them",
             )
         model = {"name": agent["decider"], "version": agent["digest"]}
-        model_note = f"your agent decides from the checkpoint; its model answers from {agent['model_note']}"
+        model_note = "your agent decides from the branch point; where its model's answers come from: Agent, below"
     isolation = {
         "network": "its own network namespace with loopback down: no route to anything",
         "degraded_allowed": settings.N17Q_ALLOW_DEGRADED_ISOLATION,
