@@ -330,6 +330,15 @@ class RecordingFile:
 
 # A cassette's top-level key, anywhere in the document (a YAML file may define anchors before it).
 _YAML_CASSETTE = re.compile(rb"(?m)^interactions[ \t]*:")
+# A cassette vcrpy wrote before 1.0: a top-level list of {request, response}, its YAML requests tagged as vcrpy's
+# Request objects. vcrpy itself reads one only after its migration command rewrote it.
+_PRE_1_0_CASSETTE = re.compile(
+    rb'\A\s*(?:\[\s*\{\s*"(?:request|response)"\s*:|- request:[ \t]*!!python/object:vcr\.request\.Request)'
+)
+PRE_1_0_REFUSAL = (
+    "a cassette written by vcrpy before 1.0, which vcrpy reads only once migrated: run `python -m vcr.migration "
+    "PATH` (vcrpy's command; it rewrites the file in place, so keep a copy) and capture the migrated file"
+)
 
 
 def load(raw: bytes) -> RecordingFile | None:
@@ -374,6 +383,8 @@ def load(raw: bytes) -> RecordingFile | None:
         if isinstance(data, dict) and "interactions" in data:
             return RecordingFile("vcr", data, text, "yaml")
         raise RecordingError("the YAML document is not a VCR cassette: it has no interactions")
+    if _PRE_1_0_CASSETTE.match(raw[:4096]):
+        raise RecordingError(PRE_1_0_REFUSAL)
     return None
 
 
@@ -620,6 +631,17 @@ def _count_cassette_nodes(text: str) -> None:
             stack.append([isinstance(event, yaml.MappingStartEvent), 0])
 
 
+def _bytes_of(value: Any) -> bytes:
+    """A body vcrpy pickled (a BytesIO's buffer, an iterator's chunks) as the bytes it held; anything else refused."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str | bytes) for v in value):
+        return b"".join(v.encode("utf-8") if isinstance(v, str) else v for v in value)
+    raise RecordingError("a pickled request body holds something other than bytes or text")
+
+
 def _str_scalar(resolver: Resolver, event: Any) -> bool:
     """A scalar event that composes to the string `interactions` (as `_YamlReader._interactions` sees its node)."""
     tag = event.tag
@@ -636,6 +658,24 @@ class _YamlReader(Composer, SafeConstructor, Resolver):
 
     `top()` reads and checks the whole document (nodes counted and aliases refused first, `_count_cassette_nodes`);
     `items(n)` reads the n-th top-level `interactions` sequence again, an interaction at a time."""
+
+    # The benign Python tags vcrpy's own cassette loader (vcr/serializers/yamlserializer.py, _CassetteLoader) still
+    # reads, each built here as plain data and nothing else: `!!python/unicode` and `!!python/str` (text written by
+    # vcrpy under Python 2) as the scalar's text, `!!python/tuple` (tornado's header pairs) as a list, a pickled
+    # `_io.BytesIO` body as its bytes and an `iter` body as its items joined. Every other Python tag (objects,
+    # applications of any other callable, modules, names) stays refused, as SafeLoader refuses it.
+    yaml_constructors = {
+        **SafeConstructor.yaml_constructors,
+        "tag:yaml.org,2002:python/unicode": SafeConstructor.construct_yaml_str,
+        "tag:yaml.org,2002:python/str": SafeConstructor.construct_yaml_str,
+        "tag:yaml.org,2002:python/tuple": lambda self, node: self.construct_sequence(node, deep=True),
+        "tag:yaml.org,2002:python/object/new:_io.BytesIO": lambda self, node: _bytes_of(
+            (self.construct_mapping(node, deep=True).get("state") or [b""])[0]
+        ),
+        "tag:yaml.org,2002:python/object/apply:builtins.iter": lambda self, node: _bytes_of(
+            (self.construct_mapping(node, deep=True).get("args") or [[]])[0]
+        ),
+    }
 
     def __init__(self, text: str) -> None:
         Composer.__init__(self)
@@ -979,6 +1019,14 @@ def _vcr_exchange(i: int, item: Any) -> Exchange:
     method, url = request.get("method"), request.get("uri") or request.get("url")
     if not isinstance(method, str) or not method or not isinstance(url, str) or not url:
         raise RecordingError(f"{where}: request.method and request.uri are required strings")
+    if "status_code" in response and "status" not in response:
+        # The httpx stub of older vcrpy wrote `status_code` and `content` (vcrpy reads them still: its
+        # httpx_stubs restructures them into status.code and body.string, as here).
+        response = {
+            **response,
+            "status": {"code": response["status_code"]},
+            "body": {"string": response.get("content")},
+        }
     status = response.get("status")
     code = status.get("code") if isinstance(status, dict) else status
     if not isinstance(code, int) or isinstance(code, bool):
@@ -1006,9 +1054,14 @@ def _vcr_headers(headers: Any, where: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if headers is None:
         return out
-    if not isinstance(headers, dict):
+    if isinstance(headers, list) and all(isinstance(p, list) and len(p) == 2 for p in headers):
+        # tornado's stub wrote [name, [values]] pairs (`!!python/tuple`), read by vcrpy as such
+        pairs: list[tuple[Any, Any]] = [(p[0], p[1]) for p in headers]
+    elif isinstance(headers, dict):
+        pairs = list(headers.items())
+    else:
         raise RecordingError(f"{where}: an object {{name: [values]}}")
-    for name, values in headers.items():
+    for name, values in pairs:
         if not isinstance(values, list):
             values = [values]
         kept = []
