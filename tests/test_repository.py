@@ -20,7 +20,9 @@ SHARED = ROOT.parent / "shared"
 MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|root|home|Users|mnt/data|opt/pypi)/[\w.-]+")
 # Other projects' files kept byte for byte with their licence and origin (their README says which commit): a path in
 # one (Nosey Parker's Jenkins rule names where Jenkins keeps its password) is that project's text, not this machine's.
-VENDORED = ("n17q_secrets/reference/noseyparker/",)
+# Files real producers made (tests/data/producers/, ORIGIN.md) are kept as made: an exception event's stack trace in
+# a trace names the paths of the machine that produced it, as a production trace would.
+VENDORED = ("n17q_secrets/reference/noseyparker/", "tests/data/producers/")
 TEXT_SUFFIXES = {".py", ".toml", ".md", ".txt", ".cfg", ".ini", ".yaml", ".yml", ".json", ".sh", ".html", ".js", ".css"}
 
 
