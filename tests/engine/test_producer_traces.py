@@ -185,6 +185,7 @@ def test_in_replay_mode_the_agent_sends_byte_identical_chat_requests_given_the_s
             stderr=subprocess.PIPE,
         )
         bridge.thread.start()
+        assert replay.stdout is not None and replay.stdin is not None
         bridge.serve_tools(replay.stdout, replay.stdin)
         deadline = time.monotonic() + 120
         while replay.poll() is None and time.monotonic() < deadline:
