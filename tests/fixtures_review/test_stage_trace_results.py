@@ -275,3 +275,24 @@ def test_the_run_page_form_stages_a_selection_and_tells_each_outcome(otlp_run, c
     response = client.post(url, data={**base, "contract_revision": "fetch_url=1 read_file=1"}, follow=True)
     assert "Staged 3 recordings" in response.content.decode()
     assert StagedRecording.objects.filter(source_run=otlp_run.run_id).count() == 4
+
+
+def test_a_result_staged_by_another_request_at_the_same_moment_is_listed_as_already(otlp_run, capsys, monkeypatch):
+    from fixtures_review import run_results
+
+    real = run_results._stage_all
+    winners: list[StagedRecording] = []
+
+    def race(items, **kwargs):
+        # Another request stores the same result between this one's check and its write (the unique constraint on
+        # the recording's source run and event is the last guard).
+        if not winners:
+            winners.extend(real([dict(items[0])], **kwargs))
+        return real(items, **kwargs)
+
+    monkeypatch.setattr(run_results, "_stage_all", race)
+    out = stage(capsys, otlp_run.run_id, "--tool", "read_file", "--contract-revision", "1")
+    (winner,) = winners
+    assert [a["recording"] for a in out["already"]] == [winner.public_id]
+    assert len(out["recordings"]) == 1 and out["refused"] == []
+    assert StagedRecording.objects.filter(source_run=otlp_run.run_id).count() == 2
