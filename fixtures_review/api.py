@@ -27,6 +27,7 @@ from .services import (
     FailedCapture,
     ReviewRefused,
     capture_receive,
+    contract_revisions_parse,
     recordings_stage,
     run_recordings_stage,
 )
@@ -334,10 +335,13 @@ def _capture_input(request: Request) -> tuple[bytes, dict[str, str | None], byte
 
 
 class RunCaptureApi(APIView):
-    """POST: stage a run's recorded tool results as recordings (the trace as the recording), each with its
-    provenance, through the same intake and four-eyes review as a capture. Optional `scenario` (required for a run
-    that names none), `effect_class` (for tools the scenario pins no contract for), `tool`, `events` (result ids).
-    A result staged before is listed in `already`, never staged twice."""
+    """POST: stage a selection of a run's recorded tool results as recordings (the trace as the recording), each
+    with its provenance, through the same intake, record policy and four-eyes review as a capture. Optional
+    `scenario` (required for a run that names none), `effect_class` (for tools the scenario pins no contract for),
+    `contract_revision` (N, "TOOL=N", or a list of them: for calls that record none), and the selection: `tool`,
+    `events` (result ids), `subtree` (a span or event id). Each result is staged, skipped or refused on its own
+    (`refused` with the reason); a result staged before is listed in `already`, never staged twice. 201 when
+    something was staged, else 200."""
 
     parser_classes = [BoundedJSONParser, FormParser]
     # It stages (captures:create) and answers with the run's contents, its result events and tools: reading a run
@@ -359,6 +363,15 @@ class RunCaptureApi(APIView):
                     required=True, help_text="the reviewed connection the run's tool calls went through"
                 ),
                 "events": serializers.ListField(child=serializers.CharField(), required=False),
+                "subtree": serializers.CharField(
+                    required=False, help_text="only the results under this span (a span or event id) of the run"
+                ),
+                "contract_revision": serializers.ListField(
+                    child=serializers.CharField(),
+                    required=False,
+                    help_text="N (every tool) or TOOL=N, for calls that record no contract revision; a single "
+                    "integer or string is taken as a list of one",
+                ),
             },
         ),
         responses={
@@ -370,6 +383,18 @@ class RunCaptureApi(APIView):
                     "recordings": serializers.ListField(child=serializers.DictField()),
                     "skipped": serializers.ListField(child=serializers.DictField()),
                     "already": serializers.ListField(child=serializers.DictField()),
+                    "refused": serializers.ListField(child=serializers.DictField()),
+                },
+            ),
+            200: inline_serializer(
+                "RunCaptureNothingStaged",
+                {
+                    "run": serializers.CharField(),
+                    "scenario": serializers.CharField(),
+                    "recordings": serializers.ListField(child=serializers.DictField()),
+                    "skipped": serializers.ListField(child=serializers.DictField()),
+                    "already": serializers.ListField(child=serializers.DictField()),
+                    "refused": serializers.ListField(child=serializers.DictField()),
                 },
             ),
             400: inline_serializer("RunCaptureError", {"error": serializers.CharField()}),
@@ -386,8 +411,11 @@ class RunCaptureApi(APIView):
         events = data.getlist("events") if hasattr(data, "getlist") else data.get("events")
         if events is not None and (not isinstance(events, list) or not all(isinstance(e, str) and e for e in events)):
             return Response({"error": "events: a list of tool.result ids"}, status=status.HTTP_400_BAD_REQUEST)
+        revisions = data.getlist("contract_revision") if hasattr(data, "getlist") else data.get("contract_revision")
+        if revisions is not None and not isinstance(revisions, list):
+            revisions = [revisions]
         text = {}
-        for name in ("scenario", "effect_class", "tool", "connection"):
+        for name in ("scenario", "effect_class", "tool", "connection", "subtree"):
             value = data.get(name)
             if value is not None and not isinstance(value, str):
                 return Response({"error": f"{name}: a string"}, status=status.HTTP_400_BAD_REQUEST)
@@ -398,8 +426,10 @@ class RunCaptureApi(APIView):
                 user=request.user,
                 token=request.auth if isinstance(request.auth, HarnessToken) else None,
                 events=events or None,
+                contract_revisions=contract_revisions_parse(revisions),
                 **text,
             )
         except (ReviewRefused, CaptureError) as exc:
             return Response({"error": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
-        return Response(result.to_json(), status=status.HTTP_201_CREATED)
+        code = status.HTTP_201_CREATED if result.staged else status.HTTP_200_OK
+        return Response(result.to_json(), status=code)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,8 +39,9 @@ class RunRecordingsResult:
     run: str
     scenario: str
     staged: list[tuple[dict[str, Any], StageResult]]  # (the tool.result body, its StageResult)
-    skipped: list[dict[str, Any]]  # {event, tool, reason}
+    skipped: list[dict[str, Any]]  # {event, tool, reason}: nothing a recording could be made of
     already: list[dict[str, Any]]  # {event, recording, state}: staged from this result before
+    refused: list[dict[str, Any]] = field(default_factory=list)  # {event, tool, reason[, observation]}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,7 +53,62 @@ class RunRecordingsResult:
             ],
             "skipped": self.skipped,
             "already": self.already,
+            "refused": self.refused,
         }
+
+
+@dataclass(frozen=True)
+class ContractRevisions:
+    """The contract revisions given at staging: `default` for every tool, `by_tool` for one tool (it wins over
+    `default` for that tool). Empty: none given."""
+
+    default: int | None = None
+    by_tool: Mapping[str, int] = field(default_factory=dict)
+
+    def given(self, tool: str) -> int | None:
+        return self.by_tool.get(tool, self.default)
+
+
+def contract_revisions_parse(values: Iterable[Any] | None) -> ContractRevisions:
+    """The contract revisions as the doors take them: each value `N` (every tool) or `TOOL=N` (that tool), N a
+    positive integer; a text value may hold several, separated by commas or spaces (the run page's one field).
+    ReviewRefused (one line naming the field) for anything else."""
+    default: int | None = None
+    by_tool: dict[str, int] = {}
+    for value in values or ():
+        if isinstance(value, int) and not isinstance(value, bool):
+            parts = [str(value)]
+        elif isinstance(value, str):
+            parts = value.replace(",", " ").split()
+        else:
+            raise ReviewRefused("contract_revision: a positive integer, or TOOL=N")
+        for part in parts:
+            tool, sep, number = part.rpartition("=")
+            revision = int(number) if number.isascii() and number.isdigit() and len(number) <= 18 else 0
+            if revision < 1 or (sep and not tool):
+                raise ReviewRefused(f"contract_revision: a positive integer, or TOOL=N (got {part[:80]!r})")
+            if by_tool.get(tool, revision) != revision or (not tool and default not in (None, revision)):
+                raise ReviewRefused(f"contract_revision: {tool[:80] or 'every tool'}'s given twice, differently")
+            if tool:
+                by_tool[tool] = revision
+            else:
+                default = revision
+    return ContractRevisions(default, by_tool)
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _spans_of(body: Mapping[str, Any]) -> tuple[str | None, list[str]]:
+    """The span an imported event came from and the spans above it (OTLP: `otlp.span`, `otlp.ancestors`; Inspect:
+    `inspect.span`, `inspect.ancestors`), or (None, [])."""
+    for key in ("otlp", "inspect"):
+        ref = body.get(key)
+        if isinstance(ref, dict) and isinstance(ref.get("span"), str):
+            above = ref.get("ancestors")
+            return ref["span"], [a for a in above if isinstance(a, str)] if isinstance(above, list) else []
+    return None, []
 
 
 def run_recordings_stage(
@@ -64,21 +120,28 @@ def run_recordings_stage(
     effect_class: str | None = None,
     tool: str | None = None,
     events: Iterable[str] | None = None,
+    subtree: str | None = None,
+    contract_revisions: ContractRevisions | None = None,
     connection: str | None = None,
 ) -> RunRecordingsResult:
-    """Stage the tool results of an imported run as recordings, each with its provenance (run, result event,
-    call), through the same intake and four-eyes review as a capture.
+    """Stage a selection of an imported run's tool results as recordings, each with its provenance (run, result
+    event, call), through the same intake, record policy and four-eyes review as a capture.
 
-    Staged: each `tool.result` whose answer came from the world (origin historical or live) with an outcome a
-    fixture can hold (ok, empty, not_found, denied, deleted, error, timeout: the failures are real answers a replay
-    must be able to give). Skipped with the reason: results answered by a fixture, `unknown` outcomes, results
-    without their call or with a body the run does not hold. A result staged before is reported in `already`,
-    never staged twice. The scenario is the run's; a run without one needs `scenario`. The effect class is the
-    scenario's contract's for the tool, else `effect_class`. All or nothing. `ReviewRefused` if refused.
+    The selection: every `tool.result` of the run, narrowed by `tool`, by `events` (result ids) and by `subtree`
+    (an event id or a span id: the results under that span of an imported trace; a tool.call's own results; a
+    tool.result itself). Each selected result is then, one by one, staged, skipped (nothing a recording could be
+    made of: answered by a fixture, `unknown` outcome, no call, no object of arguments, its body expired) or
+    refused (a recording it could be, but not now: no contract revision known or one that disagrees with the
+    call's, effect class unknown, intake refused it, the record policy refused it: `observation` names the kept
+    trace). A result staged before is reported in `already`, never staged twice.
 
-    `connection` names the reviewed connection the run's tool calls went through: the results are captures of it,
-    judged by the record policy like any other (a mutation result of a live connection is refused, with its trace
-    kept: `connections.CaptureRefused`)."""
+    The contract revision: the call's when it records a positive one (a given one that differs refuses that
+    result, naming both); else the one given (`contract_revisions`, per tool or for all); else the revision of the
+    contract the scenario version pins for the tool; else that result is refused. The scenario is the run's; a run
+    without one needs `scenario`. The effect class is the scenario's contract's for the tool, else `effect_class`.
+
+    `ReviewRefused` (one line) only for the request itself: the role, the scenario, the connection, a field, a
+    selection that matches nothing, more than MAX_RUN_RESULTS to stage."""
     from runs.models import Event, RunBlob
     from runs.retention import run_blob_expiries
 
@@ -104,6 +167,8 @@ def run_recordings_stage(
             f"connection: say which reviewed connection the tool calls of run {run.run_id} went through (--connection, "
             "or the connection field): record mode stages only what came through an approved connection"
         )
+    given = contract_revisions or ContractRevisions()
+    subtree = (subtree or "").strip() or None
     version = None
     if run.scenario_name == name and run.scenario_version is not None:
         version = ScenarioVersion.objects.filter(name=name, version=run.scenario_version).first()
@@ -122,7 +187,8 @@ def run_recordings_stage(
     result_rows = list(results.order_by("seq").values_list("seq", "body")[: MAX_RUN_RESULTS * 10 + 1])
     if len(result_rows) > MAX_RUN_RESULTS * 10:
         raise ReviewRefused(
-            f"run {run.run_id} holds more than {MAX_RUN_RESULTS * 10} tool results: stage them by tool or by event"
+            f"run {run.run_id} holds more than {MAX_RUN_RESULTS * 10} tool results: stage them by tool, by event or "
+            "by subtree"
         )
     if wanted is not None:
         unknown = sorted(wanted - {body.get("id") for _, body in result_rows})
@@ -130,6 +196,8 @@ def run_recordings_stage(
             raise ReviewRefused(f"run {run.run_id} holds no tool.result {unknown[0]!r}")
     if not result_rows:
         raise ReviewRefused(f"run {run.run_id} holds no tool result to stage")
+    if subtree is not None:
+        result_rows = _under(run, subtree, result_rows)
     call_ids = {body.get("call_id") for _, body in result_rows if isinstance(body.get("call_id"), str)}
     calls = {
         body.get("id"): body
@@ -137,6 +205,11 @@ def run_recordings_stage(
             "body", flat=True
         )
     }
+    unknown_tools = sorted(set(given.by_tool) - {str(c.get("tool")) for c in calls.values()})
+    if unknown_tools:
+        raise ReviewRefused(
+            f"contract_revision: no selected result of run {run.run_id} is of tool {unknown_tools[0][:80]!r}"
+        )
     held = {
         r.source_event: r
         for r in StagedRecording.objects.filter(
@@ -145,17 +218,23 @@ def run_recordings_stage(
     }
     skipped: list[dict[str, Any]] = []
     already: list[dict[str, Any]] = []
-    chosen: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+    refused: list[dict[str, Any]] = []
+    chosen: list[tuple[int, dict[str, Any], dict[str, Any], int, str]] = []
     # A body whose bytes the retention sweep removed cannot become a recording: skipped, saying so (docs/retention.md).
     expiries = run_blob_expiries(run, (body["blob"] for _, body in result_rows if isinstance(body.get("blob"), str)))
+    selected = 0
     for seq, body in result_rows:
         call = calls.get(body.get("call_id"))
         called = str((call or {}).get("tool") or "")
         if tool and called != tool:
             continue
+        selected += 1
 
         def skip(reason: str, body: dict[str, Any] = body, called: str = called) -> None:
             skipped.append({"event": body.get("id"), "tool": called or None, "reason": reason})
+
+        def refuse(reason: str, body: dict[str, Any] = body, called: str = called) -> None:
+            refused.append({"event": body.get("id"), "tool": called or None, "reason": reason})
 
         if call is None:
             skip(f"it names no tool.call of the run (call_id {body.get('call_id')!r})")
@@ -168,52 +247,49 @@ def run_recordings_stage(
             skip(f"outcome {body.get('outcome')}: not an observation a fixture can hold")
         elif not isinstance(call.get("request"), dict):
             skip("its call's request is not an object of arguments")
-        elif not isinstance(call.get("contract_revision"), int) or isinstance(call.get("contract_revision"), bool):
-            skip("its call names no contract revision")
         elif body.get("blob") in expiries:
             skip(f"its body {expiries[body['blob']].sentence}")
         else:
-            chosen.append((seq, body, call))
-    if tool and not (chosen or skipped or already):
+            revision, why = _revision(call, called, given, contracts, version)
+            effect = _effect(called, contracts, effect_class, version, name)
+            if revision is None:
+                refuse(why)
+            elif effect.startswith("effect_class:"):
+                refuse(effect)
+            else:
+                chosen.append((seq, body, call, revision, effect))
+    if tool and not selected:
         raise ReviewRefused(f"run {run.run_id} holds no result of tool {tool!r}")
     if len(chosen) > MAX_RUN_RESULTS:
         raise ReviewRefused(
             f"run {run.run_id} has {len(chosen)} results to stage, more than {MAX_RUN_RESULTS} at once: stage them "
-            "by tool (--tool) or by event (--event)"
+            "by tool (--tool), by event (--event) or by subtree (--subtree)"
         )
-    if not chosen:
-        if already:
-            return RunRecordingsResult(run.run_id, name, [], skipped, already)
-        first = "; ".join(f"{s['event']}: {s['reason']}" for s in skipped[:3])
-        raise ReviewRefused(f"run {run.run_id} has no tool result to stage ({first})")
-    media = dict(RunBlob.objects.filter(run=run).values_list("blob__digest", "media_type")[:10_000])
+    media = dict(RunBlob.objects.filter(run=run).values_list("blob__digest", "media_type")[:10_000]) if chosen else {}
     key = capture_digest_key()
-    items = []
-    for seq, body, call in chosen:
+    actor = user if getattr(user, "is_authenticated", False) else None
+    staged: list[tuple[dict[str, Any], StageResult]] = []
+    for seq, body, call, revision, effect in chosen:
         called = str(call["tool"])
-        if contracts is not None and called in contracts:
-            effect = contracts.get(called).effect_class
-        elif effect_class:
-            effect = effect_class
-        else:
-            where = f"{version.ref} pins no contract for it" if version is not None else f"no version of {name} is held"
-            raise ReviewRefused(
-                f"effect_class: unknown for {called} ({where}): say whether it reads or mutates (--effect-class, "
-                "or the effect_class field)"
-            )
         outcome = body["outcome"]
         headers = {"Content-Type": media[body["blob"]]} if body.get("blob") in media else {}
+        entry = {"event": body["id"], "tool": called}
+        try:
+            recorded_body = _recorded_body(run, body.get("blob"))
+        except ReviewRefused as exc:
+            refused.append({**entry, "reason": str(exc)})
+            continue
         capture = intake.tool_call_capture(
             scenario=name,
             tool=called,
-            contract_revision=call["contract_revision"],
+            contract_revision=revision,
             connection=connection,
             captured_at=_recorded_instant(body, run),
             source_revision=None,
             effect_class=effect,
             args=call["request"],
             status=_OUTCOME_STATUS[outcome],
-            body=_recorded_body(run, body.get("blob")),
+            body=recorded_body,
             response_headers=headers,
             world_revision=_world_revision_before(run, seq),
         )
@@ -221,47 +297,138 @@ def run_recordings_stage(
             red = intake.intake(capture, digest_key=key)
             admitted = connections.capture_admit(red.capture, door="run-result", actor=user, token=token)
         except connections.CaptureRefused as exc:
-            raise connections.CaptureRefused(f"{body['id']}: {exc}", exc.observation) from None
+            refused.append({**entry, "reason": str(exc), "observation": exc.observation.public_id})
+            continue
         except intake.CaptureError as exc:
-            raise ReviewRefused(f"{body['id']} cannot be staged: {exc}") from None
-        items.append(
-            dict(
-                red=red,
-                admitted=admitted,
-                origin=StagedRecording.Origin.RUN_RESULT,
-                outcome=outcome,
-                fidelity_note=(
-                    f"staged from the result run {run.run_id} recorded in {body['id']} (origin {body.get('origin')}, "
-                    f"outcome {outcome}); observed then, never reviewed before"
-                ),
-                copied_from={
-                    "run": run.run_id,
-                    "event": body["id"],
-                    "call": call.get("id"),
-                    "scenario": version.ref if version is not None else name,
-                    "request_digest": call.get("request_digest"),
-                    "result_origin": body.get("origin"),
-                    "absent": body.get("absent") or {},
-                },
-                source=(run.run_id, body["id"]),
-            )
+            refused.append({**entry, "reason": f"intake: {exc}"})
+            continue
+        item = dict(
+            red=red,
+            admitted=admitted,
+            origin=StagedRecording.Origin.RUN_RESULT,
+            outcome=outcome,
+            fidelity_note=(
+                f"staged from the result run {run.run_id} recorded in {body['id']} (origin {body.get('origin')}, "
+                f"outcome {outcome}); observed then, never reviewed before"
+            ),
+            copied_from={
+                "run": run.run_id,
+                "event": body["id"],
+                "call": call.get("id"),
+                "scenario": version.ref if version is not None else name,
+                "request_digest": call.get("request_digest"),
+                "result_origin": body.get("origin"),
+                "absent": body.get("absent") or {},
+                "contract_revision": revision,
+            },
+            source=(run.run_id, body["id"]),
         )
-    actor = user if getattr(user, "is_authenticated", False) else None
-    try:
-        staged = _stage_all(items, actor=actor, token=token)
-    except IntegrityError:
-        raise ReviewRefused(
-            f"results of run {run.run_id} were being staged by another request at the same moment: run it again to "
-            "see them as already staged"
-        ) from None
-    log.info("staged %d recordings from the results of run %s", len(staged), run.run_id)
-    return RunRecordingsResult(
-        run=run.run_id,
-        scenario=name,
-        staged=[(body, StageResult(r, promotion_blockers(r))) for (_, body, _), r in zip(chosen, staged, strict=True)],
-        skipped=skipped,
-        already=already,
+        try:
+            (recording,) = _stage_all([item], actor=actor, token=token)
+        except IntegrityError:
+            # Another request staged this result at the same moment: the constraint on (source_run, source_event).
+            raced = StagedRecording.objects.filter(source_run=run.run_id, source_event=body["id"]).first()
+            if raced is None:
+                refused.append({**entry, "reason": "the database refused it (a concurrent change): stage it again"})
+            else:
+                already.append({"event": body["id"], "recording": raced.public_id, "state": raced.state})
+            continue
+        except intake.CaptureError as exc:  # the contract the capture names disagrees with its effect class
+            refused.append({**entry, "reason": str(exc)})
+            continue
+        staged.append((body, StageResult(recording, promotion_blockers(recording))))
+    log.info(
+        "staged %d recordings from the results of run %s (%d refused, %d skipped)",
+        len(staged),
+        run.run_id,
+        len(refused),
+        len(skipped),
     )
+    return RunRecordingsResult(
+        run=run.run_id, scenario=name, staged=staged, skipped=skipped, already=already, refused=refused
+    )
+
+
+def _revision(
+    call: Mapping[str, Any], tool: str, given: ContractRevisions, contracts: Any, version: Any
+) -> tuple[int | None, str]:
+    """The contract revision a result is staged under, or None and why it is refused."""
+    recorded, said = _positive(call.get("contract_revision")), given.given(tool)
+    if recorded is not None:
+        if said is not None and said != recorded:
+            return None, (
+                f"contract revision: its call records revision {recorded} of {tool}, {said} was given: a recorded "
+                "revision is kept (stage it without that revision, or by another selection)"
+            )
+        return recorded, ""
+    if said is not None:
+        return said, ""
+    if contracts is not None and tool in contracts:
+        return int(contracts.get(tool).revision), ""
+    where = f"{version.ref} pins no contract for it" if version is not None else "the scenario has no version held"
+    return None, (
+        f"contract revision: its call records none for {tool} and {where}: give it (--contract-revision N or "
+        f"{tool}=N, or the contract_revision field)"
+    )
+
+
+def _effect(tool: str, contracts: Any, effect_class: str | None, version: Any, name: str) -> str:
+    """The effect class of `tool`'s results, or a line starting `effect_class:` saying why it is unknown."""
+    if contracts is not None and tool in contracts:
+        return str(contracts.get(tool).effect_class)
+    if effect_class:
+        return effect_class
+    where = f"{version.ref} pins no contract for it" if version is not None else f"no version of {name} is held"
+    return (
+        f"effect_class: unknown for {tool} ({where}): say whether it reads or mutates (--effect-class, or the "
+        "effect_class field)"
+    )
+
+
+def _under(run: Any, subtree: str, rows: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+    """The results under `subtree`: an event id (a tool.result: itself; a tool.call: its results and, in an
+    imported trace, the results under its span; another event of an imported trace: the results under its span) or
+    a span id of an imported trace (OTLP or Inspect). ReviewRefused when the run holds neither, or when the event
+    names no span and is no tool event."""
+    from runs.models import Event
+
+    event = Event.objects.filter(run=run, event_id=subtree).values_list("kind", "body").first()
+    span: str | None = None
+    calls: set[str] = set()
+    if event is not None:
+        kind, body = event
+        if kind == "tool.result":
+            return [(seq, b) for seq, b in rows if b.get("id") == subtree]
+        if kind == "tool.call":
+            calls.add(subtree)
+        ref = body.get("otlp")
+        # Inspect's spans enclose the tool events written in them, not one call: a call stands for itself there.
+        span = ref["span"] if isinstance(ref, dict) and isinstance(ref.get("span"), str) else None
+        if span is None and not calls:
+            ref = body.get("inspect")
+            span = ref["span"] if isinstance(ref, dict) and isinstance(ref.get("span"), str) else None
+        if span is None and not calls:
+            raise ReviewRefused(
+                f"subtree: event {subtree} of run {run.run_id} ({kind}) names no span of an imported trace and is no "
+                "tool.call or tool.result"
+            )
+    else:
+        span = subtree
+    picked = []
+    for seq, body in rows:
+        own, above = _spans_of(body)
+        if body.get("call_id") in calls or (span is not None and (own == span or span in above)):
+            picked.append((seq, body))
+    if event is None and not picked:
+        holds = (
+            Event.objects.filter(run=run, body__otlp__span=subtree).exists()
+            or Event.objects.filter(run=run, body__inspect__span=subtree).exists()
+        )
+        if not holds:
+            raise ReviewRefused(f"subtree: run {run.run_id} holds no event or span {subtree[:200]!r}")
+    if not picked:
+        raise ReviewRefused(f"subtree: run {run.run_id} holds no tool result under {subtree[:200]!r}")
+    return picked
 
 
 def _recorded_instant(body: Mapping[str, Any], run: Any) -> str:

@@ -63,7 +63,14 @@ from .review_rules import (
     ReviewRefused,
     outcome_for,
 )
-from .run_results import MAX_RUN_RESULTS, RECORDED_ORIGINS, RunRecordingsResult, run_recordings_stage
+from .run_results import (
+    MAX_RUN_RESULTS,
+    RECORDED_ORIGINS,
+    ContractRevisions,
+    RunRecordingsResult,
+    contract_revisions_parse,
+    run_recordings_stage,
+)
 from .staging import StageResult, _audit, _blob_name, _stage, capture_digest_key, capture_original_digest
 
 __all__ = [
@@ -75,6 +82,7 @@ __all__ = [
     "MEANING_ROOTS",
     "RECORDED_ORIGINS",
     "REVIEW_PERM",
+    "ContractRevisions",
     "FailedCapture",
     "RecordingsResult",
     "ReviewRefused",
@@ -87,6 +95,7 @@ __all__ = [
     "capture_stage",
     "content_authors",
     "content_of",
+    "contract_revisions_parse",
     "fixture_dict",
     "fixture_id_for",
     "fixture_request_digest",

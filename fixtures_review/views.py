@@ -199,23 +199,36 @@ def scenario_detail(request: HtmxHttpRequest, name: str, version: int) -> HttpRe
     return render(request, "fixtures/scenario_detail.html", {"s": selectors.scenario_page(scenario)})
 
 
+# The run page's selections (the `selection` field): every result, one tool's, or one span subtree's.
+RUN_STAGE_SELECTIONS = ("all", "tool", "subtree")
+MAX_OUTCOME_MESSAGES = 20  # skipped and refused results told one by one on the next page; the rest counted
+
+
 @require_POST
 def run_results_stage(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
-    """The run page's "Stage tool results for review" button: the run's recorded results become staged recordings
-    (provenance: run and event), which review decides on; nothing becomes a fixture here."""
+    """The run page's "Stage tool results for review" form: the selected recorded results become staged recordings
+    (provenance: run and event), which review decides on; nothing becomes a fixture here. The next page tells each
+    result's outcome: staged, already staged, skipped or refused, with the reason."""
     from runs.models import Run
 
     if not request.user.has_perm(services.CAPTURE_PERM):
         raise PermissionDenied("staging a run's results needs the operator or reviewer role")
     run = get_object_or_404(Run, run_id=run_id)
     post = request.POST
+    selection = post.get("selection") or "all"
     try:
+        if selection not in RUN_STAGE_SELECTIONS:
+            raise services.ReviewRefused(f"selection: one of {', '.join(RUN_STAGE_SELECTIONS)}")
+        if selection != "all" and not (post.get(selection) or "").strip():
+            raise services.ReviewRefused(f"{selection}: say which (the {selection} field)")
         result = services.run_recordings_stage(
             run=run,
             user=request.user,
             scenario=post.get("scenario") or None,
             effect_class=post.get("effect_class") or None,
-            tool=post.get("tool") or None,
+            tool=post.get("tool") or None if selection == "tool" else None,
+            subtree=post.get("subtree") or None if selection == "subtree" else None,
+            contract_revisions=services.contract_revisions_parse(post.getlist("contract_revision")),
             connection=post.get("connection") or None,
         )
     except (services.ReviewRefused, CaptureError) as exc:
@@ -225,9 +238,21 @@ def run_results_stage(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     parts = [f"Staged {len(staged)} recording{'s' if len(staged) != 1 else ''} from run {run.run_id}'s tool results"]
     if result.already:
         parts.append(f"{len(result.already)} already staged before")
+    if result.refused:
+        parts.append(f"{len(result.refused)} refused")
     if result.skipped:
-        parts.append(f"{len(result.skipped)} skipped ({result.skipped[0]['event']}: {result.skipped[0]['reason']})")
-    messages.success(request, "; ".join(parts) + ". None satisfies a replay until another reviewer approves it.")
+        parts.append(f"{len(result.skipped)} skipped")
+    tell = messages.success if staged else messages.warning
+    tell(request, "; ".join(parts) + ". None satisfies a replay until another reviewer approves it.")
+    outcomes = [("refused", r) for r in result.refused] + [("skipped", s) for s in result.skipped]
+    for said, entry in outcomes[:MAX_OUTCOME_MESSAGES]:
+        tool = f" ({entry['tool']})" if entry.get("tool") else ""
+        messages.warning(request, f"{entry['event']}{tool} {said}: {entry['reason']}")
+    if len(outcomes) > MAX_OUTCOME_MESSAGES:
+        messages.warning(request, f"and {len(outcomes) - MAX_OUTCOME_MESSAGES} more refused or skipped (the command "
+                         "and the API list them all)")  # fmt: skip
+    if not staged:
+        return redirect("runs:run-detail", run_id=run.run_id)
     if len(staged) == 1:
         return redirect("fixtures:recording", public_id=staged[0].public_id)
     query = urlencode({"scenario": result.scenario, "state": "staged"})

@@ -642,11 +642,26 @@ class _SampleConverter:
             kind = event.get("event")
             at = _iso(event.get("timestamp"))
             origin = {"event": kind, "uuid": event.get("uuid"), "index": index}
+            if isinstance(event.get("span_id"), str):
+                origin.update(self._span_of(event["span_id"], tool=kind == "tool"))
             handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
             if handler is None:
                 self._unmapped(f"{kind} event" if isinstance(kind, str) else "event without a type")
                 continue
             handler(self, event, at, origin)
+
+    def _span_of(self, span_id: str, *, tool: bool) -> dict[str, Any]:
+        """The Inspect span an event was written in (`span`) and, for a tool event, the spans above that one
+        (`ancestors`, nearest first, at most 64): a span subtree's tool results are chosen by them (staging)."""
+        named: dict[str, Any] = {"span": span_id[:200]}
+        if tool:
+            ancestors: list[str] = []
+            parent = (self.spans.get(span_id) or {}).get("parent_id")
+            while isinstance(parent, str) and parent not in ancestors and len(ancestors) < 64:
+                ancestors.append(parent[:200])
+                parent = (self.spans.get(parent) or {}).get("parent_id")
+            named["ancestors"] = ancestors
+        return named
 
     def _finish(self) -> None:
         self._flush_results(until=None)

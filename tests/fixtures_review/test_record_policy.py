@@ -200,15 +200,20 @@ def test_the_api_refuses_with_400_and_accepts_a_failed_capture_as_202(client, ro
 def test_a_runs_live_mutation_result_is_refused_through_a_live_connection(capsys):
     call_command("load_demo", "--json")
     capsys.readouterr()
-    with pytest.raises(CommandError, match="a mutation recorded live through status-service"):
-        call_command(
-            "capture_from_run",
-            "run-001-recorded",
-            *("--scenario", "support-followup", "--effect-class", "mutation", "--connection", "status-service"),
-        )
-    assert not StagedRecording.objects.filter(source_run="run-001-recorded").exists()
-    obs = RequestObservation.objects.get(door="run-result", kind="refused")
-    assert obs.tool.startswith("email.") and obs.effect_class == "mutation"
+    # Each mutation result is refused on its own, naming the observation that keeps its trace (issue 37).
+    call_command(
+        "capture_from_run",
+        "run-001-recorded",
+        *("--scenario", "support-followup", "--effect-class", "mutation", "--connection", "status-service"),
+        "--json",
+    )
+    out = json.loads(capsys.readouterr().out)
+    mutations = [r for r in out["refused"] if r["tool"].startswith("email.")]
+    assert mutations and all("a mutation recorded live through status-service" in r["reason"] for r in mutations)
+    assert not StagedRecording.objects.filter(source_run="run-001-recorded", effect_class="mutation").exists()
+    observations = RequestObservation.objects.filter(door="run-result", kind="refused")
+    assert sorted(o.public_id for o in observations) == sorted(r["observation"] for r in mutations)
+    assert all(o.tool.startswith("email.") and o.effect_class == "mutation" for o in observations)
 
 
 # --- the page ----------------------------------------------------------------------------------------------------

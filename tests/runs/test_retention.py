@@ -261,19 +261,18 @@ def test_a_bundle_cannot_call_its_own_missing_bytes_expired(tmp_path):
 def test_a_result_whose_body_expired_is_skipped_when_a_run_is_staged_as_recordings(capsys):
     """The trace as the recording (issue 17) meets retention: a result whose bytes were removed cannot become a
     recording; it is skipped with the expiry's own sentence, one line, never a missing-file traceback."""
-    from django.core.management.base import CommandError
-
     call_command("load_demo", "--json")
     capsys.readouterr()
     event = Run.objects.get(run_id="run-001-recorded").events.get(
         kind="tool.result", body__call_id__endswith="call-draft-create"
     )
-    with pytest.raises(CommandError) as refused:
-        call_command(
-            "capture_from_run",
-            "run-001-recorded",
-            *("--event", event.event_id, "--scenario", "email-delivery", "--connection", "mail-provider"),
-        )
-    message = str(refused.value)
-    assert "\n" not in message and event.event_id in message
+    call_command(
+        "capture_from_run",
+        "run-001-recorded",
+        *("--event", event.event_id, "--scenario", "email-delivery", "--connection", "mail-provider", "--json"),
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["recordings"] == [] and [s["event"] for s in out["skipped"]] == [event.event_id]
+    message = out["skipped"][0]["reason"]
+    assert "\n" not in message
     assert "expired under retention class 'sensitive'" in message

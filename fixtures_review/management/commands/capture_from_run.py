@@ -1,10 +1,12 @@
-"""`manage.py capture_from_run RUN [--tool T] [--event ID ...] [--scenario S] [--effect-class C] --json`: the trace
-as the recording. Stages an imported run's tool results as recordings, each with its provenance (run, result event),
-through the same intake and four-eyes review as a capture (`fixtures_review.run_results.run_recordings_stage`).
+"""`manage.py capture_from_run RUN [--tool T] [--event ID ...] [--subtree ID] [--contract-revision N|TOOL=N ...]
+[--scenario S] [--effect-class C] --connection C --json`: the trace as the recording. Stages a selection of an
+imported run's tool results as recordings, each with its provenance (run, result event), through the same intake,
+record policy and four-eyes review as a capture (`fixtures_review.run_results.run_recordings_stage`).
 
 Prints `{"run", "scenario", "recordings": [<capture answer> + "event", "call", "outcome"], "skipped": [{"event",
-"tool", "reason"}], "already": [{"event", "recording", "state"}]}`; a result staged before is listed in `already`
-and never staged twice. Refusals are one line; nothing is stored.
+"tool", "reason"}], "already": [{"event", "recording", "state"}], "refused": [{"event", "tool", "reason"[,
+"observation"]}]}`: each result staged, skipped or refused on its own; a result staged before is listed in `already`
+and never staged twice. A bad request (a field, a selection that matches nothing) is one line; nothing is stored.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
 from fixtures_review.intake import CaptureError
-from fixtures_review.services import ReviewRefused, run_recordings_stage
+from fixtures_review.services import ReviewRefused, contract_revisions_parse, run_recordings_stage
 from runs.models import Run
 
 
@@ -28,6 +30,16 @@ class Command(JsonCommand):
         super().add_arguments(parser)
         parser.add_argument("--tool", help="only the results of this tool")
         parser.add_argument("--event", action="append", help="only this tool.result event (repeatable)")
+        parser.add_argument(
+            "--subtree", help="only the results under this span (a span id, or an event id) of an imported trace"
+        )
+        parser.add_argument(
+            "--contract-revision",
+            action="append",
+            metavar="N|TOOL=N",
+            help="the contract revision of calls that record none (repeatable; TOOL=N for one tool); default: the "
+            "revision the scenario pins for the tool",
+        )
         parser.add_argument("--scenario", help="the scenario, for a run that names none")
         parser.add_argument(
             "--effect-class", choices=("read", "mutation"), help="for tools the scenario pins no contract for"
@@ -47,6 +59,7 @@ class Command(JsonCommand):
             if user is None:
                 raise CommandError(f"no user {options['user']!r}")
         try:
+            revisions = contract_revisions_parse(options.get("contract_revision"))
             result = run_recordings_stage(
                 run=stored,
                 user=user,
@@ -54,6 +67,8 @@ class Command(JsonCommand):
                 effect_class=options.get("effect_class"),
                 tool=options.get("tool"),
                 events=options.get("event"),
+                subtree=options.get("subtree"),
+                contract_revisions=revisions,
                 connection=options.get("connection"),
             )
         except (ReviewRefused, CaptureError) as exc:
@@ -61,7 +76,10 @@ class Command(JsonCommand):
         return result.to_json()
 
     def human(self, result: dict[str, Any]) -> str:
-        lines = [f"{result['run']} ({result['scenario']}): {len(result['recordings'])} staged"]
+        lines = [
+            f"{result['run']} ({result['scenario']}): {len(result['recordings'])} staged, {len(result['refused'])} "
+            f"refused, {len(result['skipped'])} skipped"
+        ]
         lines += [
             f"  {r['event']} -> {r['staged']} ({r['tool']}, {r['outcome']})"
             + ("" if r["promotable"] else f": not promotable yet: {'; '.join(r['blockers'])}")
@@ -69,4 +87,5 @@ class Command(JsonCommand):
         ]
         lines += [f"  {a['event']}: already staged as {a['recording']} ({a['state']})" for a in result["already"]]
         lines += [f"  {s['event']} skipped: {s['reason']}" for s in result["skipped"]]
+        lines += [f"  {r['event']} refused: {r['reason']}" for r in result["refused"]]
         return "\n".join(lines)

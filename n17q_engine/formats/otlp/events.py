@@ -19,6 +19,11 @@ INLINE_PAYLOAD_BYTES = 1024
 MAX_TEXT_CHARS = 500
 
 
+# A tool span's events name the spans above it (`otlp.ancestors`), so a span subtree's tool results can be chosen
+# without the trace's other spans; a deeper tree names its nearest MAX_ANCESTORS.
+MAX_ANCESTORS = 64
+
+
 class _Span:
     """A flat span and what the walk learns about it."""
 
@@ -35,7 +40,7 @@ class _Span:
         self.used: set[str] = set()
         self.used_prefixes: list[str] = []
         self.role = ""
-        self.ref: dict[str, str] = {}
+        self.ref: dict[str, Any] = {}
 
     @property
     def hex(self) -> str:
@@ -44,6 +49,16 @@ class _Span:
     @property
     def name(self) -> str:
         return str(self.raw["name"])
+
+    def ancestors(self, limit: int = MAX_ANCESTORS) -> list[str]:
+        """The span ids above this span in the trace, nearest first (at most `limit`; the tree is cycle-free once
+        `_link_tree` has cut what a corrupt export closed)."""
+        out: list[str] = []
+        node = self.parent
+        while node is not None and len(out) < limit:
+            out.append(node.hex)
+            node = node.parent
+        return out
 
     def take(self, key: str) -> Any:
         """The attribute's value, marking it mapped."""

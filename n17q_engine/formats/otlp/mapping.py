@@ -118,6 +118,12 @@ def convert_trace(
         return _TraceConverter(spans, original, original_media_type, span_bytes, original_digest).convert()
 
 
+def _name_parent(ref: dict[str, Any], span: _Span) -> None:
+    """The span's parent in the trace, in its events' `otlp` provenance (`parent`), when the trace holds it."""
+    if span.parent is not None:
+        ref["parent"] = span.parent.hex
+
+
 class _TraceConverter(_SpanMapper):
     """One trace's flat spans -> one run (`convert`)."""
 
@@ -289,6 +295,7 @@ class _TraceConverter(_SpanMapper):
             # Ranges as "offset+length" text: two hundred thousand events parse three short strings faster than
             # three lists of two numbers each (and the lineage reader walks fewer nodes).
             ref: dict[str, Any] = {"span": span.hex, "blob": self.original_digest, "bytes": byte_range_text(at.span)}
+            _name_parent(ref, span)
             if at.resource is not None:
                 ref["resource_bytes"] = byte_range_text(at.resource)
             if at.scope is not None:
@@ -333,6 +340,7 @@ class _TraceConverter(_SpanMapper):
         flush()
         for span in self.spans:
             span.ref = {"span": span.hex, "blob": span.blob}
+            _name_parent(span.ref, span)
 
     def _mark_usage(self) -> None:
         """Which spans have a model span below them that charges tokens: an agent span's usage is the sum of its

@@ -430,6 +430,8 @@ class _SpanMapper(_EventWriter):
         if schema is not None:
             self._inline_or_blob(fields, "tool_parameters", schema, "tool-parameters")
         fields["_call"] = (fields.get("tool_call"), fields["tool"])
+        # The spans above the tool span, so its call and result can be chosen by any span's subtree (staging).
+        span.ref = {**span.ref, "ancestors": span.ancestors()}
         call_event = self._emit(span, "tool.call", fields, suffix="call", mapped=self._label(span, "tool.call"))
         self._tool_result(span, call_event)
 
