@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -86,18 +85,26 @@ def test_a_call_that_cannot_be_staged_is_skipped_with_its_reason_and_the_others_
     assert "tools it was offered were not recorded" in skipped["reason"]
 
 
-def test_a_canary_secret_in_a_message_is_never_stored_in_clear(demo, tmp_path):
+def test_a_canary_secret_in_a_message_or_in_the_tools_given_is_never_stored_in_clear(demo, tmp_path):
+    """A secret in a recorded message was masked when the run was imported and stays masked; one in the tool
+    definitions the stager gives (`model_tools`, bytes the run never held) is masked by the intake."""
     secret = "ghp_" + "Zq7Rk2Lw9Xc4Vb8Nm1Pa5Sd3Fg6Hj0Kt2Ye"
+    given = "ghp_" + "Lm3Np8Qr2St7Uv1Wx6Yz0Ab4Cd9Ef5Gh2Ij"
     messages = [{"role": "user", "content": f"use the token {secret} to open the repository"}]
 
     def emit(tracer):
-        _openinference_call(tracer, {"model": "gpt-4o-mini", "messages": messages, "tools": TOOLS})
+        with tracer.start_as_current_span("agent", attributes={"gen_ai.operation.name": "invoke_agent"}):
+            _openinference_call(tracer, {"model": "gpt-4o-mini", "messages": messages, "tools": TOOLS})
+            _genai_call(tracer)
 
     path = tmp_path / "trace.pb"
     path.write_bytes(_protobuf(_spans(emit)))
     [run] = _import(path)
-    out = run_model_calls_stage(run=run, scenario="docs-research", connection="docs-api").to_json()
-    assert out["skipped"] == []
-    recording = StagedRecording.objects.get(public_id=out["recordings"][0]["staged"])
-    stored: Any = json.dumps([recording.request, recording.response])
-    assert secret not in stored
+    tools = [{**TOOLS[0]["function"], "description": f"The weather in a city; authenticate with {given}."}]
+    out = run_model_calls_stage(run=run, scenario="docs-research", connection="docs-api", model_tools=tools).to_json()
+    assert out["skipped"] == [] and len(out["recordings"]) == 2
+    recordings = [StagedRecording.objects.get(public_id=r["staged"]) for r in out["recordings"]]
+    stored = json.dumps([[r.request, r.response] for r in recordings])
+    assert secret not in stored and given not in stored
+    assert "[masked:vendor-prefixed-token]" in stored
+    assert any(r.findings for r in recordings)  # the given tools' secret: found and masked at intake
