@@ -97,6 +97,18 @@ def run_model_calls_stage(
             source_run=run.run_id, source_event__in=[body.get("id") for _, body in proposals]
         )
     }
+    # An OTLP model span's token counts are its own `budget.charged` event, `<span>.tokens` beside `<span>.proposal`.
+    siblings = {
+        str(body.get("id"))[: -len(".proposal")] + ".tokens": body.get("id")
+        for _, body in proposals
+        if str(body.get("id")).endswith(".proposal")
+    }
+    usage = {
+        siblings[event_id]: counts
+        for event_id, counts in Event.objects.filter(
+            run=run, kind="budget.charged", event_id__in=list(siblings)
+        ).values_list("event_id", "body")
+    }
     key = capture_digest_key()
     actor = user if getattr(user, "is_authenticated", False) else None
     staged: list[tuple[dict[str, Any], StageResult]] = []
@@ -117,7 +129,9 @@ def run_model_calls_stage(
             continue
         try:
             resolved = {field: _recorded_body(run, digest) for field, digest in blob_fields(body).items()}
-            request, completion, missing = recorded_chat(body, resolved=resolved, tools=model_tools)
+            request, completion, missing = recorded_chat(
+                body, resolved=resolved, tools=model_tools, usage=usage.get(event_id)
+            )
         except ReviewRefused as exc:
             skip(str(exc))
             continue

@@ -90,22 +90,49 @@ def recorded_chat(
     *,
     resolved: Mapping[str, Any] | None = None,
     tools: list[Any] | None = None,
+    usage: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[str]]:
     """`(request, completion, missing)` for one recorded model.proposal `body` (module docstring). `resolved`: the
     values of its blob-held fields (`blob_fields`), read by the caller; `tools`: tool definitions (OpenAI form, or
-    {name, description, parameters}) for a call whose trace recorded none (used only then)."""
+    {name, description, parameters}) for a call whose trace recorded none (used only then); `usage`: the call's
+    token counts where the run keeps them beside it (an OTLP span's `budget.charged`: input_tokens,
+    output_tokens, amount), else the body's own (Inspect's)."""
     fields = {name: body.get(name) for name in BLOB_FIELDS}
     fields.update({k: v for k, v in (resolved or {}).items() if k in BLOB_FIELDS})
+    counts = usage if usage is not None else (body["usage"] if isinstance(body.get("usage"), dict) else None)
     if body.get("messages_form") == "inspect":
-        return _inspect(body, fields, tools)
-    return _genai(body, fields, tools)
+        return _inspect(body, fields, tools, _openai_usage(counts))
+    return _genai(body, fields, tools, _openai_usage(counts))
+
+
+def _openai_usage(counts: Mapping[str, Any] | None) -> dict[str, int] | None:
+    """Token counts (input_tokens, output_tokens, total_tokens or amount) as a completion's `usage`."""
+    if not counts:
+        return None
+
+    def count(*names: str) -> int | None:
+        for name in names:
+            value = counts.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+        return None
+
+    prompt, answer = count("input_tokens", "prompt_tokens"), count("output_tokens", "completion_tokens")
+    if prompt is None and answer is None:
+        return None
+    total = count("total_tokens", "amount")
+    return {
+        "prompt_tokens": prompt or 0,
+        "completion_tokens": answer or 0,
+        "total_tokens": total if total is not None else (prompt or 0) + (answer or 0),
+    }
 
 
 # --- OTLP: messages in the GenAI parts form ------------------------------------------------------------------------
 
 
 def _genai(
-    body: Mapping[str, Any], fields: dict[str, Any], supplied: list[Any] | None
+    body: Mapping[str, Any], fields: dict[str, Any], supplied: list[Any] | None, usage: dict[str, int] | None
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[str]]:
     missing: list[str] = []
     inputs = fields.get("input_messages")
@@ -152,7 +179,7 @@ def _genai(
         _check_tool_choice(request)
     reply = _from_parts(answer)[0] if _from_parts(answer) else {"role": "assistant", "content": None}
     reason = answer.get("finish_reason") or (body.get("proposal") or {}).get("finish_reason")
-    completion = _completion(request, body, reply, _GENAI_FINISH.get(str(reason), reason), None)
+    completion = _completion(request, body, reply, _GENAI_FINISH.get(str(reason), reason), usage)
     return request, completion, []
 
 
@@ -281,7 +308,7 @@ def _completion(
 
 
 def _inspect(
-    body: Mapping[str, Any], fields: dict[str, Any], supplied: list[Any] | None
+    body: Mapping[str, Any], fields: dict[str, Any], supplied: list[Any] | None, usage: dict[str, int] | None
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[str]]:
     missing: list[str] = []
     inputs = fields.get("input_messages")
@@ -315,17 +342,7 @@ def _inspect(
     reply = _inspect_message(answer)
     reply.pop("tool_call_id", None)
     stop = answer.get("stop_reason")
-    usage: dict[str, Any] | None = body["usage"] if isinstance(body.get("usage"), dict) else None
-    openai_usage = None
-    if usage:
-        openai_usage = {
-            "prompt_tokens": usage.get("input_tokens", 0),
-            "completion_tokens": usage.get("output_tokens", 0),
-            "total_tokens": usage.get("total_tokens", usage.get("input_tokens", 0) + usage.get("output_tokens", 0)),
-        }
-    completion = _completion(
-        request, {**body, "model": request["model"]}, reply, _INSPECT_STOP.get(str(stop)), openai_usage
-    )
+    completion = _completion(request, {**body, "model": request["model"]}, reply, _INSPECT_STOP.get(str(stop)), usage)
     return request, completion, []
 
 

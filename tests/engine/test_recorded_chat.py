@@ -96,6 +96,9 @@ def _openinference_call(tracer: Tracer, kwargs: dict[str, Any]) -> None:
     attributes: dict[str, Any] = {
         SA.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.LLM.value,
         SA.LLM_MODEL_NAME: ANSWER["model"],
+        SA.LLM_TOKEN_COUNT_PROMPT: 30,
+        SA.LLM_TOKEN_COUNT_COMPLETION: 9,
+        SA.LLM_TOKEN_COUNT_TOTAL: 39,
         SA.LLM_INVOCATION_PARAMETERS: json.dumps({k: v for k, v in kwargs.items() if k not in ("messages", "tools")}),
         f"{SA.LLM_OUTPUT_MESSAGES}.0.{MA.MESSAGE_ROLE}": "assistant",
         f"{SA.LLM_OUTPUT_MESSAGES}.0.{MA.MESSAGE_TOOL_CALLS}.0.tool_call.id": "call_1",

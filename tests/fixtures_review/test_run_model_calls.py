@@ -81,6 +81,9 @@ def test_a_call_that_cannot_be_staged_is_skipped_with_its_reason_and_the_others_
     [run] = _import(path)
     out = run_model_calls_stage(run=run, scenario="docs-research", connection="docs-api").to_json()
     assert len(out["recordings"]) == 1
+    staged = StagedRecording.objects.get(public_id=out["recordings"][0]["staged"])
+    # The span's token counts (its budget.charged event) are the completion's usage.
+    assert staged.response["body"]["usage"] == {"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39}
     [skipped] = out["skipped"]
     assert "tools it was offered were not recorded" in skipped["reason"]
 
