@@ -229,3 +229,77 @@ def test_an_inspect_conversation_is_the_request_the_openai_client_sends(inspect_
     assert request is not None
     sent = _client_request(model=request["model"], messages=request["messages"], tools=request["tools"])
     assert CONTRACT.digest(request)[1] == CONTRACT.digest(sent)[1]
+
+
+# --- the real instrumentations of the openai client -----------------------------------------------------------------
+
+FINAL = {
+    **ANSWER,
+    "id": "chatcmpl-2",
+    "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "It rains in Paris."}}
+    ],
+}
+
+
+def _instrumented_agent(instrumentor: Any) -> tuple[list[dict[str, Any]], bytes]:
+    """A two-turn OpenAI-client agent (ask, call the tool, answer) under `instrumentor`: the requests the client
+    sent and the spans the instrumentation recorded, as an OTLP protobuf request."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json=ANSWER if len(sent) == 1 else FINAL)
+
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        client = openai.OpenAI(
+            api_key="sk-test",
+            base_url="http://model.invalid/v1",
+            http_client=httpx.Client(transport=httpx.MockTransport(handler)),
+        )
+        messages: list[dict[str, Any]] = list(CONVERSATION)
+        kwargs = {"model": "gpt-4o-mini", "tools": TOOLS, "temperature": 0, "max_tokens": 100}
+        first = client.chat.completions.create(messages=messages, **kwargs).choices[0].message
+        calls = [call.model_dump() for call in first.tool_calls or []]
+        messages.append({"role": "assistant", "content": first.content, "tool_calls": calls})
+        messages.append({"role": "tool", "tool_call_id": calls[0]["id"], "content": '{"sky":"rain"}'})
+        client.chat.completions.create(messages=messages, **kwargs)
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+    return sent, encode_spans(exporter.get_finished_spans()).SerializeToString()
+
+
+@pytest.mark.parametrize("instrumentation", ["openinference", "openai-v2"])
+def test_the_real_instrumentations_record_the_requests_the_client_sent(instrumentation: str, monkeypatch) -> None:
+    if instrumentation == "openinference":
+        module = pytest.importorskip("openinference.instrumentation.openai")
+        given = None  # OpenInference records the tools offered (llm.tools)
+    else:
+        module = pytest.importorskip("opentelemetry.instrumentation.openai_v2")
+        monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
+        monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+        given = TOOLS  # openai-v2 records no tool definitions: the caller gives them
+    sent, data = _instrumented_agent(module.OpenAIInstrumentor())
+    runs = convert_otlp(data, content_type=PB)
+    calls = [call for run in runs for call in _proposals(run)]
+    assert len(calls) == 2
+    if given is not None:
+        assert recorded_chat(*calls[0][:1], resolved=calls[0][1])[2] == ["tools"]
+    for (body, resolved), request_sent, answer in zip(calls, sent, (ANSWER, FINAL), strict=True):
+        request, completion, missing = recorded_chat(body, resolved=resolved, tools=given)
+        assert missing == [] and request is not None and completion is not None
+        assert CONTRACT.digest(request)[1] == CONTRACT.digest(request_sent)[1]
+        assert completion["choices"][0]["message"]["content"] == answer["choices"][0]["message"]["content"]
+        assert completion["choices"][0]["message"].get("tool_calls") == answer["choices"][0]["message"].get(
+            "tool_calls"
+        )
