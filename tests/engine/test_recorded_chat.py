@@ -5,6 +5,7 @@ digests the same under the `model.chat` contract."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from .inspect_logs import produce
 from .test_format_otlp import PB, _protobuf, _spans
 
 CONTRACT = Contract.from_dict(MODEL_CONTRACT)
-TOOLS = [
+OpenAI: Any = openai.OpenAI  # its http_client is typed for its own httpx build
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
@@ -35,7 +37,7 @@ TOOLS = [
         },
     }
 ]
-ANSWER = {
+ANSWER: dict[str, Any] = {
     "id": "chatcmpl-1",
     "object": "chat.completion",
     "created": 1,
@@ -73,7 +75,7 @@ def _client_request(**kwargs: Any) -> dict[str, Any]:
         sent.append(json.loads(request.content))
         return httpx.Response(200, json=ANSWER)
 
-    client = openai.OpenAI(
+    client = OpenAI(
         api_key="sk-test",
         base_url="http://model.invalid/v1",
         http_client=httpx.Client(transport=httpx.MockTransport(handler)),
@@ -134,8 +136,13 @@ def test_a_recorded_0_0_and_a_sent_0_digest_apart_and_the_type_recorded_is_kept(
         != CONTRACT.digest({"model": "m", "messages": [], "temperature": 0})[1]
     )
     for value in (0, 0.0):
-        kwargs = {"model": "gpt-4o-mini", "messages": CONVERSATION, "tools": TOOLS, "temperature": value}
-        [run] = convert_otlp(_protobuf(_spans(lambda t, kw=kwargs: _openinference_call(t, kw))), content_type=PB)
+        kwargs: dict[str, Any] = {
+            "model": "gpt-4o-mini",
+            "messages": CONVERSATION,
+            "tools": TOOLS,
+            "temperature": value,
+        }
+        [run] = convert_otlp(_protobuf(_spans(functools.partial(_openinference_call, kwargs=kwargs))), content_type=PB)
         [(body, resolved)] = _proposals(run)
         request, _, _ = recorded_chat(body, resolved=resolved)
         assert request is not None and type(request["temperature"]) is type(value)
@@ -233,7 +240,7 @@ def test_an_inspect_conversation_is_the_request_the_openai_client_sends(inspect_
 
 # --- the real instrumentations of the openai client -----------------------------------------------------------------
 
-FINAL = {
+FINAL: dict[str, Any] = {
     **ANSWER,
     "id": "chatcmpl-2",
     "choices": [
@@ -261,13 +268,13 @@ def _instrumented_agent(instrumentor: Any) -> tuple[list[dict[str, Any]], bytes]
 
     instrumentor.instrument(tracer_provider=provider)
     try:
-        client = openai.OpenAI(
+        client = OpenAI(
             api_key="sk-test",
             base_url="http://model.invalid/v1",
             http_client=httpx.Client(transport=httpx.MockTransport(handler)),
         )
         messages: list[dict[str, Any]] = list(CONVERSATION)
-        kwargs = {"model": "gpt-4o-mini", "tools": TOOLS, "temperature": 0, "max_tokens": 100}
+        kwargs: dict[str, Any] = {"model": "gpt-4o-mini", "tools": TOOLS, "temperature": 0, "max_tokens": 100}
         first = client.chat.completions.create(messages=messages, **kwargs).choices[0].message
         calls = [call.model_dump() for call in first.tool_calls or []]
         messages.append({"role": "assistant", "content": first.content, "tool_calls": calls})
