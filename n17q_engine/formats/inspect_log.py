@@ -746,6 +746,7 @@ class _SampleConverter:
         }
         if event.get("error") is not None:
             fields["error"] = _one_line(event["error"])
+        self._chat_fields(fields, event, messages, choices, output)
         proposal_id = self._emit("model.proposal", at, fields, mapped="model event -> model.proposal", origin=origin)
         for call in calls:
             if isinstance(call["call"], str):
@@ -766,6 +767,43 @@ class _SampleConverter:
             self._emit(
                 "budget.charged", _iso(event.get("completed")) or at, charged, mapped="model usage -> budget.charged"
             )
+
+    def _chat_fields(
+        self, fields: dict[str, Any], event: dict[str, Any], messages: list[Any], choices: list[Any], output: Any
+    ) -> None:
+        """The model call as it was asked and answered (additive fields, docs/formats/inspect.md "Model calls"): the
+        input messages (Inspect ChatMessages, attachments resolved), the tools offered (ToolInfo), the tool choice,
+        the generate config's settings, the answer's messages and usage; each inline when small, else a JSON blob
+        (`<name>_blob`), as the OTLP format does. `n17q_engine.recorded_chat` reads them back as a chat request."""
+        fields["messages_form"] = "inspect"
+        self._inline_or_blob(fields, "input_messages", messages, "model-input")
+        answers = [c.get("message") for c in choices if isinstance(c, dict) and isinstance(c.get("message"), dict)]
+        if answers:
+            out = [
+                {**self._resolve(m), "stop_reason": c.get("stop_reason")}
+                for c, m in zip(choices, answers, strict=False)
+            ]
+            self._inline_or_blob(fields, "output_messages", out, "model-output")
+        tools = event.get("tools")
+        if isinstance(tools, list):
+            self._inline_or_blob(fields, "tools", self._resolve(tools), "model-tools")
+        choice = event.get("tool_choice")
+        if isinstance(choice, (str, dict)):
+            fields["tool_choice"] = choice
+        config = event.get("config")
+        if isinstance(config, dict):
+            settings = {k: v for k, v in config.items() if v is not None}
+            if settings:
+                self._inline_or_blob(fields, "config", settings, "model-config")
+        usage = output.get("usage") if isinstance(output, dict) else None
+        if isinstance(usage, dict):
+            fields["usage"] = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+    def _inline_or_blob(self, fields: dict[str, Any], name: str, value: Any, role: str) -> None:
+        if len(json.dumps(value, ensure_ascii=False, separators=(",", ":"))) <= _INLINE_CHAT_BYTES:
+            fields[name] = value
+        else:
+            fields[f"{name}_blob"] = self.converted.add_json_blob(value, role)
 
     def _tool(self, event: dict[str, Any], at: str | None, origin: dict[str, Any]) -> None:
         call_id = event.get("id") if isinstance(event.get("id"), str) else None
@@ -1070,6 +1108,11 @@ def _flatten(events: list[Any], depth: int = 0) -> Iterator[tuple[int | str, Any
         nested = event.get("events") if isinstance(event, dict) and event.get("event") == "tool" else None
         if isinstance(nested, list) and nested and depth < 20:
             yield from _flatten(nested, depth + 1)
+
+
+# A model call's messages, tools or config at most this long (JSON text) ride inline on its model.proposal; longer
+# ones are blobs it names (the OTLP format's INLINE_PAYLOAD_BYTES).
+_INLINE_CHAT_BYTES = 1024
 
 
 def _message_text(content: Any) -> str:

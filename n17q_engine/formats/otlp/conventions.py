@@ -82,6 +82,7 @@ OI_SYSTEM = "llm.system"
 OI_INVOCATION_PARAMETERS = "llm.invocation_parameters"
 OI_INPUT_MESSAGES = "llm.input_messages"
 OI_OUTPUT_MESSAGES = "llm.output_messages"
+OI_TOOLS = "llm.tools"  # llm.tools.<n>.tool.json_schema: the tools the request offered
 OI_TOKENS_PROMPT = "llm.token_count.prompt"
 OI_TOKENS_COMPLETION = "llm.token_count.completion"
 OI_TOKENS_TOTAL = "llm.token_count.total"

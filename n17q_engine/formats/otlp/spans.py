@@ -72,6 +72,7 @@ from .conventions import (
     OI_TOOL_ID,
     OI_TOOL_NAME,
     OI_TOOL_PARAMETERS,
+    OI_TOOLS,
     PROCESS_COMMAND,
     PROCESS_COMMAND_ARGS,
     PROCESS_COMMAND_LINE,
@@ -313,6 +314,14 @@ class _SpanMapper(_EventWriter):
         if instructions is not None:
             messages = [{"role": "system", "parts": _as_list(instructions)}] + (messages or [])
         definitions = span.take(GEN_AI_TOOL_DEFINITIONS)
+        if definitions is None and _has_prefix(attrs, OI_TOOLS + "."):
+            # OpenInference: llm.tools.<n>.tool.json_schema, each the tool as the request offered it (JSON text).
+            span.used_prefixes.append(OI_TOOLS + ".")
+            definitions = [
+                _parse_json_text(schema) if isinstance(schema, str) else schema
+                for item in _unflatten(attrs, OI_TOOLS + ".")
+                if (schema := (item.get("tool") or {}).get("json_schema")) is not None
+            ]
         if definitions is not None and messages is not None:
             # The tools offered are part of what the model saw: the context digest covers them.
             messages = [*messages, {"role": "tool_definitions", "parts": _as_list(definitions)}]
