@@ -22,6 +22,7 @@ from runs.models import Run
 from . import intake, recordings
 from .intake import CaptureError
 from .record_policy import RESULT_CLASSES
+from .run_staging import STAGE_WHATS, model_tools_parse, run_stage
 from .services import (
     CAPTURE_PERM,
     FailedCapture,
@@ -29,7 +30,6 @@ from .services import (
     capture_receive,
     contract_revisions_parse,
     recordings_stage,
-    run_recordings_stage,
 )
 
 MAX_CAPTURE_BYTES = 64 * 1024 * 1024
@@ -335,10 +335,11 @@ def _capture_input(request: Request) -> tuple[bytes, dict[str, str | None], byte
 
 
 class RunCaptureApi(APIView):
-    """POST: stage a selection of a run's recorded tool results as recordings (the trace as the recording), each
-    with its provenance, through the same intake, record policy and four-eyes review as a capture. Optional
-    `scenario` (required for a run that names none), `effect_class` (for tools the scenario pins no contract for),
-    `contract_revision` (N, "TOOL=N", or a list of them: for calls that record none), and the selection: `tool`,
+    """POST: stage a selection of a run's recorded tool results (and/or, `what`, its model calls as `model.chat`
+    recordings, with `model_tools` for a trace that recorded no tool definitions) as recordings (the trace as the
+    recording), each with its provenance, through the same intake, record policy and four-eyes review as a capture.
+    Optional `scenario` (required for a run that names none), `effect_class` (for tools the scenario pins no contract
+    for), `contract_revision` (N, "TOOL=N", or a list of them: for calls that record none), and the selection: `tool`,
     `events` (result ids), `subtree` (a span or event id). Each result is staged, skipped or refused on its own
     (`refused` with the reason); a result staged before is listed in `already`, never staged twice. 201 when
     something was staged, else 200."""
@@ -371,6 +372,17 @@ class RunCaptureApi(APIView):
                     required=False,
                     help_text="N (every tool) or TOOL=N, for calls that record no contract revision; a single "
                     "integer or string is taken as a list of one",
+                ),
+                "what": serializers.ChoiceField(
+                    choices=list(STAGE_WHATS),
+                    required=False,
+                    help_text="the run's tool results (default), its model calls (as model.chat recordings), or all",
+                ),
+                "model_tools": serializers.ListField(
+                    child=serializers.DictField(),
+                    required=False,
+                    help_text="the tools offered to the model, as the agent offers them (OpenAI tool definitions), "
+                    "for a trace that did not record them",
                 ),
             },
         ),
@@ -420,13 +432,18 @@ class RunCaptureApi(APIView):
             if value is not None and not isinstance(value, str):
                 return Response({"error": f"{name}: a string"}, status=status.HTTP_400_BAD_REQUEST)
             text[name] = value or None
+        what = data.get("what") or "tool-results"
+        if not isinstance(what, str):
+            return Response({"error": "what: a string"}, status=status.HTTP_400_BAD_REQUEST)
         try:
-            result = run_recordings_stage(
+            result = run_stage(
                 run=run,
+                what=what,
                 user=request.user,
                 token=request.auth if isinstance(request.auth, HarnessToken) else None,
                 events=events or None,
                 contract_revisions=contract_revisions_parse(revisions),
+                model_tools=model_tools_parse(data.get("model_tools")),
                 **text,
             )
         except (ReviewRefused, CaptureError) as exc:

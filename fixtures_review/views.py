@@ -25,6 +25,7 @@ from . import selectors, services
 from .body_access import recording_body
 from .intake import CaptureError
 from .models import ScenarioVersion, StagedRecording
+from .run_staging import model_tools_parse, run_stage
 
 
 def _require_staging_access(user: Any) -> None:
@@ -221,8 +222,13 @@ def run_results_stage(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             raise services.ReviewRefused(f"selection: one of {', '.join(RUN_STAGE_SELECTIONS)}")
         if selection != "all" and not (post.get(selection) or "").strip():
             raise services.ReviewRefused(f"{selection}: say which (the {selection} field)")
-        result = services.run_recordings_stage(
+        what = post.get("what") or "tool-results"
+        if what != "tool-results" and selection != "all":
+            raise services.ReviewRefused("a tool or a span's subtree chooses tool results: stage model calls with all")
+        result = run_stage(
             run=run,
+            what=what,
+            model_tools=model_tools_parse(post.get("model_tools")),
             user=request.user,
             scenario=post.get("scenario") or None,
             effect_class=post.get("effect_class") or None,
@@ -235,7 +241,8 @@ def run_results_stage(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         messages.error(request, f"Staging the results refused: {exc}")
         return redirect("runs:run-detail", run_id=run.run_id)
     staged = [r.recording for _, r in result.staged]
-    parts = [f"Staged {len(staged)} recording{'s' if len(staged) != 1 else ''} from run {run.run_id}'s tool results"]
+    kinds = {"tool-results": "tool results", "model-calls": "model calls", "all": "tool results and model calls"}[what]
+    parts = [f"Staged {len(staged)} recording{'s' if len(staged) != 1 else ''} from run {run.run_id}'s {kinds}"]
     if result.already:
         parts.append(f"{len(result.already)} already staged before")
     if result.refused:
@@ -247,7 +254,7 @@ def run_results_stage(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     outcomes = [("refused", r) for r in result.refused] + [("skipped", s) for s in result.skipped]
     for said, entry in outcomes[:MAX_OUTCOME_MESSAGES]:
         tool = f" ({entry['tool']})" if entry.get("tool") else ""
-        messages.warning(request, f"{entry['event']}{tool} {said}: {entry['reason']}")
+        messages.warning(request, f"{entry['event'] or 'the request'}{tool} {said}: {entry['reason']}")
     if len(outcomes) > MAX_OUTCOME_MESSAGES:
         messages.warning(request, f"and {len(outcomes) - MAX_OUTCOME_MESSAGES} more refused or skipped (the command "
                          "and the API list them all)")  # fmt: skip

@@ -1,7 +1,8 @@
-"""`manage.py capture_from_run RUN [--tool T] [--event ID ...] [--subtree ID] [--contract-revision N|TOOL=N ...]
-[--scenario S] [--effect-class C] --connection C --json`: the trace as the recording. Stages a selection of an
-imported run's tool results as recordings, each with its provenance (run, result event), through the same intake,
-record policy and four-eyes review as a capture (`fixtures_review.run_results.run_recordings_stage`).
+"""`manage.py capture_from_run RUN [--what tool-results|model-calls|all] [--tool T] [--event ID ...] [--subtree ID]
+[--contract-revision N|TOOL=N ...] [--model-tools FILE] [--scenario S] [--effect-class C] --connection C --json`: the
+trace as the recording. Stages a selection of an imported run's tool results, and/or its model calls as
+`model.chat` recordings, each with its provenance (run, event), through the same intake, record policy and
+four-eyes review as a capture (`fixtures_review.run_staging.run_stage`).
 
 Prints `{"run", "scenario", "recordings": [<capture answer> + "event", "call", "outcome"], "skipped": [{"event",
 "tool", "reason"}], "already": [{"event", "recording", "state"}], "refused": [{"event", "tool", "reason"[,
@@ -11,6 +12,7 @@ and never staged twice. A bad request (a field, a selection that matches nothing
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -18,16 +20,32 @@ from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
 from fixtures_review.intake import CaptureError
-from fixtures_review.services import ReviewRefused, contract_revisions_parse, run_recordings_stage
+from fixtures_review.run_staging import MAX_MODEL_TOOLS_BYTES, STAGE_WHATS, model_tools_parse, run_stage
+from fixtures_review.services import ReviewRefused, contract_revisions_parse
 from runs.models import Run
 
 
 class Command(JsonCommand):
-    help = "Stage a run's recorded tool results for review (the trace as the recording); nothing becomes a fixture."
+    help = (
+        "Stage a run's recorded tool results and/or model calls for review (the trace as the recording); nothing "
+        "becomes a fixture."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("run", help="the run's id")
         super().add_arguments(parser)
+        parser.add_argument(
+            "--what",
+            choices=STAGE_WHATS,
+            default="tool-results",
+            help="the run's tool results (the default), its model calls (as model.chat recordings), or all",
+        )
+        parser.add_argument(
+            "--model-tools",
+            metavar="FILE",
+            help="the tools offered to the model, as the agent offers them (a JSON list of OpenAI tool definitions), "
+            "for a trace that did not record them; '-' reads stdin",
+        )
         parser.add_argument("--tool", help="only the results of this tool")
         parser.add_argument("--event", action="append", help="only this tool.result event (repeatable)")
         parser.add_argument(
@@ -60,8 +78,10 @@ class Command(JsonCommand):
                 raise CommandError(f"no user {options['user']!r}")
         try:
             revisions = contract_revisions_parse(options.get("contract_revision"))
-            result = run_recordings_stage(
+            result = run_stage(
                 run=stored,
+                what=options.get("what") or "tool-results",
+                model_tools=model_tools_parse(self._model_tools(options.get("model_tools"))),
                 user=user,
                 scenario=options.get("scenario"),
                 effect_class=options.get("effect_class"),
@@ -74,6 +94,17 @@ class Command(JsonCommand):
         except (ReviewRefused, CaptureError) as exc:
             raise CommandError(str(exc)) from None
         return result.to_json()
+
+    def _model_tools(self, path: str | None) -> str | None:
+        if not path:
+            return None
+        try:
+            if path == "-":
+                return sys.stdin.read(MAX_MODEL_TOOLS_BYTES + 1)
+            with open(path, encoding="utf-8") as fh:
+                return fh.read(MAX_MODEL_TOOLS_BYTES + 1)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(f"--model-tools {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
 
     def human(self, result: dict[str, Any]) -> str:
         lines = [
