@@ -79,8 +79,12 @@ def test_each_trace_converts_with_the_model_calls_tool_calls_and_tool_errors_its
     assert _counts((DATA / name).read_bytes(), name) == expected
 
 
-@pytest.mark.parametrize("name", ["genai-openai.otlp.json", "openinference-openai.otlp.json"])
-def test_the_openai_traces_carry_the_tools_arguments_and_the_failed_calls_error(name):
+@pytest.mark.parametrize(
+    "name", ["genai-openai.otlp.json", "openinference-openai.otlp.json", "openinference-langchain.otlp.json"]
+)
+def test_the_traces_carry_the_tools_arguments_and_the_failed_calls_error(name):
+    """The LangChain trace records a one-argument tool's input as the bare value (`Oslo`): its requests are the
+    arguments the model proposed (tests/engine/test_otlp_tool_inputs.py)."""
     [run] = convert_otlp((DATA / name).read_bytes(), content_type=_media(name))
     calls = [(e["tool"], e["request"]) for e in run.events if e["kind"] == "tool.call"]
     assert calls == [

@@ -5,16 +5,21 @@ the model proposal that asked for it). What any span maps to is `spans`'; the ru
 
 from __future__ import annotations
 
+import ast
+import json
 from typing import Any
 
-from n17q_engine.canonical import canonical_json
+from n17q_engine.canonical import canonical_json, request_digest
 
 from .. import ConversionError, ConversionReport, ConvertedRun
 from .sources import SpanBytes
-from .text import _iso, _one_line
+from .text import _iso, _one_line, _scalar_text
 
 # Payloads (messages, tool arguments shown beside the request, outputs) larger than this become blobs.
 INLINE_PAYLOAD_BYTES = 1024
+_NOTHING = object()
+# A recorded input this long is not read as a Python literal (LangChain's `str(dict)`) to compare it with arguments.
+MAX_LITERAL_INPUT_CHARS = 65536
 # Short strings a person reads in an event (a reason, an error message) are cut here; the whole is in the span.
 MAX_TEXT_CHARS = 500
 
@@ -162,15 +167,20 @@ class _EventWriter:
         events = self.converted.events
         proposals_by_call: dict[str, str] = {}
         open_calls_by_tool: dict[str, list[str]] = {}
+        # proposal event id -> its proposed calls [call id, tool, arguments, taken], in the proposal's order.
+        proposed: dict[str, list[list[Any]]] = {}
+        reconciled = _Reconciled()
         for seq, (_key, event) in enumerate(self.pending, start=1):
             when = _iso(event.pop("_ns"))
             out = {"seq": seq, "id": event.pop("id"), "kind": event.pop("kind"), "at": {"logical": when, "wall": when}}
             out["attempt"] = event.pop("attempt")
             calls = event.pop("_proposed", None)
             call = event.pop("_call", None)
+            recorded = event.pop("_reconcile", _NOTHING)
             out.update(event)
             if calls:
-                for call_id, tool in calls:
+                proposed[out["id"]] = [[call_id, tool, arguments, False] for call_id, tool, arguments in calls]
+                for call_id, tool, _arguments in calls:
                     if call_id:
                         proposals_by_call[call_id] = out["id"]
                     if tool:
@@ -183,7 +193,36 @@ class _EventWriter:
                     waiting = open_calls_by_tool.get(tool)
                     proposal = waiting.pop() if waiting else None
                 out["proposal_id"] = proposal
+                taken = _take_proposed(proposed.get(proposal or ""), call_id, tool, recorded)
+                if recorded is not _NOTHING:
+                    self._reconcile(out, recorded, taken, reconciled)
             events.append(out)
+        reconciled.report(self.report)
+
+    def _reconcile(
+        self, call: dict[str, Any], recorded: Any, taken: tuple[str, list[Any]] | None, reconciled: _Reconciled
+    ) -> None:
+        """A tool call whose span recorded a bare value as its input: the request is the arguments the linked
+        proposal gave this call, when they are an object the recorded value agrees with; else the request stays
+        `{arguments: <value>}`, and `request_unreconciled` says why. The recorded value is kept in either case."""
+        self._inline_or_blob(call, "recorded_input", recorded, "tool-arguments")
+        if call.get("proposal_id") is None:
+            reason = "no model proposal of this call is in the trace"
+        elif taken is None:
+            reason = "its model proposal has no call of this tool left to match"
+        elif not isinstance(taken[1][2], dict):
+            reason = "its model proposal recorded no arguments object for this call"
+        elif not _input_agrees(recorded, taken[1][2]):
+            reason = "the recorded input is not one of the proposed arguments' values nor the arguments as text"
+        else:
+            matched_by, (call_id, _tool, arguments, _taken) = taken
+            call["request"] = arguments
+            call["request_digest"] = request_digest(arguments)
+            call["request_from"] = {"proposal": call["proposal_id"], "call": call_id, "matched_by": matched_by}
+            reconciled.done(call)
+            return
+        call["request_unreconciled"] = reason
+        reconciled.kept(call, reason)
 
     # ---- helpers
 
@@ -192,3 +231,88 @@ class _EventWriter:
             fields[name] = value
         else:
             fields[f"{name}_blob"] = self.converted.add_json_blob(value, role)
+
+
+def _take_proposed(
+    calls: list[list[Any]] | None, call_id: str | None, tool: str, recorded: Any
+) -> tuple[str, list[Any]] | None:
+    """The proposed call a tool call ran, marked taken: the one of its call id, else (no call id on the span) the
+    proposal's first call of that tool not taken yet (of those, the first whose arguments agree with a bare
+    recorded input, so tools run out of the proposed order still match); with how it was matched. None when there
+    is none."""
+    if not calls:
+        return None
+    if call_id:
+        for proposed in calls:
+            if proposed[0] == call_id and not proposed[3]:
+                proposed[3] = True
+                return "call id", proposed
+        return None
+    left = [proposed for proposed in calls if proposed[1] == tool and not proposed[3]]
+    if recorded is not _NOTHING:
+        agreeing = [p for p in left if isinstance(p[2], dict) and _input_agrees(recorded, p[2])]
+        left = agreeing or left
+    if not left:
+        return None
+    left[0][3] = True
+    return "order", left[0]
+
+
+def _input_agrees(recorded: Any, arguments: dict[str, Any]) -> bool:
+    """Whether a tool span's recorded bare input says the same as the proposed arguments: it is one of their values
+    (OpenInference-for-LangChain writes a one-argument tool's input as that value), or the arguments written as
+    JSON or as a Python literal (LangChain's `str(dict)`)."""
+    text = recorded if isinstance(recorded, str) else _scalar_text(recorded)
+    if any(text == _scalar_text(value) for value in arguments.values()):
+        return True
+    if not isinstance(recorded, str) or len(recorded) > MAX_LITERAL_INPUT_CHARS:
+        return False
+    try:
+        return json.loads(recorded) == arguments
+    except (ValueError, RecursionError):
+        pass
+    try:
+        return bool(ast.literal_eval(recorded.strip()) == arguments)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
+class _Reconciled:
+    """What `_finish` did with tool inputs that were not arguments objects, for the conversion report."""
+
+    EXAMPLES = 3
+
+    def __init__(self) -> None:
+        self.done_ids: list[str] = []
+        self.kept_by_reason: dict[str, list[str]] = {}
+
+    def done(self, call: dict[str, Any]) -> None:
+        self.done_ids.append(call["id"])
+
+    def kept(self, call: dict[str, Any], reason: str) -> None:
+        self.kept_by_reason.setdefault(reason, []).append(call["id"])
+
+    def report(self, report: ConversionReport) -> None:
+        if self.done_ids:
+            report.mapped["tool span input not an arguments object -> request from the proposal's arguments"] += len(
+                self.done_ids
+            )
+            report.notes.append(
+                f"{len(self.done_ids)} tool call(s) recorded a bare value as their input, not an arguments object: "
+                "their request is the arguments their model proposal gave that call, the recorded value kept as "
+                f"recorded_input (request_from says which proposal and call): {_examples(self.done_ids)}"
+            )
+        for reason, ids in self.kept_by_reason.items():
+            kept = f"tool span input not an arguments object, kept as request {{arguments: …}} ({reason})"
+            report.unmapped[kept] += len(ids)
+            report.notes.append(
+                f"{len(ids)} tool call(s) recorded a bare value as their input and keep it as request "
+                f"{{arguments: <value>}} ({reason}): a replayed agent's call will not match it as a fixture: "
+                f"{_examples(ids)}"
+            )
+
+
+def _examples(ids: list[str]) -> str:
+    shown = ", ".join(ids[: _Reconciled.EXAMPLES])
+    more = len(ids) - _Reconciled.EXAMPLES
+    return shown + (f" and {more} more" if more > 0 else "")

@@ -97,6 +97,40 @@ from .events import INLINE_PAYLOAD_BYTES, MAX_TEXT_CHARS, _EventWriter, _Span
 from .text import _iso, _one_line, _scalar_text, _storable, _str_or_none
 
 
+def _tool_message(value: Any) -> dict[str, Any] | None:
+    """The fields of a LangChain ToolMessage recorded as a tool span's output (`{type: tool, data: {content,
+    tool_call_id, ...}}`, or LangChain's serialized `{lc: 1, type: constructor, id: [..., ToolMessage], kwargs}`),
+    else None."""
+    if not (isinstance(value, str) and value.lstrip()[:1] == "{" and '"tool_call_id"' in value):
+        return None
+    parsed = _parse_json_text(value)
+    if not isinstance(parsed, dict):
+        return None
+    if parsed.get("type") == "tool":
+        data = parsed.get("data")
+    elif parsed.get("lc") == 1 and isinstance(parsed.get("id"), list) and parsed["id"][-1:] == ["ToolMessage"]:
+        data = parsed.get("kwargs")
+    else:
+        return None
+    if isinstance(data, dict) and "content" in data and "tool_call_id" in data:
+        return data
+    return None
+
+
+# Python's traceback header: a status description holding one is a traceback, not a message.
+_TRACEBACK = "Traceback (most recent call last)"
+
+
+def _ends_kept(text: str) -> str:
+    """An error message on one line within MAX_TEXT_CHARS: a longer one keeps its start and its end (where a
+    traceback or a chained error says what failed), the middle replaced by an ellipsis."""
+    line = _one_line(text, len(text) + 1)
+    if len(line) <= MAX_TEXT_CHARS:
+        return line
+    tail = MAX_TEXT_CHARS // 3
+    return line[: MAX_TEXT_CHARS - tail - 3] + " \u2026 " + line[-tail:]
+
+
 class _SpanMapper(_EventWriter):
     """The trace converter's mapping of one span (`_map_span`) and of its span events."""
 
@@ -127,14 +161,26 @@ class _SpanMapper(_EventWriter):
         if status["code"] != "error" and error_type is None:
             return None
         out: dict[str, Any] = {"type": _scalar_text(error_type) if error_type is not None else None}
-        message = status["message"] or None
+        description = status["message"] or None
+        message = description
         for event in span.raw["events"]:
             if event["name"] == EXCEPTION_EVENT:
                 attrs = event["attributes"]
                 out["type"] = out["type"] or _str_or_none(attrs.get("exception.type"))
-                message = message or _str_or_none(attrs.get("exception.message"))
+                exception_message = _str_or_none(attrs.get("exception.message"))
+                if message is None:
+                    message = exception_message
+                elif exception_message and _TRACEBACK in message:
+                    # A status description holding a traceback (OpenInference-for-LangChain writes the exception's
+                    # repr and its traceback there): the exception's own message is the error's message.
+                    message = exception_message
                 break
-        out["message"] = _one_line(message, MAX_TEXT_CHARS) if message else None
+        out["message"] = _ends_kept(message) if message else None
+        if description is not None and out["message"] != _one_line(description, len(description) + 1):
+            # What the message does not show of the status description (a traceback, a cut) is kept whole.
+            out["description_blob"] = self.converted.add_blob(
+                _storable(description).encode("utf-8"), "text/plain; charset=utf-8", "error-description"
+            )
         return out
 
     # ---- spans
@@ -244,10 +290,13 @@ class _SpanMapper(_EventWriter):
             self._inline_or_blob(fields, "output_messages", outputs, "model-output")
         if error is not None:
             fields["error"] = error
+        # (call id, tool, arguments) of each proposed call: `_finish` links the tool calls to them and takes a call's
+        # arguments as the request of a tool span whose recorded input is not an arguments object.
         fields["_proposed"] = [
             (
                 c.get("call") if isinstance(c.get("call"), str) else None,
                 c.get("tool") if isinstance(c.get("tool"), str) else None,
+                _parse_json_text(c["arguments"]) if isinstance(c.get("arguments"), str) else c.get("arguments"),
             )
             for c in calls
         ]
@@ -400,10 +449,16 @@ class _SpanMapper(_EventWriter):
         attrs = span.attrs
         name = span.take(GEN_AI_TOOL_NAME) or span.take(OI_TOOL_NAME) or _tool_from_span_name(span.name)
         call_id = span.take(GEN_AI_TOOL_CALL_ID) or span.take(OI_TOOL_CALL_ID) or span.take(OI_TOOL_ID)
+        tool_message = None if attrs.get(GEN_AI_TOOL_RESULT) is not None else _tool_message(attrs.get(OI_OUTPUT_VALUE))
+        if call_id is None and tool_message is not None:
+            # OpenInference-for-LangChain puts no call id on a tool span; the ToolMessage it records as the output
+            # names the call it answers.
+            call_id = _str_or_none(tool_message.get("tool_call_id"))
         arguments = span.take(GEN_AI_TOOL_ARGUMENTS)
+        recorded = arguments
         schema = None
         if arguments is None and attrs.get(OI_INPUT_VALUE) is not None:
-            arguments = span.take(OI_INPUT_VALUE)
+            arguments = recorded = span.take(OI_INPUT_VALUE)
             if span.take(OI_INPUT_MIME_TYPE) == OI_MIME_JSON or isinstance(arguments, str):
                 arguments = _parse_json_text(arguments) if isinstance(arguments, str) else arguments
         if attrs.get(OI_TOOL_PARAMETERS) is not None:
@@ -412,6 +467,7 @@ class _SpanMapper(_EventWriter):
             if arguments is None:
                 # Some instrumentations put the call's arguments here rather than the tool's parameter schema.
                 arguments = schema
+                recorded = attrs[OI_TOOL_PARAMETERS]
                 schema = None
         if isinstance(arguments, str):
             arguments = _parse_json_text(arguments)
@@ -441,10 +497,15 @@ class _SpanMapper(_EventWriter):
         fields["_call"] = (fields.get("tool_call"), fields["tool"])
         # The spans above the tool span, so its call and result can be chosen by any span's subtree (staging).
         span.ref = {**span.ref, "ancestors": span.ancestors()}
+        if arguments is not None and not isinstance(arguments, dict):
+            # A bare value (OpenInference-for-LangChain records a one-argument tool's input as that argument's
+            # value, `Oslo`): `_finish` takes the linked proposal's arguments for this call as the request, the
+            # recorded input kept beside it (docs/formats/otlp.md, "Tool input that is not an arguments object").
+            fields["_reconcile"] = recorded
         call_event = self._emit(span, "tool.call", fields, suffix="call", mapped=self._label(span, "tool.call"))
-        self._tool_result(span, call_event)
+        self._tool_result(span, call_event, tool_message)
 
-    def _tool_result(self, span: _Span, call_event: str) -> None:
+    def _tool_result(self, span: _Span, call_event: str, tool_message: dict[str, Any] | None) -> None:
         error = self._error(span)
         outcome = self._outcome(span, error)
         result = span.take(GEN_AI_TOOL_RESULT)
@@ -453,7 +514,21 @@ class _SpanMapper(_EventWriter):
             result = span.take(OI_OUTPUT_VALUE)
             media = span.take(OI_OUTPUT_MIME_TYPE)
         fields: dict[str, Any] = {"call_id": call_event, "origin": "historical", "outcome": outcome, "absent": {}}
-        if result is None:
+        if tool_message is not None:
+            # The tool's output is the message's content (what the model was given), not LangChain's envelope
+            # around it; the whole message stays in the span.
+            content = tool_message.get("content")
+            fields["result_from"] = "content of the LangChain ToolMessage recorded as output.value"
+            self.report.mapped["LangChain ToolMessage output -> tool.result blob: its content"] += 1
+            if isinstance(content, str) and content.lstrip()[:1] in ("{", "["):
+                content = _parse_json_text(content)
+            if isinstance(content, str):
+                fields["blob"] = self.converted.add_blob(
+                    _storable(content).encode("utf-8"), "text/plain; charset=utf-8", "tool-output"
+                )
+            else:
+                fields["blob"] = self.converted.add_json_blob(content, "tool-output")
+        elif result is None:
             fields["blob"] = None
             if outcome == "ok":
                 # Tool results are opt-in content in GenAI: not recorded is not "empty".
