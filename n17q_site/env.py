@@ -7,6 +7,7 @@ name, not quietly fall back to a default that hides the mistake.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
 class ConfigurationError(RuntimeError):
@@ -95,3 +96,28 @@ def env_retention_classes(name: str, default: str) -> dict[str, tuple[int | None
     if not classes:
         raise ConfigurationError(f"{name} declares no retention class")
     return classes
+
+
+def env_price_table(name: str) -> dict[str, Any]:
+    """The model price table (n17q_engine.pricing, issue 38): `name` holds the table as JSON text, or `name`_FILE the
+    path of a JSON file holding it; neither: no model is priced (pages say "no price", never a cost of 0)."""
+    import json
+
+    from n17q_engine.pricing import price_table
+
+    text = os.environ.get(name)
+    path = os.environ.get(f"{name}_FILE")
+    if text and path:
+        raise ConfigurationError(f"{name} and {name}_FILE are both set: give the price table one way")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read(1024 * 1024)
+        except OSError as exc:
+            raise ConfigurationError(f"{name}_FILE={path}: {exc.strerror}") from None
+    if not text:
+        return {}
+    try:
+        return price_table(json.loads(text))
+    except ValueError as exc:
+        raise ConfigurationError(f"{name}: {exc}") from None

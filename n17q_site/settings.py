@@ -14,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from pythonjsonlogger.core import RESERVED_ATTRS as JSON_LOG_RESERVED_ATTRS
 
-from .env import ConfigurationError, env_bool, env_int, env_list, env_retention_classes, env_str
+from .env import ConfigurationError, env_bool, env_int, env_list, env_price_table, env_retention_classes, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # One data folder for `make demo` and every command run from this checkout: both default to ./var, so the
@@ -191,6 +191,10 @@ N17Q_CONVERT_CPU_S = env_int("N17Q_CONVERT_CPU_S", 300, minimum=1)
 # The live model relay (replays/relay.py, issue 33): at most this many model calls of one replay reach the approved
 # endpoint; the rest are refused (the agent gets an error answer) and the replay's record counts them.
 N17Q_MODEL_RELAY_MAX_CALLS = env_int("N17Q_MODEL_RELAY_MAX_CALLS", 100, minimum=1)
+# The model price table (n17q_engine.pricing, issue 38): per million tokens in and out, by model, from
+# N17Q_MODEL_PRICES (JSON) or N17Q_MODEL_PRICES_FILE. Empty by default: prices change, and a stale shipped table
+# would state costs nobody checked; an unpriced model's calls say "no price", never 0.
+N17Q_MODEL_PRICES = env_price_table("N17Q_MODEL_PRICES")
 # A worker holds a replay by a lease it renews with every progress line (replays/services.py); a replay whose
 # lease ran out, or whose process on this host is gone, is queued again by the recovery pass, at most
 # N17Q_REPLAY_MAX_ATTEMPTS claims in all, then marked interrupted at its last checkpoint.
