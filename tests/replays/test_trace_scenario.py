@@ -1,0 +1,291 @@
+"""Scenario from a trace (issue 37 point 3): an OTLP trace made with the real OpenTelemetry SDK is imported, a
+scenario version is proposed from it (contracts inferred from its calls and the tool definitions it recorded, the
+effect class asked), its tool results are staged and approved by a second reviewer, the latest version answers
+them, and a replay launched from the flow compares with the trace's own run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from fixtures_review import connections, intake
+from fixtures_review.models import ScenarioVersion, StagedRecording
+from fixtures_review.review_rules import _OUTCOME_STATUS
+from fixtures_review.services import recording_approve
+from fixtures_review.staging import _stage_all, capture_digest_key
+from replays.confirm import LaunchUnconfirmed
+from replays.models import Replay
+from replays.services import replay_execute
+from replays.trace_scenarios import (
+    TraceScenarioRefused,
+    trace_scenario_launch,
+    trace_scenario_launch_preview,
+    trace_scenario_propose,
+    trace_scenario_status,
+)
+from runs.models import Event, Run
+
+pytestmark = pytest.mark.django_db
+
+ORDER_TOOL = {
+    "type": "function",
+    "name": "lookup_order",
+    "description": "Look an order up by its id",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "order_id": {"type": "string", "description": "the order's id"},
+            "verbose": {"type": "boolean"},
+        },
+        "required": ["order_id"],
+    },
+}
+
+
+def support_trace(tracer, *, orders=("A-1", "A-2")) -> None:
+    """One agent turn as the GenAI instrumentation writes it: a chat span offering `lookup_order` (its definition in
+    `gen_ai.tool.definitions`) that asks for it, then the tool span; twice; plus a `refund_order` call the model
+    was offered no definition of (its effect class is the trace's to ask)."""
+    from opentelemetry import trace as otel_trace
+
+    root = tracer.start_span("invoke_agent support-agent", attributes={"gen_ai.operation.name": "invoke_agent"})
+    context = otel_trace.set_span_in_context(root)
+    for n, order in enumerate(orders):
+        call_id = f"call_{n}"
+        with tracer.start_as_current_span(
+            "chat gpt-4o-mini",
+            context=context,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": "gpt-4o-mini",
+                "gen_ai.input.messages": json.dumps(
+                    [{"role": "user", "parts": [{"type": "text", "content": f"where is order {order}?"}]}]
+                ),
+                "gen_ai.tool.definitions": json.dumps([ORDER_TOOL]),
+                "gen_ai.output.messages": json.dumps(
+                    [
+                        {
+                            "role": "assistant",
+                            "parts": [
+                                {
+                                    "type": "tool_call",
+                                    "id": call_id,
+                                    "name": "lookup_order",
+                                    "arguments": {"order_id": order},
+                                }
+                            ],
+                        }
+                    ]
+                ),
+            },
+        ):
+            pass
+        with tracer.start_as_current_span(
+            "execute_tool lookup_order",
+            context=context,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "lookup_order",
+                "gen_ai.tool.call.id": call_id,
+                "gen_ai.tool.call.arguments": json.dumps({"order_id": order}),
+                "gen_ai.tool.call.result": json.dumps({"status": "shipped", "order_id": order}),
+            },
+        ):
+            pass
+    with tracer.start_as_current_span(
+        "execute_tool refund_order",
+        context=context,
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "refund_order",
+            "gen_ai.tool.call.id": "call_r",
+            "gen_ai.tool.call.arguments": json.dumps({"order_id": orders[0], "amount": 12}),
+            "gen_ai.tool.call.result": json.dumps({"refund": "r-1", "state": "refunded"}),
+        },
+    ):
+        pass
+    root.end()
+
+
+@pytest.fixture
+def trace_run(tmp_path, capsys) -> Run:
+    """The trace exported by the real OpenTelemetry SDK, its file imported through `import_run`."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "support-agent"}))
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    support_trace(provider.get_tracer("n17q-tests"))
+    provider.shutdown()
+    path = tmp_path / "spans.pb"
+    path.write_bytes(encode_spans(memory.get_finished_spans()).SerializeToString())
+    call_command("import_run", str(path), "--json")
+    answer = json.loads(capsys.readouterr().out)
+    run = Run.objects.get(run_id=answer["runs"][0]["run"])
+    assert run.scenario_name == ""
+    return run
+
+
+def stage_results(run: Run, user, *, connection: str = "sim:review-requests", revision: int = 1) -> list:
+    """Stage the run's tool results through the existing intake with the contract revision given, as the
+    stageselect door (issue 37 point 1) will: until it is merged, `run_recordings_stage` takes the converted run's
+    `contract_revision: 0` and intake refuses it."""
+    calls = {e.body["id"]: e.body for e in Event.objects.filter(run=run, kind="tool.call")}
+    items = []
+    for event in Event.objects.filter(run=run, kind="tool.result").order_by("seq"):
+        body = event.body
+        call = calls[body["call_id"]]
+        mutation = call["tool"] == "refund_order"
+        capture = intake.tool_call_capture(
+            scenario="support-orders",
+            tool=call["tool"],
+            contract_revision=revision,
+            connection=connection,
+            captured_at="2026-07-01T09:00:00Z",
+            source_revision=None,
+            effect_class="mutation" if mutation else "read",
+            args=call["request"],
+            status=_OUTCOME_STATUS[body["outcome"]],
+            body=json.loads(_body(run, body)),
+            proposed_transition=(
+                {
+                    "resource": "refund:r-1",
+                    "revision_before": None,
+                    "revision_after": 1,
+                    "change": {"state": "refunded"},
+                }
+                if mutation
+                else None
+            ),
+        )
+        red = intake.intake(capture, digest_key=capture_digest_key())
+        admitted = connections.capture_admit(red.capture, door="run-result", actor=user, token=None)
+        items.append(
+            dict(
+                red=red,
+                admitted=admitted,
+                origin=StagedRecording.Origin.RUN_RESULT,
+                outcome=body["outcome"],
+                source=(run.run_id, body["id"]),
+            )
+        )
+    return _stage_all(items, actor=user, token=None)
+
+
+def _body(run: Run, result: dict) -> bytes:
+    from fixtures_review.copying import _recorded_body
+
+    value = _recorded_body(run, result.get("blob"))
+    return value if isinstance(value, bytes) else json.dumps(value).encode()
+
+
+def test_proposing_asks_the_effect_class_the_trace_does_not_say_and_mints_version_1(trace_run, role_user):
+    operator = role_user("operator", "op")
+    with pytest.raises(TraceScenarioRefused, match=r"^effect class needed for lookup_order, refund_order: say "):
+        trace_scenario_propose(run=trace_run, name="support-orders", user=operator)
+    with pytest.raises(TraceScenarioRefused, match=r"^effect class needed for refund_order: say "):
+        trace_scenario_propose(run=trace_run, name="support-orders", effect_classes={"lookup_order": "read"})
+    assert not ScenarioVersion.objects.filter(name="support-orders").exists()
+    proposal = trace_scenario_propose(
+        run=trace_run,
+        name="support-orders",
+        effect_classes={"refund_order": "mutation", "lookup_order": "read"},
+        user=operator,
+    )
+    version = proposal.version
+    assert version.ref == "support-orders@1" and proposal.created and version.source == "trace"
+    meta = version.scenario_json
+    assert meta["source_runs"] == [trace_run.run_id] and meta["world"] == "support-orders-w1"
+    contracts = {c["tool"]: c for c in json.loads(version.files["contracts.json"])}
+    assert set(contracts) == {"lookup_order", "refund_order", "model.chat"}
+    assert contracts["lookup_order"]["fields"] == {
+        "order_id": {"type": "string"},
+        "verbose": {"type": "boolean", "required": False},
+    }
+    assert contracts["refund_order"]["effect_class"] == "mutation"
+    assert contracts["refund_order"]["fields"] == {"amount": {"type": "integer"}, "order_id": {"type": "string"}}
+    assert version.fixture_items == []
+    # Again: the same contracts, recorded from this run already: nothing new.
+    again = trace_scenario_propose(
+        run=trace_run,
+        name="support-orders",
+        effect_classes={"refund_order": "mutation", "lookup_order": "read"},
+        user=operator,
+    )
+    assert again.version.pk == version.pk and not again.created
+
+
+def propose(run: Run, user) -> ScenarioVersion:
+    return trace_scenario_propose(
+        run=run, name="support-orders", effect_classes={"refund_order": "mutation", "lookup_order": "read"}, user=user
+    ).version
+
+
+def test_the_flow_from_a_trace_to_a_replay_that_compares_with_it(trace_run, role_user, client, reviewed_connections):
+    operator, reviewer = role_user("operator", "op"), role_user("reviewer", "rev")
+    propose(trace_run, operator)
+    status = trace_scenario_status(trace_run)
+    assert status["scenario"] == "support-orders" and status["trace"] == {
+        "tool_calls": 3,
+        "tool_results": 3,
+        "model_calls": 2,
+        "tools": {"lookup_order": 2, "refund_order": 1},
+    }
+    assert status["latest"]["ref"] == "support-orders@1" and status["latest"]["answered"] == 0
+    assert status["mutations"] == ["refund_order"] and not status["ready"]
+    assert any("3 of the run's 3 tool calls have no approved fixture" in b for b in status["blocks"])
+
+    staged = stage_results(trace_run, operator)
+    assert trace_scenario_status(trace_run)["recordings"]["staged"] == 3
+    for recording in staged:
+        recording_approve(recording=recording, user=reviewer)
+    status = trace_scenario_status(trace_run)
+    assert status["recordings"] == {
+        "staged": 0,
+        "approved": 3,
+        "rejected": 0,
+        "model_calls": {"staged": 0, "approved": 0, "rejected": 0},
+    }
+    assert status["latest"]["ref"] == "support-orders@4" and status["latest"]["answered"] == 3
+    # The model calls are not answered yet (issue 37 point 2 stages them): an agent would stop at its first one.
+    assert status["blocks"] == [
+        "support-orders@4 holds no model answer: an agent replay stops at its first model call until the run's "
+        "model calls are staged and approved as model.chat recordings"
+    ]
+
+    # The launch goes through the replays app's confirmation: the summary first, then its digest.
+    preview = trace_scenario_launch_preview(trace_run, agent=None)
+    assert preview.version.ref == "support-orders@4"
+    with pytest.raises(LaunchUnconfirmed):
+        trace_scenario_launch(run=trace_run, agent=None, user=operator, digest=None)
+    replay, created = trace_scenario_launch(run=trace_run, agent=None, user=operator, digest=preview.digest)
+    assert created and replay.source_run_id == trace_run.pk and replay.decider == "recorded"
+    assert replay.scenario_version.ref == "support-orders@4" and replay.mode == "counterfactual"
+    replay = replay_execute(replay.pk)
+    assert replay.state == Replay.State.FINISHED, (replay.state, replay.error)
+    assert replay.run is not None and replay.run.parent_id == trace_run.pk and replay.missing == [], json.dumps(
+        replay.missing, indent=1
+    )
+    answered = [e.body for e in Event.objects.filter(run=replay.run, kind="tool.result")]
+    assert sorted((r["origin"], r["outcome"]) for r in answered) == [("fixture", "ok")] * 3, answered
+
+    client.force_login(operator)
+    page = client.get(reverse("replays:replay-comparison", args=[replay.pk]))
+    assert page.status_code == 200
+    assert f"Comparison: <code>{trace_run.run_id}</code> against its counterfactual" in page.content.decode()
+    report = page.context["report"]
+    assert report.source.pk == trace_run.pk and report.replay_run.pk == replay.run.pk
+    # Every recorded tool result of the trace is a row the replay is compared with.
+    tools = next(layer for layer in report.layers if layer.key == "tools")
+    assert len(tools.rows) == 3 and all(row.source for row in tools.rows), [
+        (r.source_text, r.replay_text, r.note) for r in tools.rows
+    ]
+    assert [r.same for r in tools.rows] == [True] * 3, [(r.source, r.replay) for r in tools.rows]
