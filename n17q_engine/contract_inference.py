@@ -187,7 +187,8 @@ def definitions_from_messages(messages: Any) -> dict[str, dict[str, Any]]:
 def _definition(part: Any) -> dict[str, Any] | None:
     if not isinstance(part, dict):
         return None
-    inner = part.get("function") if isinstance(part.get("function"), dict) else part
+    function = part.get("function")
+    inner: dict[str, Any] = function if isinstance(function, dict) else part
     name = inner.get("name")
     if not isinstance(name, str) or not name:
         return None
@@ -277,8 +278,10 @@ def _infer_tool(
         for name, value in args.items():
             seen.setdefault(name, []).append(value)
     schema = (definition or {}).get("parameters") or {}
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    required_by_definition = {r for r in schema.get("required") or [] if isinstance(r, str)}
+    found = schema.get("properties") if isinstance(schema, dict) else None
+    properties: dict[str, Any] = found if isinstance(found, dict) else {}
+    listed = schema.get("required") if isinstance(schema, dict) else None
+    required_by_definition = {r for r in listed if isinstance(r, str)} if isinstance(listed, list) else set()
     if definition is not None:
         out.description = definition.get("description")
     for name in sorted(set(seen) | set(properties)):
@@ -291,7 +294,8 @@ def _infer_tool(
         if present:
             sources.append(f"observed in {present} of {n} call{'s' if n != 1 else ''}")
         defined_type, defined_null, defined_items = _schema_type(properties.get(name))
-        spec = properties.get(name) if isinstance(properties.get(name), dict) else {}
+        given_spec = properties.get(name)
+        spec: dict[str, Any] = given_spec if isinstance(given_spec, dict) else {}
         f = InferredField(
             name=name,
             type=None,

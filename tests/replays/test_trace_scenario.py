@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from accounts.models import HarnessToken
 from fixtures_review import connections, intake
 from fixtures_review.models import ScenarioVersion, StagedRecording
 from fixtures_review.review_rules import _OUTCOME_STATUS
@@ -27,6 +28,7 @@ from replays.trace_scenarios import (
     trace_scenario_status,
 )
 from runs.models import Event, Run
+from tests.runs.test_api import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -289,3 +291,128 @@ def test_the_flow_from_a_trace_to_a_replay_that_compares_with_it(trace_run, role
         (r.source_text, r.replay_text, r.note) for r in tools.rows
     ]
     assert [r.same for r in tools.rows] == [True] * 3, [(r.source, r.replay) for r in tools.rows]
+
+
+def scenario_command(capsys, run: Run, *args: str) -> dict:
+    call_command("scenario_from_run", run.run_id, *args, "--json")
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_command_reports_proposes_and_launches(trace_run, role_user, capsys, reviewed_connections):
+    operator, reviewer = role_user("operator", "op"), role_user("reviewer", "rev")
+    status = scenario_command(capsys, trace_run)["status"]
+    assert status["scenario"] is None and status["latest"] is None
+    assert status["contracts"]["asked"] == ["lookup_order", "refund_order"]
+    fields = {f["name"]: f for f in status["contracts"]["tools"][0]["fields"]}
+    assert fields["order_id"]["source"] == "definitions and observed in 2 of 2 calls" and fields["order_id"]["required"]
+    assert fields["verbose"]["source"] == "definitions" and not fields["verbose"]["required"]
+    with pytest.raises(CommandError, match=r"^effect class needed for lookup_order, refund_order"):
+        call_command("scenario_from_run", trace_run.run_id, "--scenario", "support-orders", "--propose")
+    with pytest.raises(CommandError, match=r"--effect-class 'lookup_order=write': write TOOL=read or TOOL=mutation"):
+        call_command("scenario_from_run", trace_run.run_id, "--effect-class", "lookup_order=write")
+    out = scenario_command(
+        capsys,
+        trace_run,
+        *("--scenario", "support-orders", "--propose", "--user", "op"),
+        *("--effect-class", "lookup_order=read", "--effect-class", "refund_order=mutation"),
+    )
+    assert out["proposed"]["scenario"] == "support-orders@1" and out["proposed"]["created"]
+    assert out["status"]["scenario"] == "support-orders" and out["status"]["latest"]["answered"] == 0
+    for recording in stage_results(trace_run, operator):
+        recording_approve(recording=recording, user=reviewer)
+    with pytest.raises(CommandError, match=r"agent:nobody': no agent is registered under that name"):
+        call_command("scenario_from_run", trace_run.run_id, "--launch", "nobody")
+    out = scenario_command(capsys, trace_run, "--launch", "recorded", "--inline", "--user", "op")
+    assert out["replay"]["replay_state"] == "finished" and out["replay"]["missing"] == []
+    assert (
+        out["replay"]["scenario"] == "support-orders@4" and out["replay"]["summary"]["source_run"] == trace_run.run_id
+    )
+    assert Replay.objects.get(pk=out["replay"]["replay"]).source_run_id == trace_run.pk
+
+
+def test_proposing_refuses_contracts_that_disagree_and_another_scenario_of_the_run(trace_run, role_user):
+    from fixtures_review.scenarios import scenario_import
+    from n17q_demo import seed_scenarios as seeds
+
+    for package in seeds.seed_packages():
+        scenario_import(package, source="demo")
+    version = propose(trace_run, role_user("operator", "op"))
+    with pytest.raises(TraceScenarioRefused, match=r"^scenario: a name 'no spaces allowed' must be"):
+        trace_scenario_propose(run=trace_run, name="no spaces allowed", effect_classes={})
+    files = {n: json.loads(t) for n, t in version.files.items()}
+    lookup = next(c for c in files["contracts.json"] if c["tool"] == "lookup_order")
+    lookup["fields"]["order_id"]["type"] = "integer"
+    from fixtures_review.minting import scenario_files_mint
+
+    scenario_files_mint(base=version, files=files, user=None, source="import")
+    with pytest.raises(TraceScenarioRefused, match=r"support-orders@2 pins contracts that disagree .* lookup_order"):
+        propose(trace_run, None)
+
+
+def test_the_api_reports_proposes_and_launches_with_the_summary_first(trace_run, role_user, client):
+    operator = role_user("operator", "op")
+    reader = token_for(role_user("viewer", "reader"), HarnessToken.Scope.IMPORT_RUNS)
+    url = reverse("api-run-scenario", args=[trace_run.run_id])
+    answer = client.get(url, HTTP_AUTHORIZATION=f"Token {reader}")
+    assert answer.status_code == 200 and answer.json()["trace"]["tool_calls"] == 3
+    assert client.post(url, {"scenario": "x"}, content_type="application/json",
+                       HTTP_AUTHORIZATION=f"Token {reader}").status_code == 403  # fmt: skip
+    assert (
+        client.get(reverse("api-run-scenario", args=["nope"]), HTTP_AUTHORIZATION=f"Token {reader}").status_code == 404
+    )
+    client.force_login(operator)
+    refused = client.post(url, {"scenario": "support-orders"}, content_type="application/json")
+    assert refused.status_code == 400 and refused.json()["error"].startswith("effect class needed for lookup_order")
+    bad = client.post(url, {"scenario": "s", "effect_classes": {"a": "write"}}, content_type="application/json")
+    assert bad.status_code == 400
+    body = {"scenario": "support-orders", "effect_classes": {"lookup_order": "read", "refund_order": "mutation"}}
+    made = client.post(url, body, content_type="application/json")
+    assert made.status_code == 201 and made.json()["proposed"]["scenario"] == "support-orders@1"
+    assert client.post(url, body, content_type="application/json").status_code == 200  # held already
+    launch = reverse("api-run-scenario-launch", args=[trace_run.run_id])
+    asked = client.post(launch, {"agent": "recorded"}, content_type="application/json")
+    assert asked.status_code == 409 and asked.json()["summary"]["source_run"] == trace_run.run_id
+    launched = client.post(
+        launch,
+        {"agent": "recorded", "summary_digest": asked.json()["summary_digest"]},
+        content_type="application/json",
+    )
+    assert launched.status_code == 201, launched.json()
+    assert Replay.objects.get(pk=launched.json()["replay"]).source_run_id == trace_run.pk
+    unknown = client.post(launch, {"agent": "nobody"}, content_type="application/json")
+    assert unknown.status_code == 400 and "nobody" in unknown.json()["error"]
+
+
+def test_the_page_shows_the_steps_proposes_and_launches(trace_run, role_user, client):
+    client.force_login(role_user("operator", "op"))
+    run_page = client.get(reverse("runs:run-detail", args=[trace_run.run_id])).content.decode()
+    url = reverse("replays:run-scenario", args=[trace_run.run_id])
+    assert f'href="{url}"' in run_page
+    page = client.get(url).content.decode()
+    for step in ("1. Contracts", "2. Stage", "3. Review", "4. Launch a replay"):
+        assert step in page
+    assert "definitions and observed in 2 of 2 calls" in page and 'name="effect_class:refund_order"' in page
+    refused = client.post(url, {"action": "propose", "scenario": "support-orders"})
+    assert (
+        refused.status_code == 400 and "effect class needed for lookup_order, refund_order" in refused.content.decode()
+    )
+    made = client.post(
+        url,
+        {
+            "action": "propose",
+            "scenario": "support-orders",
+            "effect_class:lookup_order": "read",
+            "effect_class:refund_order": "mutation",
+        },
+        follow=True,
+    )
+    assert "Scenario proposed support-orders@1." in made.content.decode()
+    assert "A mutation's fixture needs the world transition" in made.content.decode()
+    shown = client.get(url, {"agent": "recorded"})
+    digest = shown.context["digest"]
+    assert digest and shown.context["summary"]["source_run"] == trace_run.run_id
+    stale = client.post(url, {"action": "launch", "agent": "recorded", "summary_digest": "sha256:" + "0" * 64})
+    assert stale.status_code == 409
+    launched = client.post(url, {"action": "launch", "agent": "recorded", "summary_digest": digest})
+    replay = Replay.objects.get(source_run=trace_run)
+    assert launched.status_code == 302 and launched["Location"] == reverse("replays:replay-detail", args=[replay.pk])
