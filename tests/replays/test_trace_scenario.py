@@ -416,3 +416,28 @@ def test_the_page_shows_the_steps_proposes_and_launches(trace_run, role_user, cl
     launched = client.post(url, {"action": "launch", "agent": "recorded", "summary_digest": digest})
     replay = Replay.objects.get(source_run=trace_run)
     assert launched.status_code == 302 and launched["Location"] == reverse("replays:replay-detail", args=[replay.pk])
+
+
+def test_a_registered_agent_launched_from_the_flow_replays_against_the_trace_and_stops_at_its_first_model_call(
+    trace_run, role_user, capsys, tmp_path, reviewed_connections
+):
+    """The agent of tests/engine/agents (the official mcp and openai clients) as the decider: the scenario pins the
+    model.chat contract (the trace made model calls), holds no model answer yet (issue 37 point 2 stages them), so
+    the agent's first model request is the replay's precise stop, recorded whole, in a replay of the trace's run."""
+    from tests.engine.test_agent_decider import _isolation_or_skip, agent_folder
+
+    _isolation_or_skip()
+    operator, reviewer = role_user("operator", "op"), role_user("reviewer", "rev")
+    propose(trace_run, operator)
+    for recording in stage_results(trace_run, operator):
+        recording_approve(recording=recording, user=reviewer)
+    folder = agent_folder(tmp_path, "mcp_openai_agent.py")
+    call_command("register_agent", "support-bot", str(folder), "--command", "python mcp_openai_agent.py", "--json")
+    capsys.readouterr()
+    out = scenario_command(capsys, trace_run, "--launch", "support-bot", "--inline", "--user", "op")
+    replay = Replay.objects.get(pk=out["replay"]["replay"])
+    assert replay.decider == "agent:support-bot" and replay.source_run_id == trace_run.pk
+    assert out["replay"]["summary"]["agent"]["decider"] == "agent:support-bot"
+    assert replay.state == Replay.State.FINISHED and replay.run.final_state == "incomplete_test_world", replay.error
+    assert [m["tool"] for m in replay.missing] == ["model.chat"]
+    assert out["status"]["blocks"][0].startswith("support-orders@4 holds no model answer")
