@@ -77,7 +77,7 @@ class InferredTool:
     defined: bool = False  # a tool definition was recorded for it
     description: str | None = None
     effect_class: str | None = None
-    effect_source: str = "asked"  # "declared by the trace (...)", "given", or "asked" while unknown
+    effect_source: str = "asked"  # "declared by the trace", "given" (or "pinned by NAME@N": the flow), "asked"
     problems: list[str] = field(default_factory=list)
 
     def contract(self) -> dict[str, Any] | None:

@@ -93,17 +93,25 @@ def trace_inference(run: Any, effect_classes: Mapping[str, str] | None = None) -
         if call.get("effect_class") in EFFECT_CLASSES:
             declared.setdefault(call["tool"], call["effect_class"])
     given = dict(effect_classes or {})
+    pinned: set[str] = set()
     latest = _latest(_scenario_name(run, None))
     if latest is not None:
         for contract in _contracts_of(latest):
-            given.setdefault(str(contract.get("tool")), str(contract.get("effect_class")))
-    return infer_contracts(
+            tool = str(contract.get("tool"))
+            if tool not in given:
+                given[tool] = str(contract.get("effect_class"))
+                pinned.add(tool)
+    inference = infer_contracts(
         ((c["tool"], c.get("request")) for c in calls),
         definitions=definitions,
         declared_effects=declared,
         effect_classes=given,
         model_calls=len(proposals),
     )
+    for inferred in inference.tools:
+        if inferred.tool in pinned and inferred.effect_source == "given" and latest is not None:
+            inferred.effect_source = f"pinned by {latest.ref}"
+    return inference
 
 
 def _scenario_name(run: Any, name: str | None) -> str | None:

@@ -266,6 +266,8 @@ def test_the_flow_from_a_trace_to_a_replay_that_compares_with_it(trace_run, role
     # The launch goes through the replays app's confirmation: the summary first, then its digest.
     preview = trace_scenario_launch_preview(trace_run, agent=None)
     assert preview.version.ref == "support-orders@4"
+    # The converted calls' revision 0 is looked up under the pinned contract, as the replay will look them up.
+    assert preview.summary["fixtures"]["answered"] == 3 and preview.summary["fixtures"]["missing"] == []
     with pytest.raises(LaunchUnconfirmed):
         trace_scenario_launch(run=trace_run, agent=None, user=operator, digest=None)
     replay, created = trace_scenario_launch(run=trace_run, agent=None, user=operator, digest=preview.digest)
