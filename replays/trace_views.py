@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from console.htmx import HtmxHttpRequest
+from fixtures_review.review_rules import CAPTURE_PERM
 from runs.models import Run
 
 from .agents import agent_choices
@@ -33,7 +34,9 @@ def run_scenario(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     action = request.POST.get("action") if request.method == "POST" else None
     agent = (request.POST.get("agent") if action == "launch" else request.GET.get("agent")) or ""
     name = (request.POST.get("scenario") or "").strip() if action == "propose" else ""
-    if action == "propose":
+    if action == "propose" and not request.user.has_perm(CAPTURE_PERM):
+        error, status = "proposing a scenario from a trace needs the operator or reviewer role", 403
+    elif action == "propose":
         effect_classes = {
             key.removeprefix("effect_class:"): str(request.POST.get(key) or "")
             for key in request.POST

@@ -386,6 +386,18 @@ def test_the_api_reports_proposes_and_launches_with_the_summary_first(trace_run,
 
 
 def test_the_page_shows_the_steps_proposes_and_launches(trace_run, role_user, client):
+    client.force_login(role_user("viewer", "looker"))
+    url = reverse("replays:run-scenario", args=[trace_run.run_id])
+    assert client.get(url).status_code == 200
+    body = {
+        "action": "propose",
+        "scenario": "s",
+        "effect_class:lookup_order": "read",
+        "effect_class:refund_order": "read",
+    }
+    assert client.post(url, body).status_code == 403 and not ScenarioVersion.objects.exists()
+    assert client.post(url, {"action": "launch", "agent": "recorded"}).status_code == 403
+    assert client.post(url, {"action": "delete"}).status_code == 400
     client.force_login(role_user("operator", "op"))
     run_page = client.get(reverse("runs:run-detail", args=[trace_run.run_id])).content.decode()
     url = reverse("replays:run-scenario", args=[trace_run.run_id])
