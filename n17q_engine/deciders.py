@@ -411,8 +411,16 @@ def _from_event(source: SourceRun, e: dict[str, Any]) -> Action | None:
     if kind == "model.proposal":
         return Propose(ref, at, dict(e["proposal"]), bool(e["accepted"]), e.get("context_digest"))
     if kind == "tool.call":
+        # Revision 0 is "no contract recorded" (a run converted from a trace that names none: docs/formats/otlp.md):
+        # the scenario's pinned contract is the one in force, not a mismatch with a revision that never existed.
         return CallTool(
-            ref, at, e["tool"], e["request"], e.get("workspace_id"), e.get("proposal_id"), e["contract_revision"]
+            ref,
+            at,
+            e["tool"],
+            e["request"],
+            e.get("workspace_id"),
+            e.get("proposal_id"),
+            e["contract_revision"] or None,
         )
     if kind == "artifact.created":
         return CreateArtifact(

@@ -45,6 +45,15 @@ def call_signature(call: Mapping[str, Any]) -> Any:
     return (call.get("tool"), call.get("contract_revision"), call.get("request_digest"), call.get("result_outcome"))
 
 
+def same_call(recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> bool:
+    """Whether a replayed tool call is the recorded one (`call_signature`), where a recorded contract revision of 0
+    ("no contract recorded": a run converted from a trace that names none, docs/formats/otlp.md) matches the
+    revision the scenario pinned for the replay: the trace could not say which revision its call was under."""
+    if recorded.get("contract_revision") == 0:
+        replayed = {**replayed, "contract_revision": 0}
+    return bool(call_signature(recorded) == call_signature(replayed))
+
+
 def calls_with_outcomes(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each `tool.call` with `result_outcome`: its result's outcome, a receipt's completion, or "no result"."""
     events = list(events)
@@ -130,7 +139,7 @@ def first_divergence(
          [e for e in rep if e.get("kind") == "model.proposal"], decision_matches),
         ("tool call", [c for c in calls_with_outcomes(src) if c.get("tool") != MODEL_TOOL],
          [c for c in calls_with_outcomes(rep) if c.get("tool") != MODEL_TOOL],
-         lambda s, r: call_signature(s) == call_signature(r)),
+         same_call),
     )  # fmt: skip
     best: tuple[int, Divergence] | None = None
     for layer, s_list, r_list, same in layers:

@@ -14,6 +14,10 @@ urlpatterns = [
     path("runs/<str:run_id>/bundle/", runs_api.RunBundleApi.as_view(), name="api-run-bundle"),
     path("runs/<str:run_id>/otlp/", runs_api.RunOtlpApi.as_view(), name="api-run-otlp"),
     path("runs/<str:run_id>/captures/", fixtures_api.RunCaptureApi.as_view(), name="api-run-captures"),
+    path("runs/<str:run_id>/scenario/", replays_api.RunScenarioApi.as_view(), name="api-run-scenario"),
+    path(
+        "runs/<str:run_id>/scenario/launch/", replays_api.RunScenarioLaunchApi.as_view(), name="api-run-scenario-launch"
+    ),
     path("captures/", fixtures_api.CaptureCollectionApi.as_view(), name="api-captures"),
     path("replays/", replays_api.ReplayCollectionApi.as_view(), name="api-replays"),
     path("replays/<str:replay_id>/", replays_api.ReplayDetailApi.as_view(), name="api-replay"),

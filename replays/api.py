@@ -35,8 +35,15 @@ from .missing import MissingView, missing_fixture_view
 from .model_answers import ModelAnswerForbidden, ModelAnswerNotFound, ModelAnswerRefused, replay_model_answer_stage
 from .models import Replay
 from .services import MODES, ReplayRefused, replay_json
+from .trace_scenarios import (
+    TraceScenarioRefused,
+    trace_scenario_launch,
+    trace_scenario_propose,
+    trace_scenario_status,
+)
 
 LAUNCH, READ = HarnessToken.Scope.LAUNCH_REPLAYS, HarnessToken.Scope.READ_REPLAYS
+CAPTURE = HarnessToken.Scope.CAPTURE
 LARGEST_ID = 2**63 - 1  # a database's largest id; a larger one finds nothing rather than overflowing the query
 
 REPLAY_ID = OpenApiParameter(
@@ -501,3 +508,152 @@ def _fields(data: Any) -> dict[str, Any]:
         "copy_similar": copy_similar,
         "index": missing,
     }
+
+
+# --- scenario from a trace (issue 37 point 3): replays.trace_scenarios ---------------------------------------------
+
+
+def _run_or_404(run_id: str) -> Run:
+    run = Run.objects.filter(run_id=run_id).first()
+    if run is None:
+        raise exceptions.NotFound(f"no run {run_id!r}")
+    return run
+
+
+class TraceScenarioInput(serializers.Serializer):
+    scenario = serializers.CharField(max_length=200, help_text="the name of the scenario to mint (NAME)")
+    effect_classes = serializers.DictField(
+        child=serializers.ChoiceField(choices=["read", "mutation"]),
+        required=False,
+        help_text='{"TOOL": "read" | "mutation"} for each tool whose effect class the trace does not say',
+    )
+
+
+class TraceLaunchInput(serializers.Serializer):
+    agent = serializers.CharField(
+        max_length=60, help_text="a registered agent's name (the decider agent:NAME), or recorded"
+    )
+    summary_digest = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=100,
+        help_text="the digest of the summary you were shown (a 409 answers it); without it nothing launches",
+    )
+
+
+_STATUS = serializers.DictField(help_text="trace_scenario_status: docs/formats/recordings.md, Scenario from a trace")
+
+
+class RunScenarioApi(APIView):
+    """GET: the flow's status for the run; POST: propose a scenario version from it (docs/formats/recordings.md,
+    "Scenario from a trace")."""
+
+    parser_classes = [BoundedJSONParser]
+
+    def get_permissions(self) -> list[Any]:
+        if self.request is not None and self.request.method == "POST":
+            # Minting contracts from the run's contents: a capture's role and scope, and reading the run.
+            chosen = [requires_perm(CAPTURE_PERM), requires_perm("runs.view_run"), scoped(CAPTURE, READ_RUNS)]
+        else:
+            chosen = [requires_perm("runs.view_run"), scoped(READ_RUNS)]
+        return [permission() for permission in chosen]
+
+    @extend_schema(
+        summary="Scenario from a trace: the flow's status",
+        description="What the flow has done for the run: the contracts inferred (each field with its source) and "
+        "asked, the trace's counts, the recordings staged from it (staged, approved, rejected), the latest version "
+        "and how many of the run's tool calls it answers, and what still blocks a replay. Optional `scenario`.",
+        parameters=[OpenApiParameter("scenario", str, required=False, description="the scenario's name")],
+        responses={200: _STATUS, 404: ErrorOutput},
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = _run_or_404(run_id)
+        name = request.query_params.get("scenario") or None
+        try:
+            return Response(trace_scenario_status(run, name))
+        except TraceScenarioRefused as exc:
+            return Response({"error": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+
+    @extend_schema(
+        summary="Scenario from a trace: propose a version",
+        description="Mints NAME@1 (or the next version of NAME, whose contracts must agree) holding the contracts "
+        "inferred from the run, an empty world and no fixtures, recorded from the run. 201 with `proposed` and "
+        "`status`; 200 (`created: false`) when the latest version already holds them; 400 with one line (the tools "
+        "whose effect class is needed, a field the trace cannot type, contracts that disagree).",
+        request=TraceScenarioInput,
+        responses={
+            201: inline_serializer("TraceScenarioProposed", {"proposed": serializers.DictField(), "status": _STATUS}),
+            200: inline_serializer("TraceScenarioHeld", {"proposed": serializers.DictField(), "status": _STATUS}),
+            400: ErrorOutput,
+            404: ErrorOutput,
+        },
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = _run_or_404(run_id)
+        data = TraceScenarioInput(data=request.data)
+        if not data.is_valid():
+            raise exceptions.ValidationError(data.errors)
+        given = data.validated_data
+        try:
+            proposal = trace_scenario_propose(
+                run=run, name=given["scenario"], effect_classes=given.get("effect_classes") or {}, user=request.user
+            )
+        except TraceScenarioRefused as exc:
+            return Response({"error": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            {"proposed": proposal.to_json(), "status": trace_scenario_status(run, proposal.version.name)},
+            status=status.HTTP_201_CREATED if proposal.created else status.HTTP_200_OK,
+        )
+
+
+class RunScenarioLaunchApi(APIView):
+    """POST: launch a replay of a registered agent against the latest version proposed from the run, as
+    POST /api/v1/replays/ does (the summary first, then its digest)."""
+
+    parser_classes = [BoundedJSONParser]
+    permission_classes = [requires_perm("runs.launch_replay"), scoped(LAUNCH, READ)]
+
+    @extend_schema(
+        summary="Scenario from a trace: launch an agent against it",
+        description="A counterfactual from the start whose decider is `agent:AGENT` (`recorded`: the recorded "
+        "decisions) against the latest version proposed from the run; the run is the replay's recorded run, so its "
+        "comparison page compares with the trace. Without `summary_digest`, or with a stale one: 409 with `summary` "
+        "and `summary_digest`; POST again with it: 201 with the replay (200, `created: false`, for the same summary "
+        "still queued or running). 400 with one line for what cannot launch.",
+        request=TraceLaunchInput,
+        responses={
+            201: inline_serializer("TraceReplayLaunched", {**_replay_fields(), "created": serializers.BooleanField()}),
+            200: inline_serializer("TraceReplayAlready", {**_replay_fields(), "created": serializers.BooleanField()}),
+            400: ErrorOutput,
+            404: ErrorOutput,
+            409: inline_serializer(
+                "TraceLaunchSummary",
+                {
+                    "error": serializers.CharField(),
+                    "summary": serializers.DictField(),
+                    "summary_digest": serializers.CharField(),
+                },
+            ),
+        },
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = _run_or_404(run_id)
+        data = TraceLaunchInput(data=request.data)
+        if not data.is_valid():
+            raise exceptions.ValidationError(data.errors)
+        given = data.validated_data
+        try:
+            replay, created = trace_scenario_launch(
+                run=run, agent=given["agent"], user=request.user, digest=given.get("summary_digest") or ""
+            )
+        except LaunchUnconfirmed as exc:
+            return Response(
+                {"error": str(exc), "summary": exc.preview.summary, "summary_digest": exc.preview.digest},
+                status=status.HTTP_409_CONFLICT,
+            )
+        except TraceScenarioRefused as exc:
+            return Response({"error": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            {**replay_answer(replay), "created": created},
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )

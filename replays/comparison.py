@@ -31,7 +31,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from n17q_engine.divergence import call_signature, calls_with_outcomes
+from n17q_engine.divergence import call_signature, calls_with_outcomes, same_call
 from n17q_engine.facts import effects_label, validation_label
 from runs.facts import facts_of
 from runs.models import Event, Finding, Run
@@ -216,11 +216,17 @@ def _segment(source: Run, replay_run: Run, scope: dict[str, Any] | None) -> tupl
     return info, src_cut, rep_cut
 
 
-def _pair(layer: Layer, src: list[dict[str, Any]], rep: list[dict[str, Any]], sig: Any, text: Any = None) -> None:
+def _pair(
+    layer: Layer, src: list[dict[str, Any]], rep: list[dict[str, Any]], sig: Any, text: Any = None, match: Any = None
+) -> None:
     for i in range(max(len(src), len(rep))):
         s = src[i] if i < len(src) else None
         r = rep[i] if i < len(rep) else None
-        same = s is not None and r is not None and sig(s, "source") == sig(r, "replay")
+        same = (
+            s is not None
+            and r is not None
+            and (match(s, r) if match is not None else sig(s, "source") == sig(r, "replay"))
+        )
         row = Row(s, r, same)
         if text is not None:
             row.source_text = text(s) if s else ""
@@ -304,7 +310,7 @@ def comparison_build(replay_run: Run) -> Comparison:
 
     # The engine's pairing core (n17q_engine/divergence.py), which a CI's replay suite uses without a database.
     src_calls, rep_calls = calls_with_outcomes(src_c), calls_with_outcomes(rep_c)
-    _pair(tools, src_calls, rep_calls, lambda e, side: call_signature(e))
+    _pair(tools, src_calls, rep_calls, lambda e, side: call_signature(e), match=same_call)
     tools.summary = f"{len(src_calls)} calls recorded, {len(rep_calls)} in the replay; {tools.diverged} differ"
 
     # world changes

@@ -11,6 +11,7 @@ counterfactual form offers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from django.db.models.fields.json import KeyTextTransform
 from fixtures_review.models import ScenarioVersion
 from fixtures_review.scenarios import ScenarioRefused, scenario_package
 from n17q_engine.canonical import digest_json
+from n17q_engine.contracts import ContractError
 from n17q_engine.deciders import DECIDERS, HUMAN_CHOICES
 from n17q_engine.package import PackageError, ScenarioPackage, check_fault, load_scenario, vary_value_problem
 from n17q_engine.sandbox_child import NAMESPACE_HOST
@@ -338,6 +340,13 @@ def _fixture_completeness(run: Run, sc: ScenarioPackage) -> dict[str, Any]:
     for event_id, body in calls.iterator(2000):
         total += 1
         tool, revision, digest = body.get("tool"), body.get("contract_revision"), body.get("request_digest")
+        if revision == 0 and tool in sc.contracts:
+            # No contract recorded (a run converted from a trace): the replay uses the pinned one (deciders), so the
+            # call is looked up as the replay will, its request normalized under it.
+            contract = sc.contracts.get(tool)
+            revision = contract.revision
+            with contextlib.suppress(ContractError):  # a request the contract refuses keeps its recorded digest
+                digest = contract.digest(body.get("request"))[1]
         why = None
         if sc.excluded(tool):
             why = f"excluded from the scenario: {sc.excluded(tool)}"

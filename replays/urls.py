@@ -1,11 +1,12 @@
 from django.urls import path
 
-from . import missing_views, views
+from . import missing_views, trace_views, views
 
 app_name = "replays"
 urlpatterns = [
     path("runs/<str:run_id>/launch/<slug:button>/", views.replay_new, name="replay-new"),
     path("runs/<str:run_id>/regression/", views.regression_new, name="regression-new"),
+    path("runs/<str:run_id>/scenario/", trace_views.run_scenario, name="run-scenario"),
     path("replays/", views.replay_list, name="replay-list"),
     path("replays/<int:pk>/", views.replay_detail, name="replay-detail"),
     path("replays/<int:pk>/comparison/", views.replay_comparison, name="replay-comparison"),

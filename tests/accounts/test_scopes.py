@@ -35,6 +35,11 @@ AUDITED = {
     # It answers with the run's result events and tools: reading a run, not only capturing.
     "POST /api/v1/runs/{run_id}/captures/": [CAPTURE, IMPORT],
     "POST /api/v1/captures/": [CAPTURE],
+    # Scenario from a trace (issue 37 point 3): its status reads the run; proposing mints contracts from the run's
+    # contents (a capture's scope, and reading); launching is POST /api/v1/replays/'s.
+    "GET /api/v1/runs/{run_id}/scenario/": [IMPORT],
+    "POST /api/v1/runs/{run_id}/scenario/": [CAPTURE, IMPORT],
+    "POST /api/v1/runs/{run_id}/scenario/launch/": [LAUNCH, READ_REPLAYS],
     # Stages a model answer for a replay's stop (issue 36) and answers with what its run holds: capturing and reading.
     "POST /api/v1/replays/{replay_id}/missing/model-answer/": [CAPTURE, IMPORT],
     "POST /v1/traces": [IMPORT],

@@ -119,6 +119,8 @@ PAGES = [
     Page("replays:replay-list", "replay-list", Demo.replays_listed),
     *(Page("replays:replay-new", f"replay-new[{slug}]", f"/runs/{MISSING}/launch/{slug}/") for slug in BUTTONS),
     Page("replays:regression-new", "regression-new", f"/runs/{FINISHED}/regression/"),
+    # Scenario from a trace (issue 37 point 3): its four steps, the agent chosen, so the launch summary shows too.
+    Page("replays:run-scenario", "run-scenario", f"/runs/{FINISHED}/scenario/?agent=recorded"),
     Page("replays:replay-detail", "replay-detail[finished]", partial(Demo.replay_page, run_id=FINISHED)),
     Page("replays:replay-detail", "replay-detail[missing]", partial(Demo.replay_page, run_id=MISSING)),
     Page(
@@ -154,6 +156,8 @@ NOT_PAGES = {
     "api-replay": "JSON API",
     "api-replay-missing": "JSON API",
     "api-run-captures": "JSON API",
+    "api-run-scenario": "JSON API",
+    "api-run-scenario-launch": "JSON API",
     "api-run-findings": "JSON API",
     "api-run-bundle": "a file download (a run bundle, .zip)",
     "api-run-otlp": "a file download (the run as OTLP JSON)",
