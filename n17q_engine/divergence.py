@@ -66,6 +66,12 @@ def calls_with_outcomes(events: Iterable[Mapping[str, Any]]) -> list[dict[str, A
     return out
 
 
+def tool_calls_with_outcomes(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`calls_with_outcomes` without the agent's own model calls (`model.chat`): the tool calls two runs are
+    compared on, here and on the console's comparison page (a trace's model calls are proposals, not calls)."""
+    return [c for c in calls_with_outcomes(events) if c.get("tool") != MODEL_TOOL]
+
+
 @dataclass(frozen=True)
 class Divergence:
     layer: str  # "decision" | "tool call"
@@ -137,9 +143,7 @@ def first_divergence(
     layers = (
         ("decision", [e for e in src if e.get("kind") == "model.proposal"],
          [e for e in rep if e.get("kind") == "model.proposal"], decision_matches),
-        ("tool call", [c for c in calls_with_outcomes(src) if c.get("tool") != MODEL_TOOL],
-         [c for c in calls_with_outcomes(rep) if c.get("tool") != MODEL_TOOL],
-         same_call),
+        ("tool call", tool_calls_with_outcomes(src), tool_calls_with_outcomes(rep), same_call),
     )  # fmt: skip
     best: tuple[int, Divergence] | None = None
     for layer, s_list, r_list, same in layers:

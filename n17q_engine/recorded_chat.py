@@ -48,8 +48,17 @@ _GENAI_PARAMETERS = {
     "presence_penalty": "presence_penalty",
     "choice.count": "n",
 }
-# OpenInference `llm.invocation_parameters`: the client's own keyword arguments; these are not parameters.
-_NOT_PARAMETERS = frozenset({"messages", "model", "tools", "functions", "stream", "stream_options", "extra_headers"})
+# The OpenAI chat-completions request's own parameters: an invocation parameter outside them is the instrumented
+# framework's (LangChain's `_type`, `model_name`) and never reached the provider, so it is not part of the request;
+# a parameter recorded as null was not sent (the OpenAI clients omit what is not given).
+_OPENAI_PARAMETERS = frozenset(
+    {
+        "temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop", "n", "presence_penalty",
+        "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "response_format", "parallel_tool_calls",
+        "tool_choice", "user", "metadata", "store", "service_tier", "reasoning_effort", "modalities", "audio",
+        "prediction", "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier",
+    }
+)  # fmt: skip
 # Inspect GenerateConfig -> the OpenAI field (Inspect's own settings, timeouts, retries, connections, are not sent).
 _INSPECT_CONFIG = {
     "temperature": "temperature",
@@ -169,7 +178,7 @@ def _genai(
     for key, value in parameters.items():
         if key in _GENAI_PARAMETERS:
             request[_GENAI_PARAMETERS[key]] = value
-        elif key not in _NOT_PARAMETERS and "." not in key:
+        elif key in _OPENAI_PARAMETERS and value is not None:
             request[key] = value  # OpenInference invocation parameters are the client's own names
     if isinstance(parameters.get("model"), str) and parameters["model"]:
         request["model"] = parameters["model"]  # the name the client asked for, not the snapshot that answered

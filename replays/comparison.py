@@ -31,7 +31,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from n17q_engine.divergence import call_signature, calls_with_outcomes, same_call
+from n17q_engine.divergence import MODEL_TOOL, call_signature, same_call, tool_calls_with_outcomes
 from n17q_engine.facts import effects_label, validation_label
 from runs.facts import facts_of
 from runs.models import Event, Finding, Run
@@ -309,9 +309,14 @@ def comparison_build(replay_run: Run) -> Comparison:
     tools, src_c, rep_c = layer("tools", "Tool transitions", ("tool.call", "tool.result", "command.receipt"))
 
     # The engine's pairing core (n17q_engine/divergence.py), which a CI's replay suite uses without a database.
-    src_calls, rep_calls = calls_with_outcomes(src_c), calls_with_outcomes(rep_c)
+    # The agent's own model calls (`model.chat`) are compared as proposals above, as the CI suite does: a trace's
+    # model calls are proposals, never calls, so counting them here would shift every later pair.
+    src_calls, rep_calls = tool_calls_with_outcomes(src_c), tool_calls_with_outcomes(rep_c)
     _pair(tools, src_calls, rep_calls, lambda e, side: call_signature(e), match=same_call)
-    tools.summary = f"{len(src_calls)} calls recorded, {len(rep_calls)} in the replay; {tools.diverged} differ"
+    models = sum(1 for e in rep_c if e.get("kind") == "tool.call" and e.get("tool") == MODEL_TOOL)
+    tools.summary = f"{len(src_calls)} calls recorded, {len(rep_calls)} in the replay; {tools.diverged} differ" + (
+        f" ({models} model call{'s' if models != 1 else ''} of the agent are compared as proposals)" if models else ""
+    )
 
     # world changes
     world, src_w, rep_w = layer("world", "World changes", ("world.transition",))

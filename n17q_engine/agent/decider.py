@@ -433,9 +433,13 @@ class _Drive:
     ) -> None:
         self.spec, self.sc, self.fixtures, self.source, self.view, self.s = spec, sc, fixtures, source, view, session
         self.live = live
-        self.call_of = {
-            e["proposal_id"]: e["id"] for e in source.events if e["kind"] == "tool.call" and e.get("proposal_id")
-        }
+        # A recorded proposal's calls, in order: one model answer may propose several (parallel tool calls), and
+        # the agent's calls stand for them one by one (`_calls_left`).
+        self.calls_of: dict[str, list[str]] = {}
+        for e in source.events:
+            if e["kind"] == "tool.call" and e.get("proposal_id"):
+                self.calls_of.setdefault(e["proposal_id"], []).append(e["id"])
+        self.decided: set[str] = set()  # recorded proposals the agent decided: their other calls are its to make
         self.intent_of = {p: i for i, p in source.effect_proposal.items()}
         self.replaced: set[str] = set()  # recorded call ids the agent's own calls stood in for
         self.waiting: dict[str, tuple[Request, dict[str, Any]]] = {}  # source intent -> (agent's call, its args)
@@ -451,8 +455,15 @@ class _Drive:
             ):
                 if not (yield from self._decide_at(action)):
                     return
+                self.decided.add(action.ref)
                 continue
             if isinstance(action, CallTool) and action.ref in self.replaced:
+                continue
+            if isinstance(action, CallTool) and action.proposal in self.decided and action.tool != MODEL_TOOL:
+                # Another call of a proposal the agent decided (a model answer proposing several calls): the
+                # agent's own next call of that tool stands for it, as its first call stood for the first.
+                if not (yield from self._decide_at(action)):
+                    return
                 continue
             waiting = self.waiting.get(action.intent) if isinstance(action, Activate | Execute) else None
             if isinstance(action, Activate) and waiting is not None:
@@ -494,9 +505,10 @@ class _Drive:
         else:
             request.reply.set_result(value)
 
-    def _decide_at(self, recorded_step: Propose) -> Generator[Action, None, bool]:
-        """Serve the agent until it calls a tool that stands for `recorded_step`, or ends. True: go on."""
-        want = recorded_step.proposal.get("tool")
+    def _decide_at(self, recorded_step: Propose | CallTool) -> Generator[Action, None, bool]:
+        """Serve the agent until it calls a tool that stands for `recorded_step` (a recorded proposal, or another call
+        of a proposal it decided), or ends. True: go on."""
+        want = recorded_step.tool if isinstance(recorded_step, CallTool) else recorded_step.proposal.get("tool")
         while True:
             request = self.s.next()
             outcome = yield from self._serve(request, (recorded_step, want))
@@ -505,7 +517,9 @@ class _Drive:
             if outcome is not None:
                 return False
 
-    def _serve(self, request: Request, at: tuple[Propose, Any] | None) -> Generator[Action, None, str | None]:
+    def _serve(
+        self, request: Request, at: tuple[Propose | CallTool, Any] | None
+    ) -> Generator[Action, None, str | None]:
         """One request of the agent. None: keep asking; "matched": it stood for the recorded step; else: ended."""
         view = self.view
         when = at[0].at if at else None
@@ -591,8 +605,23 @@ class _Drive:
         if workspace is not None and not isinstance(workspace, str):
             self.s.refuse("workspace: a workspace name")
             return None
+        if at is not None and name == at[1] and isinstance(at[0], CallTool):
+            # It stands for another recorded call of a proposal it decided: that call, with the agent's arguments.
+            recorded = at[0]
+            self.replaced.add(recorded.ref or "")
+            yield CallTool(
+                recorded.ref,
+                recorded.at,
+                name,
+                args,
+                workspace if workspace is not None else recorded.workspace,
+                recorded.proposal,
+            )
+            self.s.answer(self._result_of_last_call())
+            return "matched"
         if at is not None and name == at[1]:
             step = at[0]
+            assert isinstance(step, Propose)
             intent = self.intent_of.get(step.ref or "")
             yield Propose(step.ref, step.at, {"type": "tool_call", "tool": name, **args})
             if view.stopped:
@@ -602,7 +631,7 @@ class _Drive:
                 self.waiting[intent] = (self.s.current, args)
                 self.s.current = None
                 return "matched"
-            call_ref = self.call_of.get(step.ref or "")
+            call_ref = self._call_standing_for(step.ref or "", str(name))
             recorded_call = self.source.by_id.get(call_ref or "") or {}
             if call_ref is not None:
                 self.replaced.add(call_ref)
@@ -621,6 +650,14 @@ class _Drive:
         yield CallTool(None, when, name, args, workspace, proposal["id"] if proposal else None)
         self.s.answer(self._result_of_last_call())
         return None
+
+    def _call_standing_for(self, proposal: str, tool: str) -> str | None:
+        """The recorded call the agent's call of `tool` stands for, at `proposal`: its first call of that tool not
+        yet replaced, else its first call not yet replaced (a recorded proposal names one tool, its calls may
+        differ), else None."""
+        left = [c for c in self.calls_of.get(proposal, []) if c not in self.replaced]
+        same = [c for c in left if (self.source.by_id.get(c) or {}).get("tool") == tool]
+        return next(iter(same or left), None)
 
     def _forbidden(self, tool: str) -> bool:
         return any(inv["check"] == "refused_tools" and refused_by(inv, tool) for inv in self.sc.invariants)
