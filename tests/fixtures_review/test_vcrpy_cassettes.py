@@ -71,3 +71,31 @@ def test_other_python_tags_stay_refused():
         text = f"interactions:\n- request: {tag}\n  response: {{status: {{code: 200}}}}\n".encode()
         with pytest.raises(recordings.RecordingError, match="not valid YAML"):
             recordings.load(text)
+
+
+PRODUCERS = Path(__file__).resolve().parents[1] / "data" / "producers"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["mitmproxy.har", "playwright-chromium.har"])
+def test_a_har_written_by_mitmproxy_or_chromium_goes_through_the_capture_door(
+    name, seed_scenarios, reviewed_connections, capsys
+):
+    """HARs from real producers (tests/data/producers, ORIGIN.md: mitmdump 11's `hardump`, Playwright's Chromium
+    `record_har_path`) go through the capture door like any recording: each exchange staged through intake and the
+    record policy of the connection it went through (its host, reviewed here), never the file refused for its
+    format."""
+    import json
+    from urllib.parse import urlsplit
+
+    from tests.conftest import approve_test_connection
+
+    har = json.loads((PRODUCERS / name).read_text())
+    hosts = {urlsplit(e["request"]["url"]).netloc for e in har["log"]["entries"]}
+    for host in hosts:
+        approve_test_connection(host, reaches="sandbox", capabilities=["read", "mutation"])
+    call_command("capture", str(PRODUCERS / name), *FLAGS, "--json")
+    answer = json.loads(capsys.readouterr().out)
+    staged = answer["recordings"] if isinstance(answer, dict) else answer
+    assert len(staged) == len(har["log"]["entries"]), answer
+    assert StagedRecording.objects.filter(state="staged").count() == len(har["log"]["entries"])
