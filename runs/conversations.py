@@ -108,6 +108,7 @@ class Conversation:
     total: int = 0
     tools: list[ToolOffered] | None = None  # None: the call recorded no tool definitions
     tools_more: int = 0
+    tools_note: str = ""  # why `tools` is None, where the reader knows
     completion: MessageView | None = None
     finish_reason: str | None = None
     parameters: list[tuple[str, str]] = field(default_factory=list)
@@ -225,7 +226,7 @@ def _recorded(run: Run, event: Event) -> Conversation:
     try:
         request, completion, missing = recorded_chat(body, resolved=resolved, usage=usage)
         if missing == ["tools"]:
-            conv.notes.append("the tools offered were not recorded (the instrumentation records no tool definitions)")
+            conv.tools_note = "not recorded: the instrumentation records no tool definitions"
             request, completion, missing = recorded_chat(body, resolved=resolved, tools=[], usage=usage)
     except RecordedChatError as exc:
         conv.notes.append(f"the call cannot be read as a chat request: {exc}")
