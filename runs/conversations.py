@@ -125,6 +125,11 @@ class Conversation:
         return self.head + self.tail
 
     @property
+    def note_rows(self) -> list[tuple[str, str]]:
+        """Each note with its badge word: what the trace did not record, or what the panel could not show."""
+        return [("not recorded" if "recorded" in n else "not shown", n) for n in self.notes]
+
+    @property
     def gap_first(self) -> int:
         return len(self.head) + 1
 
