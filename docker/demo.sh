@@ -51,6 +51,11 @@ fi
 if [ ! -s "$DATA_DIR/secret_key" ]; then
   (umask 077 && $BIN/python -c 'import secrets; print(secrets.token_urlsafe(50))' >"$DATA_DIR/secret_key")
 fi
+# The demo prices its models from an EXAMPLE table (docs/examples/model-prices.json: illustrative numbers, not any
+# provider's current prices) so a person sees what the cost view does; set N17Q_MODEL_PRICES(_FILE) to use your own.
+if [ -z "${N17Q_MODEL_PRICES:-}" ] && [ -z "${N17Q_MODEL_PRICES_FILE:-}" ]; then
+  export N17Q_MODEL_PRICES_FILE="$PWD/docs/examples/model-prices.json"
+fi
 export N17Q_DEBUG=0 N17Q_SSL_REDIRECT=0 N17Q_SECURE_COOKIES=0 N17Q_HSTS_SECONDS=0
 export N17Q_LOG_FORMAT="${N17Q_LOG_FORMAT:-plain}"
 export N17Q_ALLOWED_HOSTS="${N17Q_ALLOWED_HOSTS:-127.0.0.1,localhost,[::1]}"

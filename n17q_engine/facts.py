@@ -21,6 +21,12 @@ The facts:
   expiry, as the run stood at the approval), what of it changed before the intent was acted on, and whether the
   approval still binds (nothing changed, and the `review_digest` it records, if any, is the engine's).
 - **outcome**: the final state and its reason, the validation and effects sentences, and the claims made.
+- **models** (issue 38): the run's model calls and the tokens it charged, per model (`per_model`) and in all
+  (`model_calls`, `tokens_in`, `tokens_out`, `tokens`). A run whose agent was replayed counts its `model.chat` tool
+  calls (its proposals are the tool calls those answers asked for); any other run counts its `model.proposal`s. Tokens
+  are the `budget.charged` events of resource `tokens`, each under the model it names (else the run's model); a charge
+  without both `input_tokens` and `output_tokens` counts in `tokens` and in `unsplit`, never as 0 in or out. Cost is
+  not a fact: it depends on the price table in force when a page is read (`pricing.run_cost`).
 
 Decisions (DESIGN is silent; docs/facts.md cites these):
 
@@ -46,15 +52,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .agent.model import MODEL_TOOL
 from .canonical import digest_json
 from .lineage import LineageGraph
 from .lineage.effects import CONTAINED_CONNECTIONS
 from .lineage.graph import LIVE_ENVIRONMENTS, VALIDATION_PREFIX
 from .lineage.review import approval_review
+from .pricing import run_cost
 from .world import EFFECT_PREFIX
 
 # 2: approvals carry their review object's digest, what changed of it and whether they still bind (issue 34).
-FACTS_VERSION = 3
+# 4: model calls and tokens (`models`, issue 38).
+FACTS_VERSION = 4
 # Items kept per list (intents, workspaces, approvals, receipts, event ids): the totals stay exact beyond it.
 LIST_CAP = 200
 # World changes whose cause had not appeared yet when they arrived, kept to be attributed at the end.
@@ -127,6 +136,10 @@ class FactBuilder:
         self.reason = ""
         self.claims: dict[str, int] = {}
         self.unevaluated_claims: list[str] = []  # claims resting on an excluded tool's answer (a replay marks them)
+        # model calls and tokens (issue 38): per model name, the run's own model when an event names none
+        held_model = run.get("model")
+        self.run_model = _str(held_model.get("name")) if isinstance(held_model, Mapping) else None
+        self.per_model: dict[str, dict[str, int]] = {}
 
     # --- the events ---
 
@@ -311,6 +324,40 @@ class FactBuilder:
         if ws is not None:
             ws["state"] = e.get("state")
 
+    def _model_row(self, name: Any) -> dict[str, int]:
+        model = _str(name) or self.run_model or "unknown"
+        row = self.per_model.get(model)
+        if row is None:
+            if len(self.per_model) >= LIST_CAP:
+                model = "other models"
+                row = self.per_model.get(model)
+            if row is None:
+                row = self.per_model[model] = dict.fromkeys(_MODEL_COUNTS, 0)
+        return row
+
+    def _proposal(self, e: Mapping[str, Any]) -> None:
+        self._model_row(e.get("model"))["proposals"] += 1
+
+    def _tool_call(self, e: Mapping[str, Any]) -> None:
+        if e.get("tool") == MODEL_TOOL:
+            request = e.get("request")
+            self._model_row(request.get("model") if isinstance(request, Mapping) else None)["chat_calls"] += 1
+
+    def _charge(self, e: Mapping[str, Any]) -> None:
+        if e.get("resource") != "tokens":
+            return
+        row = self._model_row(e.get("model"))
+        row["charges"] += 1
+        amount = e.get("amount")
+        if isinstance(amount, (int, float)) and not isinstance(amount, bool) and amount >= 0:
+            row["tokens"] += int(amount)
+        tokens_in, tokens_out = e.get("input_tokens"), e.get("output_tokens")
+        if all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in (tokens_in, tokens_out)):
+            row["tokens_in"] += int(tokens_in)  # type: ignore[arg-type]
+            row["tokens_out"] += int(tokens_out)  # type: ignore[arg-type]
+        else:
+            row["unsplit"] += 1
+
     def _state(self, e: Mapping[str, Any]) -> None:
         self.state = str(e.get("state") or "")
         self.reason = str(e.get("reason") or "")
@@ -333,12 +380,44 @@ class FactBuilder:
             "validations": validations,
             "workspaces": {"count": len(self.workspaces), "items": list(self.workspaces.values())[:LIST_CAP]},
             "approvals": self._approvals(),
+            "models": self._models(),
             "outcome": {
                 "state": self.state,
                 "reason": self.reason,
                 "claims": dict(sorted(self.claims.items())),
                 "unevaluated_claims": self.unevaluated_claims[:LIST_CAP],
             },
+        }
+
+    def _models(self) -> dict[str, Any]:
+        """Model calls and tokens (module docstring): a run whose agent was replayed has its model calls as `model.chat`
+        tool calls (its proposals are the tool calls those answers asked for); any other run, its `model.proposal`s."""
+        chat = any(row["chat_calls"] for row in self.per_model.values())
+        per_model = []
+        for model, row in sorted(self.per_model.items()):
+            calls = row["chat_calls"] if chat else row["proposals"]
+            if not calls and not row["charges"]:
+                continue
+            per_model.append(
+                {
+                    "model": model,
+                    "calls": calls,
+                    "charges": row["charges"],
+                    "tokens": row["tokens"],
+                    "tokens_in": row["tokens_in"],
+                    "tokens_out": row["tokens_out"],
+                    "unsplit": row["unsplit"],
+                }
+            )
+        return {
+            "model_calls": sum(m["calls"] for m in per_model),
+            "calls_from": MODEL_TOOL if chat else "model.proposal",
+            "tokens": sum(m["tokens"] for m in per_model),
+            "tokens_in": sum(m["tokens_in"] for m in per_model),
+            "tokens_out": sum(m["tokens_out"] for m in per_model),
+            "token_charges": sum(m["charges"] for m in per_model),
+            "unsplit_charges": sum(m["unsplit"] for m in per_model),
+            "per_model": per_model,
         }
 
     def _effects(self) -> dict[str, Any]:
@@ -514,7 +593,11 @@ _HANDLERS = {
     "workspace.changed": FactBuilder._workspace_changed,
     "workspace.lifecycle": FactBuilder._workspace_lifecycle,
     "run.state": FactBuilder._state,
+    "model.proposal": FactBuilder._proposal,
+    "tool.call": FactBuilder._tool_call,
+    "budget.charged": FactBuilder._charge,
 }
+_MODEL_COUNTS = ("proposals", "chat_calls", "charges", "tokens", "tokens_in", "tokens_out", "unsplit")
 
 
 def run_facts(run: Mapping[str, Any], events: Iterable[Mapping[str, Any]], *, required: Iterable[str] = ()) -> dict:
@@ -548,6 +631,28 @@ def effects_label(facts: Mapping[str, Any]) -> str:
     elif e["max_acknowledged_per_intent"] > 1:
         text += f" (one intent acknowledged {e['max_acknowledged_per_intent']} times)"
     return text
+
+
+def models_label(models: Mapping[str, Any], table: Mapping[str, Any]) -> str:
+    """The run's model calls, tokens and cost in one line, from its `models` facts priced by `table` (the one wording
+    the run page and the run list share): "3 model calls (gpt-4o-mini); 652 tokens in, 173 out; cost 0.000202 USD",
+    or what of the cost was not evaluated and why."""
+    names = [m["model"] for m in models["per_model"] if m["calls"]]
+    calls = models["model_calls"]
+    text = f"{calls} model call{'s' if calls != 1 else ''}"
+    if names:
+        text += f" ({', '.join(names[:3])}{'…' if len(names) > 3 else ''})"
+    if models["token_charges"]:
+        if models["unsplit_charges"] == models["token_charges"]:
+            text += f"; {models['tokens']} tokens (in and out not recorded apart)"
+        else:
+            text += f"; {models['tokens_in']} tokens in, {models['tokens_out']} out"
+            if models["unsplit_charges"]:
+                text += f" (and {models['tokens']} in all, {models['unsplit_charges']} charges not split)"
+    else:
+        text += "; tokens not recorded"
+    cost = run_cost(models, table)
+    return text + ("; cost " if cost.amount is not None else "; ") + cost.text()
 
 
 MODE_WORDS = {

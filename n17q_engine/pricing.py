@@ -118,3 +118,62 @@ def call_cost(
         return None
     amount = (Decimal(input_tokens) * price.input + Decimal(output_tokens) * price.output) / PER_TOKENS
     return Cost(amount=amount, currency=price.currency, price=price)
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """What a run's model calls cost by a price table (`run_cost`): `amount` only when every call's cost was evaluated;
+    `partial` the sum of those that were; `not_evaluated` (model, calls, reason) for the others."""
+
+    amount: Decimal | None
+    currency: str | None
+    partial: Decimal
+    evaluated_calls: int
+    not_evaluated: tuple[tuple[str, int, str], ...]
+
+    @property
+    def not_evaluated_calls(self) -> int:
+        return sum(calls for _model, calls, _reason in self.not_evaluated)
+
+    def text(self) -> str:
+        """`0.000420 USD`, or what was not evaluated and why (never a total that leaves calls out)."""
+        if self.amount is not None and self.currency is not None:
+            return f"{self.amount.quantize(Decimal('0.000001'))} {self.currency}"
+        n = self.not_evaluated_calls
+        why = "; ".join(
+            f"{reason} ({calls} call{'s' if calls != 1 else ''})" for _model, calls, reason in self.not_evaluated
+        )
+        return f"cost not evaluated for {n} call{'s' if n != 1 else ''}: {why}"
+
+
+def run_cost(models: Mapping[str, Any], table: Mapping[str, Price]) -> RunCost:
+    """The cost of a run's model calls from its `models` facts (n17q_engine.facts): per model, its tokens in and out
+    priced by `table`. A model is not evaluated when the table has no price for it, when its tokens were not recorded,
+    or when a token charge of it does not say how many were in and how many out; prices in two currencies make no
+    total either."""
+    partial = Decimal(0)
+    currencies: set[str] = set()
+    evaluated = 0
+    missing: list[tuple[str, int, str]] = []
+    for row in models.get("per_model") or []:
+        model, calls = str(row.get("model")), int(row.get("calls") or 0)
+        shown = calls or int(row.get("charges") or 0)
+        price = price_for(model, table)
+        if price is None:
+            missing.append((model, shown, f"no price for {model}"))
+        elif not row.get("charges"):
+            missing.append((model, shown, f"tokens not recorded for {model}"))
+        elif row.get("unsplit"):
+            missing.append((model, shown, f"tokens in and out not recorded apart for {model}"))
+        else:
+            cost = call_cost(model, int(row.get("tokens_in") or 0), int(row.get("tokens_out") or 0), table)
+            assert cost is not None
+            partial += cost.amount
+            currencies.add(cost.currency)
+            evaluated += calls
+    if len(currencies) > 1:
+        return RunCost(None, None, partial, 0, (("all", evaluated, "prices in several currencies"), *missing))
+    currency = next(iter(currencies), None)
+    if missing:
+        return RunCost(None, currency, partial, evaluated, tuple(missing))
+    return RunCost(partial if currency else None, currency, partial, evaluated, ())

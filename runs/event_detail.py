@@ -17,6 +17,7 @@ from django.db.models import Q
 from n17q_engine.lineage import CODES
 
 from .blob_preview import BlobPreview, blob_preview
+from .conversations import Conversation, conversation_of
 from .event_facts import Item, describe, items_annotate
 from .facts import facts_of
 from .models import Edge, Event, Finding, MaskedSecret, Run, RunBlob
@@ -66,6 +67,8 @@ class EventDetail:
     # An approval's review object (issue 34), from the run's facts: its digest, the harness's, what changed of it
     # between the approval and its intent's action, whether it still binds. None for other events.
     review: dict[str, Any] | None = None
+    # A model call (a model.proposal, a native model.chat tool.call) as a conversation (runs/conversations.py).
+    conversation: Conversation | None = None
 
     @property
     def workspace_row(self) -> str:
@@ -181,6 +184,7 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
         masked=masked,
         source_span=source_span,
         review=_approval_review(run, event) if event.kind == "approval.recorded" else None,
+        conversation=conversation_of(run, event),
     )
 
 

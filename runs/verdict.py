@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from n17q_engine.facts import effects_label, validation_label
+from django.conf import settings
+
+from n17q_engine.facts import effects_label, models_label, validation_label
 from n17q_engine.lineage import CODES
 
 from .facts import facts_of
@@ -107,6 +109,9 @@ def fact_lines(facts: dict[str, Any]) -> list[FactLine]:
         if foreign:
             text += f"; {len(foreign)} not this run's own (read-only evidence)"
         lines.append(FactLine("approvals", "Approvals", text, "bad" if unbound or stale else ""))
+    models = facts.get("models")
+    if models and (models["model_calls"] or models["token_charges"]):
+        lines.append(FactLine("models", "Model calls", models_label(models, settings.N17Q_MODEL_PRICES)))
     return lines
 
 

@@ -554,8 +554,10 @@ class _Recorder:
     def run_state(self, name: str, state: str, *, reason: str | None, after: float = 0.5) -> str:
         return self._emit("run.state", name, after=after, state=state, reason=reason)
 
-    def budget(self, name: str, resource: str, amount: float, *, after: float = 0.0) -> str:
-        return self._emit("budget.charged", name, after=after, resource=resource, amount=amount)
+    def budget(self, name: str, resource: str, amount: float, *, after: float = 0.0, **split: Any) -> str:
+        """A charge; for tokens, `split` may say how many were in and out (`input_tokens`, `output_tokens`) and of
+        which model (`model`), as an OTLP or Inspect import's charges do (issue 38: the run's tokens and cost)."""
+        return self._emit("budget.charged", name, after=after, resource=resource, amount=amount, **split)
 
     # the bundle
 

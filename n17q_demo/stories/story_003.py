@@ -165,7 +165,7 @@ def _review_request_run() -> StoryBundle:
         blob=r.json_blob({"applied": True, "files": code_files, "hunks": 2}, role="tool-output"),
     )
     r.workspace_changed("ws-1-patched", "ws-1", overlay_revision=2, tree_digest=t1, cause=c)
-    r.budget("a1-tokens", "tokens", 18400)
+    r.budget("a1-tokens", "tokens", 18400, input_tokens=16900, output_tokens=1500)
 
     p = r.proposal(
         "a1-run-focused",
@@ -365,7 +365,7 @@ def _review_request_run() -> StoryBundle:
         },
         cause=execution,
     )
-    r.budget("a2-tokens", "tokens", 6100)
+    r.budget("a2-tokens", "tokens", 6100, input_tokens=5400, output_tokens=700)
     r.claim(
         "claim",
         "The patch passes all tests and the review request is ready.",

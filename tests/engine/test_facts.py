@@ -155,3 +155,28 @@ def test_a_replay_title_says_what_its_own_facts_say():
     facts = run_facts(log.run, log.events)
     title = replay_title("counterfactual", "run-003", facts)
     assert title == "Counterfactual of run-003: no effect requested; no validation; stopped"
+
+
+def test_model_calls_and_tokens_per_model_a_replayed_agent_s_calls_are_its_model_chat_calls():
+    run = {"id": "r", "environment": "replay", "mode": "recorded", "model": {"name": "house-model"}}
+    events = [
+        {"kind": "model.proposal", "id": "p1", "model": "gpt-4o-mini"},
+        {"kind": "budget.charged", "id": "t1", "resource": "tokens", "amount": 12, "model": "gpt-4o-mini",
+         "input_tokens": 10, "output_tokens": 2},
+        {"kind": "model.proposal", "id": "p2"},  # no model named: the run's
+        {"kind": "budget.charged", "id": "t2", "resource": "tokens", "amount": 500},  # no split: never 0 in or out
+        {"kind": "budget.charged", "id": "c1", "resource": "compute_s", "amount": 9},
+    ]  # fmt: skip
+    at = {"logical": "2026-01-01T00:00:00Z", "wall": "2026-01-01T00:00:00Z"}
+    events = [{**e, "seq": i + 1, "at": at, "attempt": None} for i, e in enumerate(events)]
+    models = run_facts(run, events)["models"]
+    assert models["model_calls"] == 2 and models["calls_from"] == "model.proposal"
+    assert (models["tokens_in"], models["tokens_out"], models["tokens"]) == (10, 2, 512)
+    assert models["unsplit_charges"] == 1
+    rows = {m["model"]: m for m in models["per_model"]}
+    assert rows["house-model"]["calls"] == 1 and rows["house-model"]["unsplit"] == 1
+    chat = {"kind": "tool.call", "tool": "model.chat", "request": {"model": "example-model", "messages": []}}
+    chats = [{**chat, "id": f"m{i}", "seq": 10 + i, "at": at, "attempt": None} for i in (1, 2)]
+    replayed = run_facts(run, [*events, *chats])["models"]
+    assert replayed["model_calls"] == 2 and replayed["calls_from"] == "model.chat"
+    assert {m["model"]: m["calls"] for m in replayed["per_model"]}["example-model"] == 2

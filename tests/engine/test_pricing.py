@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from n17q_engine.pricing import PriceTableError, call_cost, price_for, price_table
+from n17q_engine.pricing import PriceTableError, call_cost, price_for, price_table, run_cost
 
 TABLE = price_table(
     {
@@ -55,3 +55,35 @@ def test_an_unpriced_model_or_an_unknown_count_has_no_cost_never_zero(model, tok
 def test_a_malformed_table_is_refused_in_one_line(raw, said):
     with pytest.raises(PriceTableError, match=said.replace("(", r"\(").replace("$", r"\$")):
         price_table(raw)
+
+
+def _models(*rows):
+    return {
+        "per_model": [
+            dict(zip(("model", "calls", "charges", "tokens_in", "tokens_out", "unsplit"), r, strict=True)) for r in rows
+        ]
+    }
+
+
+def test_a_run_s_cost_is_its_models_tokens_priced_and_given_only_when_every_call_was_evaluated():
+    table = price_table({"gpt-4o-mini": {"input": "0.15", "output": "0.60"}, "claude-x": {"input": 3, "output": 15}})
+    whole = run_cost(_models(("gpt-4o-mini", 3, 3, 652, 173, 0), ("claude-x", 1, 1, 1000, 10, 0)), table)
+    assert whole.amount == (Decimal(652) * Decimal("0.15") + 173 * Decimal("0.60") + 3000 + 150) / 10**6
+    assert whole.text() == f"{whole.amount.quantize(Decimal('0.000001'))} USD" and whole.not_evaluated == ()
+    part = run_cost(
+        _models(("gpt-4o-mini", 3, 3, 652, 173, 0), ("llama", 2, 2, 5, 5, 0), ("claude-x", 4, 0, 0, 0, 0)), table
+    )
+    assert part.amount is None and part.evaluated_calls == 3 and part.not_evaluated_calls == 6
+    assert part.text() == (
+        "cost not evaluated for 6 calls: no price for llama (2 calls); tokens not recorded for claude-x (4 calls)"
+    )
+    unsplit = run_cost(_models(("gpt-4o-mini", 2, 1, 0, 0, 1)), table)
+    assert unsplit.amount is None and "tokens in and out not recorded apart for gpt-4o-mini" in unsplit.text()
+
+
+def test_prices_in_two_currencies_make_no_total():
+    table = price_table(
+        {"a": {"input": 1, "output": 1, "currency": "USD"}, "b": {"input": 1, "output": 1, "currency": "EUR"}}
+    )
+    cost = run_cost(_models(("a", 1, 1, 10, 10, 0), ("b", 1, 1, 10, 10, 0)), table)
+    assert cost.amount is None and "prices in several currencies" in cost.text()
