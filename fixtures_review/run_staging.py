@@ -11,6 +11,7 @@ from typing import Any
 from .review_rules import ReviewRefused
 from .run_model_calls import run_model_calls_stage
 from .run_results import RunRecordingsResult, run_recordings_stage
+from .scenarios import scenario_for_run
 
 STAGE_WHATS = ("tool-results", "model-calls", "all")
 MAX_MODEL_TOOLS_BYTES = 256 * 1024  # the tools offered to a model: a few dozen definitions, never megabytes
@@ -71,7 +72,8 @@ def run_stage(
     selection by tool or subtree chooses tool results, so it is refused with model calls; `events` chooses among
     both (a tool.result or a model.proposal id). With "all", a part that has nothing to stage (a run without model
     calls) is told in `refused` with its reason while the other part stages; a request-level fault (role, scenario,
-    connection) refuses the request, as each part does alone."""
+    connection) refuses the request, as each part does alone. A run that names no scenario, given none, stages into
+    the scenario proposed from it (`scenario_for_run`)."""
     if what not in STAGE_WHATS:
         raise ReviewRefused(f"what: one of {', '.join(STAGE_WHATS)}, got {str(what)[:40]!r}")
     if what != "tool-results" and (tool or subtree):
@@ -83,6 +85,11 @@ def run_stage(
             "effect_class and contract_revision are for tool results: a model call is a read under the model.chat "
             "contract the scenario pins (else the built-in one)"
         )
+    if not run.scenario_name and not (scenario or "").strip():
+        # A run that names no scenario (an imported trace) stages into the one proposed from it, if any
+        # (replays.trace_scenarios records the run in the version's source_runs): the flow's next step, no retyping.
+        proposed = scenario_for_run(run)
+        scenario = proposed.name if proposed is not None else None
     common = dict(run=run, user=user, token=token, scenario=scenario, connection=connection)
     if what == "tool-results":
         return run_recordings_stage(

@@ -31,11 +31,35 @@ MODEL_TOOL = "model.chat"  # n17q_engine.agent.model.MODEL_TOOL (not imported: t
 SUMMARY_CHARS = 400
 
 
+# What a proposal reports rather than decides: its free text, why the model stopped, a trace's unrecorded marker,
+# and (below) a converted proposal's list of calls, whose first call is the decision.
+_REPORTED = frozenset({"text", "finish_reason", "stop_reason", "unrecorded", "calls"})
+
+
+def proposal_terms(proposal: Mapping[str, Any]) -> dict[str, Any]:
+    """The decision a proposal holds, in the engine's form `{"type", "tool", **arguments}`: what it reports left
+    out, and a proposal converted from a trace (`calls: [{call, tool, arguments}]`, docs/formats/otlp.md) read as
+    its first call's arguments, so a trace's proposal and a replayed agent's are compared on what was decided."""
+    terms = {k: v for k, v in proposal.items() if k not in _REPORTED}
+    calls = proposal.get("calls")
+    first = calls[0] if isinstance(calls, list) and calls and isinstance(calls[0], dict) else None
+    if first is not None:
+        arguments = first.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                arguments = None
+        if isinstance(arguments, dict):
+            terms.update({k: v for k, v in arguments.items() if k not in ("type", "tool")})
+    return terms
+
+
 def decision_matches(recorded: Mapping[str, Any], replay: Mapping[str, Any]) -> bool:
-    """The replay's proposal holds every field of the recorded one (free text aside) with the same value, and was
-    accepted or not alike."""
-    rec = {k: v for k, v in (recorded.get("proposal") or {}).items() if k != "text"}
-    rep = replay.get("proposal") or {}
+    """The replay's proposal holds every term of the recorded one (`proposal_terms`: free text and reporting
+    aside) with the same value, and was accepted or not alike."""
+    rec = proposal_terms(recorded.get("proposal") or {})
+    rep = proposal_terms(replay.get("proposal") or {})
     same = all(k in rep and rep[k] == v for k, v in rec.items())
     return same and recorded.get("accepted") == replay.get("accepted")
 

@@ -31,7 +31,13 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from n17q_engine.divergence import MODEL_TOOL, call_signature, same_call, tool_calls_with_outcomes
+from n17q_engine.divergence import (
+    MODEL_TOOL,
+    call_signature,
+    decision_matches,
+    same_call,
+    tool_calls_with_outcomes,
+)
 from n17q_engine.facts import effects_label, validation_label
 from runs.facts import facts_of
 from runs.models import Event, Finding, Run
@@ -268,17 +274,32 @@ def comparison_build(replay_run: Run) -> Comparison:
 
     # context inputs
     ctx, src_p, rep_p = layer("context", "Context inputs", ("model.proposal",))
-    _pair(ctx, src_p, rep_p, _context_sig)
     recorded = sum(1 for e in rep_p if e.get("origin") == "recorded")
-    ctx.summary = (
-        f"{len(src_p)} proposals recorded, {len(rep_p)} in the replay; {recorded} replayed from the recorded "
-        "context (its digest kept as recorded_context_digest), the rest from the decider's own context"
-    )
+    traced = sum(1 for e in src_p if e.get("otlp") or e.get("inspect"))
+    if traced:
+        # A trace's context digest is of its own message form (GenAI parts, Inspect messages), a replayed agent's of
+        # its request: two digests of two forms, never equal. Not evaluated, and said so, rather than "differs".
+        ctx.summary = (
+            f"not evaluated: {traced} of the {len(src_p)} recorded proposals come from an imported trace, whose "
+            "context digests are of the trace's own message form; the model requests themselves were answered by "
+            "the fixtures made from that trace, or stopped on (the tool transitions and the missing fixtures say "
+            "which)"
+        )
+    else:
+        _pair(ctx, src_p, rep_p, _context_sig)
+        ctx.summary = (
+            f"{len(src_p)} proposals recorded, {len(rep_p)} in the replay; {recorded} replayed from the recorded "
+            "context (its digest kept as recorded_context_digest), the rest from the decider's own context"
+        )
 
     # proposals
     prop = Layer("proposals", "Proposals", truncated=ctx.truncated)
     layers.append(prop)
-    _pair(prop, src_p, rep_p, _proposal_sig, text=lambda e: str((e.get("proposal") or {}).get("text") or ""))
+    # One rule for "the same decision", the CI suite's (n17q_engine.divergence.decision_matches).
+    _pair(
+        prop, src_p, rep_p, _proposal_sig, text=lambda e: str((e.get("proposal") or {}).get("text") or ""),
+        match=decision_matches,
+    )  # fmt: skip
     prop.summary = f"{len(src_p)} recorded, {len(rep_p)} in the replay; {prop.diverged} differ"
 
     # policy decisions and approvals

@@ -156,6 +156,12 @@ def test_the_traced_agent_is_replayed_to_completion_against_the_scenario_made_fr
     assert len(tools.rows) == 3 and all(row.same for row in tools.rows), [
         (r.source_text, r.replay_text, r.note) for r in tools.rows
     ]
+    # The agent decided as it did when traced: no layer differs; the trace's contexts, digests of its own message
+    # form, are not evaluated (and the page says so) rather than reported as different.
+    assert report.first_divergence is None, report.first_divergence
+    context = next(layer for layer in report.layers if layer.key == "context")
+    assert context.rows == [] and context.summary.startswith("not evaluated: 3 of the 3 recorded proposals")
+    assert "not evaluated: 3 of the 3 recorded proposals" in page.content.decode()
 
 
 def _tools_file(tmp_path: Path) -> Path:
