@@ -218,7 +218,7 @@ def tree_build(run: Run, trace: Trace, *, findings: dict[str, list[str]] | None 
     def attempt_node(ref: str) -> tuple[str, str]:
         key = ("attempt", ref or "none")
         if key not in nodes:
-            add(Node(key, "attempt", f"attempt {ref or 'none'}"), None)
+            add(Node(key, "attempt", ref or "none"), None)
         return key
 
     def span_node(span: str, source: str, ref: dict[str, Any], event: Event) -> tuple[str, str]:
