@@ -50,7 +50,9 @@ def test_the_tree_opens_collapses_from_the_keyboard_and_is_axe_clean(page, login
     assert tree.locator(".tree-row:visible").count() == rows_before
     # The tree is no wider than the window (the site header's own overflow at 390 px is not the tree's), and axe
     # finds nothing serious on the page.
-    right = page.evaluate("Math.max(...[...document.querySelectorAll('#trace *')].map(e => e.getBoundingClientRect().right))")
+    right = page.evaluate(
+        "Math.max(...[...document.querySelectorAll('#trace *')].map(e => e.getBoundingClientRect().right))"
+    )
     assert right <= width + 1, right
     violations = axe(page)
     blocking = [v for v in violations if v["impact"] in BLOCKING]

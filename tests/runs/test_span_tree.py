@@ -15,7 +15,7 @@ from benchmarks.synth import write_bundle
 from runs.importer import run_import_from_path
 from runs.models import Event, Run
 from runs.run_page import page_build
-from runs.span_tree import Node
+from runs.span_tree import PARENT_FIELDS, Node
 from runs.trace import TRACE_WINDOW
 from tests import bundles
 from tests.runs.test_import_formats import import_run, inspect_logs  # noqa: F401 (a fixture)
@@ -65,6 +65,7 @@ def test_a_real_producers_trace_shows_its_agent_span_over_its_chat_and_tool_span
     for span in [*chats, *tools]:
         # The span's own start and end (its `otlp` provenance), inside the agent's.
         assert span.duration_ns is not None and span.duration_ns > 0, span.label
+        assert span.start_ns is not None and span.end_ns is not None and agent.end_ns is not None
         assert agent.start_ns <= span.start_ns <= span.end_ns <= agent.end_ns, span.label
         assert span.duration
     for span in tools:
@@ -164,10 +165,7 @@ def test_a_deep_window_shows_its_context_path_and_no_more(two_sizes):
     assert context and tree.context_events == len(context)
     # The context lies before the window, and is what the window's events refer to (or what that refers to).
     assert all(n.event.seq < DEEP for n in context)
-    refs = {
-        v for n in shown for f in ("call_id", "proposal_id", "intent_id", "observation_id", "cause", "source", "subject")
-        if isinstance(v := n.event.body.get(f), str)
-    }
+    refs = {v for n in shown for f in PARENT_FIELDS if isinstance(v := n.event.body.get(f), str)}
     assert {n.event.event_id for n in context} <= refs
 
 
