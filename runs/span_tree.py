@@ -7,10 +7,11 @@ span, and in a native run, an event sits under the event it refers to (DESIGN §
 proposal, a result or command receipt under its call, an admission under its observation, an execution under its
 intent, a world change under its cause), when that event came before it; anything else sits under its attempt.
 
-Windowed like the flat trace: the tree is built from the same keyset window of events (runs/trace.py), plus at most
-CONTEXT_HOPS queries for the ancestors of the window's events that lie before it, each bounded by a LIMIT, so that
-the window shows the path it sits in. The ancestors are context: shown, marked so, never counted as the window's.
-Nothing here reads a whole run: a run of a million events costs the page what one of a hundred does.
+Windowed like the flat trace: the tree is built from the same keyset window of events (runs/trace.py), plus one
+query, bounded by a LIMIT, for the ancestors of the window's events that lie before it (a recursive walk of the
+stored references, and the events of parent spans), so that the window shows the path it sits in. The ancestors
+are context: shown, marked so, never counted as the window's. Nothing here reads a whole run: a run of a million
+events costs the page what one of a hundred does.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 
-from .models import Event, Run
+from .models import Edge, Event, Run
 from .trace import Trace, TraceRow, family_of, row_summary
 
-# Queries for the ancestors of a window's events that lie before the window, and how many each may read.
-CONTEXT_HOPS = 3
-CONTEXT_PER_HOP = 64
+# How deep the references are followed for the ancestors of a window's events that lie before it (a receipt's
+# call's proposal is two), and how many such events the one query reads.
+CONTEXT_DEPTH = 4
+CONTEXT_LIMIT = 64
 
 # The fields by which an event names the event it belongs under, in the order they are tried (DESIGN §3-4). A
 # reference counts only to an event that came before it: an approval's subject and the intent's approval name each
@@ -82,7 +85,7 @@ class SpanTree:
     timed: bool  # the window's events hold wall-clock times that differ: durations and a waterfall
     range_ns: int  # the waterfall's span, first start to last end in the window (and its context)
     context_events: int  # ancestors read from before the window
-    context_capped: bool  # some ancestor lay further than CONTEXT_HOPS hops (or CONTEXT_PER_HOP a hop) away
+    context_capped: bool  # more ancestors than CONTEXT_LIMIT, or further than CONTEXT_DEPTH references away
 
     @property
     def range_text(self) -> str:
@@ -150,48 +153,43 @@ def _missing_parent_spans(events: dict[str, Event], spans: set[str]) -> set[str]
     return wanted
 
 
+def _ancestors_sql(window: list[Event]) -> tuple[str, list[Any]]:
+    """The ids of the events the window's events belong under, and what those belong under, CONTEXT_DEPTH deep: one
+    recursive walk of the stored references (runs.Edge, through its index on the source), whatever the depth."""
+    fields = ", ".join(["%s"] * len(PARENT_FIELDS))
+    sources = ", ".join(["%s"] * len(window))
+    edge = Edge._meta.db_table
+    sql = (
+        f"WITH RECURSIVE up(id, depth) AS ("
+        f" SELECT target_event_id, 1 FROM {edge} WHERE source_id IN ({sources}) AND field IN ({fields})"
+        f" AND target_event_id IS NOT NULL"
+        f" UNION SELECT e.target_event_id, up.depth + 1 FROM {edge} e JOIN up ON e.source_id = up.id"
+        f" WHERE up.depth < %s AND e.field IN ({fields}) AND e.target_event_id IS NOT NULL"
+        f") SELECT id FROM up"
+    )
+    return sql, [*(e.pk for e in window), *PARENT_FIELDS, CONTEXT_DEPTH, *PARENT_FIELDS]
+
+
 def _context(run: Run, window: list[Event]) -> tuple[list[Event], bool]:
-    """The ancestors of the window's events that lie before it: at most CONTEXT_HOPS queries of at most
-    CONTEXT_PER_HOP events each. An OTLP span's events are found by their ids (`{span}.{suffix}`, through the
-    (run, event_id) index); a referenced event by its id."""
-    known: dict[str, Event] = {e.event_id: e for e in window}
+    """The ancestors of the window's events that lie before it, in one query of at most CONTEXT_LIMIT events, asked
+    only when something before the window could be one: the events their references lead to (CONTEXT_DEPTH deep),
+    and the events of the parent spans none of the window's events is in (an OTLP span's event ids start with
+    "{span}.", so they are found through the (run, event_id) index). A parent span's own parent is then named by
+    the `parent_name` its events carry, without another query."""
+    if not window or window[0].seq <= 1:
+        return [], False
     spans = {s for s in (_span_of(e) for e in window) if s}
-    first_seq = window[0].seq if window else 0
-    found: list[Event] = []
-    frontier = list(window)
-    capped = False
-    for _hop in range(CONTEXT_HOPS):
-        refs = {r for e in frontier for r in _parent_refs(e) if r not in known}
-        parent_spans = _missing_parent_spans({e.event_id: e for e in frontier}, spans)
-        if not refs and not parent_spans:
-            return found, capped
-        wanted_refs = sorted(refs)[:CONTEXT_PER_HOP]
-        wanted_spans = sorted(parent_spans)[: max(0, CONTEXT_PER_HOP - len(wanted_refs))]
-        capped = capped or len(wanted_refs) < len(refs) or len(wanted_spans) < len(parent_spans)
-        condition = Q(event_id__in=wanted_refs) if wanted_refs else Q()
-        for span in wanted_spans:
-            # The ids of a span's events start with "{span}." ("/" follows "." in every collation the index uses).
-            condition |= Q(event_id__gte=f"{span}.", event_id__lt=f"{span}/")
-        rows = list(
-            Event.objects.filter(run=run, seq__lt=first_seq).filter(condition).order_by("seq")[:CONTEXT_PER_HOP]
-        )
-        frontier = []
-        for event in rows:
-            if event.event_id in known:
-                continue
-            known[event.event_id] = event
-            found.append(event)
-            frontier.append(event)
-            owner = _span_of(event)
-            if owner:
-                spans.add(owner)
-        # A parent span that made no event before the window stays a named placeholder (its children's
-        # `parent_name`); it is not asked for again.
-        spans |= parent_spans
-        if not frontier:
-            return found, capped
-    capped = capped or bool({r for e in frontier for r in _parent_refs(e) if r not in known})
-    return found, capped
+    parent_spans = sorted(_missing_parent_spans({e.event_id: e for e in window}, spans))
+    capped = len(parent_spans) > CONTEXT_LIMIT
+    condition = Q(pk__in=RawSQL(*_ancestors_sql(window)))
+    for span in parent_spans[:CONTEXT_LIMIT]:
+        # "/" follows "." in every collation the index uses.
+        condition |= Q(event_id__gte=f"{span}.", event_id__lt=f"{span}/")
+    rows = list(
+        Event.objects.filter(run=run, seq__lt=window[0].seq).filter(condition).order_by("-seq")[: CONTEXT_LIMIT + 1]
+    )
+    capped = capped or len(rows) > CONTEXT_LIMIT
+    return sorted(rows[:CONTEXT_LIMIT], key=lambda e: e.seq), capped
 
 
 def tree_build(run: Run, trace: Trace, *, findings: dict[str, list[str]] | None = None) -> SpanTree:

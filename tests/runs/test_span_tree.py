@@ -175,13 +175,18 @@ def test_the_tree_costs_the_same_queries_on_a_run_of_1000_and_of_10000_events(vi
     cases = {
         # The list page's 15, nothing more: the first window holds its own context.
         "tree": ("/runs/{run}/?view=tree", 15),
-        # + the previous window's start (16, as the list), + the ancestors before the window, one query a hop (at
-        # most CONTEXT_HOPS): here two, a result's call and that call's proposal.
-        "tree, deep window": (f"/runs/{{run}}/?view=tree&trace_from={DEEP}", 16 + 2),
+        # + the previous window's start (16, as the list), + the ancestors before the window: one query however
+        # deep they lie (a recursive walk of the references).
+        "tree, deep window": (f"/runs/{{run}}/?view=tree&trace_from={DEEP}", 17),
+        # The middle of each run: windows of different shapes, the same one query for their context.
+        "tree, middle": ("/runs/{run}/?view=tree&trace_from={middle}", 17),
         "tree, a facet": (f"/runs/{{run}}/?view=tree&facet=evidence&trace_from={DEEP}", None),
     }
     for name, (url, expected) in cases.items():
-        counts = [page_queries(viewer, url.format(run=run))[0] for run in ("bench-run-1000", "bench-run-10000")]
+        counts = [
+            page_queries(viewer, url.format(run=run, middle=size // 2))[0]
+            for run, size in (("bench-run-1000", 1000), ("bench-run-10000", 10000))
+        ]
         assert counts[0] == counts[1], (name, counts)
         if expected is not None:
             assert counts[0] == expected, (name, counts)
