@@ -101,8 +101,10 @@ def duration_text(ns: int | None) -> str:
         return f"{ns / 1_000:.0f} µs"
     if ns < 1_000_000_000:
         return f"{ns / 1_000_000:.1f} ms" if ns < 10_000_000 else f"{ns / 1_000_000:.0f} ms"
-    if ns < 600 * 1_000_000_000:
+    if ns < 10 * 1_000_000_000:
         return f"{ns / 1_000_000_000:.2f} s"
+    if ns < 600 * 1_000_000_000:
+        return f"{ns / 1_000_000_000:.0f} s"
     return f"{ns / 60_000_000_000:.1f} min"
 
 

@@ -15,7 +15,7 @@ from benchmarks.synth import write_bundle
 from runs.importer import run_import_from_path
 from runs.models import Event, Run
 from runs.run_page import page_build
-from runs.span_tree import PARENT_FIELDS, Node
+from runs.span_tree import PARENT_FIELDS, Node, duration_text
 from runs.trace import TRACE_WINDOW
 from tests import bundles
 from tests.runs.test_import_formats import import_run, inspect_logs  # noqa: F401 (a fixture)
@@ -203,3 +203,20 @@ def test_the_view_is_kept_by_every_link_and_anything_else_is_the_list(viewer, tw
         response = viewer.get(f"/runs/{run.run_id}/", {"view": odd})
         assert response.status_code == 200
         assert 'class="span-tree"' not in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [
+        (None, ""),
+        (0, "0 ns"),
+        (38_000, "38 µs"),
+        (5_800_000, "5.8 ms"),
+        (63_000_000, "63 ms"),
+        (2_100_000_000, "2.10 s"),
+        (153_200_000_000, "153 s"),
+        (900_000_000_000, "15.0 min"),
+    ],
+)
+def test_a_duration_reads_in_the_unit_that_suits_it(ns, text):
+    assert duration_text(ns) == text
