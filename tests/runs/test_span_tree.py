@@ -19,7 +19,7 @@ from runs.span_tree import PARENT_FIELDS, Node, duration_text
 from runs.trace import TRACE_WINDOW
 from tests import bundles
 from tests.runs.test_import_formats import import_run, inspect_logs  # noqa: F401 (a fixture)
-from tests.runs.test_run_page import page_queries
+from tests.runs.test_run_page import STORY_000, page_queries, story_000  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -220,3 +220,28 @@ def test_the_view_is_kept_by_every_link_and_anything_else_is_the_list(viewer, tw
 )
 def test_a_duration_reads_in_the_unit_that_suits_it(ns, text):
     assert duration_text(ns) == text
+
+
+def test_findings_focus_and_facets_work_on_the_tree_as_on_the_list(viewer, story_000):  # noqa: F811
+    run = Run.objects.get(run_id=STORY_000)
+    tree = page_build(run, view="tree").tree
+    assert tree is not None
+    marked = [n for n in _walk(tree.roots) if "LIN014" in n.finding_codes]
+    assert marked and all(n.event is not None for n in marked)
+    html = viewer.get(f"/runs/{STORY_000}/", {"view": "tree"}).content.decode()
+    assert re.search(r'<div class="trace-row tree-row[^"]*has-finding', html)
+    assert 'href="/glossary/#LIN014"' in html.split('class="span-tree"', 1)[1]
+    # Focused and hidden: only the neighbourhood, still a tree, still in the tree view.
+    target = marked[0].event.event_id
+    focused = page_build(run, view="tree", focus_ref=target, narrow="hide")
+    assert focused.tree is not None and focused.trace.narrowed
+    shown = {n.event.event_id for n in _walk(focused.tree.roots) if n.event is not None and not n.context}
+    assert target in shown and shown == {row.event.event_id for row in focused.trace.rows}
+    # A facet: only its families in the window (their parents may come as context).
+    faceted = page_build(run, view="tree", facets=["calls"]).tree
+    assert faceted is not None
+    assert {n.event.kind for n in _walk(faceted.roots) if n.event is not None and not n.context} <= {
+        "model.proposal",
+        "tool.call",
+        "tool.result",
+    }
