@@ -56,6 +56,11 @@ class Node:
     bar_x: int = 0
     bar_w: int = 0
     seq: int = 0  # the order among siblings
+    placeholder: bool = False  # a span none of whose events was read: named by the events below it
+
+    @property
+    def context_text(self) -> str:
+        return "no event of its own here" if self.placeholder else "before this window"
 
     @property
     def duration_ns(self) -> int | None:
@@ -227,7 +232,8 @@ def tree_build(run: Run, trace: Trace, *, findings: dict[str, list[str]] | None 
         if existing is not None:
             if event.event_id in rows:
                 existing.context = False
-            if existing.start_ns is None:  # a placeholder until now: its own events give its name and times
+            if existing.placeholder:  # a placeholder until now: its own events give its name and times
+                existing.placeholder = False
                 existing.label = str(ref.get("name") or existing.label)
                 existing.span_type = str(ref.get("type") or "")
                 existing.start_ns = _ns(ref.get("start_ns") if source == "otlp" else ref.get("start"))
@@ -266,14 +272,17 @@ def tree_build(run: Run, trace: Trace, *, findings: dict[str, list[str]] | None 
             for sid, name in reversed(chain):
                 k = ("span", str(sid))
                 if k not in nodes:
-                    add(Node(k, "span", str(name or f"span {sid}"), context=True), above)
+                    add(Node(k, "span", str(name or f"span {sid}"), context=True, placeholder=True), above)
                     if above is None:
                         parent_of[k] = attempt_node(event.attempt_ref)
                 above = k
             if key in nodes:
                 return key
         name = ref.get("parent_name")
-        add(Node(key, "span", str(name or f"span {parent}"), context=True), attempt_node(event.attempt_ref))
+        add(
+            Node(key, "span", str(name or f"span {parent}"), context=True, placeholder=True),
+            attempt_node(event.attempt_ref),
+        )
         return key
 
     for event in events:
