@@ -213,15 +213,9 @@ def cmd_run_page(small_folder: str, repeat: str, *large_folders: str) -> dict[st
     # Production serves hashed, collected static files: collect them into this run's data folder.
     os.environ["N17Q_STATIC_ROOT"] = os.path.join(os.environ["N17Q_DATA_DIR"], "static")
     _setup(migrate=True)
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group
     from django.core.management import call_command
 
     call_command("collectstatic", "--noinput", verbosity=0)
-    from django.db import connection
-    from django.test import Client
-    from django.test.utils import CaptureQueriesContext
-
     from runs.importer import run_import_from_path
     from runs.models import Event
 
@@ -233,16 +227,7 @@ def cmd_run_page(small_folder: str, repeat: str, *large_folders: str) -> dict[st
         run = run_import_from_path(Path(folder)).run
         import_s[run.event_count] = time.perf_counter() - started
         larges.append(run)
-    user = get_user_model().objects.create_user("bench-viewer", password="bench-password-1")
-    user.groups.add(Group.objects.get(name="viewer"))
-    from django.conf import settings
-
-    # Production settings, but the requests come from no proxy: the host must be allowed, and the HTTPS
-    # redirect (a proxy's business in production) is off so that the page itself is measured.
-    settings.ALLOWED_HOSTS = ["localhost"]
-    settings.SECURE_SSL_REDIRECT = False
-    client = Client(HTTP_HOST="localhost")
-    client.force_login(user)
+    client = _bench_client()
 
     def last(run: Any, kind: str) -> str:
         return Event.objects.filter(run=run, kind=kind).order_by("-seq").values_list("event_id", flat=True)[0]
@@ -263,13 +248,35 @@ def cmd_run_page(small_folder: str, repeat: str, *large_folders: str) -> dict[st
             f"/runs/{run.run_id}/?facet=evidence&facet=effects&trace_from={run.event_count // 2}"
         ),
         "trace search with no match": lambda run: f"/runs/{run.run_id}/?q=no-such-text-anywhere",
+        # The trace as a tree (runs/span_tree.py): the first window, and one deep in the run with its context path.
+        # Seq 301 lies before the generated runs' first attempt switch (40% of the smallest), so the small and the
+        # large run's windows there have the same shape and their query counts compare.
+        "tree view": lambda run: f"/runs/{run.run_id}/?view=tree",
+        "tree view, a window at seq 301 with its context": lambda run: f"/runs/{run.run_id}/?view=tree&trace_from=301",
+        "tree view, middle of the run": lambda run: f"/runs/{run.run_id}/?view=tree&trace_from={run.event_count // 2}",
     }
     htmx = {"detail panel (htmx), the last result"}
+    out = _measure_pages(client, pages, [small, *larges], int(repeat), htmx)
+    return {
+        "pages": out,
+        "small_events": small.event_count,
+        "large_events": [run.event_count for run in larges],
+        "import_s": import_s,
+    }
+
+
+def _measure_pages(
+    client: Any, pages: dict[str, Callable[[Any], str]], runs: list[Any], repeat: int, htmx: set[str]
+) -> dict[str, Any]:
+    """Each page of each run: the queries of one request (after a warming one) and the times of `repeat` more."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
     out: dict[str, Any] = {}
     for name, url_of in pages.items():
         headers: dict[str, Any] = {"HTTP_HX_REQUEST": "true"} if name in htmx else {}
         entry: dict[str, Any] = {}
-        for run in (small, *larges):
+        for run in runs:
             url = url_of(run)
             client.get(url, **headers)  # warm: template loading, the first connection
             connection.queries_log.clear()  # a full log (it keeps 9,000) would make the count read 0
@@ -279,7 +286,7 @@ def cmd_run_page(small_folder: str, repeat: str, *large_folders: str) -> dict[st
             # Read now: each later request's request_started signal empties the query log.
             queries = len(ctx.captured_queries)
             times = []
-            for _ in range(int(repeat)):
+            for _ in range(repeat):
                 started = time.perf_counter()
                 client.get(url, **headers)
                 times.append(time.perf_counter() - started)
@@ -290,10 +297,62 @@ def cmd_run_page(small_folder: str, repeat: str, *large_folders: str) -> dict[st
                 "bytes": len(response.content),
             }
         out[name] = entry
+    return out
+
+
+def _bench_client() -> Any:
+    """A signed-in viewer's test client under production settings (collected static files, no HTTPS redirect)."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.test import Client
+
+    user = get_user_model().objects.create_user("bench-viewer", password="bench-password-1")
+    user.groups.add(Group.objects.get(name="viewer"))
+    # Production settings, but the requests come from no proxy: the host must be allowed, and the HTTPS
+    # redirect (a proxy's business in production) is off so that the page itself is measured.
+    settings.ALLOWED_HOSTS = ["localhost"]
+    settings.SECURE_SSL_REDIRECT = False
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(user)
+    return client
+
+
+def cmd_span_tree(repeat: str, small_file: str, *large_files: str) -> dict[str, Any]:
+    """The run page of OTLP traces imported from files (a small one and large ones), in the list and as a tree:
+    queries and server time, as cmd_run_page measures them."""
+    os.environ["N17Q_STATIC_ROOT"] = os.path.join(os.environ["N17Q_DATA_DIR"], "static")
+    _setup(migrate=True)
+    from django.core.management import call_command
+
+    call_command("collectstatic", "--noinput", verbosity=0)
+    from runs.import_formats import runs_import_from_path
+    from runs.models import Run
+
+    runs = []
+    import_s = {}
+    for path in (small_file, *large_files):
+        started = time.perf_counter()
+        answer = runs_import_from_path(Path(path)).to_json()
+        run = Run.objects.get(run_id=answer["run"])
+        import_s[run.event_count] = time.perf_counter() - started
+        runs.append(run)
+    client = _bench_client()
+    pages: dict[str, Callable[[Any], str]] = {
+        "trace list": lambda run: f"/runs/{run.run_id}/",
+        "tree view": lambda run: f"/runs/{run.run_id}/?view=tree",
+        "tree view, middle of the trace": lambda run: (
+            f"/runs/{run.run_id}/?view=tree&trace_from={run.event_count // 2}"
+        ),
+        "tree view, last window": lambda run: (
+            f"/runs/{run.run_id}/?view=tree&trace_from={max(0, run.event_count - 60)}"
+        ),
+    }
+    out = _measure_pages(client, pages, runs, int(repeat), set())
     return {
         "pages": out,
-        "small_events": small.event_count,
-        "large_events": [run.event_count for run in larges],
+        "small_events": runs[0].event_count,
+        "large_events": [run.event_count for run in runs[1:]],
         "import_s": import_s,
     }
 
@@ -305,6 +364,7 @@ def main(argv: list[str]) -> int:
         "import-file": cmd_import_file,
         "lineage-db": cmd_lineage_db,
         "run-page": cmd_run_page,
+        "span-tree": cmd_span_tree,
     }
     if not argv or argv[0] not in commands:
         print(f"usage: python -m benchmarks._child {{{'|'.join(commands)}}} ...", file=sys.stderr)

@@ -16,6 +16,7 @@ from .focus import Focus, focus_resolve
 from .lineage_picture import Picture, picture_build
 from .models import MaskedSecret, Run
 from .retention import Expiry, run_blob_expiries
+from .span_tree import SpanTree, tree_build
 from .trace import FAMILIES, Trace, facets_parse, trace_narrowed, trace_window
 from .verdict import Verdict, verdict_build
 
@@ -35,6 +36,12 @@ class RunPage:
     # The run's blobs whose bytes retention removed (runs/retention.py), said in the summary and on each trace row
     # naming one, not only in that event's detail panel (issue 38's tour).
     expired: dict[str, Expiry] = field(default_factory=dict)
+    # The trace's window as a tree (`?view=tree`, runs/span_tree.py), None in the list view.
+    tree: SpanTree | None = None
+
+    @property
+    def view(self) -> str:
+        return "tree" if self.tree is not None else "list"
 
     @property
     def expired_classes(self) -> str:
@@ -89,6 +96,7 @@ def page_build(
     narrow: str = "dim",
     picture_start: Any = None,
     finding: Any = None,
+    view: str = "",
 ) -> RunPage:
     """Everything the run page shows, in a fixed set of bounded queries whatever the run's size."""
     focus = focus_resolve(run, focus_ref[:200]) if focus_ref else None
@@ -115,6 +123,7 @@ def page_build(
         for row in trace.rows:
             if any(digest[:71] in expired for _path, digest in digests_in(row.event.body)):
                 row.badges = [*row.badges, ("warn", "bytes expired")]
+    tree = tree_build(run, trace, findings=bad) if view == "tree" else None
     finding_id = _id_param(finding)
     start = _seq_param(picture_start) if picture_start not in (None, "") else None
     return RunPage(
@@ -127,6 +136,7 @@ def page_build(
         picture=picture_build(run, focus=focus, start_seq=start, finding_id=finding_id),
         narrow=narrow,
         finding_id=finding_id,
+        tree=tree,
         # Read only when the run has any (its count is a column): a run without one costs no query.
         expired=expired,
         masked_secrets=list(MaskedSecret.objects.filter(run=run).order_by("id")[:MASKED_SECRETS_SHOWN])

@@ -83,6 +83,7 @@ def _page(request: HtmxHttpRequest, run: Run, *, event_ref: str) -> run_page.Run
         narrow=get.get("narrow", "dim"),
         picture_start=get.get("picture_start"),
         finding=get.get("finding"),
+        view=get.get("view", ""),
     )
 
 

@@ -479,6 +479,7 @@ class _SampleConverter:
         # span id -> span_begin event; span id -> the tool events written in that span (found before the walk,
         # because a tool event may be logged after the commands it ran)
         self.spans: dict[str, dict[str, Any]] = {}
+        self.span_ends: dict[str, dict[str, Any]] = {}
         self.tools_by_span: dict[str, list[dict[str, Any]]] = {}
 
     # ---- the run
@@ -633,6 +634,8 @@ class _SampleConverter:
                 continue
             if event.get("event") == "span_begin" and isinstance(event.get("id"), str):
                 self.spans[event["id"]] = event
+            elif event.get("event") == "span_end" and isinstance(event.get("id"), str):
+                self.span_ends[event["id"]] = event
             elif event.get("event") == "tool" and isinstance(event.get("span_id"), str):
                 self.tools_by_span.setdefault(event["span_id"], []).append(event)
         for index, event in _flatten(events):
@@ -654,6 +657,28 @@ class _SampleConverter:
         """The Inspect span an event was written in (`span`) and, for a tool event, the spans above that one
         (`ancestors`, nearest first, at most 64): a span subtree's tool results are chosen by them (staging)."""
         named: dict[str, Any] = {"span": span_id[:200]}
+        # The span's name, type, parent and times, so that the run page's span tree nests and times every span from
+        # any of its events (issue 38).
+        begin = self.spans.get(span_id) or {}
+        for key, value in (
+            ("name", begin.get("name")),
+            ("type", begin.get("type")),
+            ("parent", begin.get("parent_id")),
+            ("start", _iso(begin.get("timestamp"))),
+            ("end", _iso((self.span_ends.get(span_id) or {}).get("timestamp"))),
+        ):
+            if isinstance(value, str) and value:
+                named[key] = value[:200]
+        # The spans above it as [id, name] pairs, nearest first (at most 16): Inspect's solver and sample spans make
+        # no event of their own, and the tree names them from here.
+        path: list[list[str]] = []
+        parent = begin.get("parent_id")
+        while isinstance(parent, str) and len(path) < 16 and all(parent != p for p, _ in path):
+            above = self.spans.get(parent) or {}
+            path.append([parent[:200], str(above.get("name") or "")[:200]])
+            parent = above.get("parent_id")
+        if path:
+            named["path"] = path
         if tool:
             ancestors: list[str] = []
             parent = (self.spans.get(span_id) or {}).get("parent_id")

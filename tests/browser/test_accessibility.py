@@ -110,6 +110,7 @@ PAGES = [
     Page("runs:run-list", "run-list", "/"),
     *(Page("runs:run-detail", f"run-detail[{run}]", f"/runs/{run}/") for run in STORY_RUNS),
     Page("runs:run-detail", "run-detail[focus]", f"/runs/{FOCUS_RUN}/?focus={FOCUS_EVENT}"),
+    Page("runs:run-detail", "run-detail[tree]", f"/runs/{FOCUS_RUN}/?view=tree&focus={FOCUS_EVENT}"),
     # Without htmx an event's address is the run page with the event open in the detail panel.
     Page("runs:event-detail", "event-detail", f"/runs/{FOCUS_RUN}/events/{FOCUS_EVENT}/"),
     Page("runs:run-import", "run-import", "/runs/import/"),

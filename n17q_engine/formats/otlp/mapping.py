@@ -118,10 +118,24 @@ def convert_trace(
         return _TraceConverter(spans, original, original_media_type, span_bytes, original_digest).convert()
 
 
+# A span's name in its events' `otlp` provenance is cut here (the whole is in the kept span).
+MAX_SPAN_NAME_CHARS = 200
+
+
 def _name_parent(ref: dict[str, Any], span: _Span) -> None:
-    """The span's parent in the trace, in its events' `otlp` provenance (`parent`), when the trace holds it."""
+    """The span's parent in the trace, in its events' `otlp` provenance (`parent`), when the trace holds it; and the
+    span's name and wall-clock start and end (`name`, `start_ns`, `end_ns`), so that the run page's span tree shows
+    every span with its duration from any of its events, without reading the kept original, and a parent that made no
+    event by its name (`parent_name`) (issue 38)."""
     if span.parent is not None:
         ref["parent"] = span.parent.hex
+        ref["parent_name"] = span.parent.name[:MAX_SPAN_NAME_CHARS]
+    ref["name"] = span.name[:MAX_SPAN_NAME_CHARS]
+    start, end = span.raw.get("start_ns"), span.raw.get("end_ns")
+    if isinstance(start, int) and start > 0:
+        ref["start_ns"] = start
+        if isinstance(end, int) and end >= start:
+            ref["end_ns"] = end
 
 
 class _TraceConverter(_SpanMapper):
