@@ -466,6 +466,18 @@ def correctable_fields(event: Event) -> list[str]:
     return names[:30]
 
 
+def corrected_events(run: Run, event_pks: list[int]) -> set[int]:
+    """Which of these events (the trace's window) a correction names as its subject: one query through the edges, none
+    for a run nobody corrected."""
+    if not event_pks or not (run.kind_counts or {}).get("annotation.correction"):
+        return set()
+    return set(
+        Edge.objects.filter(
+            target_event_id__in=event_pks, field="subject", source__kind="annotation.correction"
+        ).values_list("target_event_id", flat=True)
+    )
+
+
 def annotation_total(run: Run) -> int:
     return sum((run.kind_counts or {}).get(k, 0) for k in v.ANNOTATION_KINDS)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 
 import pytest
@@ -331,6 +332,9 @@ def test_the_run_page_shows_annotations_and_the_panel_the_corrected_fact_beside_
     detail = panel[panel.index('id="detail"') :]
     assert "corrected to <strong><code>error</code>" in detail and "recorded <code>not_found</code>" in detail
     assert 'id="correct-event"' in detail and 'id="annotate-event"' in detail
+    # In the trace too: the corrected event's row says so, beside its recorded outcome.
+    row = re.search(r'<li class="trace-row[^"]*" id="ev-e-res2"[^>]*>.*?</li>', html, re.S).group(0)
+    assert "not found" in row and '<span class="badge warn">corrected</span>' in row
 
 
 def test_the_page_forms_append_for_reviewers_and_refuse_viewers_and_bad_input(client, run, reviewer, role_user):
@@ -369,6 +373,15 @@ def test_the_run_page_query_count_is_pinned_with_annotations_and_does_not_grow_w
     one, one_panel = _queries(client, f"/runs/{RUN}/"), _queries(client, f"/runs/{RUN}/?event=e-res2")
     # The run's list: one query once the run holds any; the panel's: one more (the edges naming the event).
     assert (one, one_panel) == (bare + 1, bare_panel + 2)
+    annotations.annotate(
+        run,
+        {"annotation": "correction", "event": "e-res2", "field": "outcome", "corrected": "error",
+         "basis": ["e-call2"], "rationale": "down"},
+        user=reviewer,
+    )  # fmt: skip
+    # A correction: + the corrected events of the trace's window (one query through the edges).
+    one, one_panel = one + 1, one_panel + 1
+    assert (_queries(client, f"/runs/{RUN}/"), _queries(client, f"/runs/{RUN}/?event=e-res2")) == (one, one_panel)
     for n in range(20):
         annotations.annotate(run, {"annotation": "label", "name": f"l{n}", "event": "e-res2"}, user=reviewer)
     assert (_queries(client, f"/runs/{RUN}/"), _queries(client, f"/runs/{RUN}/?event=e-res2")) == (one, one_panel)
