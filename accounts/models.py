@@ -26,6 +26,8 @@ class HarnessToken(models.Model):
         # included; launching answers the launch summary, a reading, so it needs both (docs: README "API").
         LAUNCH_REPLAYS = "replays:launch"
         READ_REPLAYS = "replays:read"
+        # Issue 38: append scores, labels, comments and corrections to a run (runs/annotations.py).
+        ANNOTATE_RUNS = "runs:annotate"
 
     name = GatedCharField(max_length=200)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="harness_tokens")

@@ -1,6 +1,7 @@
 """The console's roles (DESIGN §8) as Django groups with permissions.
 
-viewer reads; operator also imports and launches replays; reviewer also reviews and approves fixtures;
+viewer reads; operator also imports and launches replays; reviewer also reviews and approves fixtures and
+annotates runs (scores, labels, comments, corrections: runs/annotations.py);
 admin may do everything and reaches the Django admin. A harness acts through a scoped token whose user
 holds the role its scopes need.
 """
@@ -16,13 +17,19 @@ ROLES = (VIEWER, OPERATOR, REVIEWER, ADMIN)
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     VIEWER: ("runs.view_run",),
     OPERATOR: ("runs.view_run", "runs.import_run", "runs.launch_replay", "fixtures_review.capture_recording"),
-    REVIEWER: ("runs.view_run", "fixtures_review.review_capture", "fixtures_review.capture_recording"),
+    REVIEWER: (
+        "runs.view_run",
+        "fixtures_review.review_capture",
+        "fixtures_review.capture_recording",
+        "runs.annotate_run",
+    ),
     ADMIN: (
         "runs.view_run",
         "runs.import_run",
         "runs.launch_replay",
         "fixtures_review.review_capture",
         "fixtures_review.capture_recording",
+        "runs.annotate_run",
     ),
 }
 

@@ -57,6 +57,14 @@ VIOLATION_TARGETS = ("socket", "dns", "subprocess", "file")
 # Extension (issue 19, seed 000 "Concurrency was recorded as behavior"): the steps of a declared race's schedule
 # the engine followed (n17q_engine/concurrency.py, docs/concurrency.md).
 SCHEDULE_STEPS = ("run", "accept", "deduplicate", "hold", "release", "skip", "commit")
+# Extension (issue 38, seed 001 "Corrections named their author, basis, and time"): what a reviewer adds to a run after
+# it ran (docs/annotations.md). An `annotation.recorded` is a score, a label or a comment on the run (no `subject`),
+# an event (`subject`) or a lineage finding (`finding {code, from_id, to_id}`); an `annotation.correction` says that a
+# recorded fact of one event was otherwise (`subject`, `field`, `recorded`, `corrected`), on the events it rests on
+# (`basis_ids`). Both name their author and role; `at.wall` is when. Either may supersede an earlier one of the run
+# (`supersedes_id`): nothing is edited, the later one is read instead. Neither changes a fact, a finding or a verdict.
+ANNOTATION_TYPES = ("score", "label", "comment")
+ANNOTATION_KINDS = ("annotation.recorded", "annotation.correction")
 
 # Python types a field may hold. "number" admits int and float (never bool).
 STR, INT, NUMBER, BOOL, LIST, DICT, ANY = "string", "integer", "number", "boolean", "array", "object", "any"
@@ -293,6 +301,29 @@ KINDS: dict[str, dict[str, Field]] = {
         "barrier": opt(STR),
         "world_revision": opt(INT),
         "reason": opt(STR),
+    },
+    "annotation.recorded": {
+        "annotation": f(STR, enum=ANNOTATION_TYPES),
+        "subject": opt(STR),
+        "finding": opt(DICT),
+        "name": opt(STR),
+        "value": opt(ANY),
+        "scale": opt(STR),
+        "text": opt(STR),
+        "supersedes_id": opt(STR),
+        "author": f(STR),
+        "author_role": f(STR),
+    },
+    "annotation.correction": {
+        "subject": f(STR),
+        "field": f(STR),
+        "recorded": f(ANY, nullable=True),
+        "corrected": f(ANY, nullable=True),
+        "basis_ids": f(LIST, items=STR),
+        "rationale": f(STR),
+        "supersedes_id": opt(STR),
+        "author": f(STR),
+        "author_role": f(STR),
     },
 }
 

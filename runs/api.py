@@ -22,6 +22,7 @@ from console.pagination import StrictLimitOffsetPagination
 from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_budget
 from n17q_engine.bundle import BundleError
 
+from . import annotations as annotation_service
 from . import selectors
 from .bundle_export import BundleExportError, export_download
 from .import_formats import runs_import_from_upload
@@ -322,3 +323,111 @@ class RunOtlpApi(APIView):
     )
     def get(self, request: Request, run_id: str) -> FileResponse | Response:
         return _export(request, run_id, "otlp-json")
+
+
+class AnnotationInput(serializers.Serializer):
+    """A score, label, comment or correction (runs/annotations.py): `annotation` says which."""
+
+    annotation = serializers.ChoiceField(["score", "label", "comment", "correction"])
+    target = serializers.ChoiceField(
+        list(annotation_service.TARGETS), required=False, help_text="run (default), event, finding"
+    )
+    event = serializers.CharField(
+        required=False, help_text="the event annotated, or corrected (a correction's subject)"
+    )
+    finding = serializers.CharField(required=False, help_text="a finding: its id, or CODE:from-event (LIN006:e-12)")
+    name = serializers.CharField(required=False, help_text="a score's or a label's name (correctness, hallucination)")
+    value = serializers.JSONField(required=False, help_text="a score's value on its scale (0.8, or pass)")
+    scale = serializers.CharField(required=False, help_text="LOW..HIGH (default 0..1) or words joined by / (pass/fail)")
+    text = serializers.CharField(
+        required=False, help_text=f"a comment, at most {annotation_service.TEXT_MAX} characters"
+    )
+    field = serializers.CharField(required=False, help_text="a correction: the event's field it corrects (outcome)")
+    corrected = serializers.JSONField(required=False, help_text="a correction: the value the field should have read")
+    basis = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="a correction: the event ids it rests on"
+    )
+    rationale = serializers.CharField(required=False, help_text="a correction: why, in a sentence")
+    supersedes = serializers.CharField(required=False, help_text="the id of an earlier annotation this one replaces")
+
+
+def annotation_output_schema(*, made: bool = False) -> serializers.Serializer:
+    """A listed annotation (paginated, many), or the one a POST made (with what was masked in it)."""
+    extra: dict[str, serializers.Field] = {}
+    if made:
+        extra["masked"] = serializers.ListField(
+            child=serializers.DictField(), help_text="{path, rule} of each secret masked before it was stored"
+        )
+    return inline_serializer(
+        "AnnotationMade" if made else "Annotation",
+        {
+            "id": serializers.CharField(help_text="the annotation's event id (ann-<seq>)"),
+            "seq": serializers.IntegerField(),
+            "kind": serializers.ChoiceField(["annotation.recorded", "annotation.correction"]),
+            "annotation": serializers.ChoiceField(["score", "label", "comment", "correction"]),
+            "target": serializers.ChoiceField(list(annotation_service.TARGETS)),
+            "subject": serializers.CharField(allow_null=True),
+            "finding": serializers.DictField(allow_null=True, help_text="{code, from_id, to_id}"),
+            "author": serializers.CharField(),
+            "author_role": serializers.CharField(),
+            "at": serializers.DateTimeField(help_text="when it was made (the event's wall time)"),
+            "supersedes": serializers.CharField(allow_null=True),
+            "superseded_by": serializers.CharField(allow_null=True),
+            **extra,
+        },
+        many=not made,
+    )
+
+
+class RunAnnotationsApi(APIView):
+    """GET lists a run's annotations and corrections; POST appends one (reviewers)."""
+
+    pagination_class = StrictLimitOffsetPagination
+
+    def get_permissions(self):
+        if self.request.method == "POST":
+            return [requires_perm(annotation_service.ANNOTATE_PERM)(), scoped(HarnessToken.Scope.ANNOTATE_RUNS)()]
+        return [requires_perm("runs.view_run")(), scoped(READ_RUNS)()]
+
+    @extend_schema(
+        summary="Annotations and corrections of a run, paginated",
+        description="Scores, labels and comments on the run, its events and its findings, and corrections of recorded "
+        "facts, in the order they were made (docs/annotations.md). Each is an event of the run's graph "
+        "(`annotation.recorded`, `annotation.correction`) naming its author, role and time; `superseded_by` names a "
+        "later one that replaces it.",
+        responses=annotation_output_schema(),
+        parameters=[RUN_ID],
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = get_object_or_404(Run, run_id=run_id)
+        paginator = self.pagination_class()
+        # The page's window of the run's annotations, read with what supersedes them (the annotations are few).
+        rows = annotation_service.run_annotations(run, limit=annotation_service.annotation_total(run))
+        page = paginator.paginate_queryset(rows, request, view=self) or []
+        return paginator.get_paginated_response([a.as_json() for a in page])
+
+    @extend_schema(
+        summary="Annotate a run, an event or a finding, or correct a recorded fact",
+        description="JSON. `annotation`: `score` (`name`, `value`, `scale` LOW..HIGH or a/b), `label` (`name`), "
+        f"`comment` (`text`, at most {annotation_service.TEXT_MAX} characters), on `target` run, event (`event`) or "
+        "finding (`finding`); or `correction` (`event`, `field`, `corrected`, `basis` event ids, `rationale`): "
+        "appended as a new event naming the author, the basis and the time; the corrected event is not changed, "
+        "nor the run's facts, findings or verdict. `supersedes` names an earlier annotation this one replaces. Secrets "
+        "typed are masked before anything is stored (`masked`). Needs the reviewer role; a token, `runs:annotate`. "
+        "Audited (`run.annotated`). Bad input: 400 with one line.",
+        request=AnnotationInput,
+        responses={201: annotation_output_schema(made=True), 400: ErrorOutput},
+        parameters=[RUN_ID],
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = get_object_or_404(Run, run_id=run_id)
+        data = AnnotationInput(data=request.data)
+        if not data.is_valid():
+            name, problems = next(iter(data.errors.items()))
+            return Response({"error": f"{name}: {problems[0]}"}, status=status.HTTP_400_BAD_REQUEST)
+        try:
+            made = annotation_service.annotate(run, data.validated_data, user=request.user, request=request)
+        except annotation_service.AnnotationRefused as exc:
+            return Response({"error": str(exc), "field": exc.field}, status=status.HTTP_400_BAD_REQUEST)
+        answer = annotation_service.Annotation(made.event).as_json()
+        return Response({**answer, "masked": made.masked}, status=status.HTTP_201_CREATED)

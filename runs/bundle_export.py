@@ -25,7 +25,7 @@ from django.http import FileResponse
 from accounts.audit import audit_record
 from n17q_engine import canonical
 from n17q_engine.formats.otlp.export import otlp_json_chunks, trace_id_for
-from n17q_engine.vocabulary import BUNDLE_FORMAT
+from n17q_engine.vocabulary import ANNOTATION_KINDS, BUNDLE_FORMAT
 
 from .blob_access import run_blob_open
 from .models import Event, Run, RunBlob
@@ -49,14 +49,19 @@ class RunBundle:
     expired: dict[str, Expiry] = field(default_factory=dict)
     run_blobs: list[RunBlob] = field(default_factory=list)
 
-    def events(self) -> Iterator[dict[str, Any]]:
-        """Each event as stored, in seq order (a bounded number held at a time)."""
-        bodies = Event.objects.filter(run=self.run).order_by("seq").values_list("body", flat=True)
+    def events(self, *, annotations: bool = True) -> Iterator[dict[str, Any]]:
+        """Each event as stored, in seq order (a bounded number held at a time). `annotations=False` leaves out what
+        reviewers appended after the run (runs/annotations.py): a replay reconstructs what the run knew, not the
+        notes made about it (docs/annotations.md)."""
+        events = Event.objects.filter(run=self.run)
+        if not annotations:
+            events = events.exclude(kind__in=ANNOTATION_KINDS)
+        bodies = events.order_by("seq").values_list("body", flat=True)
         yield from bodies.iterator(EVENTS_READ)
 
-    def event_lines(self) -> Iterator[bytes]:
+    def event_lines(self, *, annotations: bool = True) -> Iterator[bytes]:
         """Each event as stored, canonical JSON and a line feed, in seq order (a bounded number held at a time)."""
-        for body in self.events():
+        for body in self.events(annotations=annotations):
             yield canonical.canonical_json(body) + b"\n"
 
     def blobs(self) -> Iterator[tuple[str, IO[bytes]]]:

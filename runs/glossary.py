@@ -112,6 +112,27 @@ TERMS: tuple[tuple[str, str], ...] = (
         "live results): not a replay and not reproducible, since nothing guarantees the same answers again. "
         "Chosen apart from the counterfactual's diagnostic variables, and labelled on every page that shows it.",
     ),
+    (
+        "annotation",
+        "What a reviewer adds to a run after it ran (issue 38): a score (a named value on a scale, correctness 0.8 on "
+        "0..1 or pass on pass/fail), a label (a tag) or a comment, on the run, one of its events (a span of an "
+        "imported trace is its event) or a lineage finding. Appended to the run as an annotation.recorded event naming "
+        "its author, role and time; never edited: a change of mind is a later annotation that supersedes it "
+        "(docs/annotations.md).",
+    ),
+    (
+        "correction",
+        "A reviewer's statement that a recorded fact of one event was otherwise (this result's outcome was error, "
+        "this evidence was stale): an annotation.correction event naming the event and field, the value recorded and "
+        "the value corrected, its basis (the events it rests on), its author and time (seed 001: corrections named "
+        "their author, basis, and time). The event keeps what it recorded; the facts, findings and verdict read the "
+        "recorded value, and every page shows the correction beside it, never in its place.",
+    ),
+    (
+        "supersede",
+        "A later annotation or correction naming an earlier one it replaces (supersedes_id): both stay in the run; "
+        "the earlier is shown struck through with the later one named.",
+    ),
 )
 
 

@@ -86,6 +86,8 @@ class Run(models.Model):
         permissions = [
             ("import_run", "Can import run bundles"),
             ("launch_replay", "Can launch replays"),
+            # Issue 38: scores, labels, comments and corrections, appended as events (runs/annotations.py).
+            ("annotate_run", "Can annotate runs and correct recorded facts"),
         ]
         indexes = [
             models.Index(fields=["environment", "mode"]),

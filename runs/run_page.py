@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .annotations import corrected_events
 from .event_detail import EventDetail, digests_in, event_detail_build
 from .focus import Focus, focus_resolve
 from .lineage_picture import Picture, picture_build
@@ -118,6 +119,11 @@ def page_build(
         row.is_focus = focus is not None and focus.event is not None and row.event.pk == focus.event.pk
         row.selected = row.event.event_id == event_ref
         row.finding_codes = sorted(set(bad.get(row.event.event_id, [])))
+    # A correction is shown beside the event it corrects (issue 38, runs/annotations.py), never in its place.
+    corrected = corrected_events(run, [row.event.pk for row in trace.rows])
+    for row in trace.rows:
+        if row.event.pk in corrected:
+            row.badges = [*row.badges, ("warn", "corrected")]
     expired = run_blob_expiries(run)
     if expired:
         for row in trace.rows:

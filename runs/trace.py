@@ -67,6 +67,8 @@ FAMILIES: tuple[Family, ...] = (
         ("replay.scope", "fixture.missing", "fixture.ambiguous", "sandbox.violation"),
     ),
     Family("account", "Final account", "⬢", ("account.claim",)),
+    # Issue 38: what reviewers added after the run (runs/annotations.py), appended after its last event.
+    Family("annotations", "Annotations and corrections", "✎", ("annotation.recorded", "annotation.correction")),
 )
 FAMILY_BY_KEY = {f.key: f for f in FAMILIES}
 FAMILY_OF_KIND = {kind: f for f in FAMILIES for kind in f.kinds}
@@ -210,6 +212,16 @@ def row_summary(body: dict[str, Any], *, tool: str | None = None) -> tuple[str, 
         text = f"world revision {get('world_revision')}"
     elif kind == "clock.advanced":
         text = f"{get('from')} → {get('to')}"
+    elif kind == "annotation.recorded":
+        what = body.get("annotation")
+        on = f"on {body['subject']}" if body.get("subject") else "on the run"
+        if isinstance(body.get("finding"), dict):
+            on = f"on {body['finding'].get('code')} {body['finding'].get('from_id')}"
+        said = f"{body.get('name')} {body.get('value')}" if what == "score" else body.get("name") or body.get("text")
+        text = f"{what} {on}: {_clip(str(said or ''), 60)} by {get('author')}"
+    elif kind == "annotation.correction":
+        text = f"{get('subject')}.{get('field')}: {get('recorded')} → {get('corrected')} by {get('author')}"
+        badges.append(("warn", "correction"))
     elif kind == "replay.scope":
         scenario = body.get("scenario") or {}
         text = f"{scenario.get('name')}@{scenario.get('version')} {get('scope')}, isolation {get('isolation')}"

@@ -11,4 +11,5 @@ urlpatterns = [
     path("runs/<str:run_id>/events/<str:event_id>/", views.event_detail, name="event-detail"),
     path("runs/<str:run_id>/blobs/<str:digest>/", views.blob_download, name="blob-download"),
     path("runs/<str:run_id>/export/", views.run_export, name="run-export"),
+    path("runs/<str:run_id>/annotations/", views.run_annotate, name="run-annotate"),
 ]

@@ -15,6 +15,7 @@ from console.htmx import HtmxHttpRequest
 from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_budget
 from n17q_engine.bundle import BundleError
 
+from . import annotations as annotation_service
 from . import run_page, selectors
 from .blob_access import run_blob_read
 from .blob_preview import INLINE_IMAGE_TYPES
@@ -147,6 +148,29 @@ def run_export(request: HtmxHttpRequest, run_id: str) -> HttpResponse | FileResp
         return export_download(run, actor=request.user, by="web", request=request, fmt=fmt)
     except BundleExportError as exc:
         return HttpResponse(f"{exc}\n", status=409, content_type="text/plain; charset=utf-8")
+
+
+@permission_required(annotation_service.ANNOTATE_PERM, raise_exception=True)
+@require_http_methods(["POST"])
+def run_annotate(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """The run page's Annotate forms (the run, an event in the detail panel, a finding): one annotation or correction
+    appended (runs/annotations.py), then back to where it was made; bad input is a 400 with one line."""
+    run = get_object_or_404(Run, run_id=run_id)
+    post = request.POST
+    data: dict[str, object] = {k: post.get(k) for k in annotation_service.FORM_FIELDS if post.get(k) not in (None, "")}
+    if "basis" in data:
+        data["basis"] = str(data["basis"]).replace(",", " ").split()
+    try:
+        made = annotation_service.annotate(run, data, user=request.user, request=request)
+    except annotation_service.AnnotationRefused as exc:
+        return HttpResponse(f"{exc}\n", status=400, content_type="text/plain; charset=utf-8")
+    if made.masked:
+        messages.warning(request, f"{len(made.masked)} secret(s) in what you typed were masked before it was stored.")
+    where = reverse("runs:run-detail", args=[run.run_id])
+    subject = made.event.body.get("subject") if isinstance(made.event.body, dict) else None
+    if subject:
+        return redirect(f"{where}?{urlencode({'event': subject})}#detail")
+    return redirect(f"{where}#annotations")
 
 
 def glossary(request: HtmxHttpRequest) -> HttpResponse:

@@ -20,6 +20,7 @@ from tests.test_openapi import operations, served_schema
 
 IMPORT, CAPTURE = HarnessToken.Scope.IMPORT_RUNS.value, HarnessToken.Scope.CAPTURE.value
 LAUNCH, READ_REPLAYS = HarnessToken.Scope.LAUNCH_REPLAYS.value, HarnessToken.Scope.READ_REPLAYS.value
+ANNOTATE = HarnessToken.Scope.ANNOTATE_RUNS.value
 
 # The audit of issue 33, operation by operation: what a token needs, all of it ([]: no token needed or any token).
 AUDITED = {
@@ -32,6 +33,10 @@ AUDITED = {
     "GET /api/v1/runs/{run_id}/bundle/": [IMPORT],
     # The run as OTLP JSON: the same reading, the same scope.
     "GET /api/v1/runs/{run_id}/otlp/": [IMPORT],
+    # Issue 38: a run's annotations are read like its findings; appending one needs its own scope (the answer is the
+    # annotation just made, nothing else of the run).
+    "GET /api/v1/runs/{run_id}/annotations/": [IMPORT],
+    "POST /api/v1/runs/{run_id}/annotations/": [ANNOTATE],
     # It answers with the run's result events and tools: reading a run, not only capturing.
     "POST /api/v1/runs/{run_id}/captures/": [CAPTURE, IMPORT],
     "POST /api/v1/captures/": [CAPTURE],
