@@ -35,7 +35,9 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     if request.GET and not form.is_valid():
         # A value the filters cannot read: said in one line beside the form, nothing listed (never a 500).
         context = {"form": form, "page": [], "refused": form_errors_line(form)}
-        return render(request, template, context, status=400)
+        # htmx swaps no 4xx answer: the table it replaces would go on showing the last filter's runs, so the partial
+        # says the refusal with a 200 (the address and the API answer 400).
+        return render(request, template, context, status=200 if request.htmx else 400)
     filters = form.cleaned_data if request.GET else {}
     if search_asked(filters):
         found = search.run_search(filters)

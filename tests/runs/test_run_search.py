@@ -315,3 +315,36 @@ def test_run_summaries_fills_a_run_stored_without_one(runs):
     RunSummary.objects.filter(run__run_id="run-big").delete()
     call_command("run_summaries")
     assert RunSummary.objects.get(run__run_id="run-big").tokens == 250_000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migration_0022_fills_the_summaries_of_runs_stored_before_it(tmp_path, settings):
+    from tests.migrations_at import migrate_to
+
+    settings.N17Q_MODEL_PRICES = __import__("n17q_engine.pricing", fromlist=["price_table"]).price_table(PRICES)
+    make(tmp_path, "run-then", model="gpt-4o-mini", tokens=(1000, 200), created_at="2026-07-03T09:00:00Z")
+    make(tmp_path, "run-then-mail", tool="smtp.send", dangling=True)
+    written = {
+        s.run.run_id: (s.kind, s.outcome, s.tools, s.model_names, s.codes, s.tokens, s.cost, s.started_at, s.text)
+        for s in RunSummary.objects.select_related("run")
+    }
+    migrate_to([("runs", "0021_run_facts")])
+    try:
+        migrate_to()
+    finally:
+        migrate_to()
+    filled = {
+        s.run.run_id: (s.kind, s.outcome, s.tools, s.model_names, s.codes, s.tokens, s.cost, s.started_at, s.text)
+        for s in RunSummary.objects.select_related("run")
+    }
+    assert filled == written
+    assert filled["run-then"][6] == Decimal("0.000270")
+
+
+def test_the_live_filter_shows_a_refusal_in_place_of_the_table(viewer_client, runs):
+    # htmx swaps no 4xx answer: the partial says the refusal where the stale rows would have stayed.
+    response = viewer_client.get("/?code=XYZ", headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="run-table">') and "Not filtered: code:" in html
+    assert listed(html) == []
