@@ -36,6 +36,8 @@ def test_filter_the_list_then_compare_two_runs(page, login, live_server, demo):
     htmx_settled(page)
     params = parse_qs(urlparse(page.url).query)
     assert params["model"] == ["n17q"] and params["kind"] == ["recorded"]
+    # Only the filters in use are in the address.
+    assert sorted(params) == ["kind", "model"], page.url
     rows = page.locator("table.run-search tbody tr")
     assert rows.count() == 3
     assert "match" in page.locator(".search-count").inner_text()
