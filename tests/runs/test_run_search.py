@@ -168,9 +168,9 @@ def test_the_cost_filter_says_how_many_runs_it_could_not_judge(viewer_client, ru
     html = get(viewer_client, "/?cost_min=0")
     assert listed(html) == ["run-mini", "run-big"]
     # claude (not priced), mail (no charge), native (no split), the replay (no charge): never matched, counted.
-    assert "4 more runs match the other filters but have no evaluated cost" in html
+    assert "4 runs that the other filters match have no evaluated cost" in html
     html = get(viewer_client, "/?cost_min=0&kind=replay")
-    assert listed(html) == [] and "1 more run matches the other filters but has no evaluated cost" in html
+    assert listed(html) == [] and "1 run that the other filters match has no evaluated cost" in html
 
 
 def test_the_form_shows_the_filter_and_the_links_keep_it(viewer_client, runs):
