@@ -357,6 +357,172 @@ def cmd_span_tree(repeat: str, small_file: str, *large_files: str) -> dict[str, 
     }
 
 
+def cmd_run_search(runs: str, repeat: str) -> dict[str, Any]:
+    """Server time and queries of the cross-run search (benchmarks/bench_run_search.py) over `runs` runs: the demo's
+    stories imported, the rest synthesized in bulk (a Run row and its RunSummary each)."""
+    import random
+    from datetime import UTC, datetime, timedelta
+    from decimal import Decimal
+
+    os.environ["N17Q_STATIC_ROOT"] = os.path.join(os.environ["N17Q_DATA_DIR"], "static")
+    _setup(migrate=True)
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.core.management import call_command
+    from django.db import connection, transaction
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from n17q_engine.run_summary import lines
+    from runs.models import Run, RunSummary
+
+    call_command("collectstatic", "--noinput", verbosity=0)
+    call_command("load_demo", verbosity=0)
+    real = list(Run.objects.order_by("id").values_list("run_id", flat=True))
+    total, small = int(runs), 100
+    tools = [f"tool.{name}" for name in ("search", "read_file", "apply_patch", "shell", "email_send", "http_get")]
+    models = ["gpt-4o-mini-2024-07-18", "gpt-4o", "claude-3-5-sonnet", "llama-3.1-70b"]
+    codes = ["LIN001", "LIN003", "LIN005", "LIN007", "LIN011", "LIN012", "LIN014"]
+    rng = random.Random(38)
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    middle = (start + timedelta(minutes=5 * total // 2)).date().isoformat()
+
+    def synthesize(first: int, last: int) -> None:
+        for lo in range(first, last, 5000):
+            hi = min(last, lo + 5000)
+            batch = []
+            for i in range(lo, hi):
+                created = start + timedelta(minutes=5 * i + rng.randrange(5))
+                batch.append(
+                    Run(
+                        run_id=f"run-synth-{i:07d}",
+                        title=f"Synthetic run {i} of the search benchmark",
+                        task_id=f"task-{i % 300}",
+                        task_revision="r1",
+                        environment="live" if i % 3 else "fixture",
+                        mode="recorded" if i % 4 else "rerun",
+                        model_name=models[i % len(models)],
+                        model_version="1",
+                        policy_revision="bench-policy@1",
+                        created_at=created,
+                        manifest_run={},
+                        bundle_digest="sha256:" + "0" * 64,
+                        finding_count=(i % 7 == 0) * 2,
+                        error_count=(i % 14 == 0),
+                        final_state=("completed", "failed", "interrupted")[i % 3],
+                        event_count=0,
+                    )
+                )
+            with transaction.atomic():
+                made = Run.objects.bulk_create(batch)
+                summaries = []
+                for i, run in zip(range(lo, hi), made, strict=True):
+                    used = sorted({tools[(i + k) % len(tools)] for k in range(1 + i % 4)})
+                    model = models[i % len(models)]
+                    found = [codes[(i // 7) % len(codes)]] if run.finding_count else []
+                    tin, tout = 200 + (i * 37) % 20000, 50 + (i * 11) % 4000
+                    priced = not model.startswith("llama")
+                    summaries.append(
+                        RunSummary(
+                            run=run,
+                            created_at=run.created_at,
+                            started_at=run.created_at + timedelta(seconds=3),
+                            kind=("recorded", "recorded", "replay", "imported")[i % 4],
+                            outcome="errors" if run.error_count else "warnings" if run.finding_count else "clean",
+                            final_state=run.final_state,
+                            scenario="",
+                            tools=lines(used),
+                            model_names=lines([model]),
+                            codes=lines(found),
+                            model_calls=1 + i % 9,
+                            tokens=tin + tout,
+                            tokens_in=tin,
+                            tokens_out=tout,
+                            cost=(Decimal(tin) * Decimal("0.15") + Decimal(tout) * Decimal("0.6")) / 1_000_000
+                            if priced
+                            else None,
+                            currency="USD" if priced else "",
+                            usage={},
+                            text="\n".join([run.run_id, run.title, run.task_id, *used, model, *found]).lower(),
+                        )
+                    )
+                RunSummary.objects.bulk_create(summaries)
+
+    user = get_user_model().objects.create_user("bench-viewer", password="bench-password-1")
+    user.groups.add(Group.objects.get(name="viewer"))
+    settings.ALLOWED_HOSTS = ["localhost"]
+    settings.SECURE_SSL_REDIRECT = False
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(user)
+
+    def cursor_page() -> str:
+        """The second page of the model filter: after the cursor of its 50th run (the link the first page gives)."""
+        from urllib.parse import quote
+
+        from runs.search import cursor_of, summaries_filtered
+
+        rows = summaries_filtered({"model": "gpt-4o"}).order_by("-created_at", "-run_id")
+        return f"/?model=gpt-4o&after={quote(cursor_of(rows[min(49, rows.count() - 1)]))}"
+
+    pages: dict[str, Any] = {
+        "run list, text search (rare: one run)": lambda: f"/?q=synthetic+run+{total // 2}+of",
+        "run list, text search (none)": lambda: "/?q=no-such-text-anywhere",
+        "run list, tool": lambda: "/?tool=tool.email",
+        "run list, model": lambda: "/?model=claude",
+        "run list, finding code": lambda: "/?code=LIN012",
+        "run list, kind": lambda: "/?kind=imported",
+        "run list, outcome": lambda: "/?outcome=errors",
+        "run list, final state": lambda: "/?state=interrupted",
+        "run list, created range (a day in the middle)": lambda: f"/?created_from={middle}&created_to={middle}",
+        "run list, started range (a day in the middle)": lambda: f"/?started_from={middle}&started_to={middle}",
+        "run list, tokens range": lambda: "/?tokens_min=20000&tokens_max=21000",
+        "run list, cost range (with the not-evaluated count)": lambda: "/?cost_min=0.003&cost_max=0.0031",
+        "run list, five filters": lambda: "/?model=gpt&tool=tool.shell&outcome=warnings&kind=recorded&tokens_min=100",
+        "run list, next page by cursor": cursor_page,
+        "API, model and tokens": lambda: "/api/v1/runs/?model=gpt-4o&tokens_min=10000",
+        "event search, tool": lambda: "/search/events/?tool=email",
+        "compare two runs": lambda: f"/compare/?run={real[0]}&run={real[1]}",
+    }
+    started = time.perf_counter()
+    synthesize(0, small - len(real))
+    small_counts: dict[str, int] = {}
+    for name, url_of in pages.items():
+        url = url_of()
+        client.get(url)
+        connection.queries_log.clear()
+        with CaptureQueriesContext(connection) as ctx:
+            response = client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+        small_counts[name] = len(ctx.captured_queries)
+    synthesize(small - len(real), total - len(real))
+    synth_s = time.perf_counter() - started
+    connection.cursor().execute("ANALYZE")
+    out: dict[str, Any] = {}
+    for name, url_of in pages.items():
+        url = url_of()
+        client.get(url)
+        connection.queries_log.clear()
+        with CaptureQueriesContext(connection) as ctx:
+            response = client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+        queries = len(ctx.captured_queries)
+        body = response.content.decode()
+        times = []
+        for _ in range(int(repeat)):
+            t = time.perf_counter()
+            client.get(url)
+            times.append(time.perf_counter() - t)
+        out[name] = {
+            "url": url,
+            "queries": queries,
+            "queries_small": small_counts[name],
+            "times_s": times,
+            "listed": body.count('class="run-name"') + body.count('"id":"run-') + body.count("#detail"),
+        }
+    return {"pages": out, "runs": Run.objects.count(), "small_runs": small, "synth_s": synth_s}
+
+
 def main(argv: list[str]) -> int:
     commands: dict[str, Callable[..., dict[str, Any]]] = {
         "migrate": cmd_migrate,
@@ -365,6 +531,7 @@ def main(argv: list[str]) -> int:
         "lineage-db": cmd_lineage_db,
         "run-page": cmd_run_page,
         "span-tree": cmd_span_tree,
+        "run-search": cmd_run_search,
     }
     if not argv or argv[0] not in commands:
         print(f"usage: python -m benchmarks._child {{{'|'.join(commands)}}} ...", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import Any
 
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
@@ -23,11 +24,12 @@ from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_b
 from n17q_engine.bundle import BundleError
 
 from . import annotations as annotation_service
-from . import selectors
+from . import search, selectors
 from .bundle_export import BundleExportError, export_download
+from .forms import RunFilterForm, form_errors_line, search_asked
 from .import_formats import runs_import_from_upload
 from .importer import FINDINGS_IN_ANSWER
-from .models import Finding, Run
+from .models import Finding, Run, RunSummary
 
 # The example run id in the docs (and the one the schema test tries first): the README's example bundle.
 RUN_ID = OpenApiParameter(
@@ -129,6 +131,95 @@ class RunOutput(serializers.ModelSerializer):
         ]
 
 
+class RunSummaryOutput(serializers.ModelSerializer):
+    models = serializers.ListField(source="model_list", child=serializers.CharField())
+    tools = serializers.ListField(source="tool_list", child=serializers.CharField())
+    codes = serializers.ListField(source="code_list", child=serializers.CharField())
+    cost = serializers.DecimalField(max_digits=20, decimal_places=6, allow_null=True)
+
+    class Meta:
+        model = RunSummary
+        fields = [
+            "kind",
+            "outcome",
+            "started_at",
+            "models",
+            "tools",
+            "codes",
+            "model_calls",
+            "tokens",
+            "tokens_in",
+            "tokens_out",
+            "cost",
+            "currency",
+        ]
+
+
+class RunSearchOutput(RunOutput):
+    summary = RunSummaryOutput(help_text="what the search reads of the run (runs.models.RunSummary)")
+
+    class Meta(RunOutput.Meta):
+        fields = [*RunOutput.Meta.fields, "summary"]
+
+
+# The run list's filters the API answers besides the search's own (runs.forms.SEARCH_FIELDS).
+API_LIST_FILTERS = ("state", "mode", "environment", "scenario", "findings")
+
+SEARCH_PARAMETERS = [
+    OpenApiParameter(name, OpenApiTypes.STR if kind is None else kind, description=text)
+    for name, kind, text in (
+        (
+            "q",
+            None,
+            "text: a run's id, title or task, a tool, destination or model it used, a finding's code or message",
+        ),
+        ("tool", None, "a tool whose name starts with this"),
+        ("model", None, "a model whose name starts with this"),
+        ("code", None, "a lineage finding code (LIN012)"),
+        ("kind", None, "recorded, replay or imported"),
+        ("outcome", None, "clean, warnings or errors"),
+        ("state", None, "the run's final state"),
+        ("mode", None, "the run's mode"),
+        ("environment", None, "the run's environment"),
+        ("scenario", None, "the run's scenario name"),
+        ("findings", None, "yes or no"),
+        ("created_from", OpenApiTypes.DATE, "created on or after this day"),
+        ("created_to", OpenApiTypes.DATE, "created on or before this day"),
+        ("started_from", OpenApiTypes.DATE, "its first event on or after this day"),
+        ("started_to", OpenApiTypes.DATE, "its first event on or before this day"),
+        ("tokens_min", OpenApiTypes.INT, "at least this many tokens (runs whose tokens are not known never match)"),
+        ("tokens_max", OpenApiTypes.INT, "at most this many tokens"),
+        ("cost_min", OpenApiTypes.DECIMAL, "at least this cost (runs whose cost is not evaluated never match)"),
+        ("cost_max", OpenApiTypes.DECIMAL, "at most this cost"),
+        ("after", None, "the cursor of the next page, as `next` gives it"),
+    )
+]
+
+
+def _run_search_answer(request: Request, filters: dict[str, Any], *, limit: int) -> Response:
+    found = search.run_search(filters, page=limit)
+    runs = []
+    for row in found.rows:
+        run = row.run
+        run.summary = row
+        runs.append(run)
+    next_url = None
+    if found.next_after:
+        params = request.query_params.copy()
+        params["after"] = found.next_after
+        next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+    answer: dict[str, Any] = {
+        "count": found.count,
+        "count_capped": found.count_capped,
+        "next": next_url,
+        "previous": None,
+        "results": RunSearchOutput(runs, many=True).data,
+    }
+    if found.cost_asked:
+        answer["cost_not_evaluated"] = found.cost_not_evaluated
+    return Response(answer)
+
+
 class RunCollectionApi(APIView):
     """GET lists runs; POST imports a bundle (.zip or .tar.gz, multipart field `bundle`)."""
 
@@ -143,11 +234,24 @@ class RunCollectionApi(APIView):
 
     @extend_schema(
         summary="List runs",
-        description="Imported runs, the latest import first, with their summary (events, findings, final state).",
+        description="Imported runs, the latest import first, with their summary (events, findings, final state). "
+        'Any filter (docs/facts.md "Search over runs": the run list\'s, by the same names) makes it the search: '
+        "the matching runs newest created first, each with its `summary` (kind, models, tools, finding codes, model "
+        f"calls, tokens, cost), `count` at most {search.COUNT_CAP} (`count_capped` when more match), `next` the URL "
+        "of the next page by cursor (`after`, no offset), and with a cost filter `cost_not_evaluated`: runs the other "
+        "filters match whose cost is not evaluated, which a cost filter never matches. A bad value is a 400 naming "
+        "the field.",
+        parameters=SEARCH_PARAMETERS,
         responses=RunOutput(many=True),
     )
     def get(self, request: Request) -> Response:
         paginator = self.pagination_class()
+        form = RunFilterForm(request.query_params)
+        if not form.is_valid():
+            return Response({"error": form_errors_line(form)}, status=status.HTTP_400_BAD_REQUEST)
+        filters = form.cleaned_data
+        if search_asked(filters) or any(filters.get(k) for k in API_LIST_FILTERS):
+            return _run_search_answer(request, filters, limit=paginator.get_limit(request) or search.PAGE)
         page = paginator.paginate_queryset(Run.objects.order_by("-imported_at", "-id"), request, view=self)
         return paginator.get_paginated_response(RunOutput(page, many=True).data)
 

@@ -42,6 +42,7 @@ from n17q_engine.budget import checkpoint
 from n17q_engine.bundle import BundleError, parse_iso
 from n17q_engine.facts import FactBuilder
 from n17q_engine.lineage import LineageGraph
+from n17q_engine.run_summary import SummaryBuilder
 from n17q_secrets import gate
 
 from . import import_slices, secret_scan
@@ -59,10 +60,12 @@ from .models import (
     Run,
     RunBlob,
     RunObject,
+    RunSummary,
     blob_storage_name,
 )
 from .retention import run_blobs_hold
 from .secret_scan import BundleMasks, EventsAhead
+from .summary import MESSAGES_IN_TEXT, summary_row
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,8 @@ class ImportResult:
     # What the secret scan masked before storing (runs.secret_scan): {place, event, path, rule, preview}.
     masked_secrets: list[dict[str, str]]
     finding_count: int = 0
+    # The run's search summary (runs.models.RunSummary), written with the run's row by _publish.
+    summary: RunSummary | None = None
 
     @property
     def findings_truncated(self) -> bool:
@@ -539,6 +544,9 @@ def _write_run(
     graph = LineageGraph(run_meta)
     # The facts read an approval's review object from the graph the import builds anyway (one graph, not two).
     facts = FactBuilder(run_meta, required=required_for(run.parent), graph=graph)
+    # What the cross-run search reads of the run (runs.models.RunSummary), gathered as the events go by.
+    search = SummaryBuilder.for_manifest(run_meta)
+    started_at: Any = None
     events_out = Appender(
         Event._meta.db_table,
         ("id", "run_id", "seq", "event_id", "kind", "attempt_ref", "workspace_ref", "logical_at", "wall_at", "body"),
@@ -660,6 +668,9 @@ def _write_run(
             refs = v.references(event)
             graph.add(event, references=refs)
             facts.add(event)
+            search.add(event)
+            if started_at is None:
+                started_at = wall
             first_at = first_at or logical
             last_at = logical
             if kind == "run.state":
@@ -705,7 +716,7 @@ def _write_run(
         writer.submit(edges_out, edge_rows)
         edges_written[0] += len(edge_rows)
         # The findings go through the writer too: in slices, a batch each (runs.import_slices).
-        finding_count, error_count, first_findings = _write_findings(run, graph, event_pk, writer)
+        finding_count, error_count, first_findings, codes = _write_findings(run, graph, event_pk, writer)
     except BaseException:
         writer.abandon()
         raise
@@ -729,11 +740,23 @@ def _write_run(
     run.tools = "\n".join(sorted(tools))
     run.destinations = "\n".join(sorted(destinations))
     run.facts = facts.result()
+    summary = summary_row(
+        run,
+        search.result(),
+        codes=sorted(codes),
+        messages=[f["message"] for f in first_findings[:MESSAGES_IN_TEXT]],
+        started_at=started_at,
+    )
     masked: list[dict[str, str]] = [
         {k: m[k] for k in ("place", "event", "path", "rule", "preview") if k in m} for m in masks.found
     ]
     result = ImportResult(
-        run=run, events=count, findings=first_findings, masked_secrets=masked, finding_count=finding_count
+        run=run,
+        events=count,
+        findings=first_findings,
+        masked_secrets=masked,
+        finding_count=finding_count,
+        summary=summary,
     )
     if slices is None:
         _publish(result, manifest, masks, event_pk, blob_paths=blob_paths, written=written, user=user, insert=False)
@@ -767,6 +790,9 @@ def _publish(
         run.save(force_insert=True)
     else:
         run.save(update_fields=RUN_SUMMARY_FIELDS)
+    if result.summary is not None:
+        result.summary.run_id = run.pk
+        result.summary.save(force_insert=True)
     blob_ids = dict(Blob.objects.filter(digest__in=list(manifest.blobs)).values_list("digest", "id"))
     RunBlob.objects.bulk_create(
         [
@@ -863,10 +889,10 @@ class _EventKeys:
 
 def _write_findings(
     run: Run, graph: LineageGraph, event_pk: _EventKeys, writer: BackgroundInserts
-) -> tuple[int, int, list[dict[str, Any]]]:
+) -> tuple[int, int, list[dict[str, Any]], set[str]]:
     """Write the run's findings as the checker yields them, FINDING_BATCH rows at a time, never all of them in
     memory at once (a bundle whose every event names something missing has a finding per event). Returns how many
-    there are, how many are errors, and the first FINDINGS_IN_ANSWER as the answer shows them."""
+    there are, how many are errors, the first FINDINGS_IN_ANSWER as the answer shows them, and their codes."""
     out = Appender(
         Finding._meta.db_table,
         ("run_id", "code", "severity", "from_ref", "to_ref", "from_event_id", "to_event_id", "message"),
@@ -874,8 +900,10 @@ def _write_findings(
     rows: list[tuple[Any, ...]] = []
     first: list[dict[str, Any]] = []
     count = errors = 0
+    codes: set[str] = set()
     for f in graph.iter_findings():
         count += 1
+        codes.add(f.code)
         errors += f.severity == "error"
         if len(first) < FINDINGS_IN_ANSWER:
             first.append(f.to_json())
@@ -895,4 +923,4 @@ def _write_findings(
             writer.submit(out, rows)
             rows.clear()
     writer.submit(out, rows)
-    return count, errors, first
+    return count, errors, first, codes

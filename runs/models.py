@@ -394,3 +394,70 @@ class BlobDeletion(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.digest} removed {self.removed_at:%Y-%m-%d}"
+
+
+class RunSummary(models.Model):
+    """What the cross-run search reads of a run (issue 38 §3; runs/summary.py, docs/facts.md "Search over runs"):
+    one row per run, written with the run at import (a run stored before it gets it from migration 0022 or
+    `manage.py run_summaries`), so the run list's filters and the span search read no events.
+
+    `tools`, `model_names` and `codes` hold their values one per line with a newline before and after each, so a filter
+    matches a whole value (`contains "\\ncode\\n"`). `text` is what the text search reads, lower-cased: the run's id,
+    title and task, its tools, destinations, models, finding codes and finding messages, at most TEXT_CHARS.
+    Token counts and `cost` are null when not known (never 0): a cost filter never matches such a run."""
+
+    class Kind(models.TextChoices):
+        RECORDED = "recorded"
+        REPLAY = "replay"
+        IMPORTED = "imported"  # converted from an OpenTelemetry trace or an Inspect log
+
+    class Outcome(models.TextChoices):
+        CLEAN = "clean", "no findings"
+        WARNINGS = "warnings", "warnings only"
+        ERRORS = "errors", "errors"
+
+    run = models.OneToOneField(Run, primary_key=True, on_delete=models.PROTECT, related_name="summary")
+    created_at = models.DateTimeField()  # the run's, again: the search's order without a join
+    started_at = models.DateTimeField(null=True, blank=True)  # the first event's wall time
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
+    final_state = GatedCharField(max_length=30, blank=True, default="")
+    scenario = models.CharField(max_length=200, blank=True, default="")
+    tools = GatedTextField(blank=True, default="")
+    model_names = GatedTextField(blank=True, default="")
+    codes = models.CharField(max_length=400, blank=True, default="")
+    model_calls = models.IntegerField(default=0)
+    tokens = models.BigIntegerField(null=True, blank=True)
+    tokens_in = models.BigIntegerField(null=True, blank=True)
+    tokens_out = models.BigIntegerField(null=True, blank=True)
+    cost = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
+    currency = GatedCharField(max_length=10, blank=True, default="")
+    # Tokens per model ({model: {calls, charges, tokens, tokens_in, tokens_out}}): what `cost` was priced from.
+    usage = GatedJSONField(default=dict)
+    text = GatedTextField(blank=True, default="")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["-created_at", "-run"], name="runsummary_order"),
+            models.Index(fields=["kind", "-created_at"], name="runsummary_kind"),
+            models.Index(fields=["outcome", "-created_at"], name="runsummary_outcome"),
+            models.Index(fields=["final_state", "-created_at"], name="runsummary_state"),
+            models.Index(fields=["-started_at"], name="runsummary_started"),
+            models.Index(fields=["tokens"], name="runsummary_tokens"),
+            models.Index(fields=["cost"], name="runsummary_cost"),
+        ]
+
+    def __str__(self) -> str:
+        return f"summary of run {self.run_id}"
+
+    @property
+    def model_list(self) -> list[str]:
+        return [m for m in self.model_names.split("\n") if m]
+
+    @property
+    def tool_list(self) -> list[str]:
+        return [t for t in self.tools.split("\n") if t]
+
+    @property
+    def code_list(self) -> list[str]:
+        return [c for c in self.codes.split("\n") if c]

@@ -16,12 +16,12 @@ from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_b
 from n17q_engine.bundle import BundleError
 
 from . import annotations as annotation_service
-from . import run_page, selectors
+from . import compare, run_page, search, selectors
 from .blob_access import run_blob_read
 from .blob_preview import INLINE_IMAGE_TYPES
 from .bundle_export import EXPORT_FORMATS, BundleExportError, export_download
 from .event_detail import event_detail_build
-from .forms import BundleUploadForm, RunFilterForm
+from .forms import BundleUploadForm, RunFilterForm, SpanSearchForm, form_errors_line, search_asked
 from .glossary import glossary_entries
 from .import_formats import runs_import_from_upload
 from .models import Run
@@ -29,19 +29,62 @@ from .trace import SEARCH_SPAN
 
 
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
-    """The runs, newest created first, each named by its title; replays under their source when asked for."""
+    """The runs, newest created first, each named by its title; replays under their source when asked for. Any search
+    field (runs/search.py) makes it the cross-run search: every matching run, replays included, a page at a time."""
     form = RunFilterForm(request.GET or None)
-    filters = form.cleaned_data if form.is_valid() else {}
-    runs = selectors.run_list(**{k: v for k, v in filters.items() if v})
+    template = "runs/run_list.html#run-table" if request.htmx else "runs/run_list.html"
+    if request.GET and not form.is_valid():
+        # A value the filters cannot read: said in one line beside the form, nothing listed (never a 500).
+        context = {"form": form, "page": [], "refused": form_errors_line(form)}
+        # htmx swaps no 4xx answer: the table it replaces would go on showing the last filter's runs, so the partial
+        # says the refusal with a 200 (the address and the API answer 400).
+        return render(request, template, context, status=200 if request.htmx else 400)
+    filters = form.cleaned_data if request.GET else {}
+    if search_asked(filters):
+        found = search.run_search(filters)
+        context = {"form": form, "search": found, "page": found.rows, "replays_shown": True}
+        return render(request, template, context)
+    filters = {k: v for k, v in filters.items() if v and k in LIST_FILTERS}
+    runs = selectors.run_list(**filters)
     page = Paginator(runs, 50).get_page(request.GET.get("page"))
     selectors.run_list_facts(page)
-    template = "runs/run_list.html#run-table" if request.htmx else "runs/run_list.html"
     context = {
         "form": form,
         "page": page,
         "replays_shown": bool(filters.get("replays") or filters.get("q") or filters.get("source")),
     }
     return render(request, template, context)
+
+
+LIST_FILTERS = ("q", "state", "mode", "environment", "scenario", "findings", "replays", "source")
+
+
+def run_compare(request: HtmxHttpRequest) -> HttpResponse:
+    """Two runs side by side, layer by layer (runs/compare.py); `?run=A&run=B`, as the run list's checkboxes send."""
+    chosen = [r for r in request.GET.getlist("run") if r][:3]
+    if len(chosen) != 2 or chosen[0] == chosen[1]:
+        return render(
+            request,
+            "runs/run_compare.html",
+            {"refused": "choose two different runs to compare (tick two rows of the run list)"},
+            status=400,
+        )
+    runs = {r.run_id: r for r in Run.objects.filter(run_id__in=chosen).select_related("summary")}
+    missing = [r for r in chosen if r not in runs]
+    if missing:
+        raise Http404(f"no run {missing[0]}")
+    comparison = compare.runs_compare(runs[chosen[0]], runs[chosen[1]])
+    return render(request, "runs/run_compare.html", {"comparison": comparison})
+
+
+def event_search(request: HtmxHttpRequest) -> HttpResponse:
+    """Events across runs by tool, model, kind and text (runs/search.py: span_search), each linked to its run."""
+    form = SpanSearchForm(request.GET or None)
+    if request.GET and not form.is_valid():
+        context = {"form": form, "refused": form_errors_line(form)}
+        return render(request, "runs/event_search.html", context, status=400)
+    found = search.span_search(form.cleaned_data) if request.GET else None
+    return render(request, "runs/event_search.html", {"form": form, "found": found})
 
 
 @permission_required("runs.import_run", raise_exception=True)

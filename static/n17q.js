@@ -11,3 +11,12 @@ document.addEventListener("click", (event) => {
     () => { button.textContent = "select it"; },
   );
 });
+// The run list's filters (issue 38 §3): the address the live filter pushes names only the filters in use, so a
+// shared link reads as the view it keeps (`/?model=gpt-4o&code=LIN012`), not twenty empty parameters.
+document.addEventListener("htmx:configRequest", (event) => {
+  if (!event.target.closest || !event.target.closest("form.filters")) return;
+  const params = event.detail.parameters;
+  for (const key of Object.keys(params)) {
+    if (params[key] === "") delete params[key];
+  }
+});

@@ -108,6 +108,12 @@ class Page:
 FINISHED, MISSING = "run-001-recorded", "run-000-recorded"
 PAGES = [
     Page("runs:run-list", "run-list", "/"),
+    # The cross-run search (issue 38 §3): filtered, with a cost filter's count of runs it could not judge.
+    Page("runs:run-list", "run-list[search]", "/?kind=recorded&cost_min=0&q=run"),
+    Page("runs:run-list", "run-list[refused]", "/?tokens_min=ten", status=400),
+    Page("runs:run-compare", "run-compare", "/compare/?run=run-000-recorded&run=run-001-recorded"),
+    Page("runs:run-compare", "run-compare[refused]", "/compare/?run=run-000-recorded", status=400),
+    Page("runs:event-search", "event-search", "/search/events/?kind=tool.call"),
     *(Page("runs:run-detail", f"run-detail[{run}]", f"/runs/{run}/") for run in STORY_RUNS),
     Page("runs:run-detail", "run-detail[focus]", f"/runs/{FOCUS_RUN}/?focus={FOCUS_EVENT}"),
     Page("runs:run-detail", "run-detail[tree]", f"/runs/{FOCUS_RUN}/?view=tree&focus={FOCUS_EVENT}"),
