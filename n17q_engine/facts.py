@@ -63,7 +63,8 @@ from .world import EFFECT_PREFIX
 
 # 2: approvals carry their review object's digest, what changed of it and whether they still bind (issue 34).
 # 4: model calls and tokens (`models`, issue 38).
-FACTS_VERSION = 4
+# 5: a token charge split in and out with no `amount` counts its in + out (the run summary's rule, now one tally).
+FACTS_VERSION = 5
 # Items kept per list (intents, workspaces, approvals, receipts, event ids): the totals stay exact beyond it.
 LIST_CAP = 200
 # World changes whose cause had not appeared yet when they arrived, kept to be attributed at the end.
@@ -138,8 +139,7 @@ class FactBuilder:
         self.unevaluated_claims: list[str] = []  # claims resting on an excluded tool's answer (a replay marks them)
         # model calls and tokens (issue 38): per model name, the run's own model when an event names none
         held_model = run.get("model")
-        self.run_model = _str(held_model.get("name")) if isinstance(held_model, Mapping) else None
-        self.per_model: dict[str, dict[str, int]] = {}
+        self.models = ModelTally(_str(held_model.get("name")) if isinstance(held_model, Mapping) else None)
 
     # --- the events ---
 
@@ -324,39 +324,14 @@ class FactBuilder:
         if ws is not None:
             ws["state"] = e.get("state")
 
-    def _model_row(self, name: Any) -> dict[str, int]:
-        model = _str(name) or self.run_model or "unknown"
-        row = self.per_model.get(model)
-        if row is None:
-            if len(self.per_model) >= LIST_CAP:
-                model = "other models"
-                row = self.per_model.get(model)
-            if row is None:
-                row = self.per_model[model] = dict.fromkeys(_MODEL_COUNTS, 0)
-        return row
-
     def _proposal(self, e: Mapping[str, Any]) -> None:
-        self._model_row(e.get("model"))["proposals"] += 1
+        self.models.add(e)
 
     def _tool_call(self, e: Mapping[str, Any]) -> None:
-        if e.get("tool") == MODEL_TOOL:
-            request = e.get("request")
-            self._model_row(request.get("model") if isinstance(request, Mapping) else None)["chat_calls"] += 1
+        self.models.add(e)
 
     def _charge(self, e: Mapping[str, Any]) -> None:
-        if e.get("resource") != "tokens":
-            return
-        row = self._model_row(e.get("model"))
-        row["charges"] += 1
-        amount = e.get("amount")
-        if isinstance(amount, (int, float)) and not isinstance(amount, bool) and amount >= 0:
-            row["tokens"] += int(amount)
-        tokens_in, tokens_out = e.get("input_tokens"), e.get("output_tokens")
-        if all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in (tokens_in, tokens_out)):
-            row["tokens_in"] += int(tokens_in)  # type: ignore[arg-type]
-            row["tokens_out"] += int(tokens_out)  # type: ignore[arg-type]
-        else:
-            row["unsplit"] += 1
+        self.models.add(e)
 
     def _state(self, e: Mapping[str, Any]) -> None:
         self.state = str(e.get("state") or "")
@@ -380,44 +355,13 @@ class FactBuilder:
             "validations": validations,
             "workspaces": {"count": len(self.workspaces), "items": list(self.workspaces.values())[:LIST_CAP]},
             "approvals": self._approvals(),
-            "models": self._models(),
+            "models": self.models.result(),
             "outcome": {
                 "state": self.state,
                 "reason": self.reason,
                 "claims": dict(sorted(self.claims.items())),
                 "unevaluated_claims": self.unevaluated_claims[:LIST_CAP],
             },
-        }
-
-    def _models(self) -> dict[str, Any]:
-        """Model calls and tokens (module docstring): a run whose agent was replayed has its model calls as `model.chat`
-        tool calls (its proposals are the tool calls those answers asked for); any other run, its `model.proposal`s."""
-        chat = any(row["chat_calls"] for row in self.per_model.values())
-        per_model = []
-        for model, row in sorted(self.per_model.items()):
-            calls = row["chat_calls"] if chat else row["proposals"]
-            if not calls and not row["charges"]:
-                continue
-            per_model.append(
-                {
-                    "model": model,
-                    "calls": calls,
-                    "charges": row["charges"],
-                    "tokens": row["tokens"],
-                    "tokens_in": row["tokens_in"],
-                    "tokens_out": row["tokens_out"],
-                    "unsplit": row["unsplit"],
-                }
-            )
-        return {
-            "model_calls": sum(m["calls"] for m in per_model),
-            "calls_from": MODEL_TOOL if chat else "model.proposal",
-            "tokens": sum(m["tokens"] for m in per_model),
-            "tokens_in": sum(m["tokens_in"] for m in per_model),
-            "tokens_out": sum(m["tokens_out"] for m in per_model),
-            "token_charges": sum(m["charges"] for m in per_model),
-            "unsplit_charges": sum(m["unsplit"] for m in per_model),
-            "per_model": per_model,
         }
 
     def _effects(self) -> dict[str, Any]:
@@ -598,6 +542,85 @@ _HANDLERS = {
     "budget.charged": FactBuilder._charge,
 }
 _MODEL_COUNTS = ("proposals", "chat_calls", "charges", "tokens", "tokens_in", "tokens_out", "unsplit")
+MODEL_KINDS = ("model.proposal", "tool.call", "budget.charged")  # the kinds a ModelTally reads
+
+
+class ModelTally:
+    """A run's model calls and tokens, per model (the `models` fact): the one count every page and the cross-run
+    search read (runs.models.RunSummary is filled from it), so two pages never count a run's calls differently.
+
+    A model call is a `model.proposal`, except in a run whose agent was replayed: there its calls are its `model.chat`
+    tool calls (its proposals are the tool calls those answers asked for; counting both would count each decision
+    twice). Tokens are `budget.charged` of resource `tokens`; a charge without `input_tokens`/`output_tokens` is
+    counted in `tokens` and in `unsplit` (its in and out are not known). An event naming no model is the run's own
+    model's (its manifest's), else "unknown"."""
+
+    def __init__(self, run_model: str | None) -> None:
+        self.run_model = run_model
+        self.per_model: dict[str, dict[str, int]] = {}
+
+    def _row(self, name: Any) -> dict[str, int]:
+        model = _str(name) or self.run_model or "unknown"
+        row = self.per_model.get(model)
+        if row is None:
+            if len(self.per_model) >= LIST_CAP:
+                model = "other models"
+                row = self.per_model.get(model)
+            if row is None:
+                row = self.per_model[model] = dict.fromkeys(_MODEL_COUNTS, 0)
+        return row
+
+    def add(self, e: Mapping[str, Any]) -> None:
+        kind = e.get("kind")
+        if kind == "model.proposal":
+            self._row(e.get("model"))["proposals"] += 1
+        elif kind == "tool.call" and e.get("tool") == MODEL_TOOL:
+            request = e.get("request")
+            self._row(request.get("model") if isinstance(request, Mapping) else None)["chat_calls"] += 1
+        elif kind == "budget.charged" and e.get("resource") == "tokens":
+            row = self._row(e.get("model"))
+            row["charges"] += 1
+            amount = e.get("amount")
+            tokens_in, tokens_out = e.get("input_tokens"), e.get("output_tokens")
+            split = all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in (tokens_in, tokens_out))
+            if isinstance(amount, (int, float)) and not isinstance(amount, bool) and amount >= 0:
+                row["tokens"] += int(amount)
+            elif split:
+                row["tokens"] += int(tokens_in) + int(tokens_out)  # type: ignore[arg-type]  # a split with no amount
+            if split:
+                row["tokens_in"] += int(tokens_in)  # type: ignore[arg-type]
+                row["tokens_out"] += int(tokens_out)  # type: ignore[arg-type]
+            else:
+                row["unsplit"] += 1
+
+    def result(self) -> dict[str, Any]:
+        chat = any(row["chat_calls"] for row in self.per_model.values())
+        per_model = []
+        for model, row in sorted(self.per_model.items()):
+            calls = row["chat_calls"] if chat else row["proposals"]
+            if not calls and not row["charges"]:
+                continue
+            per_model.append(
+                {
+                    "model": model,
+                    "calls": calls,
+                    "charges": row["charges"],
+                    "tokens": row["tokens"],
+                    "tokens_in": row["tokens_in"],
+                    "tokens_out": row["tokens_out"],
+                    "unsplit": row["unsplit"],
+                }
+            )
+        return {
+            "model_calls": sum(m["calls"] for m in per_model),
+            "calls_from": MODEL_TOOL if chat else "model.proposal",
+            "tokens": sum(m["tokens"] for m in per_model),
+            "tokens_in": sum(m["tokens_in"] for m in per_model),
+            "tokens_out": sum(m["tokens_out"] for m in per_model),
+            "token_charges": sum(m["charges"] for m in per_model),
+            "unsplit_charges": sum(m["unsplit"] for m in per_model),
+            "per_model": per_model,
+        }
 
 
 def run_facts(run: Mapping[str, Any], events: Iterable[Mapping[str, Any]], *, required: Iterable[str] = ()) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from n17q_engine.pricing import price_table
-from n17q_engine.run_summary import SummaryBuilder, lines, run_cost
+from n17q_engine.run_summary import SummaryBuilder, lines, summary_values
 
 TABLE = price_table({"gpt-4o-mini": {"input": "0.15", "output": "0.60", "currency": "USD"}})
 
@@ -16,6 +16,15 @@ def built(*events: dict, model: str = "agent-model") -> dict:
     for event in events:
         builder.add(event)
     return builder.result()
+
+
+def cost(result: dict) -> tuple:
+    """The (cost, currency) the summary stores: the fact layer's run cost (pricing.run_cost), 0 for no model."""
+    values = summary_values(
+        run_id="r", title="", task_id="", destinations="", kind="recorded", finding_count=0, error_count=0,
+        built=result, codes=[], messages=[], table=TABLE,
+    )  # fmt: skip
+    return values["cost"], values["currency"]
 
 
 def call(model: str | None = None) -> dict:
@@ -29,7 +38,7 @@ def charge(model: str | None = None, **counts: int) -> dict:
 def test_a_run_without_model_calls_used_no_tokens_and_cost_nothing():
     result = built({"kind": "tool.call", "tool": "b"}, {"kind": "tool.call", "tool": "a"})
     assert (result["tools"], result["models"], result["tokens"], result["tokens_in"]) == (["a", "b"], [], 0, 0)
-    assert run_cost(result["usage"], TABLE) == (Decimal(0), "")
+    assert cost(result) == (Decimal(0), "")
 
 
 def test_calls_without_a_charge_have_unknown_tokens_and_no_cost():
@@ -40,7 +49,7 @@ def test_calls_without_a_charge_have_unknown_tokens_and_no_cost():
         None,
         None,
     )
-    assert run_cost(result["usage"], TABLE) == (None, "")
+    assert cost(result) == (None, "")
 
 
 def test_a_charge_without_the_split_keeps_the_total_and_not_the_split():
@@ -56,7 +65,7 @@ def test_split_charges_of_a_priced_model_are_priced():
         charge("gpt-4o-mini-2024-07-18", input_tokens=1000, output_tokens=200),
     )
     assert (result["tokens"], result["tokens_in"], result["tokens_out"]) == (2400, 2000, 400)
-    assert run_cost(result["usage"], TABLE) == (Decimal("0.00054"), "USD")
+    assert cost(result) == (Decimal("0.00054"), "USD")
 
 
 def test_one_unpriced_model_leaves_the_whole_run_unpriced():
@@ -67,7 +76,7 @@ def test_one_unpriced_model_leaves_the_whole_run_unpriced():
         charge("claude-3-5", input_tokens=10, output_tokens=10),
     )
     assert result["models"] == ["claude-3-5", "gpt-4o-mini"] and result["tokens_in"] == 20
-    assert run_cost(result["usage"], TABLE) == (None, "")
+    assert cost(result) == (None, "")
 
 
 def test_a_converted_event_makes_the_run_imported():
