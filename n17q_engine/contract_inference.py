@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .agent.model import MODEL_CONTRACT, MODEL_TOOL
-from .contracts import EFFECT_CLASSES, FIELD_TYPES, ITEM_TYPES, Contract, ContractError
+from .contracts import EFFECT_CLASSES, FIELD_TYPES, ITEM_TYPES, Contract, ContractError, json_type_name
 from .identifiers import id_problem
 
 INFERRED_REVISION = 1
@@ -142,22 +142,6 @@ class Inference:
         }
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def _one_type(types: set[str]) -> str | None:
@@ -287,7 +271,7 @@ def _infer_tool(
     for name in sorted(set(seen) | set(properties)):
         values = seen.get(name, [])
         present = len(values)
-        observed = {_json_type(v) for v in values}
+        observed = {json_type_name(v) for v in values}
         sources = []
         if name in properties:
             sources.append(DEFINITIONS)
@@ -317,7 +301,7 @@ def _infer_tool(
             out.problems.append(f"field {name}: only null was seen and no definition types it")
             continue
         if f.type == "array":
-            item_types = {_json_type(item) for v in values if isinstance(v, list) for item in v}
+            item_types = {json_type_name(item) for v in values if isinstance(v, list) for item in v}
             item_type = _one_type(item_types) if item_types else None
             if item_types and item_type is None:
                 out.problems.append(f"field {name}: its items were seen as {' and '.join(sorted(item_types))}")

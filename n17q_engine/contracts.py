@@ -107,7 +107,8 @@ class ContractError(ValueError):
         super().__init__(f"{field}: {message}" if field else message)
 
 
-def _type_name(value: Any) -> str:
+def json_type_name(value: Any) -> str:
+    """A JSON value's type as contracts name them (null, boolean, integer, number, string, array, object)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -140,10 +141,10 @@ def check_json(value: Any, where: str) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise ContractError(where, f"object keys must be strings, got {_type_name(key)}")
+                raise ContractError(where, f"object keys must be strings, got {json_type_name(key)}")
             check_json(item, f"{where}.{key}")
         return
-    raise ContractError(where, f"not a JSON value ({_type_name(value)})")
+    raise ContractError(where, f"not a JSON value ({json_type_name(value)})")
 
 
 _TYPE_CHECKS: dict[str, Any] = {
@@ -158,7 +159,7 @@ _TYPE_CHECKS: dict[str, Any] = {
 
 def _check_scalar(type_: str, value: Any, where: str) -> None:
     if not _TYPE_CHECKS[type_](value):
-        raise ContractError(where, f"expected {type_}, got {_type_name(value)}")
+        raise ContractError(where, f"expected {type_}, got {json_type_name(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ContractError(where, "a number must be finite")
     if type_ == "object":
@@ -185,7 +186,7 @@ class FieldSpec:
         if not isinstance(name, str) or not name:
             raise ContractError("fields", f"a field name must be a non-empty string, got {name!r}")
         if not isinstance(data, dict):
-            raise ContractError(where, f"a field spec must be an object, got {_type_name(data)}")
+            raise ContractError(where, f"a field spec must be an object, got {json_type_name(data)}")
         unknown = sorted(set(data) - _FIELD_KEYS)
         if unknown:
             raise ContractError(f"{where}.{unknown[0]}", "unknown key in a field spec")
@@ -334,7 +335,7 @@ class Contract:
     @classmethod
     def from_dict(cls, data: Any) -> Contract:
         if not isinstance(data, dict):
-            raise ContractError(None, f"a contract must be an object, got {_type_name(data)}")
+            raise ContractError(None, f"a contract must be an object, got {json_type_name(data)}")
         unknown = sorted(set(data) - _CONTRACT_KEYS)
         if unknown:
             raise ContractError(unknown[0], "unknown key in a contract")
@@ -435,7 +436,7 @@ def _migrations_from(
 
 def _migration_op(op: Any, where: str, fields: Mapping[str, FieldSpec], outcomes: tuple[str, ...]) -> dict[str, Any]:
     if not isinstance(op, dict):
-        raise ContractError(where, f"an operation must be an object, got {_type_name(op)}")
+        raise ContractError(where, f"an operation must be an object, got {json_type_name(op)}")
     kind = op.get("op")
     if kind not in MIGRATION_OPERATIONS:
         raise ContractError(f"{where}.op", f"unknown operation {kind!r}; one of {', '.join(MIGRATION_OPERATIONS)}")
@@ -534,7 +535,7 @@ def _mark_volatile(container: dict[str, Any], segments: tuple[tuple[str, bool], 
 def normalize(contract: Contract, args: Any) -> dict[str, Any]:
     """The normalized request for `args` under `contract`, or `ContractError` naming the field at fault."""
     if not isinstance(args, dict):
-        raise ContractError(None, f"{contract.tool}: a request must be an object, got {_type_name(args)}")
+        raise ContractError(None, f"{contract.tool}: a request must be an object, got {json_type_name(args)}")
     for name in args:
         if not isinstance(name, str):
             raise ContractError(None, f"{contract.tool}: request keys must be strings, got {name!r}")
