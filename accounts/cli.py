@@ -68,6 +68,18 @@ class JsonCommand(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
+    @staticmethod
+    def named_user(username: str | None) -> Any:
+        """The user a `--user NAME` option names (None when not given); one line when there is no such user."""
+        if not username:
+            return None
+        from django.contrib.auth import get_user_model
+
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"no user {username!r}")
+        return user
+
     def handle(self, *args: Any, **options: Any) -> None:
         database_ready()
         try:

@@ -142,8 +142,6 @@ class Inference:
         }
 
 
-
-
 def _one_type(types: set[str]) -> str | None:
     """One contract type for the JSON types seen, or None when they disagree (integer and number are a number)."""
     if types == {"integer", "number"}:

@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
@@ -75,11 +74,7 @@ class Command(JsonCommand):
             captured_at = datetime.fromtimestamp(file.stat().st_mtime, UTC).isoformat().replace("+00:00", "Z")
         if len(raw) > MAX_CAPTURE_BYTES:
             raise CommandError(f"{path}: larger than {MAX_CAPTURE_BYTES} bytes")
-        user = None
-        if options.get("user"):
-            user = get_user_model().objects.filter(username=options["user"]).first()
-            if user is None:
-                raise CommandError(f"no user {options['user']!r}")
+        user = self.named_user(options.get("user"))
         fields = {name: options.get(name) for name in recordings.FLAGS}
         given = sorted(recordings.FLAGS[name] for name, value in fields.items() if value is not None)
         mapping = None

@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
@@ -71,11 +70,7 @@ class Command(JsonCommand):
         stored = Run.objects.filter(run_id=run).first()
         if stored is None:
             raise CommandError(f"no run {run!r}")
-        user = None
-        if options.get("user"):
-            user = get_user_model().objects.filter(username=options["user"]).first()
-            if user is None:
-                raise CommandError(f"no user {options['user']!r}")
+        user = self.named_user(options.get("user"))
         try:
             revisions = contract_revisions_parse(options.get("contract_revision"))
             result = run_stage(

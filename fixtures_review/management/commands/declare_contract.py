@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
@@ -39,11 +38,7 @@ class Command(JsonCommand):
             contract = json.loads(path.read_bytes())
         except (ValueError, UnicodeDecodeError) as exc:
             raise CommandError(f"{path}: not JSON: {' '.join(str(exc).splitlines())}") from None
-        user = None
-        if options.get("user"):
-            user = get_user_model().objects.filter(username=options["user"]).first()
-            if user is None:
-                raise CommandError(f"no user {options['user']!r}")
+        user = self.named_user(options.get("user"))
         try:
             revision, created = contract_declare(contract=contract, user=user)
         except MigrationRefused as exc:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
@@ -38,11 +37,7 @@ class Command(JsonCommand):
         raw = str(options["to_revision"]).strip()
         if not raw.isdigit() or int(raw) < 1:
             raise CommandError(f"--to-revision: a positive integer, got {options['to_revision']!r}")
-        user = None
-        if options.get("user"):
-            user = get_user_model().objects.filter(username=options["user"]).first()
-            if user is None:
-                raise CommandError(f"no user {options['user']!r}")
+        user = self.named_user(options.get("user"))
         try:
             result = fixtures_migrate(
                 ref=options["scenario"], to_revision=int(raw), tool=options.get("tool"), user=user

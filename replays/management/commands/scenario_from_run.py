@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
@@ -58,11 +57,7 @@ class Command(JsonCommand):
         stored = Run.objects.filter(run_id=run).first()
         if stored is None:
             raise CommandError(f"no run {run!r}")
-        user = None
-        if options.get("user"):
-            user = get_user_model().objects.filter(username=options["user"]).first()
-            if user is None:
-                raise CommandError(f"no user {options['user']!r}")
+        user = self.named_user(options.get("user"))
         effect_classes = parse_effect_classes(options.get("effect_class"))
         if options.get("inline") and not options.get("launch"):
             raise CommandError("--inline runs the replay --launch starts: give --launch AGENT")

@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
@@ -51,11 +50,7 @@ class Command(JsonCommand):
         parser.add_argument("--user", help="who stages it (who may then not approve it); default: nobody")
 
     def run(self, *, replay: str, **options: Any) -> dict[str, Any]:
-        user = None
-        if options.get("user"):
-            user = get_user_model().objects.filter(username=options["user"]).first()
-            if user is None:
-                raise CommandError(f"no user {options['user']!r}")
+        user = self.named_user(options.get("user"))
         try:
             answer = None
             if options.get("answer") is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
@@ -65,9 +64,7 @@ class Command(JsonCommand):
             return {"run": run.run_id, "annotations": [a.as_json() for a in rows]}
         if not options.get("user"):
             raise CommandError("--user is required: an annotation names its author")
-        user = get_user_model().objects.filter(username=options["user"]).first()
-        if user is None:
-            raise CommandError(f"no user {options['user']!r}")
+        user = self.named_user(options["user"])
         if not annotation_service.can_annotate(user):
             raise CommandError(f"{user.get_username()} may not annotate runs (the reviewer role may)")
         data: dict[str, Any] = {"event": options.get("event"), "finding": options.get("finding")}
