@@ -57,6 +57,8 @@ class Node:
     bar_w: int = 0
     seq: int = 0  # the order among siblings
     placeholder: bool = False  # a span none of whose events was read: named by the events below it
+    tokens: int | None = None  # a span's token charges (its `budget.charged` events of tokens), when it has any
+    failed: str = ""  # a span one of whose own results failed: that outcome ("error"), shown on the span's row
 
     @property
     def context_text(self) -> str:
@@ -199,6 +201,27 @@ def _context(run: Run, window: list[Event]) -> tuple[list[Event], bool]:
     return sorted(rows[:CONTEXT_LIMIT], key=lambda e: e.seq), capped
 
 
+def _span_marks(span: Node) -> None:
+    """What a span's row says of the events under it without being opened, as a trace viewer's span row does: its
+    tokens (the `budget.charged` of tokens among its events) and a failed result (a `tool.result` or
+    `command.receipt` whose outcome is not ok), from the events already read, no query. Nested spans say their own."""
+    todo = list(span.children)
+    while todo:
+        node = todo.pop()
+        if node.kind == "span" or node.event is None:
+            continue
+        body = node.event.body
+        if node.event.kind == "budget.charged" and body.get("resource") == "tokens":
+            amount = body.get("amount")
+            if isinstance(amount, int) and not isinstance(amount, bool):
+                span.tokens = (span.tokens or 0) + amount
+        elif node.event.kind in ("tool.result", "command.receipt"):
+            outcome = body.get("outcome")
+            if isinstance(outcome, str) and outcome not in ("ok", "") and not span.failed:
+                span.failed = outcome.replace("_", " ")
+        todo.extend(node.children)
+
+
 def tree_build(run: Run, trace: Trace, *, findings: dict[str, list[str]] | None = None) -> SpanTree:
     """The window's rows (already read by the trace) as a tree, with their context before the window."""
     window = [row.event for row in trace.rows]
@@ -323,6 +346,10 @@ def tree_build(run: Run, trace: Trace, *, findings: dict[str, list[str]] | None 
             roots.append(node)
         else:
             nodes[parent_key].children.append(node)
+
+    for node in nodes.values():
+        if node.kind == "span":
+            _span_marks(node)
 
     def times(node: Node) -> None:
         for child in node.children:

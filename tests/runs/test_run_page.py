@@ -3,10 +3,13 @@ query counts from 10 to 100,000 events."""
 
 from __future__ import annotations
 
+import io
+import json
 import re
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -14,7 +17,7 @@ from django.urls import reverse
 from benchmarks.synth import write_bundle
 from n17q_demo import stories
 from runs.importer import run_import_from_path
-from runs.models import Event
+from runs.models import Event, Run
 from tests import bundles
 
 pytestmark = pytest.mark.django_db
@@ -350,3 +353,26 @@ def test_it_keeps_the_filters_when_paging_the_run_list(viewer_client, tmp_path):
     assert 'href="?mode=recorded&amp;findings=no&amp;page=2"' in html
     filtered = viewer_client.get("/?q=run-page-5").content.decode()
     assert "run-page-50" in filtered and "run-page-49" not in filtered
+
+
+PRODUCERS = Path(__file__).resolve().parents[1] / "data" / "producers"
+
+
+def _model_chip(html: str) -> str:
+    chip = re.search(r'<li class="chip"><span class="chip-k">model</span>(.*?)</li>', html, re.S)
+    assert chip is not None
+    return " ".join(chip.group(1).split())
+
+
+def test_the_model_chip_names_a_version_only_when_it_differs_from_the_name(viewer_client, story_003):
+    # The GenAI producer's trace names gpt-4o-mini as the requested and the answering model: said once, not twice
+    # (seen side by side with Phoenix, docs/trace-reader-comparison.md).
+    out = io.StringIO()
+    call_command("import_run", str(PRODUCERS / "genai-openai.otlp.json"), "--json", stdout=out)
+    run_id = json.loads(out.getvalue())["run"]
+    html = viewer_client.get(reverse("runs:run-detail", args=[run_id])).content.decode()
+    assert _model_chip(html) == "gpt-4o-mini"
+    story = viewer_client.get(reverse("runs:run-detail", args=[STORY_003])).content.decode()
+    run = Run.objects.get(run_id=STORY_003)
+    assert run.model_version and run.model_version != run.model_name
+    assert _model_chip(story) == f"{run.model_name} {run.model_version}"

@@ -102,6 +102,24 @@ def test_the_genai_trace_names_its_spans_as_the_instrumentation_did(viewer):
     assert result.row is not None and ("outcome", "error") in result.row.badges
 
 
+@pytest.mark.parametrize(
+    "name", ["genai-openai.otlp.json", "openinference-openai.otlp.json", "openinference-langchain.otlp.json"]
+)
+def test_a_span_row_says_its_tokens_and_its_failed_result_without_being_opened(name, viewer):
+    # Seen beside Phoenix (docs/trace-reader-comparison.md): its span rows carry their tokens and their error; here
+    # they were two levels down, on a budget.charged row and on the tool.result, hidden when the span is closed.
+    run_id = import_run(PRODUCERS / name)["run"]
+    run = Run.objects.get(run_id=run_id)
+    (agent,) = _spans(page_build(run, view="tree").tree.roots[0])
+    calls = [s for s in _spans(agent) if s.tokens is not None]
+    assert [s.tokens for s in calls] == [168, 280, 377]  # ORIGIN.md's three model calls, as the spans charged them
+    assert [s.failed for s in _spans(agent)].count("error") == 1  # the Atlantis forecast, and no other span
+    assert agent.tokens is None and agent.failed == ""  # a span says its own, not its children's
+    html = viewer.get(f"/runs/{run_id}/?view=tree").content.decode()
+    assert html.count('<span class="tag span-tokens">377 tokens</span>') == 1
+    assert re.search(r'get_forecast</span>\s*<span class="badge outcome">error</span>', html)
+
+
 def test_an_inspect_log_shows_its_solver_and_tool_spans_and_the_call_under_its_proposal(inspect_logs):  # noqa: F811
     answer = import_run(inspect_logs["eval"])
     run = Run.objects.get(run_id=answer["run"])
