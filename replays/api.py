@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -541,7 +542,10 @@ class TraceLaunchInput(serializers.Serializer):
     )
 
 
-_STATUS = serializers.DictField(help_text="trace_scenario_status: docs/formats/recordings.md, Scenario from a trace")
+_STATUS = OpenApiResponse(
+    OpenApiTypes.OBJECT, description="trace_scenario_status: docs/formats/recordings.md, Scenario from a trace"
+)
+_PROPOSED = {"proposed": serializers.DictField(), "status": serializers.DictField()}
 
 
 class RunScenarioApi(APIView):
@@ -582,8 +586,8 @@ class RunScenarioApi(APIView):
         "whose effect class is needed, a field the trace cannot type, contracts that disagree).",
         request=TraceScenarioInput,
         responses={
-            201: inline_serializer("TraceScenarioProposed", {"proposed": serializers.DictField(), "status": _STATUS}),
-            200: inline_serializer("TraceScenarioHeld", {"proposed": serializers.DictField(), "status": _STATUS}),
+            201: inline_serializer("TraceScenarioProposed", _PROPOSED),
+            200: inline_serializer("TraceScenarioHeld", _PROPOSED),
             400: ErrorOutput,
             404: ErrorOutput,
         },

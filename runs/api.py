@@ -26,7 +26,7 @@ from n17q_engine.bundle import BundleError
 from . import annotations as annotation_service
 from . import search, selectors
 from .bundle_export import BundleExportError, export_download
-from .forms import RunFilterForm, form_errors_line, search_asked
+from .forms import SEARCH_FIELDS, RunFilterForm, form_errors_line, search_asked
 from .import_formats import runs_import_from_upload
 from .importer import FINDINGS_IN_ANSWER
 from .models import Finding, Run, RunSummary
@@ -246,6 +246,13 @@ class RunCollectionApi(APIView):
     )
     def get(self, request: Request) -> Response:
         paginator = self.pagination_class()
+        # A parameter given empty is not a filter the schema allows (a date, a number, a name): say so, as for any bad
+        # value, rather than read it as absent (the list page's form, which sends its empty fields, reads it so).
+        empty = next((k for k in SEARCH_FIELDS if k in request.query_params and not request.query_params[k]), None)
+        if empty is not None:
+            return Response(
+                {"error": f"{empty}: give a value, or leave the parameter out"}, status=status.HTTP_400_BAD_REQUEST
+            )
         form = RunFilterForm(request.query_params)
         if not form.is_valid():
             return Response({"error": form_errors_line(form)}, status=status.HTTP_400_BAD_REQUEST)

@@ -17,6 +17,11 @@ class DateInput(forms.DateInput):
     input_type = "date"
 
 
+# A day as the API's schema says it (OpenAPI `date`: ISO 8601 YYYY-MM-DD) and a date input sends it; not the locale's
+# other forms (10/25/2006), which a client of the schema would not expect to be accepted.
+ISO_DAY = ["%Y-%m-%d"]
+
+
 class RunFilterForm(forms.Form):
     q = forms.CharField(
         required=False,
@@ -45,10 +50,10 @@ class RunFilterForm(forms.Form):
     code = forms.CharField(required=False, max_length=6, label="Finding code", help_text="a lineage code: LIN012")
     kind = forms.ChoiceField(required=False, choices=[("", "any kind"), *RunSummary.Kind.choices])
     outcome = forms.ChoiceField(required=False, choices=[("", "any outcome"), *RunSummary.Outcome.choices])
-    created_from = forms.DateField(required=False, label="Created from", widget=DateInput)
-    created_to = forms.DateField(required=False, label="Created to", widget=DateInput)
-    started_from = forms.DateField(required=False, label="Started from", widget=DateInput)
-    started_to = forms.DateField(required=False, label="Started to", widget=DateInput)
+    created_from = forms.DateField(required=False, label="Created from", widget=DateInput, input_formats=ISO_DAY)
+    created_to = forms.DateField(required=False, label="Created to", widget=DateInput, input_formats=ISO_DAY)
+    started_from = forms.DateField(required=False, label="Started from", widget=DateInput, input_formats=ISO_DAY)
+    started_to = forms.DateField(required=False, label="Started to", widget=DateInput, input_formats=ISO_DAY)
     tokens_min = forms.IntegerField(required=False, min_value=0, label="Tokens from")
     tokens_max = forms.IntegerField(required=False, min_value=0, label="Tokens to")
     cost_min = forms.DecimalField(required=False, min_value=0, max_digits=20, decimal_places=6, label="Cost from")
