@@ -88,9 +88,9 @@ def test_it_narrows_the_trace_to_a_focus_and_back_from_the_keyboard(page, login,
     page.keyboard.press("Enter")
     page.wait_for_url("**focus=e-003-intent-review-request**")
     assert "focus-origin" in row(page, "e-003-intent-review-request").get_attribute("class")
-    # The page scrolled to the focused row.
+    # The page scrolled to the focused row (within a pixel: the layout places rows at fractions of one).
     assert row(page, "e-003-intent-review-request").evaluate(
-        "el => { const r = el.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }"
+        "el => { const r = el.getBoundingClientRect(); return r.top >= -1 && r.bottom <= innerHeight + 1; }"
     )
     # Events outside the neighbourhood are dimmed, then hidden.
     outside = row(page, "e-003-a1-read-adapter")
