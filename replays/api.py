@@ -545,7 +545,7 @@ class TraceLaunchInput(serializers.Serializer):
 _STATUS = OpenApiResponse(
     OpenApiTypes.OBJECT, description="trace_scenario_status: docs/formats/recordings.md, Scenario from a trace"
 )
-_PROPOSED = {"proposed": serializers.DictField(), "status": serializers.DictField()}
+_PROPOSED: dict[str, serializers.Field] = {"proposed": serializers.DictField(), "status": serializers.DictField()}
 
 
 class RunScenarioApi(APIView):

@@ -9,7 +9,7 @@ import io
 import pytest
 from django.core.management import call_command
 
-from runs import annotations
+from runs import annotations as annotation_service
 from runs.models import Run
 
 from .conftest import shot
@@ -50,7 +50,7 @@ def test_a_reviewer_annotates_the_run_and_corrects_an_event_in_the_browser(page,
     # The recorded fact is still the event's: its outcome row reads ok.
     assert "outcome\nok" in page.locator("#detail dl.kv").inner_text()
     run = Run.objects.get(run_id=RUN)
-    assert [a.annotation for a in annotations.run_annotations(run)] == ["score", "correction"]
+    assert [a.annotation for a in annotation_service.run_annotations(run)] == ["score", "correction"]
 
     for width in (1400, 390):
         page.set_viewport_size({"width": width, "height": 1000})

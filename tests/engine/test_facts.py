@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from n17q_engine.canonical import evidence_set_digest
 from n17q_engine.facts import effects_label, replay_title, run_facts, validation_label
 from tests.engine.eventlib import EventLog
@@ -159,7 +161,7 @@ def test_a_replay_title_says_what_its_own_facts_say():
 
 def test_model_calls_and_tokens_per_model_a_replayed_agent_s_calls_are_its_model_chat_calls():
     run = {"id": "r", "environment": "replay", "mode": "recorded", "model": {"name": "house-model"}}
-    events = [
+    events: list[dict[str, Any]] = [
         {"kind": "model.proposal", "id": "p1", "model": "gpt-4o-mini"},
         {"kind": "budget.charged", "id": "t1", "resource": "tokens", "amount": 12, "model": "gpt-4o-mini",
          "input_tokens": 10, "output_tokens": 2},
@@ -175,7 +177,11 @@ def test_model_calls_and_tokens_per_model_a_replayed_agent_s_calls_are_its_model
     assert models["unsplit_charges"] == 1
     rows = {m["model"]: m for m in models["per_model"]}
     assert rows["house-model"]["calls"] == 1 and rows["house-model"]["unsplit"] == 1
-    chat = {"kind": "tool.call", "tool": "model.chat", "request": {"model": "example-model", "messages": []}}
+    chat: dict[str, Any] = {
+        "kind": "tool.call",
+        "tool": "model.chat",
+        "request": {"model": "example-model", "messages": []},
+    }
     chats = [{**chat, "id": f"m{i}", "seq": 10 + i, "at": at, "attempt": None} for i in (1, 2)]
     replayed = run_facts(run, [*events, *chats])["models"]
     assert replayed["model_calls"] == 2 and replayed["calls_from"] == "model.chat"

@@ -1,5 +1,5 @@
-"""Annotations and corrections (issue 38, runs/annotations.py, docs/annotations.md): scores, labels and comments on a
-run, an event or a finding, and corrections of recorded facts, appended to the run as events naming author, basis and
+"""Annotations and corrections (issue 38, runs/annotations.py, docs/annotations.md): scores, labels and comments on
+a run, an event or a finding, and corrections of recorded facts, appended to the run as events naming author, basis and
 time; never edited; shown on the run page and in the detail panel; in the API, a command, and both exports."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django.urls import reverse
 from accounts.models import AuditEntry, HarnessToken
 from console.append_only import HistoryIsAppendOnly
 from n17q_engine.lineage.checks import check_events
-from runs import annotations
+from runs import annotations as annotation_service
 from runs.bundle_export import run_bundle_zip, run_otlp_json
 from runs.importer import run_import_from_path
 from runs.models import Edge, Event, Finding, Run
@@ -60,9 +60,11 @@ def post(client, run_id: str, body: dict, **extra):
 
 def test_a_score_a_label_and_a_comment_on_the_run_are_events_naming_author_and_time(run, reviewer):
     before = run.event_count
-    score = annotations.annotate(run, {"annotation": "score", "name": "correctness", "value": 0.8}, user=reviewer)
-    label = annotations.annotate(run, {"annotation": "label", "name": "hallucination"}, user=reviewer)
-    comment = annotations.annotate(run, {"annotation": "comment", "text": "Checked by hand."}, user=reviewer)
+    score = annotation_service.annotate(
+        run, {"annotation": "score", "name": "correctness", "value": 0.8}, user=reviewer
+    )
+    label = annotation_service.annotate(run, {"annotation": "label", "name": "hallucination"}, user=reviewer)
+    comment = annotation_service.annotate(run, {"annotation": "comment", "text": "Checked by hand."}, user=reviewer)
     run.refresh_from_db()
     assert run.event_count == before + 3
     assert run.kind_counts["annotation.recorded"] == 3
@@ -72,14 +74,14 @@ def test_a_score_a_label_and_a_comment_on_the_run_are_events_naming_author_and_t
     assert bodies[1]["name"] == "hallucination" and bodies[2]["text"] == "Checked by hand."
     assert all(b["author"] == "rita" and b["author_role"] == "reviewer" and "subject" not in b for b in bodies)
     assert all(b["at"]["wall"] for b in bodies)
-    listed = annotations.run_annotations(run)
+    listed = annotation_service.run_annotations(run)
     assert [a.annotation for a in listed] == ["score", "label", "comment"]
     assert {a.target for a in listed} == {"run"}
     assert AuditEntry.objects.filter(action="run.annotated", target=RUN).count() == 3
 
 
 def test_an_event_annotation_has_an_edge_to_its_event_and_shows_in_that_events_panel(run, reviewer):
-    made = annotations.annotate(
+    made = annotation_service.annotate(
         run, {"annotation": "score", "name": "verdict", "value": "fail", "scale": "pass/fail", "event": "e-res2"},
         user=reviewer,
     )  # fmt: skip
@@ -87,22 +89,22 @@ def test_an_event_annotation_has_an_edge_to_its_event_and_shows_in_that_events_p
     edge = Edge.objects.get(source=made.event)
     assert edge.field == "subject" and edge.target_event.event_id == "e-res2"
     target = Event.objects.get(run=run, event_id="e-res2")
-    assert [a.id for a in annotations.event_annotations(run, target)] == [made.event.event_id]
-    assert annotations.event_annotations(run, Event.objects.get(run=run, event_id="e-res1")) == []
+    assert [a.id for a in annotation_service.event_annotations(run, target)] == [made.event.event_id]
+    assert annotation_service.event_annotations(run, Event.objects.get(run=run, event_id="e-res1")) == []
 
 
 def test_a_finding_is_annotated_by_its_code_and_its_events(run_with_finding, reviewer):
     finding = Finding.objects.get(run=run_with_finding, code="LIN011")
-    made = annotations.annotate(
+    made = annotation_service.annotate(
         run_with_finding,
         {"annotation": "comment", "finding": f"LIN011:{finding.from_ref}", "text": "The harness lost the call."},
         user=reviewer,
     )
     assert made.event.body["finding"] == {"code": "LIN011", "from_id": finding.from_ref, "to_id": finding.to_ref}
-    (a,) = annotations.run_annotations(run_with_finding)
+    (a,) = annotation_service.run_annotations(run_with_finding)
     assert a.target == "finding"
     # By the finding's stored id too.
-    again = annotations.annotate(
+    again = annotation_service.annotate(
         run_with_finding, {"annotation": "label", "finding": str(finding.pk), "name": "harness-bug"}, user=reviewer
     )
     assert again.event.body["finding"]["code"] == "LIN011"
@@ -111,7 +113,7 @@ def test_a_finding_is_annotated_by_its_code_and_its_events(run_with_finding, rev
 def test_a_correction_names_author_basis_and_time_and_leaves_the_recorded_event_facts_and_findings_alone(run, reviewer):
     original = Event.objects.get(run=run, event_id="e-res2").body
     facts, findings = run.facts, list(Finding.objects.filter(run=run).values_list("code", flat=True))
-    made = annotations.annotate(
+    made = annotation_service.annotate(
         run,
         {"annotation": "correction", "event": "e-res2", "field": "outcome", "corrected": "error",
          "basis": ["e-call2", "e-claim"], "rationale": "The status service was down; not_found was its error page."},
@@ -136,13 +138,15 @@ def test_a_correction_names_author_basis_and_time_and_leaves_the_recorded_event_
 
 
 def test_a_change_of_mind_supersedes_the_earlier_annotation_which_stays(run, reviewer):
-    first = annotations.annotate(run, {"annotation": "score", "name": "correctness", "value": 0.8}, user=reviewer)
-    second = annotations.annotate(
+    first = annotation_service.annotate(
+        run, {"annotation": "score", "name": "correctness", "value": 0.8}, user=reviewer
+    )
+    second = annotation_service.annotate(
         run,
         {"annotation": "score", "name": "correctness", "value": 0.4, "supersedes": first.event.event_id},
         user=reviewer,
     )
-    listed = annotations.run_annotations(run)
+    listed = annotation_service.run_annotations(run)
     assert [(a.id, a.superseded_by) for a in listed] == [
         (first.event.event_id, second.event.event_id), (second.event.event_id, ""),
     ]  # fmt: skip
@@ -150,7 +154,7 @@ def test_a_change_of_mind_supersedes_the_earlier_annotation_which_stays(run, rev
 
 
 def test_annotations_are_never_edited_or_deleted(run, reviewer):
-    made = annotations.annotate(run, {"annotation": "comment", "text": "first"}, user=reviewer)
+    made = annotation_service.annotate(run, {"annotation": "comment", "text": "first"}, user=reviewer)
     made.event.body = {**made.event.body, "text": "rewritten"}
     with pytest.raises(HistoryIsAppendOnly):
         made.event.save()
@@ -170,7 +174,7 @@ def test_annotations_are_never_edited_or_deleted(run, reviewer):
         ({"annotation": "score", "name": "x", "value": 1, "scale": "5..1"}, "scale"),
         ({"annotation": "score", "value": 1}, "name"),
         ({"annotation": "comment"}, "text"),
-        ({"annotation": "comment", "text": "x" * (annotations.TEXT_MAX + 1)}, "text"),
+        ({"annotation": "comment", "text": "x" * (annotation_service.TEXT_MAX + 1)}, "text"),
         ({"annotation": "comment", "text": "a", "event": "e-nowhere"}, "event"),
         ({"annotation": "comment", "text": "a", "target": "finding", "finding": "LIN001:e-res2"}, "finding"),
         ({"annotation": "comment", "text": "a", "target": "span"}, "target"),
@@ -256,8 +260,8 @@ def test_annotations_are_never_edited_or_deleted(run, reviewer):
 )
 def test_bad_input_is_refused_in_one_line_naming_the_field_and_stores_nothing(run, reviewer, data, field):
     count = Event.objects.filter(run=run).count()
-    with pytest.raises(annotations.AnnotationRefused) as refused:
-        annotations.annotate(run, data, user=reviewer)
+    with pytest.raises(annotation_service.AnnotationRefused) as refused:
+        annotation_service.annotate(run, data, user=reviewer)
     assert refused.value.field == field and "\n" not in str(refused.value)
     assert Event.objects.filter(run=run).count() == count
 
@@ -316,8 +320,8 @@ def test_the_command_appends_and_lists_and_refuses_in_one_line(run, reviewer, ro
 
 
 def test_the_run_page_shows_annotations_and_the_panel_the_corrected_fact_beside_the_recorded_one(client, run, reviewer):
-    annotations.annotate(run, {"annotation": "comment", "text": "<script>alert(1)</script>"}, user=reviewer)
-    annotations.annotate(
+    annotation_service.annotate(run, {"annotation": "comment", "text": "<script>alert(1)</script>"}, user=reviewer)
+    annotation_service.annotate(
         run,
         {"annotation": "correction", "event": "e-res2", "field": "outcome", "corrected": "error",
          "basis": ["e-call2"], "rationale": "down"},
@@ -357,7 +361,7 @@ def test_the_page_forms_append_for_reviewers_and_refuse_viewers_and_bad_input(cl
     assert bad.status_code == 400 and bad.content.decode().count("\n") == 1
     assert client.get(reverse("runs:run-annotate", args=[RUN])).status_code == 405
     run.refresh_from_db()
-    assert [a.annotation for a in annotations.run_annotations(run)] == ["score", "correction"]
+    assert [a.annotation for a in annotation_service.run_annotations(run)] == ["score", "correction"]
 
 
 def _queries(client, url: str) -> int:
@@ -369,11 +373,11 @@ def _queries(client, url: str) -> int:
 def test_the_run_page_query_count_is_pinned_with_annotations_and_does_not_grow_with_them(client, run, reviewer):
     client.force_login(reviewer)
     bare, bare_panel = _queries(client, f"/runs/{RUN}/"), _queries(client, f"/runs/{RUN}/?event=e-res2")
-    annotations.annotate(run, {"annotation": "comment", "text": "one", "event": "e-res2"}, user=reviewer)
+    annotation_service.annotate(run, {"annotation": "comment", "text": "one", "event": "e-res2"}, user=reviewer)
     one, one_panel = _queries(client, f"/runs/{RUN}/"), _queries(client, f"/runs/{RUN}/?event=e-res2")
     # The run's list: one query once the run holds any; the panel's: one more (the edges naming the event).
     assert (one, one_panel) == (bare + 1, bare_panel + 2)
-    annotations.annotate(
+    annotation_service.annotate(
         run,
         {"annotation": "correction", "event": "e-res2", "field": "outcome", "corrected": "error",
          "basis": ["e-call2"], "rationale": "down"},
@@ -383,15 +387,15 @@ def test_the_run_page_query_count_is_pinned_with_annotations_and_does_not_grow_w
     one, one_panel = one + 1, one_panel + 1
     assert (_queries(client, f"/runs/{RUN}/"), _queries(client, f"/runs/{RUN}/?event=e-res2")) == (one, one_panel)
     for n in range(20):
-        annotations.annotate(run, {"annotation": "label", "name": f"l{n}", "event": "e-res2"}, user=reviewer)
+        annotation_service.annotate(run, {"annotation": "label", "name": f"l{n}", "event": "e-res2"}, user=reviewer)
     assert (_queries(client, f"/runs/{RUN}/"), _queries(client, f"/runs/{RUN}/?event=e-res2")) == (one, one_panel)
 
 
 def test_the_bundle_export_carries_them_and_imports_again_with_them(run, reviewer, tmp_path):
-    annotations.annotate(
+    annotation_service.annotate(
         run, {"annotation": "score", "name": "correctness", "value": 1, "event": "e-res1"}, user=reviewer
     )
-    annotations.annotate(
+    annotation_service.annotate(
         run,
         {"annotation": "correction", "event": "e-res2", "field": "outcome", "corrected": "error",
          "basis": ["e-call2"], "rationale": "down"},
@@ -411,7 +415,7 @@ def test_the_bundle_export_carries_them_and_imports_again_with_them(run, reviewe
     (folder / "manifest.json").write_text(json.dumps(manifest))
     run_import_from_path(folder)
     again = Run.objects.get(run_id="run-again")
-    assert [a.annotation for a in annotations.run_annotations(again)] == ["score", "correction"]
+    assert [a.annotation for a in annotation_service.run_annotations(again)] == ["score", "correction"]
 
     def facts(r: Run) -> dict:  # what the run did; not its id or its event count
         return {k: v for k, v in (r.facts or {}).items() if k not in ("run", "events")}
@@ -424,7 +428,7 @@ def test_the_bundle_export_carries_them_and_imports_again_with_them(run, reviewe
 
 
 def test_the_otlp_export_carries_them_as_span_events(run, reviewer):
-    made = annotations.annotate(run, {"annotation": "comment", "text": "seen", "event": "e-res1"}, user=reviewer)
+    made = annotation_service.annotate(run, {"annotation": "comment", "text": "seen", "event": "e-res1"}, user=reviewer)
     out = io.BytesIO()
     run_otlp_json(run, out, by="test")
     spans = [s for rs in json.loads(out.getvalue())["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
@@ -440,6 +444,6 @@ def test_the_otlp_export_carries_them_as_span_events(run, reviewer):
 def test_a_replay_package_leaves_the_annotations_out(run, reviewer):
     from replays.services import _source
 
-    annotations.annotate(run, {"annotation": "comment", "text": "a note"}, user=reviewer)
+    annotation_service.annotate(run, {"annotation": "comment", "text": "a note"}, user=reviewer)
     _manifest, events, _blobs, _expired = _source(run)
     assert b"annotation.recorded" not in events

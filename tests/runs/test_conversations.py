@@ -356,6 +356,7 @@ def test_a_proposal_that_recorded_no_messages_says_so_and_shows_what_it_proposed
     capsys.readouterr()
     run = Run.objects.get(run_id="run-003-review-request")
     event = Event.objects.filter(run=run, kind="model.proposal").order_by("seq").first()
+    assert event is not None
     conv = conversation_of(run, event)
     assert conv.origin == "proposal-only" and conv.total == 0
     assert any("recorded no messages" in n for n in conv.notes)
