@@ -318,7 +318,7 @@ def test_run_summaries_fills_a_run_stored_without_one(runs):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_migration_0022_fills_the_summaries_of_runs_stored_before_it(tmp_path, settings):
+def test_migration_0023_fills_the_summaries_of_runs_stored_before_it(tmp_path, settings):
     from tests.migrations_at import migrate_to
 
     settings.N17Q_MODEL_PRICES = __import__("n17q_engine.pricing", fromlist=["price_table"]).price_table(PRICES)
@@ -328,7 +328,7 @@ def test_migration_0022_fills_the_summaries_of_runs_stored_before_it(tmp_path, s
         s.run.run_id: (s.kind, s.outcome, s.tools, s.model_names, s.codes, s.tokens, s.cost, s.started_at, s.text)
         for s in RunSummary.objects.select_related("run")
     }
-    migrate_to([("runs", "0021_run_facts")])
+    migrate_to([("runs", "0022_annotate_permission")])
     try:
         migrate_to()
     finally:
