@@ -167,6 +167,7 @@ def test_a_varied_clock_resumes_the_segment_at_that_instant():
     assert moved["reason"] == "the counterfactual's clock at the branch checkpoint"
 
 
+@pytest.mark.seed("000", "A fixture miss received its own state")
 def test_a_checkpoint_whose_history_needs_a_missing_fixture_stops_as_incomplete_test_world_naming_it():
     files = {n: json.loads(d) for n, d in SEEDS["coding-review-request"].files.items()}
     files["fixtures.json"] = [f for f in files["fixtures.json"] if f["id"] != "apply-patch-ws-1"]
