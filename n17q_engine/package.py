@@ -43,7 +43,8 @@ from .concurrency import Race, RaceError, parse_races
 from .contracts import ContractError, ContractSet
 from .fixtures import Fixture, FixtureError, FixtureRegistry
 from .identifiers import INT32_MAX, id_problem, scenario_name_problem
-from .vocabulary import BUDGET_RESOURCES, FAULT_STAGES
+from .scenario_evaluation import glob_problem
+from .vocabulary import BUDGET_RESOURCES, FAULT_STAGES, RUN_STATES
 from .world import SimulatedWorld, WorldError, parse_time
 
 MANIFEST = "package.json"
@@ -424,6 +425,10 @@ class ScenarioPackage:
     budgets: Mapping[str, Budget] = field(default_factory=dict)
     grants: tuple[Grant, ...] = ()
     authorized_tools: Mapping[str, str] = field(default_factory=dict)
+    # Seed 003 "The scenario definition grew richer" (additive, optional in scenario.json): `instructions`,
+    # `file_scope`, `allowed_effects`, `acceptable_stop_states` as declared (`_declared`); a replay's scope note
+    # carries them and n17q_engine/scenario_evaluation.py judges its end state against them.
+    declared: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -505,6 +510,11 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
             "budget",
             "grants",
             "authorized_tools",
+            "instructions",
+            "file_scope",
+            "allowed_effects",
+            "acceptable_stop_states",
+            "minimal_fixtures",
         },
     )
     name = meta["name"]
@@ -616,6 +626,8 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
 
     budgets = _budgets(meta.get("budget", {}))
     grants, authorized_tools = _grants(meta.get("grants", []), meta.get("authorized_tools", {}), contracts)
+    declared = _declared(meta)
+    _minimal_fixtures(meta.get("minimal_fixtures"), {f.id for f in fixtures})
 
     return ScenarioPackage(
         package=package,
@@ -648,6 +660,7 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         budgets=budgets,
         grants=grants,
         authorized_tools=authorized_tools,
+        declared=declared,
     )
 
 
@@ -852,6 +865,73 @@ def _grants(value: Any, tools: Any, contracts: ContractSet) -> tuple[tuple[Grant
     if len({g.id for g in grants}) != len(grants):
         raise PackageError("scenario.json: grants: two grants share an id")
     return tuple(grants), authorized
+
+
+def _declared(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The end-state declaration of seed 003 ("The scenario definition grew richer"), checked: the instructions
+    that apply, the path globs the agent may change, the effects it may make, the ends it may stop at. Only the
+    keys the scenario gives: an undeclared check is not evaluated, never passed."""
+    out: dict[str, Any] = {}
+    if "instructions" in meta:
+        items = _strs(meta["instructions"], "scenario.json: instructions")
+        if any(not i.strip() for i in items):
+            raise PackageError("scenario.json: instructions: each instruction is a non-empty string")
+        out["instructions"] = list(items)
+    if "file_scope" in meta:
+        globs = _strs(meta["file_scope"], "scenario.json: file_scope")
+        for i, glob in enumerate(globs):
+            problem = glob_problem(glob)
+            if problem is not None:
+                raise PackageError(f"scenario.json: file_scope[{i}]: {problem}")
+        out["file_scope"] = list(globs)
+    if "allowed_effects" in meta:
+        allowed = []
+        for i, item in enumerate(_list(meta["allowed_effects"], "scenario.json: allowed_effects")):
+            where = f"scenario.json: allowed_effects[{i}]"
+            _keys(_obj(item, where), where, required={"destination_prefix"}, optional={"effect_class"})
+            if not isinstance(item["destination_prefix"], str):
+                raise PackageError(f"{where}: destination_prefix must be a string")
+            if "effect_class" in item and item["effect_class"] not in ("read", "mutation"):
+                raise PackageError(f"{where}: effect_class must be read or mutation")
+            allowed.append(dict(item))
+        out["allowed_effects"] = allowed
+    if "acceptable_stop_states" in meta:
+        states = []
+        for i, item in enumerate(_list(meta["acceptable_stop_states"], "scenario.json: acceptable_stop_states")):
+            where = f"scenario.json: acceptable_stop_states[{i}]"
+            _keys(_obj(item, where), where, required={"state"}, optional={"text"})
+            if item["state"] not in RUN_STATES:
+                raise PackageError(f"{where}: state must be one of {', '.join(RUN_STATES)}")
+            if "text" in item and not isinstance(item["text"], str):
+                raise PackageError(f"{where}: text must be a string")
+            states.append(dict(item))
+        if len({s["state"] for s in states}) != len(states):
+            raise PackageError("scenario.json: acceptable_stop_states: a state is named twice")
+        out["acceptable_stop_states"] = states
+    return out
+
+
+def _minimal_fixtures(value: Any, held: set[str]) -> None:
+    """`scenario.json: minimal_fixtures` (seed 001: a regression scenario keeps the minimal fixtures): the run it
+    was made from, the fixtures kept and those left out, each with why; what it lists kept is in fixtures.json and
+    what it lists left out is not."""
+    if value is None:
+        return
+    where = "scenario.json: minimal_fixtures"
+    _keys(_obj(value, where), where, required={"run", "kept", "left_out", "kept_count", "left_out_count"})
+    for key in ("kept", "left_out"):
+        for i, item in enumerate(_list(value[key], f"{where}.{key}")):
+            at = f"{where}.{key}[{i}]"
+            _keys(_obj(item, at), at, required={"fixture", "tool", "why"})
+            if not all(isinstance(item[k], str) for k in ("fixture", "tool", "why")):
+                raise PackageError(f"{at}: fixture, tool and why are strings")
+            if (item["fixture"] in held) != (key == "kept"):
+                said = "kept but not in" if key == "kept" else "left out but still in"
+                raise PackageError(f"{at}: {item['fixture']} is {said} fixtures.json")
+    for key in ("kept_count", "left_out_count"):
+        count = value[key]
+        if not isinstance(count, int) or isinstance(count, bool) or count < len(value[key.removesuffix("_count")]):
+            raise PackageError(f"{where}.{key}: must count at least the fixtures listed")
 
 
 def _no_endpoints(value: Any, where: str) -> None:

@@ -278,6 +278,9 @@ KINDS: dict[str, dict[str, Field]] = {
         "synthetic": f(LIST, items=STR),
         "uncovered": f(LIST),
         "isolation": f(STR, enum=ISOLATION_LEVELS),
+        # Extension (seed 003): what the scenario declares of the run's end (instructions, file_scope,
+        # allowed_effects, acceptable_stop_states), judged by n17q_engine/scenario_evaluation.py.
+        "declared": opt(DICT),
     },
     "run.state": {"state": f(STR, enum=RUN_STATES), "reason": f(STR, nullable=True)},
     "account.claim": {

@@ -203,6 +203,16 @@ def _replay_fields() -> dict[str, serializers.Field]:
         "url": serializers.CharField(),
         "page": serializers.CharField(),
         "missing_url": serializers.CharField(),
+        "evaluation": serializers.DictField(
+            allow_null=True,
+            help_text="the end state judged against the scenario's declaration (n17q.scenario-evaluation/1): "
+            "judgements [{check, title, status: passed|failed|not_evaluated, reason, events}]; null: none made",
+        ),
+        "unevaluated": serializers.ListField(
+            child=serializers.DictField(),
+            help_text="the lineage checks the replay's run could not judge [{code, reason, events?, scope?}]; "
+            "`scope` names what its declared scope cannot support (earlier policy, later world state, final account)",
+        ),
     }
 
 

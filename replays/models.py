@@ -78,6 +78,10 @@ class Replay(models.Model):
     # What the relay did (issue 33): the calls it sent to the endpoint, and those the per-replay cap refused.
     model_calls = models.PositiveIntegerField(default=0)
     model_calls_refused = models.PositiveIntegerField(default=0)
+    # Its end state judged against the scenario's declaration (seed 003; n17q_engine.scenario_evaluation), computed
+    # once from the imported run's events when the replay ends. Empty: it ended before the judgement existed, or
+    # produced no run.
+    evaluation = GatedJSONField(default=dict, blank=True)
 
     class Meta:
         db_table = "runs_replay"

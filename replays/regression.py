@@ -12,11 +12,20 @@ run did, so replaying it later asserts that the run's outcome still holds:
 
 The version is minted like any other (immutable, digest-verified, `source="regression"`). Two people minting
 at once each get a version of their own: a lost race on the number is retried with the next one.
+
+Seed 001, "Retention preserved the failure, not every byte forever": "A regression scenario kept the minimal fixture
+needed to reproduce an invariant." Made from a replay (a rerun or a counterfactual, whose events name the fixture
+that answered each call), the version keeps only the fixtures the replay was served and those its invariants need
+(`regression_fixtures`): each effect route an invariant counts keeps its mutation and status fixtures, so a fixed
+agent's effect is judged by the invariant rather than stopped as a missing fixture, and a declared race keeps its
+tool's. The rest are left out, each named with why in `scenario.json` `minimal_fixtures`, shown before minting and
+on the version's page. A recording (no fixture answered it) keeps the package whole, and says so.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -26,7 +35,7 @@ from fixtures_review.models import ScenarioVersion
 from fixtures_review.scenarios import ScenarioRefused
 from n17q_engine.package import PackageError, build_scenario, load_scenario
 from runs.facts import facts_of
-from runs.models import Run
+from runs.models import Event, Run
 
 from .launch import launch_options, scenario_loaded
 
@@ -76,6 +85,84 @@ def regression_invariants(run: Run, base: ScenarioVersion) -> list[dict[str, Any
     return out
 
 
+# The kinds whose events name the fixture that answered them (n17q_engine/replay/calls.py, effects.py).
+SERVED_KINDS = ("tool.result", "command.receipt", "effect.execution", "schedule.step")
+LISTED = 500  # fixtures named per list in `minimal_fixtures`; the rest are counted
+
+
+@dataclass(frozen=True)
+class FixtureSelection:
+    """Which of the base version's fixtures a regression scenario keeps, and why each is kept or left out."""
+
+    whole: bool  # the package is kept whole (the run is a recording: nothing says which fixtures it needs)
+    note: str
+    kept: list[dict[str, str]] = field(default_factory=list)  # [{"fixture", "tool", "why"}]
+    left_out: list[dict[str, str]] = field(default_factory=list)
+
+    def record(self, run_id: str) -> dict[str, Any]:
+        """`scenario.json` `minimal_fixtures`: what was kept and left out, bounded (the rest counted)."""
+        return {
+            "run": run_id,
+            "kept_count": len(self.kept),
+            "left_out_count": len(self.left_out),
+            "kept": self.kept[:LISTED],
+            "left_out": self.left_out[:LISTED],
+        }
+
+
+def regression_fixtures(run: Run, base: ScenarioVersion, invariants: list[dict[str, Any]]) -> FixtureSelection:
+    sc = scenario_loaded(base)
+    assert sc is not None
+    if run.mode not in ("rerun", "counterfactual"):
+        return FixtureSelection(
+            whole=True,
+            note=f"{run.run_id} is a {run.mode} run, not a replay in fixtures: no fixture answered it, so nothing says "
+            f"which of {base.ref}'s {len(sc.fixtures)} fixtures it needs; the package is kept whole",
+        )
+    served: set[str] = set()
+    bodies = Event.objects.filter(run=run, kind__in=SERVED_KINDS).values_list("body", flat=True)
+    for body in bodies.iterator(chunk_size=2000):
+        fixture = body.get("fixture") if isinstance(body, dict) else None
+        if isinstance(fixture, str):
+            served.add(fixture)
+    needed: dict[str, str] = {}  # tool -> why the invariants need its fixtures
+    for inv in invariants:
+        prefix = inv.get("resource_prefix")
+        if inv.get("check") != "max_transitions" or not isinstance(prefix, str):
+            continue
+        for route in sc.effects:
+            if route.destination_prefix.startswith(prefix) or prefix.startswith(route.destination_prefix):
+                needed.setdefault(route.tool, f"invariant {inv['id']} counts its effects on {prefix}*")
+                if route.status_tool:
+                    needed.setdefault(
+                        route.status_tool, f"invariant {inv['id']}: the status read before an effect is resent"
+                    )
+    for race in sc.races:
+        needed.setdefault(race.tool, f"race {race.id} is declared on it")
+    kept: list[dict[str, str]] = []
+    left_out: list[dict[str, str]] = []
+    for fixture in sc.fixtures:
+        if fixture.id in served:
+            kept.append({"fixture": fixture.id, "tool": fixture.tool, "why": f"served to {run.run_id}"})
+        elif fixture.tool in needed:
+            kept.append({"fixture": fixture.id, "tool": fixture.tool, "why": needed[fixture.tool]})
+        else:
+            left_out.append(
+                {
+                    "fixture": fixture.id,
+                    "tool": fixture.tool,
+                    "why": f"not served to {run.run_id}, and no invariant needs {fixture.tool}",
+                }
+            )
+    return FixtureSelection(
+        whole=False,
+        note=f"{len(kept)} of {base.ref}'s {len(sc.fixtures)} fixtures kept: those served to {run.run_id} and those "
+        f"its invariants need; {len(left_out)} left out",
+        kept=kept,
+        left_out=left_out,
+    )
+
+
 def regression_scenario_mint(*, run: Run, user: Any) -> ScenarioVersion:
     base = regression_base(run)
     if base is None:
@@ -86,6 +173,11 @@ def regression_scenario_mint(*, run: Run, user: Any) -> ScenarioVersion:
     meta = dict(files["scenario.json"])
     name = meta["name"] if meta["name"].endswith("-regression") else f"{meta['name']}-regression"
     invariants = regression_invariants(run, base)
+    selection = regression_fixtures(run, base, invariants)
+    if not selection.whole:
+        kept = {k["fixture"] for k in selection.kept}
+        files["fixtures.json"] = [f for f in files["fixtures.json"] if f.get("id") in kept]
+        meta["minimal_fixtures"] = selection.record(run.run_id)
     for _ in range(5):
         latest = ScenarioVersion.objects.filter(name=name).aggregate(n=Max("version"))["n"] or 0
         scenario = {

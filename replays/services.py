@@ -41,6 +41,7 @@ from n17q_engine.identifiers import replay_run_id_problem
 from n17q_engine.package import VARY_KEYS, PackageError, build_replay, vary_value_problem
 from n17q_engine.replay import ReplayError, ReplayOutput
 from n17q_engine.sandbox import IsolationUnavailable, Limits, SandboxError, run_sandboxed
+from n17q_engine.scenario_evaluation import EVALUATED_KINDS, evaluate
 from runs.bundle_export import BundleExportError, run_bundle
 from runs.importer import run_import_from_path
 from runs.models import Event, Finding, Run
@@ -522,6 +523,7 @@ def _execute_claimed(replay: Replay, token: str) -> Replay:
         Event.objects.filter(run=run, kind="checkpoint").order_by("-seq").values_list("event_id", flat=True).first()
     )
     replay.progress_checkpoint = last_checkpoint or ""
+    replay.evaluation = replay_evaluation_of(run)
     note = f"the run stopped on {len(result.violations)} sandbox violation(s)" if result.violations else ""
     return _end(replay, token, Replay.State.FINISHED, note)
 
@@ -652,6 +654,7 @@ def _end(replay: Replay, token: str, state: str, error: str) -> Replay:
         "wall_s": replay.wall_s,
         "violations": replay.violations,
         "package_digest": replay.package_digest,
+        "evaluation": replay.evaluation,
         "progress_events": replay.progress_events,
         "progress_logical": replay.progress_logical,
         "progress_checkpoint": replay.progress_checkpoint,
@@ -662,6 +665,18 @@ def _end(replay: Replay, token: str, state: str, error: str) -> Replay:
     if held.update(**fields) != 1:
         log.warning("replay %s: the claim was lost before its end could be recorded", replay.pk)
     return Replay.objects.select_related("source_run", "scenario_version", "run").get(pk=replay.pk)
+
+
+def replay_evaluation_of(run: Run) -> dict[str, Any]:
+    """The run's end state judged against the scenario its scope note declares (seed 003), from the events the
+    evaluator reads (their (run, kind, seq) index), streamed: a run of any size is read once, in seq order."""
+    events = (
+        Event.objects.filter(run=run, kind__in=EVALUATED_KINDS)
+        .order_by("seq")
+        .values_list("body", flat=True)
+        .iterator(chunk_size=2000)
+    )
+    return evaluate(events)
 
 
 def replay_json(replay: Replay) -> dict[str, Any]:
@@ -693,4 +708,8 @@ def replay_json(replay: Replay) -> dict[str, Any]:
         "vary": replay.vary,
         "error": replay.error or None,
         "wall_s": replay.wall_s,
+        # Additive (seeds 003, 000): the end state judged against the scenario, and the lineage checks the run
+        # could not judge (its declared scope among the reasons). null: no judgement was made for this replay.
+        "evaluation": replay.evaluation or None,
+        "unevaluated": run.unevaluated if run else [],
     }

@@ -46,7 +46,7 @@ from .launch import (
 )
 from .missing import missing_fixture_view
 from .models import Replay
-from .regression import RegressionRefused, regression_invariants, regression_scenario_mint
+from .regression import RegressionRefused, regression_fixtures, regression_invariants, regression_scenario_mint
 from .services import ReplayRefused
 
 log = logging.getLogger(__name__)
@@ -342,9 +342,17 @@ def regression_new(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
                 launch = reverse("replays:replay-new", args=[run.run_id, "replay"])
                 return redirect(f"{launch}?scenario={version.ref}")
     invariants = regression_invariants(run, base) if base else []
+    selection = regression_fixtures(run, base, invariants) if base and option.available else None
     return render(
         request,
         "replays/regression_new.html",
-        {"run": run, "base": base, "option": option, "invariants": invariants, "error": error},
+        {
+            "run": run,
+            "base": base,
+            "option": option,
+            "invariants": invariants,
+            "selection": selection,
+            "error": error,
+        },
         status=400 if error else 200,
     )

@@ -133,6 +133,21 @@ TERMS: tuple[tuple[str, str], ...] = (
         "A later annotation or correction naming an earlier one it replaces (supersedes_id): both stay in the run; "
         "the earlier is shown struck through with the later one named.",
     ),
+    (
+        "end-state evaluation",
+        "A replay's end judged against what its scenario version declares (seed 003, \"The scenario definition grew "
+        "richer\"): its file scope (the path globs an artifact's files may fall in), its allowed effects (destinations "
+        "and effect classes), its acceptable stop states (a run may be allowed to stop unfinished, say validation "
+        "incomplete, and still fail if it completes). Each judgement is passed, failed or not evaluated, with the "
+        "events it rests on; a check the scenario does not declare is not evaluated, never passed.",
+    ),
+    (
+        "scope limit",
+        "What a narrow replay cannot make claims about (seed 000): an adapter replay tests parsing one exchange, so "
+        "earlier policy, later world state and the final account are not evaluated; a segment replay, from a "
+        "checkpoint, judges earlier policy and the final account only on what it re-ran. The lineage checks they "
+        "cover are listed as not evaluated on the replay's run, with the reason.",
+    ),
 )
 
 

@@ -38,6 +38,7 @@ from typing import Any
 from .. import vocabulary as v
 from ..canonical import digest_json
 from ..compatibility import Rule, parse_rules
+from ..scenario_evaluation import scope_unevaluated
 from ..spill import MultiMap, SpilledIndex, SpilledMultiMap, spill_index, spill_multimap
 from .codes import WARNING_CODES, claim_is_judged, unevaluated_checks
 
@@ -312,6 +313,8 @@ class LineageGraph:
         # Claims a replay left unevaluated (they rest on an excluded tool): claim id -> the tools.
         self._unevaluated_claims: dict[str, tuple[str, ...]] = {}
         self._kinds: dict[str, int] = {}  # kind -> events of it: what the checks had to judge
+        # A replay's scope note (its id, scope and segment): what a narrow scope cannot support (scope_unevaluated).
+        self._scope_note: dict[str, Any] | None = None
         # Whether events came in increasing seq (the bundle reader's rule): `iter_findings` then walks `_seq` as is.
         self._in_order = True
         self._last_seq = 0
@@ -350,6 +353,8 @@ class LineageGraph:
                 self._unresolved.add(event_id, (path, target))
         for handler in _HANDLERS.get(kind, ()):
             handler(self, event_id, seq, event)
+        if kind == "replay.scope" and self._scope_note is None:
+            self._scope_note = {"id": event_id, "scope": event.get("scope"), "segment": event.get("segment")}
 
     def _spill(self) -> None:
         self._seq = spill_index(self._seq)
@@ -661,7 +666,10 @@ class LineageGraph:
                 without.append(claim_id)
             elif len(spots) > 1:
                 split[claim_id] = spots
-        return unevaluated_checks(self._kinds, self._unevaluated_claims, without, split)
+        # Seed 000: what the replay's declared scope (adapter, segment) cannot support is not evaluated either.
+        return scope_unevaluated(
+            unevaluated_checks(self._kinds, self._unevaluated_claims, without, split), self._scope_note
+        )
 
     def intent_findings(self, intent_id: str) -> list[Finding]:
         """The findings about one effect.intent: what the final policy gate must see before activating it."""

@@ -150,6 +150,9 @@ class _Engine(_Branching):
             out["budget"] = {
                 r: {"limit": b.limit, "recovery_reserve": b.recovery_reserve} for r, b in sorted(sc.budgets.items())
             }
+        if sc.declared:
+            # Seed 003: what the scenario declares of the run's end (scenario_evaluation.py judges it from this).
+            out["declared"] = dict(sc.declared)
         if sc.grants:
             out["credentials"] = [
                 {
