@@ -97,6 +97,11 @@ def unevaluated_schema() -> serializers.Serializer:
                 required=False,
                 help_text="when only some inputs were left out: those events (claims resting on excluded tools)",
             ),
+            "scope": serializers.CharField(
+                required=False,
+                help_text="what the replay's declared scope cannot support: earlier policy, later world state or "
+                "final account (seed 000; docs/packages.md)",
+            ),
         },
         many=True,
     )
