@@ -47,6 +47,9 @@ FAULT_STAGES = EXECUTION_STAGES[:-1]
 EXECUTION_OUTCOMES = ("acknowledged", "lost_response", "rejected", "failed", "unknown")
 RUN_STATES = ("running", "paused", "incomplete_test_world", "completed", "stopped", "failed", "interrupted")
 CLAIM_KINDS = ("validation", "effect", "completion", "other")
+# Extension (issue 39, seed 003): how a claim entered the run, and whether an effect claim says it happened or not.
+CLAIM_ORIGINS = ("stated", "extracted")
+CLAIM_POLARITIES = ("affirmed", "denied")
 BUDGET_RESOURCES = ("tokens", "turns", "compute_s", "artifacts")
 PROPOSAL_TYPES = ("tool_call", "message", "stop")
 POLICY_OUTCOMES = ("allow", "deny", "needs_approval")
@@ -288,6 +291,16 @@ KINDS: dict[str, dict[str, Field]] = {
         "scope": opt(LIST, items=STR),
         # Extension: the artifact the claim speaks for, whose lineage LIN015 reads for contradicting receipts.
         "artifact_id": opt(STR),
+        # Extension (issue 39, seed 003): a claim the importer read from the final answer's prose rather than one the
+        # harness stated (n17q_engine/claim_extraction.py): `origin: extracted`, the answer's event, the sentence's
+        # [start, end) offsets in its text, the extractor's revision and rule, what it is about, an effect's polarity.
+        "origin": opt(STR, enum=CLAIM_ORIGINS),
+        "extracted_from": opt(STR),
+        "span": opt(LIST),
+        "extractor": opt(STR),
+        "rule": opt(STR),
+        "about": opt(STR),
+        "polarity": opt(STR, enum=CLAIM_POLARITIES),
     },
     "budget.charged": {"resource": f(STR, enum=BUDGET_RESOURCES), "amount": f(NUMBER)},
     # Extension: one step of a scenario-declared race, as the replay followed it (scenario evidence).

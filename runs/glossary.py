@@ -133,6 +133,12 @@ TERMS: tuple[tuple[str, str], ...] = (
         "A later annotation or correction naming an earlier one it replaces (supersedes_id): both stay in the run; "
         "the earlier is shown struck through with the later one named.",
     ),
+    (
+        "extracted claim",
+        "A validation, completion or effect claim the importer read from the final answer's prose (an OpenTelemetry "
+        "trace, an Inspect log) by fixed rules, linked to the receipts and results it speaks about and judged like a "
+        "stated one; shown as extracted, not stated (docs/claims.md).",
+    ),
 )
 
 

@@ -196,6 +196,10 @@ def row_summary(body: dict[str, Any], *, tool: str | None = None) -> tuple[str, 
         text += f" ({get('media_type')})"
     elif kind == "account.claim":
         text = f"{get('claim_kind')}: {_clip(str(get('text')), 80)}"
+        if body.get("origin") == "extracted":
+            # Read from the final answer's prose by the importer, not stated by the harness (seed 003).
+            text = f"{text} (extracted from {body.get('extracted_from')})"
+            badges.append(("extracted", "extracted, not stated"))
     elif kind in ("attempt.started", "attempt.ended"):
         text = str(body.get("reason") or body.get("outcome") or "")
     elif kind == "run.state":
