@@ -139,6 +139,13 @@ TERMS: tuple[tuple[str, str], ...] = (
         "trace, an Inspect log) by fixed rules, linked to the receipts and results it speaks about and judged like a "
         "stated one; shown as extracted, not stated (docs/claims.md).",
     ),
+    (
+        "carried forward",
+        "Evidence observed in an earlier attempt that a retry admitted again: justified only under a compatibility "
+        "rule the policy declares whose recorded facts hold. The attempt view says, evidence by evidence, what "
+        "carried forward, what was rerun, what went stale (its workspace left the active state or its tree moved on) "
+        "and what needs a rerun.",
+    ),
 )
 
 

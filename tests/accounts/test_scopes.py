@@ -54,6 +54,8 @@ AUDITED = {
     # The missing fixtures' full requests: what the missing-fixture page shows.
     "GET /api/v1/replays/{replay_id}/missing/": [READ_REPLAYS],
     "GET /health/": [],
+    # Issue 39: what carried forward into each retry, from the run's facts: reading a run.
+    "GET /api/v1/runs/{run_id}/retries/": [IMPORT],
 }
 
 
