@@ -68,6 +68,8 @@ SCHEDULE_STEPS = ("run", "accept", "deduplicate", "hold", "release", "skip", "co
 # (`supersedes_id`): nothing is edited, the later one is read instead. Neither changes a fact, a finding or a verdict.
 ANNOTATION_TYPES = ("score", "label", "comment")
 ANNOTATION_KINDS = ("annotation.recorded", "annotation.correction")
+# Extension (issue 39, seed 003): the dimensions of a `review.assessment` (n17q_engine/assessments.py: DIMENSIONS).
+ASSESSMENT_DIMENSIONS = ("code_clarity", "diagnostic_reasoning", "report_usefulness", "path_economy")
 
 # Python types a field may hold. "number" admits int and float (never bool).
 STR, INT, NUMBER, BOOL, LIST, DICT, ANY = "string", "integer", "number", "boolean", "array", "object", "any"
@@ -337,6 +339,20 @@ KINDS: dict[str, dict[str, Field]] = {
         "supersedes_id": opt(STR),
         "author": f(STR),
         "author_role": f(STR),
+    },
+    # Extension (issue 39, seed 003 "The scenario definition grew richer"): a qualitative reviewer's assessment of one
+    # dimension (n17q_engine/assessments.py), appended after the run like an annotation; never read by the verdict.
+    "review.assessment": {
+        "dimension": f(STR, enum=ASSESSMENT_DIMENSIONS),
+        "score": f(INT),
+        "scale": f(STR),
+        "cited_ids": f(LIST, items=STR),
+        "rationale": opt(STR),
+        "reviewer": f(DICT),
+        "author": f(STR),
+        "author_role": f(STR),
+        "model": opt(STR),
+        "connection": opt(STR),
     },
 }
 

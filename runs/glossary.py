@@ -146,6 +146,13 @@ TERMS: tuple[tuple[str, str], ...] = (
         "carried forward, what was rerun, what went stale (its workspace left the active state or its tree moved on) "
         "and what needs a rerun.",
     ),
+    (
+        "assessment",
+        "A qualitative reviewer's score (1..5) of one dimension of a run (code clarity, diagnostic reasoning, report "
+        "usefulness, path economy) citing the events and artifacts it rests on, by a person or a model reviewer "
+        "behind an approved model connection. Shown beside the verdict, never averaged into it: a high score cannot "
+        'override a lineage finding, and a run without one says "not reviewed".',
+    ),
 )
 
 

@@ -9,9 +9,11 @@ event, and the neighbourhood walk takes a fixed number of hops with a cap on how
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .annotations import corrected_events
+from .assessments import Dimension, run_assessments
 from .event_detail import EventDetail, digests_in, event_detail_build
 from .facts import facts_of
 from .focus import Focus, focus_resolve
@@ -58,6 +60,11 @@ class RunPage:
     def missing_ref(self) -> str:
         """The event asked for in the detail panel when the run holds none by that id."""
         return self.selected_ref if self.selected_ref and self.detail is None else ""
+
+    @cached_property
+    def assessments(self) -> list[Dimension]:
+        """The qualitative dimensions (runs/assessments.py), each assessed or "not reviewed"; beside the verdict."""
+        return run_assessments(self.run)
 
     @property
     def retry(self) -> dict[str, Any] | None:
