@@ -70,6 +70,8 @@ ANNOTATION_TYPES = ("score", "label", "comment")
 ANNOTATION_KINDS = ("annotation.recorded", "annotation.correction")
 # Extension (issue 39, seed 003): the dimensions of a `review.assessment` (n17q_engine/assessments.py: DIMENSIONS).
 ASSESSMENT_DIMENSIONS = ("code_clarity", "diagnostic_reasoning", "report_usefulness", "path_economy")
+# What reviewers append after a run (annotations, corrections, assessments): a replay leaves them out.
+APPENDED_BY_REVIEWERS = (*ANNOTATION_KINDS, "review.assessment")
 
 # Python types a field may hold. "number" admits int and float (never bool).
 STR, INT, NUMBER, BOOL, LIST, DICT, ANY = "string", "integer", "number", "boolean", "array", "object", "any"
