@@ -47,8 +47,7 @@ FAULT_STAGES = EXECUTION_STAGES[:-1]
 EXECUTION_OUTCOMES = ("acknowledged", "lost_response", "rejected", "failed", "unknown")
 RUN_STATES = ("running", "paused", "incomplete_test_world", "completed", "stopped", "failed", "interrupted")
 CLAIM_KINDS = ("validation", "effect", "completion", "other")
-# Extension (issue 39, seed 003): how a claim entered the run, and whether an effect claim says it happened or not.
-CLAIM_ORIGINS = ("stated", "extracted")
+# Extension (issue 39, seed 003): whether an extracted effect claim says it happened or not.
 CLAIM_POLARITIES = ("affirmed", "denied")
 BUDGET_RESOURCES = ("tokens", "turns", "compute_s", "artifacts")
 PROPOSAL_TYPES = ("tool_call", "message", "stop")
@@ -298,7 +297,8 @@ KINDS: dict[str, dict[str, Field]] = {
         # Extension (issue 39, seed 003): a claim the importer read from the final answer's prose rather than one the
         # harness stated (n17q_engine/claim_extraction.py): `origin: extracted`, the answer's event, the sentence's
         # [start, end) offsets in its text, the extractor's revision and rule, what it is about, an effect's polarity.
-        "origin": opt(STR, enum=CLAIM_ORIGINS),
+        # No enum: harnesses already write their own words here ("recorded"); the importer writes "extracted".
+        "origin": opt(STR),
         "extracted_from": opt(STR),
         "span": opt(LIST),
         "extractor": opt(STR),
