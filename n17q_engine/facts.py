@@ -21,6 +21,9 @@ The facts:
   expiry, as the run stood at the approval), what of it changed before the intent was acted on, and whether the
   approval still binds (nothing changed, and the `review_digest` it records, if any, is the engine's).
 - **outcome**: the final state and its reason, the validation and effects sentences, and the claims made.
+- **retries** (issue 39, seed 003): for each attempt after the first, each evidence observation made before it in
+  another attempt, explained: carried forward (under a rule that holds, or not), rerun, stale, needing a rerun, or
+  still relevant (n17q_engine/carry_forward.py).
 - **models** (issue 38): the run's model calls and the tokens it charged, per model (`per_model`) and in all
   (`model_calls`, `tokens_in`, `tokens_out`, `tokens`). A run whose agent was replayed counts its `model.chat` tool
   calls (its proposals are the tool calls those answers asked for); any other run counts its `model.proposal`s. Tokens
@@ -54,6 +57,7 @@ from typing import Any
 
 from .agent.model import MODEL_TOOL
 from .canonical import digest_json
+from .carry_forward import CarryForward
 from .lineage import LineageGraph
 from .lineage.effects import CONTAINED_CONNECTIONS
 from .lineage.graph import LIVE_ENVIRONMENTS, VALIDATION_PREFIX
@@ -64,7 +68,8 @@ from .world import EFFECT_PREFIX
 # 2: approvals carry their review object's digest, what changed of it and whether they still bind (issue 34).
 # 4: model calls and tokens (`models`, issue 38).
 # 5: a token charge split in and out with no `amount` counts its in + out (the run summary's rule, now one tally).
-FACTS_VERSION = 5
+# 6: what carried forward into each retry and what became stale (`retries`, issue 39: n17q_engine/carry_forward.py).
+FACTS_VERSION = 6
 # Items kept per list (intents, workspaces, approvals, receipts, event ids): the totals stay exact beyond it.
 LIST_CAP = 200
 # World changes whose cause had not appeared yet when they arrived, kept to be attributed at the end.
@@ -140,6 +145,8 @@ class FactBuilder:
         # model calls and tokens (issue 38): per model name, the run's own model when an event names none
         held_model = run.get("model")
         self.models = ModelTally(_str(held_model.get("name")) if isinstance(held_model, Mapping) else None)
+        # retries: what carried forward into each later attempt and what became stale (seed 003)
+        self.carry = CarryForward()
 
     # --- the events ---
 
@@ -147,9 +154,12 @@ class FactBuilder:
         self.events += 1
         if self.own_graph:
             self.graph.add(event if isinstance(event, dict) else dict(event))
-        handler = _HANDLERS.get(str(event.get("kind")))
+        kind = str(event.get("kind"))
+        handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, event)
+        if kind in CARRY_KINDS:
+            self.carry.add(event)
         intent = _str(event.get("intent_id"))
         if intent is not None and event.get("kind") != "effect.intent":
             self.intent_of.setdefault(str(event.get("id")), intent)
@@ -356,6 +366,7 @@ class FactBuilder:
             "workspaces": {"count": len(self.workspaces), "items": list(self.workspaces.values())[:LIST_CAP]},
             "approvals": self._approvals(),
             "models": self.models.result(),
+            "retries": self.carry.result(self.graph),
             "outcome": {
                 "state": self.state,
                 "reason": self.reason,
@@ -541,6 +552,18 @@ _HANDLERS = {
     "tool.call": FactBuilder._tool_call,
     "budget.charged": FactBuilder._charge,
 }
+# The kinds n17q_engine/carry_forward.py reads.
+CARRY_KINDS = frozenset(
+    {
+        "attempt.started",
+        "command.receipt",
+        "tool.result",
+        "evidence.observed",
+        "evidence.admitted",
+        "workspace.lifecycle",
+        "workspace.changed",
+    }
+)
 _MODEL_COUNTS = ("proposals", "chat_calls", "charges", "tokens", "tokens_in", "tokens_out", "unsplit")
 MODEL_KINDS = ("model.proposal", "tool.call", "budget.charged")  # the kinds a ModelTally reads
 

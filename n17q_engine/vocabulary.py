@@ -47,6 +47,8 @@ FAULT_STAGES = EXECUTION_STAGES[:-1]
 EXECUTION_OUTCOMES = ("acknowledged", "lost_response", "rejected", "failed", "unknown")
 RUN_STATES = ("running", "paused", "incomplete_test_world", "completed", "stopped", "failed", "interrupted")
 CLAIM_KINDS = ("validation", "effect", "completion", "other")
+# Extension (issue 39, seed 003): whether an extracted effect claim says it happened or not.
+CLAIM_POLARITIES = ("affirmed", "denied")
 BUDGET_RESOURCES = ("tokens", "turns", "compute_s", "artifacts")
 PROPOSAL_TYPES = ("tool_call", "message", "stop")
 POLICY_OUTCOMES = ("allow", "deny", "needs_approval")
@@ -65,6 +67,10 @@ SCHEDULE_STEPS = ("run", "accept", "deduplicate", "hold", "release", "skip", "co
 # (`supersedes_id`): nothing is edited, the later one is read instead. Neither changes a fact, a finding or a verdict.
 ANNOTATION_TYPES = ("score", "label", "comment")
 ANNOTATION_KINDS = ("annotation.recorded", "annotation.correction")
+# Extension (issue 39, seed 003): the dimensions of a `review.assessment` (n17q_engine/assessments.py: DIMENSIONS).
+ASSESSMENT_DIMENSIONS = ("code_clarity", "diagnostic_reasoning", "report_usefulness", "path_economy")
+# What reviewers append after a run (annotations, corrections, assessments): a replay leaves them out.
+APPENDED_BY_REVIEWERS = (*ANNOTATION_KINDS, "review.assessment")
 
 # Python types a field may hold. "number" admits int and float (never bool).
 STR, INT, NUMBER, BOOL, LIST, DICT, ANY = "string", "integer", "number", "boolean", "array", "object", "any"
@@ -291,6 +297,17 @@ KINDS: dict[str, dict[str, Field]] = {
         "scope": opt(LIST, items=STR),
         # Extension: the artifact the claim speaks for, whose lineage LIN015 reads for contradicting receipts.
         "artifact_id": opt(STR),
+        # Extension (issue 39, seed 003): a claim the importer read from the final answer's prose rather than one the
+        # harness stated (n17q_engine/claim_extraction.py): `origin: extracted`, the answer's event, the sentence's
+        # [start, end) offsets in its text, the extractor's revision and rule, what it is about, an effect's polarity.
+        # No enum: harnesses already write their own words here ("recorded"); the importer writes "extracted".
+        "origin": opt(STR),
+        "extracted_from": opt(STR),
+        "span": opt(LIST),
+        "extractor": opt(STR),
+        "rule": opt(STR),
+        "about": opt(STR),
+        "polarity": opt(STR, enum=CLAIM_POLARITIES),
     },
     "budget.charged": {"resource": f(STR, enum=BUDGET_RESOURCES), "amount": f(NUMBER)},
     # Extension: one step of a scenario-declared race, as the replay followed it (scenario evidence).
@@ -327,6 +344,20 @@ KINDS: dict[str, dict[str, Field]] = {
         "supersedes_id": opt(STR),
         "author": f(STR),
         "author_role": f(STR),
+    },
+    # Extension (issue 39, seed 003 "The scenario definition grew richer"): a qualitative reviewer's assessment of one
+    # dimension (n17q_engine/assessments.py), appended after the run like an annotation; never read by the verdict.
+    "review.assessment": {
+        "dimension": f(STR, enum=ASSESSMENT_DIMENSIONS),
+        "score": f(INT),
+        "scale": f(STR),
+        "cited_ids": f(LIST, items=STR),
+        "rationale": opt(STR),
+        "reviewer": f(DICT),
+        "author": f(STR),
+        "author_role": f(STR),
+        "model": opt(STR),
+        "connection": opt(STR),
     },
 }
 

@@ -14,6 +14,8 @@ urlpatterns = [
     path("runs/<str:run_id>/bundle/", runs_api.RunBundleApi.as_view(), name="api-run-bundle"),
     path("runs/<str:run_id>/annotations/", runs_api.RunAnnotationsApi.as_view(), name="api-run-annotations"),
     path("runs/<str:run_id>/otlp/", runs_api.RunOtlpApi.as_view(), name="api-run-otlp"),
+    path("runs/<str:run_id>/retries/", runs_api.RunRetriesApi.as_view(), name="api-run-retries"),
+    path("runs/<str:run_id>/assessments/", replays_api.RunAssessmentsApi.as_view(), name="api-run-assessments"),
     path("runs/<str:run_id>/captures/", fixtures_api.RunCaptureApi.as_view(), name="api-run-captures"),
     path("runs/<str:run_id>/scenario/", replays_api.RunScenarioApi.as_view(), name="api-run-scenario"),
     path(

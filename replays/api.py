@@ -17,6 +17,7 @@ from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
+from rest_framework.generics import get_object_or_404
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,8 +29,14 @@ from console.api_parsers import BoundedJSONParser
 from console.openapi import ErrorOutput
 from fixtures_review.model_answers import MAX_ANSWER_BYTES, parse_answer
 from fixtures_review.review_rules import CAPTURE_PERM
+from n17q_engine.assessments import DIMENSIONS, AssessmentRefused
+from n17q_engine.assessments import SCALE as ASSESSMENT_SCALE
+from runs import annotations as annotation_service
+from runs import assessments as assessment_service
+from runs.api import RUN_ID
 from runs.models import Event, Run
 
+from . import model_review as model_review_service
 from .confirm import LaunchUnconfirmed, launch_version, replay_launch_confirmed, vary_from_mapping
 from .launch import VaryRefused, summary_digest
 from .missing import MissingView, missing_fixture_view
@@ -671,3 +678,87 @@ class RunScenarioLaunchApi(APIView):
             {**replay_answer(replay), "created": created},
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
+
+
+class AssessmentInput(serializers.Serializer):
+    """A person's assessment of one dimension, or (`connection`, `model`) a model reviewer asked for all of them."""
+
+    dimension = serializers.ChoiceField(list(DIMENSIONS), required=False)
+    score = serializers.IntegerField(required=False, help_text=f"a whole number on {ASSESSMENT_SCALE}")
+    cited = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="event or artifact ids of the run it rests on"
+    )
+    rationale = serializers.CharField(required=False, allow_blank=True)
+    connection = serializers.CharField(required=False, help_text="an approved model connection (a model reviewer)")
+    model = serializers.CharField(required=False, help_text="the model name sent to that connection")
+
+
+class RunAssessmentsApi(APIView):
+    """GET: a run's qualitative assessments per dimension; POST: a reviewer's (or a model reviewer's) assessment."""
+
+    def get_permissions(self):
+        if self.request.method == "POST":
+            return [requires_perm(annotation_service.ANNOTATE_PERM)(), scoped(HarnessToken.Scope.ANNOTATE_RUNS)()]
+        return [requires_perm("runs.view_run")(), scoped(READ_RUNS)()]
+
+    @extend_schema(
+        summary="Qualitative assessments of a run, per dimension",
+        description="Code clarity, diagnostic reasoning, report usefulness and path economy (seed 003), each with its "
+        "assessments newest first (score on 1..5, the ids cited, the rationale, the reviewer: a person or a model) or "
+        "`reviewed: false`. Kept apart from the verdict: no score changes a finding or the run's facts.",
+        responses=inline_serializer(
+            "Assessments",
+            {
+                "run": serializers.CharField(),
+                "scale": serializers.CharField(),
+                "dimensions": serializers.ListField(child=serializers.DictField()),
+            },
+        ),
+        parameters=[RUN_ID],
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        return Response(assessment_service.assessments_json(get_object_or_404(Run, run_id=run_id)))
+
+    @extend_schema(
+        summary="Assess a run qualitatively (a person), or ask a model reviewer",
+        description="JSON. A person: `dimension`, `score` (1..5), `cited` (ids the run holds; an unknown id is "
+        "refused), `rationale`. A model reviewer: `connection` (an approved model connection) and `model`: it is sent "
+        "the run's events and verdict and its answer is recorded per dimension, all or nothing. Appended to the run as "
+        "`review.assessment` events (append-only, masked by the storage gate, audited as `run.annotated`); never "
+        "read by the verdict. Needs the reviewer role; a token, `runs:annotate`. Bad input: 400 with one line.",
+        request=AssessmentInput,
+        responses={201: inline_serializer("AssessmentsMade", {"made": serializers.ListField()}), 400: ErrorOutput},
+        parameters=[RUN_ID],
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = get_object_or_404(Run, run_id=run_id)
+        data = AssessmentInput(data=request.data)
+        if not data.is_valid():
+            name, problems = next(iter(data.errors.items()))
+            return Response({"error": f"{name}: {problems[0]}"}, status=status.HTTP_400_BAD_REQUEST)
+        given = data.validated_data
+        try:
+            if given.get("connection"):
+                made = model_review_service.model_review(
+                    run,
+                    user=request.user,
+                    connection=given["connection"],
+                    model=given.get("model") or "reviewer",
+                    request=request,
+                )
+            else:
+                made = [
+                    assessment_service.assessment_record(
+                        run,
+                        user=request.user,
+                        dimension=given.get("dimension"),
+                        score=given.get("score"),
+                        cited=given.get("cited") or [],
+                        rationale=given.get("rationale"),
+                        request=request,
+                    )
+                ]
+        except AssessmentRefused as exc:
+            return Response({"error": str(exc), "field": exc.field}, status=status.HTTP_400_BAD_REQUEST)
+        answer = [{"id": m.event.event_id, **{k: m.event.body.get(k) for k in ("dimension", "score")}} for m in made]
+        return Response({"made": answer}, status=status.HTTP_201_CREATED)

@@ -23,6 +23,7 @@ from console.htmx import HtmxHttpRequest
 from fixtures_review.services import recording_copy_similar, scenario_version_mint
 from n17q_engine.bundle import is_run_id
 from n17q_engine.deciders import DECIDERS
+from runs.assessments import run_assessments
 from runs.models import Run
 from runs.relaunch import relaunch_url
 from runs.selectors import replay_runs_imported
@@ -239,10 +240,13 @@ def replay_comparison(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     replay = get_object_or_404(Replay.objects.select_related("source_run", "run", "run__parent"), pk=pk)
     if replay.run is None:
         return render(request, "replays/replay_comparison.html", {"replay": replay, "report": None}, status=409)
+    report = comparison_build(replay.run)
+    # Each run's qualitative assessments side by side (issue 39): beside the invariants, never one of them.
+    qualitative = list(zip(run_assessments(report.source), run_assessments(replay.run), strict=True))
     return render(
         request,
         "replays/replay_comparison.html",
-        {"replay": replay, "report": comparison_build(replay.run), "outcome": run_outcome(replay.run)},
+        {"replay": replay, "report": report, "outcome": run_outcome(replay.run), "qualitative": qualitative},
     )
 
 

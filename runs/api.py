@@ -26,6 +26,7 @@ from n17q_engine.bundle import BundleError
 from . import annotations as annotation_service
 from . import search, selectors
 from .bundle_export import BundleExportError, export_download
+from .facts import facts_of
 from .forms import SEARCH_FIELDS, RunFilterForm, form_errors_line, search_asked
 from .import_formats import runs_import_from_upload
 from .importer import FINDINGS_IN_ANSWER
@@ -392,6 +393,34 @@ class RunFindingsApi(APIView):
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(Finding.objects.filter(run=run).order_by("id"), request, view=self)
         return paginator.get_paginated_response(FindingOutput(page, many=True).data)
+
+
+class RunRetriesApi(APIView):
+    """What carried forward into each retry and what became stale (seed 003; n17q_engine/carry_forward.py)."""
+
+    permission_classes = [requires_perm("runs.view_run"), scoped(READ_RUNS)]
+
+    @extend_schema(
+        summary="What carried forward into each retry of a run, and what became stale",
+        description="For every attempt after the first, each evidence observation made before it in another attempt, "
+        "with `status` (`carried_forward`, `carried_forward_unjustified`, `rerun`, `stale`, `needs_rerun`, "
+        "`still_relevant`), the admissions that carried it and whether their compatibility rule holds (`carried`), "
+        "the event that made it stale (`stale`), the rerun receipt (`rerun`) and one `explanation` sentence. A run "
+        "with one attempt has `retries: []`.",
+        responses=inline_serializer(
+            "Retries",
+            {
+                "run": serializers.CharField(),
+                "retries": serializers.ListField(child=serializers.DictField()),
+                "count": serializers.IntegerField(),
+                "truncated": serializers.BooleanField(),
+            },
+        ),
+        parameters=[RUN_ID],
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = get_object_or_404(Run, run_id=run_id)
+        return Response({"run": run.run_id, **facts_of(run)["retries"]})
 
 
 def _export(request: Request, run_id: str, fmt: str) -> FileResponse | Response:

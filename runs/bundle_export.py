@@ -25,7 +25,7 @@ from django.http import FileResponse
 from accounts.audit import audit_record
 from n17q_engine import canonical
 from n17q_engine.formats.otlp.export import otlp_json_chunks, trace_id_for
-from n17q_engine.vocabulary import ANNOTATION_KINDS, BUNDLE_FORMAT
+from n17q_engine.vocabulary import APPENDED_BY_REVIEWERS, BUNDLE_FORMAT
 
 from .blob_access import run_blob_open
 from .models import Event, Run, RunBlob
@@ -55,7 +55,7 @@ class RunBundle:
         notes made about it (docs/annotations.md)."""
         events = Event.objects.filter(run=self.run)
         if not annotations:
-            events = events.exclude(kind__in=ANNOTATION_KINDS)
+            events = events.exclude(kind__in=APPENDED_BY_REVIEWERS)  # assessments too (issue 39)
         bodies = events.order_by("seq").values_list("body", flat=True)
         yield from bodies.iterator(EVENTS_READ)
 

@@ -268,6 +268,15 @@ def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, s
         add("change", body.get("change"))
         add("cause", body.get("cause"))
     elif k == "account.claim":
+        if body.get("origin") == "extracted":
+            span: list[Any] = body["span"] if isinstance(body.get("span"), list) and body["span"] else ["?"]
+            add(
+                "origin",
+                f"extracted from the final answer {body.get('extracted_from')} (characters {span[0]} to {span[-1]}) by "
+                f"rule “{body.get('rule')}”; the agent did not state it as a claim",
+            )
+            if body.get("polarity"):
+                add("polarity", body.get("polarity"))
         add(
             "supports",
             ", ".join(

@@ -148,6 +148,26 @@ TERMS: tuple[tuple[str, str], ...] = (
         "checkpoint, judges earlier policy and the final account only on what it re-ran. The lineage checks they "
         "cover are listed as not evaluated on the replay's run, with the reason.",
     ),
+    (
+        "extracted claim",
+        "A validation, completion or effect claim the importer read from the final answer's prose (an OpenTelemetry "
+        "trace, an Inspect log) by fixed rules, linked to the receipts and results it speaks about and judged like a "
+        "stated one; shown as extracted, not stated (docs/claims.md).",
+    ),
+    (
+        "carried forward",
+        "Evidence observed in an earlier attempt that a retry admitted again: justified only under a compatibility "
+        "rule the policy declares whose recorded facts hold. The attempt view says, evidence by evidence, what "
+        "carried forward, what was rerun, what went stale (its workspace left the active state or its tree moved on) "
+        "and what needs a rerun.",
+    ),
+    (
+        "assessment",
+        "A qualitative reviewer's score (1..5) of one dimension of a run (code clarity, diagnostic reasoning, report "
+        "usefulness, path economy) citing the events and artifacts it rests on, by a person or a model reviewer "
+        "behind an approved model connection. Shown beside the verdict, never averaged into it: a high score cannot "
+        'override a lineage finding, and a run without one says "not reviewed".',
+    ),
 )
 
 

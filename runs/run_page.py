@@ -9,10 +9,13 @@ event, and the neighbourhood walk takes a fixed number of hops with a cap on how
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .annotations import corrected_events
+from .assessments import Dimension, run_assessments
 from .event_detail import EventDetail, digests_in, event_detail_build
+from .facts import facts_of
 from .focus import Focus, focus_resolve
 from .lineage_picture import Picture, picture_build
 from .models import MaskedSecret, Run
@@ -57,6 +60,24 @@ class RunPage:
     def missing_ref(self) -> str:
         """The event asked for in the detail panel when the run holds none by that id."""
         return self.selected_ref if self.selected_ref and self.detail is None else ""
+
+    @cached_property
+    def assessments(self) -> list[Dimension]:
+        """The qualitative dimensions (runs/assessments.py), each assessed or "not reviewed"; beside the verdict."""
+        return run_assessments(self.run)
+
+    @property
+    def retry(self) -> dict[str, Any] | None:
+        """For a focused attempt that retried an earlier one: what carried forward into it and what became stale,
+        evidence by evidence (the run's facts, n17q_engine/carry_forward.py). None for any other focus."""
+        focus = self.focus
+        if focus is None or focus.event is None or focus.event.kind != "attempt.started":
+            return None
+        attempt = focus.event.body.get("attempt")
+        for retry in (facts_of(self.run).get("retries") or {}).get("retries", []):
+            if retry.get("attempt") == attempt:
+                return retry
+        return None
 
     @property
     def facets(self) -> list[dict[str, Any]]:

@@ -68,7 +68,13 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family("account", "Final account", "⬢", ("account.claim",)),
     # Issue 38: what reviewers added after the run (runs/annotations.py), appended after its last event.
-    Family("annotations", "Annotations and corrections", "✎", ("annotation.recorded", "annotation.correction")),
+    Family(
+        "annotations",
+        "Annotations and corrections",
+        "✎",
+        # A qualitative assessment (issue 39) is a reviewer's addition too; never part of the verdict.
+        ("annotation.recorded", "annotation.correction", "review.assessment"),
+    ),
 )
 FAMILY_BY_KEY = {f.key: f for f in FAMILIES}
 FAMILY_OF_KIND = {kind: f for f in FAMILIES for kind in f.kinds}
@@ -196,6 +202,10 @@ def row_summary(body: dict[str, Any], *, tool: str | None = None) -> tuple[str, 
         text += f" ({get('media_type')})"
     elif kind == "account.claim":
         text = f"{get('claim_kind')}: {_clip(str(get('text')), 80)}"
+        if body.get("origin") == "extracted":
+            # Read from the final answer's prose by the importer, not stated by the harness (seed 003).
+            text = f"{text} (extracted from {body.get('extracted_from')})"
+            badges.append(("extracted", "extracted, not stated"))
     elif kind in ("attempt.started", "attempt.ended"):
         text = str(body.get("reason") or body.get("outcome") or "")
     elif kind == "run.state":
@@ -212,6 +222,11 @@ def row_summary(body: dict[str, Any], *, tool: str | None = None) -> tuple[str, 
         text = f"world revision {get('world_revision')}"
     elif kind == "clock.advanced":
         text = f"{get('from')} → {get('to')}"
+    elif kind == "review.assessment":
+        held = body.get("reviewer")
+        reviewer: dict[str, Any] = held if isinstance(held, dict) else {}
+        text = f"{get('dimension')} {get('score')}/5 by {reviewer.get('kind')} {reviewer.get('name')}"
+        badges.append(("assessment", "qualitative, not in the verdict"))
     elif kind == "annotation.recorded":
         what = body.get("annotation")
         on = f"on {body['subject']}" if body.get("subject") else "on the run"

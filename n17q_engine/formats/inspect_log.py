@@ -27,6 +27,7 @@ from typing import Any
 
 from n17q_engine import zip_members
 from n17q_engine.canonical import digest_json, evidence_set_digest, request_digest
+from n17q_engine.claim_extraction import claim_events, final_answer
 from n17q_engine.identifiers import INSPECT_RUN_PREFIX, MAX_RUN_ID_CHARS, make_id, run_id_problem
 from n17q_engine.json_values import json_values_bound
 
@@ -690,6 +691,11 @@ class _SampleConverter:
 
     def _finish(self) -> None:
         self._flush_results(until=None)
+        answer = final_answer(self.events)
+        for fields in claim_events(self.events):
+            # The agent's own account, read from its final answer (n17q_engine/claim_extraction.py), at its time.
+            when = answer["at"]["logical"] if answer is not None else None
+            self._emit("account.claim", when, fields, mapped="final answer -> account.claim (extracted)")
         sample = self.sample
         if not self.scores_seen and isinstance(sample.get("scores"), dict):
             for scorer, score in sample["scores"].items():

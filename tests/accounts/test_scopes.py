@@ -54,6 +54,12 @@ AUDITED = {
     # The missing fixtures' full requests: what the missing-fixture page shows.
     "GET /api/v1/replays/{replay_id}/missing/": [READ_REPLAYS],
     "GET /health/": [],
+    # Issue 39: what carried forward into each retry, from the run's facts: reading a run.
+    "GET /api/v1/runs/{run_id}/retries/": [IMPORT],
+    # Issue 39: qualitative assessments are read like annotations; posting one (or asking a model reviewer) appends to
+    # the run like an annotation, with its scope.
+    "GET /api/v1/runs/{run_id}/assessments/": [IMPORT],
+    "POST /api/v1/runs/{run_id}/assessments/": [ANNOTATE],
 }
 
 

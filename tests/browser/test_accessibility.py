@@ -134,6 +134,8 @@ PAGES = [
     *(Page("runs:run-detail", f"run-detail[{run}]", f"/runs/{run}/") for run in STORY_RUNS),
     Page("runs:run-detail", "run-detail[focus]", f"/runs/{FOCUS_RUN}/?focus={FOCUS_EVENT}"),
     Page("runs:run-detail", "run-detail[tree]", f"/runs/{FOCUS_RUN}/?view=tree&focus={FOCUS_EVENT}"),
+    # A retried attempt focused (issue 39): what carried forward into it and what became stale.
+    Page("runs:run-detail", "run-detail[retry]", "/runs/run-003-review-request/?focus=a2"),
     # An imported OpenTelemetry GenAI trace with a model call open: its conversation and its source span's JSON.
     Page("runs:run-detail", "run-detail[imported-model-call]", Demo.imported_model_call_page),
     # Without htmx an event's address is the run page with the event open in the detail panel.

@@ -61,6 +61,7 @@ def produce(out: Path, home: Path) -> dict[str, Path]:
         ("json", "json/*.json"),
         ("broken", "broken/*.eval"),
         ("limited", "limited/*.eval"),
+        ("report", "report/*.eval"),
     ):
         paths = sorted(out.glob(pattern))
         if len(paths) != 1:

@@ -5,6 +5,8 @@ Usage: python inspect_producer.py LOG_DIR. Writes, under LOG_DIR:
   proposes `add`, then `shell` three times (a passing command, a failing one, and one the approval policy
   rejects), then answers; `shell` runs in Inspect's local sandbox, so the log holds sandbox exec events.
 - `broken/`: a sample whose tool raises (the sample errors) and one stopped by a message limit.
+- `report/`: the task "report": `shell` runs a focused unittest module that passes, then a broad one that fails, and
+  the final answer says "All tests pass and the review request is ready." (the claims the importer extracts, seed 003).
 
 Every model output carries its usage, so the mock model never counts tokens itself (tiktoken would download its
 encoding): nothing leaves the machine.
@@ -147,6 +149,39 @@ def main(log_dir: str) -> None:
         log_format="eval",
         display="none",
         fail_on_error=False,
+    )
+    focused = (
+        "printf 'import unittest\\nclass T(unittest.TestCase):\\n    def test_ok(self):\\n        pass\\n' "
+        "> test_focused.py && python3 -m unittest test_focused"
+    )
+    broad = (
+        "printf 'import unittest\\nclass B(unittest.TestCase):\\n    def test_bad(self):\\n        self.fail()\\n' "
+        "> test_broad.py && python3 -m unittest test_focused test_broad"
+    )
+    report_outputs = iter(
+        [
+            used(ModelOutput.for_tool_call(MODEL, "shell", {"cmd": focused}), 5, 5),
+            used(ModelOutput.for_tool_call(MODEL, "shell", {"cmd": broad}), 5, 5),
+            used(
+                ModelOutput.from_content(
+                    MODEL, "I fixed the parser. All tests pass and the review request is ready. I sent the alert."
+                ),
+                5,
+                5,
+            ),
+        ]
+    )
+    inspect_eval(
+        Task(
+            name="report",
+            dataset=[Sample(id="fix", input="Fix the parser and report.", target="x")],
+            solver=[use_tools(shell()), generate()],
+            sandbox="local",
+        ),
+        model=get_model(MODEL, custom_outputs=report_outputs),
+        log_dir=f"{log_dir}/report",
+        log_format="eval",
+        display="none",
     )
     limited_outputs = iter([used(ModelOutput.for_tool_call(MODEL, "add", {"x": 2, "y": 2}), 5, 5) for _ in range(5)])
     inspect_eval(

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from n17q_engine.canonical import canonical_json, request_digest
+from n17q_engine.claim_extraction import claim_events
 
 from .. import ConversionError, ConversionReport, ConvertedRun
 from .sources import SpanBytes
@@ -164,6 +165,7 @@ class _EventWriter:
 
     def _finish(self) -> None:
         self.pending.sort(key=lambda item: item[0])
+        self._extract_claims()
         events = self.converted.events
         proposals_by_call: dict[str, str] = {}
         open_calls_by_tool: dict[str, list[str]] = {}
@@ -198,6 +200,25 @@ class _EventWriter:
                     self._reconcile(out, recorded, taken, reconciled)
             events.append(out)
         reconciled.report(self.report)
+
+    def _extract_claims(self) -> None:
+        """The operational claims of the trace's final answer (n17q_engine/claim_extraction.py), written as
+        `account.claim` events right after the answer, at its time and in its span, marked extracted."""
+        ordered = [event for _key, event in self.pending]
+        found = claim_events(ordered)
+        if not found:
+            return
+        answer_id = found[0]["extracted_from"]
+        at = next(i for i, event in enumerate(ordered) if event["id"] == answer_id)
+        key, answer = self.pending[at]
+        for k, fields in enumerate(found, start=1):
+            event_id = f"{answer_id}.claim-{k}"
+            self.ids.add(event_id)
+            event = {"id": event_id, "kind": "account.claim", "attempt": answer["attempt"], "_ns": answer["_ns"]}
+            event.update(fields)
+            event["otlp"] = answer.get("otlp")
+            self.pending.insert(at + k, (key, event))
+            self.report.mapped["final answer -> account.claim (extracted)"] += 1
 
     def _reconcile(
         self, call: dict[str, Any], recorded: Any, taken: tuple[str, list[Any]] | None, reconciled: _Reconciled

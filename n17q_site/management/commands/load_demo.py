@@ -12,6 +12,8 @@ from accounts.cli import JsonCommand
 from accounts.roles import ADMIN, ROLES
 from fixtures_review.scenarios import scenario_import
 from n17q_demo import seed_scenarios, stories
+from n17q_engine.assessments import ASSESSMENT_KIND
+from runs.assessments import assessment_record
 from runs.importer import run_import_from_path
 from runs.models import Run
 from runs.retention import retention_sweep
@@ -34,6 +36,7 @@ class Command(JsonCommand):
         for package in seed_scenarios.seed_packages():
             version, _created = scenario_import(package, source="demo")
             scenarios.append({"scenario": version.ref, "digest": version.digest})
+        assessed = self._assessments()
         connections = self._connections()
         staged = self._staged()
         # What the retention sweep would remove at its next beat, removed now: the demo shows an expiry disclosure
@@ -55,6 +58,7 @@ class Command(JsonCommand):
             "connections": connections,
             "refused": refused,
             "expired": expired,
+            "assessed": assessed,
         }
 
     def _connections(self) -> list[dict[str, Any]]:
@@ -115,6 +119,34 @@ class Command(JsonCommand):
         return out
 
     @transaction.atomic
+    def _assessments(self) -> list[str]:
+        """Story 003's run assessed by the demo's reviewer (seed 003, docs/assessments.md): a 5 for code clarity beside
+        the LIN001 verdict it cannot override, a 2 for the report that said all green. Once: a loaded run keeps its
+        assessments, append-only."""
+        run = Run.objects.filter(run_id="run-003-review-request").first()
+        if run is None or (run.kind_counts or {}).get(ASSESSMENT_KIND):
+            return []
+        reviewer = get_user_model().objects.get(username="reviewer")
+        made = [
+            assessment_record(
+                run,
+                user=reviewer,
+                dimension="code_clarity",
+                score=5,
+                cited=["art-2"],
+                rationale="The patch is small, typed and scoped to the adapter.",
+            ),
+            assessment_record(
+                run,
+                user=reviewer,
+                dimension="report_usefulness",
+                score=2,
+                cited=["e-003-claim", "e-003-broad-receipt"],
+                rationale="The report says all tests pass; the broad suite timed out with one failure.",
+            ),
+        ]
+        return [m.event.event_id for m in made]
+
     def _user(self, role: str) -> dict[str, str]:
         # A fresh password on every load: the demo's logins are printed, never kept in the repo.
         password = secrets.token_urlsafe(12)
