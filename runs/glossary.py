@@ -133,6 +133,20 @@ TERMS: tuple[tuple[str, str], ...] = (
         "A later annotation or correction naming an earlier one it replaces (supersedes_id): both stay in the run; "
         "the earlier is shown struck through with the later one named.",
     ),
+    (
+        "review surface",
+        "What an approver saw of one intent, rebuilt from the recording as it stood at the approval (seeds 001 and "
+        "003): the requested effect and its identity, the artifact and the workspace lineage, the required "
+        "validation receipts with their trees and completion, the unresolved failures, the policy decision, and "
+        "the evidence-set digest the approval binds. Read-only: a historical approval is shown as evidence, never "
+        "as authority (/runs/<run>/approvals/<event>/).",
+    ),
+    (
+        "waiting on a person",
+        "A policy decision with outcome needs_approval that no approval of its own run answers yet (a historical "
+        "approval, or one from another run or environment, does not answer it); listed across runs at "
+        "/approvals/pending/.",
+    ),
 )
 
 
