@@ -147,6 +147,17 @@ TERMS: tuple[tuple[str, str], ...] = (
         "approval, or one from another run or environment, does not answer it); listed across runs at "
         "/approvals/pending/.",
     ),
+    (
+        "tool catalogue",
+        "The tools a model or decider was offered at a proposal (names, descriptions, input schemas), held as a blob "
+        "the model.proposal names in tools_blob; a replay records the scenario's tools it offered its decider, an "
+        "imported trace keeps the definitions its producer recorded.",
+    ),
+    (
+        "fixture version",
+        "One fixture exactly as a scenario version holds it, named by its id and the digest of its content; each "
+        "replay checkpoint names the scenario version and the fixture versions that had answered by then.",
+    ),
 )
 
 

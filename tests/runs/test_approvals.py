@@ -89,3 +89,27 @@ def test_decisions_waiting_on_a_person_are_listed_across_runs_with_a_pinned_quer
     assert row["run"] == "run-001-naive-replay" and row["pending"][0]["not_authority"] == ["e-001-approval"]
     no_scope = token_for(role_user("operator", "capture-only"), HarnessToken.Scope.CAPTURE.value)
     assert client.get("/api/v1/approvals/pending/", HTTP_AUTHORIZATION=f"Token {no_scope}").status_code == 403
+
+
+def test_the_detail_panel_says_which_fixture_versions_a_checkpoint_names():
+    from runs.event_facts import describe
+
+    body = {
+        "kind": "checkpoint",
+        "world_revision": 3,
+        "workspaces": {},
+        "clock": "2026-06-10T14:00:00Z",
+        "fixtures": {
+            "scenario": {"name": "coding-review-request", "version": 1},
+            "package_digest": "sha256:" + "a" * 64,
+            "count": 11,
+            "answered": [{"id": "focused-ws-1", "digest": "sha256:" + "b" * 64}],
+        },
+    }
+    facts = dict(describe(body, {}))
+    assert facts["fixtures"] == (
+        f"scenario coding-review-request@1 (package sha256:{'a' * 64}): 1 of 11 fixtures answered so far: "
+        f"focused-ws-1 sha256:{'b' * 64}"
+    )
+    # A checkpoint from before the field (or a harness's own) names none: no line, never an invented one.
+    assert "fixtures" not in dict(describe({**body, "fixtures": None}, {}))
