@@ -210,6 +210,7 @@ NOT_PAGES = {
     "replays:missing-copy-recorded": "POST only; redirects to the staged candidate",
     "replays:missing-model-answer": "POST only; redirects to the staged recording (or back to the missing fixture)",
     "replays:missing-exclude-tool": "POST only; redirects to the launch summary",
+    "api-approvals-pending": "JSON API",
 }
 
 RESULTS: dict[str, Any] = {}
