@@ -69,7 +69,8 @@ from .world import EFFECT_PREFIX
 # 4: model calls and tokens (`models`, issue 38).
 # 5: a token charge split in and out with no `amount` counts its in + out (the run summary's rule, now one tally).
 # 6: what carried forward into each retry and what became stale (`retries`, issue 39: n17q_engine/carry_forward.py).
-FACTS_VERSION = 6
+# 7: approvals carry the decisions that wait on a person (`asked`, `pending`, issue 39; seed 001).
+FACTS_VERSION = 7
 # Items kept per list (intents, workspaces, approvals, receipts, event ids): the totals stay exact beyond it.
 LIST_CAP = 200
 # World changes whose cause had not appeared yet when they arrived, kept to be attributed at the end.
@@ -125,7 +126,12 @@ class FactBuilder:
         self.unattributed = 0
         self.live_effects: list[str] = []
         self.approvals: dict[str, dict[str, Any]] = {}
+        self.approval_seq: dict[str, int] = {}
         self.late: list[str] = []
+        # policy decisions: the latest on each subject, and those that asked for a person (`needs_approval`)
+        self.latest_decision: dict[str, dict[str, Any]] = {}
+        self.asks: list[dict[str, Any]] = []
+        self.asked = 0
         # validations
         self.receipts: dict[str, dict[str, Any]] = {}
         self.receipt_purposes: dict[str, set[str]] = {}
@@ -178,6 +184,8 @@ class FactBuilder:
             "idempotency_key": e.get("idempotency_key"),
             "historical_intent": e.get("historical_intent"),
         }
+        if _str(e.get("proposal_id")) is not None:
+            self.intents[iid]["proposal"] = e.get("proposal_id")
         self.intent_of[iid] = iid
         if e.get("namespace") == "live" and not self.live:
             self.live_effects.append(iid)
@@ -242,6 +250,8 @@ class FactBuilder:
             "evidence_set_digest": e.get("evidence_set_digest"),
             "own": run in (None, self.run_id) and env in (None, self.environment) and e.get("origin") != "historical",
         }
+        seq = e.get("seq")
+        self.approval_seq[aid] = seq if isinstance(seq, int) else 0
 
     def _receipt(self, e: Mapping[str, Any]) -> None:
         rid = str(e.get("id"))
@@ -288,6 +298,24 @@ class FactBuilder:
         self.required.update(p for p in _strs(e.get("required")) if p.startswith(VALIDATION_PREFIX))
         for input_id in _strs(e.get("input_ids")):
             self._cite(input_id)
+        seq = e.get("seq")
+        record = {
+            "id": str(e.get("id")),
+            "seq": seq if isinstance(seq, int) else 0,
+            "subject": _str(e.get("subject")),
+            "outcome": e.get("outcome"),
+            "policy_revision": e.get("policy_revision"),
+            "required": _strs(e.get("required"))[:LIST_CAP],
+            "reasons": _strs(e.get("reasons"))[:LIST_CAP],
+            "at": (e.get("at") or {}).get("logical") if isinstance(e.get("at"), Mapping) else None,
+        }
+        subject = _str(e.get("subject"))
+        if subject is not None and (subject in self.latest_decision or len(self.latest_decision) < PENDING_CAP):
+            self.latest_decision[subject] = record
+        if e.get("outcome") == "needs_approval":
+            self.asked += 1
+            if len(self.asks) < PENDING_CAP:
+                self.asks.append(record)
 
     def _claim(self, e: Mapping[str, Any]) -> None:
         kind = str(e.get("claim_kind") or "other")
@@ -512,7 +540,49 @@ class FactBuilder:
                     "executed_after_expiry": review["expired_before"] if review else None,
                 }
             )
-        return {"count": len(self.approvals), "items": items}
+        pending = self._pending()
+        return {
+            "count": len(self.approvals),
+            "items": items,
+            "asked": self.asked,
+            "pending_count": len(pending),
+            "pending": pending[:LIST_CAP],
+        }
+
+    def decision_on(self, subject: str | None) -> dict[str, Any] | None:
+        """The latest policy decision on `subject` (an intent, or its artifact or proposal) among the events added."""
+        if subject is None:
+            return None
+        intent = self.intents.get(subject)
+        found = [self.latest_decision.get(subject)]
+        if intent is not None:
+            found += [self.latest_decision.get(str(r)) for r in (intent.get("artifact"), intent.get("proposal"))]
+        held = [d for d in found if d is not None]
+        return max(held, key=lambda d: d["seq"]) if held else None
+
+    def _answers(self, approval_id: str, ask: Mapping[str, Any]) -> bool:
+        """Whether an approval is about what a `needs_approval` decision held: the same subject, or the intent that
+        subject is the artifact or the proposal of; recorded after the decision."""
+        approval = self.approvals[approval_id]
+        if self.approval_seq.get(approval_id, 0) <= ask["seq"]:
+            return False
+        subject = approval.get("subject")
+        if subject == ask["subject"]:
+            return True
+        intent = self.intents.get(str(subject))
+        return intent is not None and ask["subject"] in (intent.get("artifact"), intent.get("proposal"))
+
+    def _pending(self) -> list[dict[str, Any]]:
+        """The `needs_approval` decisions no approval of this run answers (decisions in docs/facts.md): an approval
+        answers one when it is about its subject, recorded after it, and the run's own; a historical approval, or one
+        given in another run or environment, is read-only evidence (seed 001) and leaves the decision waiting."""
+        out = []
+        for ask in self.asks:
+            about = [a for a in self.approvals if self._answers(a, ask)]
+            if any(self.approvals[a]["own"] for a in about):
+                continue
+            out.append({**ask, "not_authority": about[:LIST_CAP]})
+        return out
 
 
 def _headline(effects: Mapping[str, Any], validations: Mapping[str, Any]) -> dict[str, str]:

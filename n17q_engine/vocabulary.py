@@ -269,6 +269,8 @@ KINDS: dict[str, dict[str, Field]] = {
         "world_revision": f(INT),
         "workspaces": f(DICT),
         "clock": f(STR),
+        # Issue 39 (additive): the fixture versions in force (a replay's checkpoint; a recording may name them too).
+        "fixtures": opt(DICT),
     },
     "fixture.missing": dict(_RECEIPT_LIKE),
     "fixture.ambiguous": {**_RECEIPT_LIKE, "candidates": f(LIST)},

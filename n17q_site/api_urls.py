@@ -21,6 +21,7 @@ urlpatterns = [
     path(
         "runs/<str:run_id>/scenario/launch/", replays_api.RunScenarioLaunchApi.as_view(), name="api-run-scenario-launch"
     ),
+    path("approvals/pending/", runs_api.PendingApprovalsApi.as_view(), name="api-approvals-pending"),
     path("captures/", fixtures_api.CaptureCollectionApi.as_view(), name="api-captures"),
     path("replays/", replays_api.ReplayCollectionApi.as_view(), name="api-replays"),
     path("replays/<str:replay_id>/", replays_api.ReplayDetailApi.as_view(), name="api-replay"),

@@ -24,7 +24,7 @@ from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_b
 from n17q_engine.bundle import BundleError
 
 from . import annotations as annotation_service
-from . import search, selectors
+from . import approvals, search, selectors
 from .bundle_export import BundleExportError, export_download
 from .facts import facts_of
 from .forms import SEARCH_FIELDS, RunFilterForm, form_errors_line, search_asked
@@ -576,3 +576,53 @@ class RunAnnotationsApi(APIView):
             return Response({"error": str(exc), "field": exc.field}, status=status.HTTP_400_BAD_REQUEST)
         answer = annotation_service.Annotation(made.event).as_json()
         return Response({**answer, "masked": made.masked}, status=status.HTTP_201_CREATED)
+
+
+class PendingDecisionOutput(serializers.Serializer):
+    id = serializers.CharField(help_text="The `policy.decision` event's id.")
+    seq = serializers.IntegerField()
+    subject = serializers.CharField(allow_null=True)
+    policy_revision = serializers.CharField(allow_null=True)
+    # DESIGN §3's field name; a serializer field of that name shadows Field.required only in the type checker's eyes.
+    required = serializers.ListField(child=serializers.CharField())  # type: ignore[assignment]
+    reasons = serializers.ListField(child=serializers.CharField())
+    at = serializers.CharField(allow_null=True, help_text="The decision's logical time.")
+    not_authority = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Approvals about the same subject that are no authority here (historical, or another run's).",
+    )
+
+
+class PendingRunOutput(serializers.Serializer):
+    run = serializers.CharField(source="run.run_id")
+    title = serializers.CharField(source="run.title")
+    mode = serializers.CharField(source="run.mode")
+    environment = serializers.CharField(source="run.environment")
+    state = serializers.CharField(help_text="The run's final state as recorded (`paused` while it waits).")
+    count = serializers.IntegerField(help_text="Decisions waiting in the run (the first 200 are listed).")
+    pending = PendingDecisionOutput(many=True)
+
+
+class PendingApprovalsOutput(serializers.Serializer):
+    decisions = serializers.IntegerField()
+    runs = PendingRunOutput(many=True)
+    runs_more = serializers.IntegerField(help_text="Runs with waiting decisions beyond those listed.")
+    not_evaluated = serializers.IntegerField(
+        help_text="Runs whose stored facts predate this version: their waiting decisions are not known here."
+    )
+
+
+class PendingApprovalsApi(APIView):
+    """The policy decisions waiting on a person across runs (runs/approvals.py: pending_approvals)."""
+
+    permission_classes = [requires_perm("runs.view_run"), scoped(READ_RUNS)]
+
+    @extend_schema(
+        summary="Decisions waiting on a person",
+        description="Every `policy.decision` with outcome `needs_approval` that no approval of its own run answers "
+        "(a historical approval, or one given in another run or environment, leaves it waiting), grouped by run, "
+        "newest run first; the same list as the page /approvals/pending/.",
+        responses=PendingApprovalsOutput,
+    )
+    def get(self, request: Request) -> Response:
+        return Response(PendingApprovalsOutput(approvals.pending_approvals()).data)

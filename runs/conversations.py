@@ -209,7 +209,11 @@ def _recorded(run: Run, event: Event) -> Conversation:
         model=body.get("model") if isinstance(body.get("model"), str) else _run_model(run),
         provider=body.get("provider") if isinstance(body.get("provider"), str) else None,
     )
-    has_chat = any(k in body for k in ("input_messages", "output_messages", "messages_form")) or blob_fields(body)
+    held = blob_fields(body)
+    # A proposal whose only chat field is its tool catalogue (a native replay's, issue 39) recorded no messages.
+    has_chat = any(k in body for k in ("input_messages", "output_messages", "messages_form")) or any(
+        name != "tools" for name in held
+    )
     usage = _usage_of(run, event)
     if usage is None and isinstance(body.get("usage"), dict):
         usage = body["usage"]
@@ -225,8 +229,9 @@ def _recorded(run: Run, event: Event) -> Conversation:
         )
         conv.completion = _proposal_message(body)
         conv.finish_reason = _proposal_finish(body)
+        _catalogue(run, body, held, conv)
         return conv
-    resolved = _read_json(run, blob_fields(body), conv.notes)
+    resolved = _read_json(run, held, conv.notes)
     request = completion = None
     try:
         request, completion, missing = recorded_chat(body, resolved=resolved, usage=usage)
@@ -247,6 +252,24 @@ def _recorded(run: Run, event: Event) -> Conversation:
         return conv
     _lay_out(conv, request, completion)
     return conv
+
+
+def _catalogue(run: Run, body: dict[str, Any], held: dict[str, str], conv: Conversation) -> None:
+    """The tools offered at a proposal that recorded no messages: its tool catalogue (`tools_blob`, or `tools`
+    inline), read through the storage gate's reader; says it was not recorded where the proposal names none."""
+    tools = body.get("tools")
+    if "tools" in held:
+        tools = _read_json(run, {"tools": held["tools"]}, conv.notes).get("tools")
+        if tools is not None and not isinstance(tools, list):
+            conv.notes.append("tools: its blob is not a list of tool definitions")
+            tools = None
+    elif not isinstance(tools, list):
+        conv.tools_note = "not recorded: this proposal names no tool catalogue"
+        return
+    if isinstance(tools, list):
+        defined = [t for t in tools if isinstance(t, dict)]
+        conv.tools = [_tool(t) for t in defined[:TOOLS_SHOWN]]
+        conv.tools_more = max(0, len(defined) - TOOLS_SHOWN)
 
 
 def _native(run: Run, event: Event) -> Conversation:

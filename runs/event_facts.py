@@ -216,6 +216,7 @@ def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, s
 
     if k == "checkpoint":
         add("workspaces", ", ".join(f"{w} {t}" for w, t in (body.get("workspaces") or {}).items()))
+        add("fixtures", _checkpoint_fixtures(body.get("fixtures")))
     elif k == "budget.charged":
         add(str(body.get("resource")), body.get("amount"))
     elif k == "workspace.created":
@@ -286,3 +287,24 @@ def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, s
             or "nothing",
         )
     return out
+
+
+def _checkpoint_fixtures(held: Any) -> str | None:
+    """The fixture versions a checkpoint names (issue 39, seed 001: "Run checkpoints named exact fixture versions"):
+    the scenario version and package digest, and each fixture that had answered by then with its digest."""
+    if not isinstance(held, dict):
+        return None
+    named = held.get("scenario")
+    scenario: dict[str, Any] = named if isinstance(named, dict) else {}
+    answered = [a for a in held.get("answered") or [] if isinstance(a, dict)]
+    head = f"scenario {scenario.get('name')}@{scenario.get('version')} (package {held.get('package_digest')})"
+    count = held.get("count")
+    listed = ", ".join(f"{a.get('id')} {a.get('digest')}" for a in answered[:FIXTURES_SHOWN])
+    more = f" and {len(answered) - FIXTURES_SHOWN} more" if len(answered) > FIXTURES_SHOWN else ""
+    of = f" of {count}" if isinstance(count, int) else ""
+    if not answered:
+        return f"{head}: none of its{of} fixtures answered a call yet"
+    return f"{head}: {len(answered)}{of} fixtures answered so far: {listed}{more}"
+
+
+FIXTURES_SHOWN = 20

@@ -30,11 +30,13 @@ def required_for(parent: Run | None) -> list[str]:
     return list(facts_of(parent)["validations"]["required"])
 
 
-def _bodies(run: Run) -> Iterator[dict[str, Any]]:
-    """The run's event bodies in seq order, a batch of rows at a time (keyset on seq: no offset scans)."""
+def _bodies(run: Run, upto: int | None = None) -> Iterator[dict[str, Any]]:
+    """The run's event bodies in seq order (up to and including seq `upto`, when given), a batch of rows at a time
+    (keyset on seq: no offset scans)."""
     last = -1
+    held = Event.objects.filter(run=run) if upto is None else Event.objects.filter(run=run, seq__lte=upto)
     while True:
-        rows = list(Event.objects.filter(run=run, seq__gt=last).order_by("seq").values_list("seq", "body")[:READ_BATCH])
+        rows = list(held.filter(seq__gt=last).order_by("seq").values_list("seq", "body")[:READ_BATCH])
         if not rows:
             return
         for _seq, body in rows:
@@ -48,6 +50,15 @@ def facts_compute(run: Run) -> dict[str, Any]:
     for body in _bodies(run):
         builder.add(body)
     return builder.result()
+
+
+def facts_builder_upto(run: Run, upto: int) -> FactBuilder:
+    """A fact builder fed the run's stored events up to and including seq `upto`: the run as it stood then (the
+    review surface of an approval reads it, n17q_engine/review_surface.py)."""
+    builder = FactBuilder(run.manifest_run or {}, required=required_for(run.parent))
+    for body in _bodies(run, upto):
+        builder.add(body)
+    return builder
 
 
 def facts_of(run: Run) -> dict[str, Any]:

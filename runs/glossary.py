@@ -168,6 +168,31 @@ TERMS: tuple[tuple[str, str], ...] = (
         "behind an approved model connection. Shown beside the verdict, never averaged into it: a high score cannot "
         'override a lineage finding, and a run without one says "not reviewed".',
     ),
+    (
+        "review surface",
+        "What an approver saw of one intent, rebuilt from the recording as it stood at the approval (seeds 001 and "
+        "003): the requested effect and its identity, the artifact and the workspace lineage, the required "
+        "validation receipts with their trees and completion, the unresolved failures, the policy decision, and "
+        "the evidence-set digest the approval binds. Read-only: a historical approval is shown as evidence, never "
+        "as authority (/runs/<run>/approvals/<event>/).",
+    ),
+    (
+        "waiting on a person",
+        "A policy decision with outcome needs_approval that no approval of its own run answers yet (a historical "
+        "approval, or one from another run or environment, does not answer it); listed across runs at "
+        "/approvals/pending/.",
+    ),
+    (
+        "tool catalogue",
+        "The tools a model or decider was offered at a proposal (names, descriptions, input schemas), held as a blob "
+        "the model.proposal names in tools_blob; a replay records the scenario's tools it offered its decider, an "
+        "imported trace keeps the definitions its producer recorded.",
+    ),
+    (
+        "fixture version",
+        "One fixture exactly as a scenario version holds it, named by its id and the digest of its content; each "
+        "replay checkpoint names the scenario version and the fixture versions that had answered by then.",
+    ),
 )
 
 

@@ -14,4 +14,6 @@ urlpatterns = [
     path("runs/<str:run_id>/blobs/<str:digest>/", views.blob_download, name="blob-download"),
     path("runs/<str:run_id>/export/", views.run_export, name="run-export"),
     path("runs/<str:run_id>/annotations/", views.run_annotate, name="run-annotate"),
+    path("runs/<str:run_id>/approvals/<str:event_id>/", views.approval_surface, name="approval-surface"),
+    path("approvals/pending/", views.approvals_pending, name="approvals-pending"),
 ]

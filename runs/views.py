@@ -16,7 +16,7 @@ from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_b
 from n17q_engine.bundle import BundleError
 
 from . import annotations as annotation_service
-from . import compare, run_page, search, selectors
+from . import approvals, compare, run_page, search, selectors
 from .blob_access import run_blob_read
 from .blob_preview import INLINE_IMAGE_TYPES
 from .bundle_export import EXPORT_FORMATS, BundleExportError, export_download
@@ -219,3 +219,18 @@ def run_annotate(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 def glossary(request: HtmxHttpRequest) -> HttpResponse:
     """Every lineage code and product term, each with the anchor other pages link to."""
     return render(request, "runs/glossary.html", {"entries": glossary_entries()})
+
+
+def approval_surface(request: HtmxHttpRequest, run_id: str, event_id: str) -> HttpResponse:
+    """One approval's review surface as the approver saw it, rebuilt from the recording up to that approval (or a
+    decision still waiting on a person): read-only (runs/approvals.py)."""
+    run = get_object_or_404(Run, run_id=run_id)
+    found = approvals.approval_surface_of(run, event_id)
+    if found is None:
+        raise Http404("this run holds no such approval or decision waiting on a person")
+    return render(request, "runs/approval_surface.html", {"found": found, "s": found.surface, "run": run})
+
+
+def approvals_pending(request: HtmxHttpRequest) -> HttpResponse:
+    """The policy decisions waiting on a person across runs: `needs_approval` with no approval of the run answering."""
+    return render(request, "runs/approvals_pending.html", {"found": approvals.pending_approvals()})

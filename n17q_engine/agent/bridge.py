@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..contracts import Contract
-from .names import tool_name
+from .names import openai_name, tool_name
 from .task import TASK_PROMPT, TASK_URI
 
 MAX_BODY = 8 << 20
@@ -72,6 +72,23 @@ def tool_schema(contract: Contract, workspaces: Iterable[str]) -> dict[str, Any]
     if names:
         properties["workspace"] = {"type": "string", "enum": names, "description": "the workspace the call runs in"}
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def tool_catalogue(contracts: Iterable[Contract], workspaces: Iterable[str], model_tool: str) -> list[dict[str, Any]]:
+    """The tools a scenario offers a decider or an agent, each as the MCP server lists it: its name, its OpenAI name,
+    a description and its input schema (`model_tool`, the agent's model endpoint, is no tool it is offered). The one
+    list the agent's bridge serves and a replay's `model.proposal` records as its tool catalogue (issue 39)."""
+    names = list(workspaces)
+    return [
+        {
+            "name": c.tool,
+            "openai_name": openai_name(c.tool),
+            "description": f"{c.tool} (contract revision {c.revision}, {c.effect_class})",
+            "input_schema": tool_schema(c, names),
+        }
+        for c in contracts
+        if c.tool != model_tool
+    ]
 
 
 WAKE_PREFIX = "n17q-wake-"

@@ -55,9 +55,8 @@ from ..deciders import (
 from ..package import ScenarioPackage, refused_by
 from ..replay import ISOLATION_ENV
 from ..vocabulary import VIOLATION_TARGETS
-from .bridge import Bridge, Refused, Request, tool_schema
+from .bridge import Bridge, Refused, Request, tool_catalogue
 from .model import MODEL_CONTRACT, MODEL_TOOL, LiveModel
-from .names import openai_name
 from .netwatch import NetWatch
 from .spec import AgentSpec
 from .task import TASK_FILE_NAME, TASK_URI, task_context, task_prompt
@@ -94,16 +93,7 @@ class AgentSession:
         self.observed: list[dict[str, str]] = []  # attempts the watch saw that no stop has reported yet
         self.held: list[Request] = []  # requests set aside because an attempt came first (refused at close)
         workspaces = list(sc.workspaces)
-        tools = [
-            {
-                "name": c.tool,
-                "openai_name": openai_name(c.tool),
-                "description": f"{c.tool} (contract revision {c.revision}, {c.effect_class})",
-                "input_schema": tool_schema(c, workspaces),
-            }
-            for c in sc.contracts
-            if c.tool != MODEL_TOOL
-        ]
+        tools = tool_catalogue(sc.contracts, workspaces, MODEL_TOOL)
         # The task and the recorded run's context (issue 36): from the package only, so every replay of a branch
         # tells the agent the same bytes; a resource and a prompt of the MCP server, and a file and variables.
         self.context = task_context(source, sc, [t["name"] for t in tools]) if source is not None else None

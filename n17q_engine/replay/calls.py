@@ -112,6 +112,7 @@ class _ToolCalls(_EngineState):
         if not isinstance(result, Hit):
             self._lookup_failed(result, call)
         fixture = result.fixture
+        self._used(fixture)
         stage = self._fault(fixture, digest)
         mutated = False
         if stage != "before_send" and fixture.transition is not None:

@@ -326,6 +326,7 @@ class _Effects(_ToolCalls):
             record["intent_id"] = intent["id"]
             self._record_missing(kind, record)
         fixture = result.fixture
+        self._used(fixture)
         stage = self._fault(fixture, digest)
         outcome = {
             None: "acknowledged",
@@ -432,6 +433,7 @@ class _Effects(_ToolCalls):
                     kind = record.pop("kind")
                     record.update(intent_id=intent_id, race=race.id, delivery=name)
                     self._record_missing(kind, record)
+                self._used(result.fixture)
                 answered[name] = result.fixture.id
                 committed = step(index, "commit", name, fixture=result.fixture.id)
                 if result.fixture.transition is not None:

@@ -18,7 +18,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, NoReturn
 
+from .. import canonical
 from ..deciders import DECIDERS, HUMAN_CHOICES, Action, Decider, SourceRun
+from ..fixtures import Fixture
 from ..package import (
     Fault,
     PackageError,
@@ -45,6 +47,10 @@ class _EngineState:
         self.package, self.source, self.isolation = package, source, isolation
         sc: ScenarioPackage = package.scenario
         self.sc = sc
+        # The fixtures that answered this replay so far, id -> the digest of the fixture as loaded: each checkpoint
+        # names them (seed 001: "Run checkpoints named exact fixture versions").
+        self.fixtures_used: dict[str, str] = {}
+        self.catalogue_blob: str | None = None  # the blob of the scenario's tools as offered (steps._tool_catalogue)
         vary = package.vary
         self.decider: Decider = self._decider(vary.get("decider", package.decider))
         # What the counterfactual's variable sets, held apart: a replay from the start applies it at once; a
@@ -288,6 +294,21 @@ class _EngineState:
         if ref is not None:
             self.map[ref] = new
         return new
+
+    def _used(self, fixture: Fixture) -> None:
+        """Note a fixture that answered a call (its version: the digest of the fixture as the scenario holds it)."""
+        if fixture.id not in self.fixtures_used:
+            self.fixtures_used[fixture.id] = canonical.digest_json(fixture.to_dict())
+
+    def fixtures_in_force(self) -> dict[str, Any]:
+        """What a checkpoint names of the fixtures (DESIGN §10 addition): the scenario version, the package digest that
+        pins every fixture file, how many fixtures it holds, and each fixture that answered so far, with its digest."""
+        return {
+            "scenario": dict(self.sc.ref),
+            "package_digest": self.sc.digest,
+            "count": len(self.sc.fixtures),
+            "answered": [{"id": fid, "digest": d} for fid, d in sorted(self.fixtures_used.items())],
+        }
 
     def _rs(self, refs: list[str]) -> list[str]:
         return [self.map.get(r, r) for r in refs]

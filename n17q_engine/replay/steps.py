@@ -15,6 +15,8 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from .. import canonical
+from ..agent.bridge import tool_catalogue
+from ..agent.model import MODEL_TOOL
 from ..deciders import (
     Action,
     Activate,
@@ -42,6 +44,8 @@ from ..world import WorldError
 from .effects import _Effects
 from .output import ReplayError, _expired_text
 from .state import _Stopped
+
+JSON_MEDIA = "application/json"
 
 # A progress line every this many steps performed, in both loops (`loop._Engine.run`, `branching._restore`); what
 # writes it, and why it counts steps: `loop.PROGRESS`.
@@ -122,9 +126,33 @@ class _Steps(_Effects):
         fields["origin"] = "recorded" if a.ref is not None else f"scripted:{self.decider.name}"
         if a.recorded_context:
             fields["recorded_context_digest"] = a.recorded_context
+        catalogue = self._tool_catalogue(a.ref)
+        if catalogue is not None:
+            fields["tools_blob"] = catalogue
         proposal = self.emit("model.proposal", ref=a.ref, **fields)
         if a.ref is None:  # the decider's own turn: the recording's turns are charged by its own budget events
             self._spend("turns", 1, origin="replay", cause=proposal, what=f"the decider's own proposal {proposal}")
+
+    def _tool_catalogue(self, ref: str | None) -> str | None:
+        """The blob of the tools offered at this proposal (seed 001: "The export omitted the offered tool catalogue"):
+        the decider's own turn was offered the scenario's tools (the list the agent's MCP server serves), stored once
+        as content and named by every such proposal; a recorded proposal keeps the catalogue its recording held, when
+        the package carries its bytes, and names none otherwise (the original offer is not the scenario's)."""
+        if ref is not None:
+            recorded = (self.source.by_id.get(ref) or {}).get("tools_blob")
+            data = self.package.source_blobs.get(recorded) if isinstance(recorded, str) else None
+            return self.log.blob(data, JSON_MEDIA, "model-tools") if data is not None else None
+        if self.catalogue_blob is None:
+            tools = tool_catalogue(self.sc.contracts, list(self.sc.workspaces), MODEL_TOOL)
+            offered = [
+                {
+                    "type": "function",
+                    "function": {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]},
+                }
+                for t in tools
+            ]
+            self.catalogue_blob = self.log.blob(canonical.canonical_json(offered), JSON_MEDIA, "model-tools")
+        return self.catalogue_blob
 
     # artifacts and evidence
 
@@ -272,7 +300,12 @@ class _Steps(_Effects):
                 if held and isinstance(held[1], dict):
                     workspaces[resource[len("workspace:") :]] = held[1].get("tree_digest")
         self.checkpoint_id = self.emit(
-            "checkpoint", ref=ref, world_revision=self.world.revision, workspaces=workspaces, clock=self.now
+            "checkpoint",
+            ref=ref,
+            world_revision=self.world.revision,
+            workspaces=workspaces,
+            clock=self.now,
+            fixtures=self.fixtures_in_force(),
         )
 
     def _checkpoint_action(self, a: Checkpoint) -> None:

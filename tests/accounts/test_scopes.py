@@ -29,6 +29,7 @@ AUDITED = {
     "GET /api/v1/runs/{run_id}/": [IMPORT],
     "GET /api/v1/runs/{run_id}/lineage/": [IMPORT],
     "GET /api/v1/runs/{run_id}/findings/": [IMPORT],
+    "GET /api/v1/approvals/pending/": [IMPORT],
     # The run as a bundle: reading a run (issue 38's export), like its summary.
     "GET /api/v1/runs/{run_id}/bundle/": [IMPORT],
     # The run as OTLP JSON: the same reading, the same scope.

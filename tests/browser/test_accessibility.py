@@ -141,6 +141,16 @@ PAGES = [
     # Without htmx an event's address is the run page with the event open in the detail panel.
     Page("runs:event-detail", "event-detail", f"/runs/{FOCUS_RUN}/events/{FOCUS_EVENT}/"),
     Page("runs:run-import", "run-import", "/runs/import/"),
+    # Issue 39: an approval's review surface (seed 003's corrected view), a replay's copied historical approval shown
+    # as read-only evidence, a decision waiting on a person, and the list of those.
+    Page("runs:approval-surface", "approval-surface", "/runs/run-003-review-request/approvals/e-003-approval/"),
+    Page("runs:approval-surface", "approval-surface[replay]", "/runs/run-001-naive-replay/approvals/e-001-approval/"),
+    Page(
+        "runs:approval-surface",
+        "approval-surface[waiting]",
+        "/runs/run-001-naive-replay/approvals/e-001-policy-needs-approval/",
+    ),
+    Page("runs:approvals-pending", "approvals-pending", "/approvals/pending/"),
     Page("runs:glossary", "glossary", "/glossary/"),
     Page("otlp:trace-list", "trace-list", "/traces/"),
     Page("otlp:trace-detail", "trace-detail", Demo.received_trace_page),
@@ -202,6 +212,7 @@ NOT_PAGES = {
     "replays:missing-copy-recorded": "POST only; redirects to the staged candidate",
     "replays:missing-model-answer": "POST only; redirects to the staged recording (or back to the missing fixture)",
     "replays:missing-exclude-tool": "POST only; redirects to the launch summary",
+    "api-approvals-pending": "JSON API",
 }
 
 RESULTS: dict[str, Any] = {}

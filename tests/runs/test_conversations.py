@@ -367,3 +367,27 @@ def test_a_proposal_that_recorded_no_messages_says_so_and_shows_what_it_proposed
         json.loads((Path(__file__).resolve().parents[2] / "docs/examples/model-prices.json").read_text())
     )
     assert run_cost(models, demo_prices).amount is not None  # the demo's example table prices its story runs
+
+
+@pytest.mark.seed("001", "The transcript was not the run")
+def test_a_replayed_deciders_proposal_shows_the_tool_catalogue_it_was_offered(tmp_path):
+    from tests.engine.test_replay import story
+
+    out, _log = story("run-003-review-request", "coding-review-request", "counterfactual", {"decider": "careful"})
+    bundle = out.write_bundle(tmp_path / "replay")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["run"]["id"] = manifest["run"]["id"].replace("~", "-")  # a worker's id, imported by hand
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    [run] = _import(bundle)
+    own = [e for e in _proposals(run) if e.body["origin"].startswith("scripted:")]
+    assert own
+    offered = json.loads(out.blobs[own[0].body["tools_blob"]])
+    conv = conversation_of(run, own[0])
+    assert conv.origin == "proposal-only" and conv.tools is not None
+    assert [(t.name, t.description) for t in conv.tools] == [
+        (t["function"]["name"], t["function"]["description"]) for t in offered
+    ]
+    assert all(t.parameters.startswith("{") for t in conv.tools)  # each tool's schema, laid out
+    recorded = next(e for e in _proposals(run) if e.body["origin"] == "recorded")
+    conv = conversation_of(run, recorded)
+    assert conv.tools is None and conv.tools_note == "not recorded: this proposal names no tool catalogue"
