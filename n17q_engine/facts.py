@@ -63,6 +63,7 @@ from .lineage.effects import CONTAINED_CONNECTIONS
 from .lineage.graph import LIVE_ENVIRONMENTS, VALIDATION_PREFIX
 from .lineage.review import approval_review
 from .pricing import run_cost
+from .vocabulary import APPENDED_BY_REVIEWERS
 from .world import EFFECT_PREFIX
 
 # 2: approvals carry their review object's digest, what changed of it and whether they still bind (issue 34).
@@ -157,6 +158,10 @@ class FactBuilder:
     # --- the events ---
 
     def add(self, event: Mapping[str, Any]) -> None:
+        if event.get("kind") in APPENDED_BY_REVIEWERS:
+            # What reviewers append after the run (annotations, corrections, assessments) is not a fact of it: the
+            # facts read the same before and after, and a recompute counts what the import counted.
+            return
         self.events += 1
         if self.own_graph:
             self.graph.add(event if isinstance(event, dict) else dict(event))
