@@ -429,6 +429,11 @@ class ScenarioPackage:
     # `file_scope`, `allowed_effects`, `acceptable_stop_states` as declared (`_declared`); a replay's scope note
     # carries them and n17q_engine/scenario_evaluation.py judges its end state against them.
     declared: Mapping[str, Any] = field(default_factory=dict)
+    # Seed 000 "Unknown fixture data stayed unknown" (additive, optional in scenario.json): the values of a tool's
+    # answer this scenario needs, [{tool, path, reason}]. A fixture answer that marks one absent, redacted,
+    # unavailable or not applicable, or an excluded tool whose value is required, stops the replay as an incomplete
+    # test world instead of carrying on without it (replay/calls.py).
+    required_values: tuple[dict[str, str], ...] = ()
 
     @property
     def digest(self) -> str:
@@ -451,6 +456,22 @@ class ScenarioPackage:
         for item in self.excluded_tools:
             if item["tool"] == tool:
                 return item["reason"]
+        return None
+
+    def requires(self, tool: str) -> dict[str, str] | None:
+        """The first value this scenario requires of `tool`'s answers, or None."""
+        return next((item for item in self.required_values if item["tool"] == tool), None)
+
+    def required_absent(self, tool: str, absent: Mapping[str, str]) -> tuple[dict[str, str], str, str] | None:
+        """(the requirement, the absent path, its kind) when `absent` (a result's {path: kind}) leaves out a value the
+        scenario requires of `tool`: the path itself, a part of it, or what holds it (`body` holds `body.email`)."""
+        for item in self.required_values:
+            if item["tool"] != tool:
+                continue
+            need = item["path"]
+            for path, kind in absent.items():
+                if path == need or need.startswith(path + ".") or path.startswith(need + "."):
+                    return item, path, kind
         return None
 
 
@@ -515,6 +536,7 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
             "allowed_effects",
             "acceptable_stop_states",
             "minimal_fixtures",
+            "required_values",
         },
     )
     name = meta["name"]
@@ -597,6 +619,16 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         if problem is not None:
             raise PackageError(f"{where}: tool {problem}")
         excluded.append({"tool": str(item["tool"]), "reason": item["reason"]})
+    required = []
+    for i, item in enumerate(_list(meta.get("required_values", []), "scenario.json: required_values")):
+        where = f"scenario.json: required_values[{i}]"
+        _keys(_obj(item, where), where, required={"tool", "path", "reason"})
+        for part in ("tool", "path", "reason"):
+            if not isinstance(item[part], str) or not item[part].strip():
+                raise PackageError(f"{where}: {part} must be a non-empty string")
+        if item["tool"] not in contracts:
+            raise PackageError(f"{where}: {item['tool']} is not a contract of this scenario")
+        required.append({"tool": item["tool"], "path": item["path"], "reason": item["reason"]})
     uncovered = tuple(_strs(meta.get("uncovered", []), "scenario.json: uncovered"))
     invariants = tuple(_invariants(meta.get("invariants", [])))
     delays = {}
@@ -643,6 +675,7 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         source_runs=source_runs,
         recorded_between=recorded,
         excluded_tools=tuple(excluded),
+        required_values=tuple(required),
         uncovered=uncovered,
         invariants=invariants,
         delays=delays,

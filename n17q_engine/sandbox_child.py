@@ -13,6 +13,13 @@ lookup, subprocess/exec/fork, or file write outside the working folder is record
 and the child exits with :data:`EXIT_VIOLATION` even if the entry caught it. The network namespace, not
 this hook, is the boundary.
 
+A network client is stopped when it is built, before any request (seed 000, "Missing mutations were treated most
+strictly": "Replay failed if any constructor ran, even if no request followed"): a new socket of any family but
+``AF_UNIX`` (the ``socket.__new__`` audit event; a socket object wrapping a descriptor that already exists, as
+``accept`` makes, builds nothing new), and the constructors of the HTTP, FTP and mail clients in
+:data:`CLIENT_CONSTRUCTORS`, whichever of their modules is imported (a finder on ``sys.meta_path`` wraps them as
+their module loads). Each is a ``sandbox.violation`` with ``attempted: client`` and the constructor as ``target``.
+
 Agent replays (``n17q_engine.agent``): the engine may start exactly one agent program and serve it one listening
 socket on the namespace's own loopback. :func:`grant_agent` asks the hook for both, once per sandbox run: the hook
 then lets through one ``subprocess.Popen`` of exactly that executable (the event the agent starter's request raises:
@@ -68,6 +75,26 @@ _PROCESS_EVENTS = {
     "os.spawn",
     "pty.spawn",
 }
+# Seed 000: the clients whose construction alone stops the run, by module: HTTP (the standard library's, and urllib3,
+# requests, httpx and aiohttp when importable), FTP and mail. A subclass (HTTPSConnection, ProxyManager) calls its
+# base's constructor, so the base is enough.
+CLIENT_CONSTRUCTORS: dict[str, tuple[str, ...]] = {
+    "http.client": ("HTTPConnection",),
+    "urllib.request": ("OpenerDirector",),
+    "ftplib": ("FTP",),
+    "smtplib": ("SMTP",),
+    "imaplib": ("IMAP4",),
+    "poplib": ("POP3",),
+    "urllib3.poolmanager": ("PoolManager",),
+    "urllib3.connectionpool": ("HTTPConnectionPool",),
+    "requests.sessions": ("Session",),
+    "httpx._client": ("Client", "AsyncClient"),
+    "aiohttp.client": ("ClientSession",),
+}
+# Socket families and types by number (the engine imports no `socket` module: the import-linter contract).
+_AF_UNIX = 1
+_FAMILIES = {2: "AF_INET", 10: "AF_INET6", 16: "AF_NETLINK", 17: "AF_PACKET"}
+_TYPES = {1: "SOCK_STREAM", 2: "SOCK_DGRAM", 3: "SOCK_RAW", 5: "SOCK_SEQPACKET"}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _WRITABLE_DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr"}
 
@@ -102,6 +129,29 @@ def _format_address(address: object) -> str:
     return repr(address)
 
 
+def _wraps_a_descriptor() -> bool:
+    """Whether the `socket.__new__` being audited wraps a descriptor that already exists (`accept`, `dup`, `fromfd`):
+    `socket.socket.__init__`'s own `fileno` argument, read from its frame (above this function and the hook's call).
+    A socket built by `_socket.socket` directly has no such frame: it builds a new one."""
+    try:
+        frame = sys._getframe(2)
+    except ValueError:
+        return False
+    code = frame.f_code
+    return (
+        code.co_name == "__init__"
+        and code.co_filename.endswith("socket.py")
+        and frame.f_locals.get("fileno") is not None
+    )
+
+
+def _socket_target(args: tuple[Any, ...]) -> str:
+    family, kind = (args[1], args[2]) if len(args) > 2 else (None, None)
+    family_s = _FAMILIES.get(family, str(family)) if isinstance(family, int) else "?"
+    kind_s = _TYPES.get(kind & 0xF, str(kind)) if isinstance(kind, int) else "?"
+    return f"socket.socket({family_s}, {kind_s})"
+
+
 def _dns_target(event: str, args: tuple[Any, ...]) -> str:
     if event == "socket.getaddrinfo":
         host, port = args[0], args[1]
@@ -119,6 +169,7 @@ class AuditPolicy:
         self.granted = False  # an agent launch and its endpoint were granted (once per run, see grant_agent)
         self._launch: str | None = None  # the one executable that may still be started
         self._listen = False  # one bind to NAMESPACE_HOST may still be made
+        self._listener = False  # one internet socket may still be built (the listener that bind is for)
 
     def grant(self, executable: str) -> None:
         if self.granted:
@@ -126,6 +177,7 @@ class AuditPolicy:
         self.granted = True
         self._launch = os.path.abspath(executable)
         self._listen = True
+        self._listener = True
 
     def _granted_launch(self, event: str, args: tuple[Any, ...]) -> bool:
         if event != "subprocess.Popen" or self._launch is None or not args:
@@ -147,6 +199,16 @@ class AuditPolicy:
         self._listen = False
         return True
 
+    def _granted_listener(self, event: str, args: tuple[Any, ...]) -> bool:
+        if event != "socket.__new__" or not self._listener or len(args) < 2 or args[1] not in (2, 10):
+            return False
+        self._listener = False
+        return True
+
+    def client_built(self, target: str) -> None:
+        """A client constructor ran (the wrappers `watch_clients` installs): stop the run, naming it."""
+        self._stop("client", target)
+
     def _stop(self, attempted: str, target: str) -> None:
         self.violated = True
         emit({"event": "sandbox.violation", "attempted": attempted, "target": target, "stopped": True})
@@ -165,9 +227,14 @@ class AuditPolicy:
         return path_s
 
     def __call__(self, event: str, args: tuple[Any, ...]) -> None:
-        if self.granted and (self._granted_launch(event, args) or self._granted_bind(event, args)):
+        if self.granted and (
+            self._granted_launch(event, args) or self._granted_bind(event, args) or self._granted_listener(event, args)
+        ):
             return
-        if event in _SOCKET_EVENTS:
+        if event == "socket.__new__":
+            if len(args) > 1 and args[1] != _AF_UNIX and not _wraps_a_descriptor():
+                self._stop("client", _socket_target(args))
+        elif event in _SOCKET_EVENTS:
             self._stop("socket", _format_address(args[1]) if len(args) > 1 else "")
         elif event in _DNS_EVENTS:
             self._stop("dns", _dns_target(event, args))
@@ -187,6 +254,72 @@ class AuditPolicy:
 
 
 _ACTIVE: AuditPolicy | None = None
+
+
+def _constructor_watch(policy: AuditPolicy, cls: type) -> Callable[..., None]:
+    # The constructor the class runs (its own or the nearest base's), read from the class dicts, not an instance.
+    original: Callable[..., None] = next(c.__dict__["__init__"] for c in cls.__mro__ if "__init__" in c.__dict__)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        first = next((a for a in (*args, kwargs.get("host"), kwargs.get("base_url")) if isinstance(a, str)), None)
+        # Named when built, as the class names itself then (httpx re-homes its classes after their module loads).
+        built = f"{type(self).__module__}.{type(self).__qualname__}"
+        policy.client_built(f"{built}({first})" if first else built)
+        original(self, *args, **kwargs)
+
+    return __init__
+
+
+def _watch_module(policy: AuditPolicy, module: Any) -> None:
+    for class_name in CLIENT_CONSTRUCTORS.get(module.__name__, ()):
+        cls = getattr(module, class_name, None)
+        if isinstance(cls, type):
+            cls.__init__ = _constructor_watch(policy, cls)  # type: ignore[misc]
+
+
+class _WatchingLoader:
+    """A module loader that, after its module ran, wraps the module's client constructors."""
+
+    def __init__(self, loader: Any, policy: AuditPolicy) -> None:
+        self.loader, self.policy = loader, policy
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        _watch_module(self.policy, module)
+
+
+class ClientWatch:
+    """The `sys.meta_path` finder of the client modules (`CLIENT_CONSTRUCTORS`): the spec the other finders give,
+    with a loader that wraps the constructors once the module is loaded."""
+
+    def __init__(self, policy: AuditPolicy) -> None:
+        self.policy = policy
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in CLIENT_CONSTRUCTORS:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _WatchingLoader(spec.loader, self.policy)  # type: ignore[assignment]
+                return spec
+        return None
+
+
+def watch_clients(policy: AuditPolicy) -> None:
+    """Stop the run when a client of `CLIENT_CONSTRUCTORS` is built: wrap those already imported, and the rest as
+    they are imported."""
+    for module_name in CLIENT_CONSTRUCTORS:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            _watch_module(policy, module)
+    sys.meta_path.insert(0, ClientWatch(policy))
 
 
 def grant_agent(executable: str) -> None:
@@ -221,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = sys.stdin.buffer.read()
     global _ACTIVE
     policy = AuditPolicy(os.getcwd())
+    watch_clients(policy)
     sys.addaudithook(policy)
     _ACTIVE = policy
     out_stream = sys.stdout.buffer

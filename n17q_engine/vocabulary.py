@@ -55,7 +55,9 @@ POLICY_OUTCOMES = ("allow", "deny", "needs_approval")
 APPROVAL_DECISIONS = ("approved", "rejected")
 APPROVAL_ORIGINS = ("human", "simulated", "historical")
 ADMISSION_DECISIONS = ("admitted", "rejected")
-VIOLATION_TARGETS = ("socket", "dns", "subprocess", "file")
+# Extension (seed 000 "Missing mutations were treated most strictly"): `client`, a network client built in the sandbox
+# (an internet socket, an HTTP, FTP or mail client's constructor), stopped before any request (sandbox_child.py).
+VIOLATION_TARGETS = ("socket", "dns", "subprocess", "file", "client")
 # Extension (issue 19, seed 000 "Concurrency was recorded as behavior"): the steps of a declared race's schedule
 # the engine followed (n17q_engine/concurrency.py, docs/concurrency.md).
 SCHEDULE_STEPS = ("run", "accept", "deduplicate", "hold", "release", "skip", "commit")
@@ -122,12 +124,17 @@ KINDS: dict[str, dict[str, Field]] = {
         # Extension: the paths the initial overlay touched, the edits this workspace inherited and does
         # not own. LIN010 needs them; a bundle without them simply cannot be checked for LIN010.
         "overlay_files": opt(LIST, items=STR),
+        # Extension (seed 003 "Attempt cleanup became explicit"): what the workspace took over from elsewhere,
+        # [{kind: cache|process|layer, workspace_id, digest, trusted}]; LIN016 reads it, and `[]` says "nothing".
+        "inherited": opt(LIST, items=DICT),
     },
     "workspace.changed": {
         "workspace_id": f(STR),
         "overlay_revision": f(ANY),
         "tree_digest": f(STR),
         "cause": f(STR, nullable=True),
+        # Extension (seed 003): the paths this change touched; LIN017 reads them for edits to the repository's tests.
+        "files": opt(LIST, items=STR),
     },
     "workspace.lifecycle": {
         "workspace_id": f(STR),
@@ -324,6 +331,15 @@ KINDS: dict[str, dict[str, Field]] = {
         "world_revision": opt(INT),
         "reason": opt(STR),
     },
+    # Extension (seed 003 "The fix worked without a better model"): what an agent in a replay was told of its task
+    # and where it stands (n17q_engine/agent/task.py: workspace identity, exact test scope, partial and timed-out
+    # evidence, the checks that need a rerun): the digest of the task document and a blob holding it with the
+    # prompt's text, so a reviewer reads the exact words the agent received.
+    "agent.context": {
+        "format": f(STR),
+        "context_digest": f(STR),
+        "blob": f(STR),
+    },
     "annotation.recorded": {
         "annotation": f(STR, enum=ANNOTATION_TYPES),
         "subject": opt(STR),
@@ -407,9 +423,9 @@ INTRODUCTIONS = {
 OBJECT_KINDS = {"attempt.started": "attempt", "workspace.created": "workspace", "artifact.created": "artifact"}
 
 # Fields whose value names a blob of the bundle.
-BLOB_FIELDS = {"tool.result": ("blob",), "command.receipt": ("output_blob",)}
+BLOB_FIELDS = {"tool.result": ("blob",), "command.receipt": ("output_blob",), "agent.context": ("blob",)}
 # Fields whose value, when present, is a digest (`sha256:<64 lowercase hex>`) that names no blob.
-DIGEST_FIELDS = {"approval.recorded": ("review_digest",)}
+DIGEST_FIELDS = {"approval.recorded": ("review_digest",), "agent.context": ("context_digest",)}
 # Fields whose value, when present, is an ISO-8601 time with a timezone.
 TIME_FIELDS = {"approval.recorded": ("expires_at",)}
 

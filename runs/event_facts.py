@@ -192,6 +192,8 @@ _FACTS: dict[str, tuple[tuple[str, str], ...]] = {
         ("uncovered", "uncovered"),
         ("isolation", "isolation"),
     ),
+    # Seed 003: what an agent in a replay was told (its blob holds the task document and the prompt's words).
+    "agent.context": (("format", "format"), ("context", "context_digest"), ("document and prompt", "blob")),
 }
 # Digests shown by field (the template shortens every digest behind a copy button).
 _TREES = {"tree_digest": "tree", "post_tree": "tree", "evidence_set_digest": "evidence set"}

@@ -193,6 +193,38 @@ TERMS: tuple[tuple[str, str], ...] = (
         "One fixture exactly as a scenario version holds it, named by its id and the digest of its content; each "
         "replay checkpoint names the scenario version and the fixture versions that had answered by then.",
     ),
+    (
+        "required value",
+        "A value of a tool's answer a scenario version says it needs (scenario.json required_values: tool, path, "
+        "reason). A fixture answering with it absent, redacted, unavailable or not applicable, or an excluded tool "
+        "whose value is required, stops the replay as an incomplete test world: never an empty or unknown "
+        "placeholder to go on with (seed 000: unknown fixture data stayed unknown). What an answer lacks reaches an "
+        "agent as its absent markings, the same bounded absence the record holds.",
+    ),
+    (
+        "client built",
+        "A sandbox violation (attempted: client): a network client was constructed inside a replay's sandbox (a "
+        "socket of an internet family, or an HTTP, FTP or mail client) and the run stopped there, even though no "
+        "request followed (seed 000: replay failed if any constructor ran).",
+    ),
+    (
+        "agent context",
+        "What an agent in a replay was told of its task and where it stands (an agent.context event: the task "
+        "document's digest and a blob with the document and the prompt's words): the workspace to work in, each "
+        "receipt's exact suites and whether it completed, partial or timed-out evidence marked as such, and the "
+        "suites that need a rerun there, with why (seed 003: the fix worked without a better model).",
+    ),
+    (
+        "inherited state",
+        "What a workspace took over from another or from elsewhere (workspace.created inherited: caches, processes, "
+        "layers). Only a trusted immutable dependency layer (marked trusted, named by a sha256 digest) may be "
+        "inherited; anything else is a finding (LIN016).",
+    ),
+    (
+        "test paths",
+        "The paths that are the repository's tests (test folders and files by default; a task or scenario may name "
+        "its own globs). An agent's change to them is a finding (LIN017) unless the task requires test changes.",
+    ),
 )
 
 

@@ -137,8 +137,10 @@ class _Recorder:
         environment_revision: str,
         derived_from: dict[str, Any] | None,
         overlay_files: list[str],
+        inherited: list[dict[str, Any]] | None = None,
         after: float = 1.0,
     ) -> str:
+        extra = {} if inherited is None else {"inherited": inherited}  # LIN016's declaration, when the story makes one
         return self._emit(
             "workspace.created",
             name,
@@ -149,6 +151,7 @@ class _Recorder:
             environment_revision=environment_revision,
             derived_from=derived_from,
             overlay_files=overlay_files,
+            **extra,
         )
 
     def workspace_changed(

@@ -94,6 +94,13 @@ def _review_request_run() -> StoryBundle:
         return digest_json({"workspace": workspace, "base": base, "overlay": overlay, "patch": patch_digest})
 
     t1, t2 = tree("ws-1"), tree("ws-2")
+    # The dependency layer both workspaces start from: content-addressed and trusted (LIN016 allows it).
+    dependencies = {
+        "kind": "layer",
+        "name": "python-deps",
+        "digest": digest_json({"layer": "python-deps@1"}),
+        "trusted": True,
+    }
     intent_id = r.eid("intent-review-request")
 
     # Attempt a1: read, patch, focused suite green, broad suite fails once and times out.
@@ -106,6 +113,7 @@ def _review_request_run() -> StoryBundle:
         environment_revision=env_rev,
         derived_from=None,
         overlay_files=overlay_files,
+        inherited=[dependencies],
     )
     p = r.proposal(
         "a1-read-adapter",
@@ -262,6 +270,9 @@ def _review_request_run() -> StoryBundle:
         environment_revision=env_rev,
         derived_from={"workspace_id": "ws-1", "relation": "reconstruct", "content_equal": True},
         overlay_files=overlay_files,
+        # Seed 003 "Attempt cleanup became explicit": nothing of workspace one's caches or processes, only the
+        # trusted immutable dependency layer both were built on (LIN016 judges the declaration).
+        inherited=[dependencies],
     )
     p = r.proposal(
         "a2-apply-patch",
@@ -387,6 +398,10 @@ def _review_request_run() -> StoryBundle:
         policy_revision=policy,
         created_at="2026-07-14T13:05:00Z",
     )
+    # The task asks for the new cursor encoding to be covered by a test, so the patch's edit of tests/test_adapter.py
+    # is the task's, not the agent weakening its judge (LIN017 reads this; seed 003 "Human approval stopped being a
+    # ceremonial button": "unless the task required them").
+    run["task"]["requires_test_changes"] = True
     return r.bundle(
         story=STORY_003,
         title="Review request opened on workspace two's artifact with workspace one's green test",

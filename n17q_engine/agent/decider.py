@@ -59,7 +59,7 @@ from .bridge import Bridge, Refused, Request, tool_catalogue
 from .model import MODEL_CONTRACT, MODEL_TOOL, LiveModel
 from .netwatch import NetWatch
 from .spec import AgentSpec
-from .task import TASK_FILE_NAME, TASK_URI, task_context, task_prompt
+from .task import TASK_FILE_NAME, TASK_FORMAT, TASK_URI, task_context, task_prompt
 
 REPORT_PREFIX = "n17q.sandbox.attempt "
 IDLE_S = 120.0  # an agent that sends nothing for this long is stopped
@@ -436,6 +436,7 @@ class _Drive:
 
     def run(self) -> Generator[Action, None, None]:
         view = self.view
+        self._record_context()
         for action in recorded(self.source, view):
             if (
                 isinstance(action, Propose)
@@ -641,6 +642,17 @@ class _Drive:
         self.s.answer(self._result_of_last_call())
         return None
 
+    def _record_context(self) -> None:
+        """What the agent is told, on the run's record (seed 003 "The fix worked without a better model"): an
+        `agent.context` naming the task document's digest, and a blob holding the document and the prompt's text."""
+        context = self.s.context
+        if context is None:
+            return
+        log: Any = self.view  # the engine's own log (`emit`, `log.blob`): the context is the engine's, not recorded
+        told = {"format": TASK_FORMAT, "context": context, "prompt": self.s.bridge.prompt}
+        blob = log.log.blob(canonical.canonical_json(told), "application/json", "agent-context")
+        log.emit("agent.context", format=TASK_FORMAT, context_digest=canonical.digest_json(context), blob=blob)
+
     def _call_standing_for(self, proposal: str, tool: str) -> str | None:
         """The recorded call the agent's call of `tool` stands for, at `proposal`: its first call of that tool not
         yet replaced, else its first call not yet replaced (a recorded proposal names one tool, its calls may
@@ -723,7 +735,21 @@ class _Drive:
             self._note_words(body)
             return {"outcome": "ok", "body": body}
         outcome = result.get("outcome")
-        return {"outcome": outcome, "body": body if outcome not in ("timeout", "unknown", "error") else None}
+        answer: dict[str, Any] = {
+            "outcome": outcome,
+            "body": body if outcome not in ("timeout", "unknown", "error") else None,
+        }
+        # Seed 000 "Unknown fixture data stayed unknown": "The agent received the same bounded absence." What the
+        # answer does not hold, and why (absent, redacted, unavailable, not_applicable), and an exclusion's reason,
+        # as the run's record has them; never a placeholder in their place. Only when there is something to say, so
+        # an answer without absences reads as it always did (the model fixtures key on these bytes).
+        absent = result.get("absent")
+        if isinstance(absent, dict) and absent:
+            answer["absent"] = dict(absent)
+        excluded = result.get("excluded")
+        if isinstance(excluded, dict):
+            answer["excluded"] = {"tool": excluded.get("tool"), "reason": excluded.get("reason"), "evaluated": False}
+        return answer
 
     def _note_words(self, completion: dict[str, Any]) -> None:
         with contextlib.suppress(KeyError, IndexError, TypeError):

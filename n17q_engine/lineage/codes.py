@@ -37,6 +37,12 @@ CODES: dict[str, str] = {
     # Extension (seed 003): a claim that leaves out the failed or unfinished receipt on the lineage it speaks for (its
     # artifact's, or with none named, its supports' workspace and tree: issue 34).
     "LIN015": "claim contradicted on the lineage it speaks for",
+    # Extension (seed 003 "Attempt cleanup became explicit"): a workspace took over a cache or a process from elsewhere
+    # with no trusted immutable dependency layer allowing it (`workspace.created.inherited`).
+    "LIN016": "untrusted state inherited",
+    # Extension (seed 003 "Human approval stopped being a ceremonial button"): the agent changed the repository's
+    # tests in its workspace although the task does not require it.
+    "LIN017": "tests changed by the agent",
 }
 
 # What each finding means, for the glossary page and wherever a code is shown (a finding names its own ends).
@@ -80,6 +86,15 @@ EXPLANATIONS: dict[str, str] = {
     'for the workspace and tree its supports ran at, so "All tests pass" citing a focused receipt is contradicted '
     "by the broad run that failed or timed out there. Not evaluated only when even that is unknown, or when its "
     "supports disagree on workspace or tree (the reason names them).",
+    "LIN016": "A workspace declares (workspace.created.inherited) that it took over a cache, a running process or a "
+    "layer from another workspace or elsewhere, and no trusted immutable dependency layer allows it: a process is "
+    "never one, and a cache or layer counts only when it is marked trusted and names a sha256 content digest. What "
+    "the first attempt left behind must not leak into the next one. Not evaluated when no workspace declares what "
+    "it inherited.",
+    "LIN017": "An artifact or a workspace change touches the repository's tests (the run's test paths: test folders "
+    "and test files by default, or the globs the task or scenario names) while the task does not require test "
+    "changes: the agent could weaken or delete the tests that judge its work. Files of the initial overlay are "
+    "not counted (LIN010). Not evaluated when no artifact or change names its files.",
 }
 
 # A dangling reference is worth investigating but may be an export that left something out; every
@@ -104,6 +119,10 @@ REQUIRED_INPUTS: dict[str, tuple[tuple[str, ...], ...]] = {
     "LIN014": (("tool.result",),),
     # A claim naming no artifact speaks for its supports' workspace and tree, so a run without artifacts is judged.
     "LIN015": (("account.claim",), ("command.receipt",)),
+    # Pseudo-kinds counted by the workspace rules (lineage/workspaces.py): a workspace.created with `inherited`, a
+    # workspace.changed with `files`.
+    "LIN016": (("workspace.created.inherited",),),
+    "LIN017": (("artifact.created", "workspace.changed.files"),),
 }
 _INPUT_WORDS = {
     "evidence.admitted": "evidence admissions",
@@ -116,6 +135,8 @@ _INPUT_WORDS = {
     "workspace.created": "workspaces",
     "account.claim": "validation or completion claims",
     "tool.result": "tool results",
+    "workspace.created.inherited": "workspaces declaring what they inherited",
+    "workspace.changed.files": "workspace changes naming their files",
 }
 
 

@@ -224,6 +224,41 @@ def _path(value: str) -> str:
     return value[2:] if value.startswith("./") else value
 
 
+# LIN017's default test paths (seed 003, "Repository tests were inside the writable workspace"): test folders, test
+# files by the common naming conventions, and the test runner's configuration that decides what runs.
+DEFAULT_TEST_PATHS = (
+    "tests/**",
+    "test/**",
+    "**/tests/**",
+    "**/test/**",
+    "**/test_*.py",
+    "**/*_test.py",
+    "**/conftest.py",
+    "**/*_test.go",
+    "**/*.test.js",
+    "**/*.test.ts",
+    "**/*.spec.js",
+    "**/*.spec.ts",
+    "pytest.ini",
+    "tox.ini",
+)
+
+
+def _test_scope(run: dict) -> tuple[tuple[str, ...], bool]:
+    """The run's test path globs and whether its task requires changing tests: the task's word first, then the
+    scenario's, then the defaults (a `test_paths` list, even empty, replaces them)."""
+    paths: tuple[str, ...] | None = None
+    required = False
+    for holder in (run.get("scenario"), run.get("task")):  # the task, read last, overrides the scenario
+        if not isinstance(holder, dict):
+            continue
+        if isinstance(holder.get("test_paths"), list):
+            paths = _strs(holder.get("test_paths"))
+        if isinstance(holder.get("requires_test_changes"), bool):
+            required = holder["requires_test_changes"]
+    return (DEFAULT_TEST_PATHS if paths is None else paths), required
+
+
 def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
@@ -259,6 +294,10 @@ class LineageGraph:
         # which environment, live or not) judge them as the run that recorded them, not as the viewer.
         # The policy revision in force before any decision names one (the review object an approval binds, review.py).
         self.policy_revision: str | None = _str(run.get("policy_revision"))
+        # LIN017 (workspaces.py): the paths that are the repository's tests, and whether the task asks for them to
+        # change (`run.task.test_paths` / `run.task.requires_test_changes`, else the scenario's; the defaults
+        # otherwise). Read from the viewing run: a reconstruction's task is the recorded run's task.
+        self.test_paths, self.tests_required = _test_scope(run)
         subject = run.get("reconstructs")
         if run.get("mode") == "reconstruction" and isinstance(subject, dict):
             run = subject

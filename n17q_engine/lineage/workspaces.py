@@ -1,4 +1,5 @@
-"""LIN009, LIN010: whether the workspace the work happened in was fit to be used, and the work the attempt's own.
+"""LIN009, LIN010, LIN016, LIN017: whether the workspace the work happened in was fit to be used, and the work the
+attempt's own.
 
 LIN009: a workspace left uncertain (a lifecycle saying so, or a receipt whose termination is unknown) must not be
 used again (a change, tool call, receipt, observation or artifact in it, or a copy of it) before a cleanup receipt.
@@ -8,6 +9,17 @@ from before the attempt). Both are decided as events arrive, from the state this
 
 Decision taken where DESIGN §4 is silent (the project docs cite this list):
 
+- LIN016 (extension, seed 003 "Attempt cleanup became explicit"): `workspace.created.inherited` lists what a
+  workspace took over from elsewhere (`[{kind: cache|process|layer, workspace_id, digest, trusted}]`). A process is
+  never an immutable layer, so inheriting one is always a finding; a cache or a layer is allowed only when it is
+  `trusted: true` and content-addressed (a `sha256:` digest): a trusted immutable dependency layer. A workspace that
+  declares nothing (no `inherited`) leaves LIN016 unevaluated; `inherited: []` is a declaration that it took nothing.
+- LIN017 (extension, seed 003 "Human approval stopped being a ceremonial button"): a change to the repository's
+  tests in the workspace (an artifact's `files`, or a `workspace.changed`'s additive `files`, matching the run's test
+  paths: `graph.DEFAULT_TEST_PATHS` unless the task or scenario names its own) is a finding unless the task requires
+  test changes (`run.task.requires_test_changes`). Files of the workspace's initial overlay are not the agent's
+  edit (LIN010 judges those). A change without `files` cannot be judged; only artifacts and changes naming files
+  count as LIN017's input.
 - LIN009: an `evidence.observed` reading a record made before the workspace became uncertain (the timed-out
   receipt's partial output, kept for diagnosis) is not reuse of the environment. A lifecycle naming the cleanup
   receipt takes back the findings of the cleanup's own receipt, call and changes.
@@ -15,7 +27,17 @@ Decision taken where DESIGN §4 is silent (the project docs cite this list):
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
+from typing import Any
+
 from .graph import Handler, LineageGraph, _finding, _join, _path, _str, _strs, _unique
+
+# The pseudo-kinds LIN016 and LIN017 count as their inputs (codes.REQUIRED_INPUTS): a workspace that declared what it
+# inherited, a workspace change that named its files.
+DECLARED_INHERITANCE = "workspace.created.inherited"
+CHANGED_FILES = "workspace.changed.files"
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def _use_workspace(
@@ -80,6 +102,90 @@ def _check_overlay(graph: LineageGraph, artifact_event: str, workspace: str, fil
         )
 
 
+@lru_cache(maxsize=64)
+def test_path_matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex for a list of path globs: `*` and `?` within one path segment, `**/` any number of leading
+    folders (none included), a trailing `/**` everything beneath."""
+    parts = []
+    for pattern in patterns:
+        out, i = [], 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                out.append("(?:[^/]+/)*")
+                i += 3
+            elif pattern.startswith("**", i):
+                out.append(".*")
+                i += 2
+            elif pattern[i] == "*":
+                out.append("[^/]*")
+                i += 1
+            elif pattern[i] == "?":
+                out.append("[^/]")
+                i += 1
+            else:
+                out.append(re.escape(pattern[i]))
+                i += 1
+        parts.append("".join(out))
+    return re.compile("^(?:" + "|".join(parts) + ")$" if parts else "(?!)")
+
+
+def _check_tests(graph: LineageGraph, event_id: str, workspace: str, files: tuple[str, ...], what: str) -> None:
+    if graph.tests_required or not files:
+        return
+    known = graph._workspaces.get(workspace)
+    overlay = known.overlay if known is not None else frozenset()
+    matcher = test_path_matcher(graph.test_paths)
+    touched = _unique(p for p in files if p not in overlay and matcher.match(p))
+    if touched:
+        graph._emit(
+            _finding(
+                "LIN017",
+                event_id,
+                known.event if known is not None else workspace,
+                f"{what} {event_id} changes {_join(touched)} in workspace {workspace}: the repository's tests, "
+                "which the task does not ask to change; review the test edit apart from the work, or drop it and "
+                "let the unchanged tests judge the work.",
+            )
+        )
+
+
+def _check_inherited(graph: LineageGraph, event_id: str, workspace: str, inherited: Any) -> None:
+    for item in inherited if isinstance(inherited, list) else ():
+        if not isinstance(item, dict):
+            continue
+        kind = _str(item.get("kind")) or "state"
+        source = _str(item.get("workspace_id"))
+        digest = _str(item.get("digest"))
+        whence = f" from workspace {source}" if source is not None else ""
+        what = f"{kind} {digest}" if digest is not None else kind
+        if kind == "process":
+            why = "a running process is never an immutable layer; start the new workspace without it"
+        elif item.get("trusted") is True and digest is not None and _DIGEST.match(digest):
+            continue
+        else:
+            lacks = [
+                w
+                for w, ok in (
+                    ("trusted", item.get("trusted") is True),
+                    ("content-addressed", bool(digest and _DIGEST.match(digest))),
+                )
+                if not ok
+            ]
+            why = (
+                f"it is not {' and not '.join(lacks)}, so no trusted immutable dependency layer allows it; start "
+                "clean or take it from such a layer"
+            )
+        source_ws = graph._workspaces.get(source) if source is not None else None
+        graph._emit(
+            _finding(
+                "LIN016",
+                event_id,
+                source_ws.event if source_ws is not None else (source or event_id),
+                f"Workspace {workspace} ({event_id}) inherits {what}{whence}: {why}.",
+            )
+        )
+
+
 # The arrival checks, per kind; each runs after the kind's recorder (graph.plug_in), on the records just made.
 
 
@@ -104,6 +210,10 @@ def _workspace_created(graph: LineageGraph, event_id: str, seq: int, event: dict
             )
     for artifact_event, files in graph._awaiting_overlay.pop(workspace, ()):
         _check_overlay(graph, artifact_event, workspace, files)
+    inherited = event.get("inherited")
+    if isinstance(inherited, list):
+        graph._kinds[DECLARED_INHERITANCE] = graph._kinds.get(DECLARED_INHERITANCE, 0) + 1
+        _check_inherited(graph, event_id, workspace, inherited)
 
 
 def _workspace_changed(graph: LineageGraph, event_id: str, seq: int, event: dict) -> None:
@@ -111,6 +221,9 @@ def _workspace_changed(graph: LineageGraph, event_id: str, seq: int, event: dict
     if workspace is None:
         return
     _use_workspace(graph, event_id, workspace, "Change", link=_str(event.get("cause")))
+    if isinstance(event.get("files"), list):
+        graph._kinds[CHANGED_FILES] = graph._kinds.get(CHANGED_FILES, 0) + 1
+        _check_tests(graph, event_id, workspace, tuple(_path(p) for p in _strs(event.get("files"))), "Change")
 
 
 def _workspace_lifecycle(graph: LineageGraph, event_id: str, seq: int, event: dict) -> None:
@@ -131,6 +244,7 @@ def _artifact_created(graph: LineageGraph, event_id: str, seq: int, event: dict)
     if workspace is None:
         return
     files = tuple(_path(p) for p in _strs(event.get("files")))
+    _check_tests(graph, event_id, workspace, files, "Artifact")
     if workspace in graph._workspaces:
         _check_overlay(graph, event_id, workspace, files)
     elif files:

@@ -150,6 +150,27 @@ class _ToolCalls(_EngineState):
                 **extra,
             )
             self.seen_since_proposal.append(blob or res)
+            need = sc.required_absent(a.tool, fixture.response.absent) if stage is None else None
+            if need is not None:
+                # Seed 000 "Unknown fixture data stayed unknown": the answer is on the record with its absence, and
+                # the run stops there rather than go on as if the value were there (or empty).
+                item, path, kind = need
+                self._record_missing(
+                    "fixture.missing",
+                    {
+                        "scenario": sc.ref,
+                        "tool": a.tool,
+                        "contract_revision": contract.revision,
+                        "request_digest": digest,
+                        "world_revision": self.world.revision,
+                        "checkpoint_id": self.checkpoint_id,
+                        "reason": f"required value {kind}: fixture {fixture.id} answers with {path} {kind}, and the "
+                        f"scenario requires {item['path']} ({item['reason']}); record it, or give a synthetic "
+                        "replacement with a fidelity note",
+                        "call_id": call,
+                        "required_value": {"path": item["path"], "absent_path": path, "kind": kind},
+                    },
+                )
         if stage == "after_local_commit":
             self.stop(
                 "interrupted", f"fault after_local_commit injected on {a.tool}: the harness stopped after committing"
@@ -262,6 +283,20 @@ class _ToolCalls(_EngineState):
                 "be evaluated",
                 request=request,
                 excluded={"tool": a.tool, "reason": reason},
+            )
+        need = self.sc.requires(a.tool)
+        if need is not None:
+            # An excluded read whose value the scenario requires: no `unknown` placeholder to carry on with (seed 000,
+            # "Unknown fixture data stayed unknown": a scenario requiring the missing value stopped).
+            self._missing_call(
+                a,
+                contract,
+                digest,
+                f"excluded: {a.tool} is excluded by this scenario version ({reason}), and the scenario requires "
+                f"{need['path']} of its answer ({need['reason']}): the run cannot go on without it",
+                request=request,
+                excluded={"tool": a.tool, "reason": reason},
+                required_value={"path": need["path"], "absent_path": "body", "kind": "not_applicable"},
             )
         revision = contract.revision if contract is not None else (a.recorded_revision or 0)
         call = self.emit(

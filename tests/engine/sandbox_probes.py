@@ -31,13 +31,24 @@ def _outcome(fn) -> bytes:
     return b"connected"
 
 
+def _made(family: int, kind: int, wrap: bool) -> socket.socket:
+    """A socket object: built by `socket.socket` (the sandbox stops that as a client being built), or, with `wrap`, a
+    descriptor libc made wrapped in one (past the construction check, so the connect itself meets the hook)."""
+    if not wrap:
+        return socket.socket(family, kind)
+    fd = ctypes.CDLL(None, use_errno=True).socket(family, kind, 0)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "socket")
+    return socket.socket(family, kind, 0, fd)
+
+
 def tcp_connect(payload: bytes) -> bytes:
-    """TCP connect to {"host", "port"} (IPv4 or IPv6), send one byte."""
+    """TCP connect to {"host", "port"} (IPv4 or IPv6), send one byte; {"wrap": true}: on a libc-made descriptor."""
     a = _args(payload)
     family = socket.AF_INET6 if ":" in a["host"] else socket.AF_INET
 
     def go() -> None:
-        with socket.socket(family, socket.SOCK_STREAM) as s:
+        with _made(family, socket.SOCK_STREAM, bool(a.get("wrap"))) as s:
             s.settimeout(2)
             s.connect((a["host"], a["port"]))
             with contextlib.suppress(OSError):  # the canary may already have closed: connecting is the point
@@ -47,11 +58,11 @@ def tcp_connect(payload: bytes) -> bytes:
 
 
 def udp_send(payload: bytes) -> bytes:
-    """One UDP datagram to {"host", "port"}."""
+    """One UDP datagram to {"host", "port"}; {"wrap": true}: on a libc-made descriptor."""
     a = _args(payload)
 
     def go() -> None:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        with _made(socket.AF_INET, socket.SOCK_DGRAM, bool(a.get("wrap"))) as s:
             s.sendto(b"probe", (a["host"], a["port"]))
 
     return _outcome(go)
@@ -98,6 +109,37 @@ def raw_libc_connect(payload: bytes) -> bytes:
         libc.write(fd, b"x", 1)
     libc.close(fd)
     return b"connected" if rc == 0 else f"denied:connect:{err}".encode()
+
+
+def build_socket(payload: bytes) -> bytes:
+    """Build an internet socket and do nothing with it: no connect, no send."""
+    family = socket.AF_INET6 if _args(payload).get("family") == "AF_INET6" else socket.AF_INET
+    socket.socket(family, socket.SOCK_STREAM).close()
+    return b"built"
+
+
+def build_http_client(payload: bytes) -> bytes:
+    """Build a standard-library HTTP client ({"client": "http.client" | "urllib.request"}) and send nothing."""
+    if _args(payload).get("client") == "urllib.request":
+        import urllib.request
+
+        urllib.request.build_opener()
+    else:
+        import http.client
+
+        http.client.HTTPSConnection("api.example.com")
+    return b"built"
+
+
+def local_plumbing(payload: bytes) -> bytes:
+    """What the engine's own machinery builds: a unix socket pair and an asyncio loop (its self-pipe)."""
+    import asyncio
+
+    a, b = socket.socketpair()
+    a.close()
+    b.close()
+    asyncio.new_event_loop().close()
+    return b"ok"
 
 
 def interfaces(payload: bytes) -> bytes:

@@ -1067,11 +1067,16 @@ def test_the_agent_reads_its_task_as_a_resource_a_prompt_variables_and_a_file_an
     assert replay_with(agent, run, scenario)[0].to_wire() == replay_with(agent, run, scenario)[0].to_wire()
 
 
+@pytest.mark.seed("003", "The fix worked without a better model")
 def test_from_a_checkpoint_the_agent_is_told_the_branch_point_and_what_the_run_did_before_it(tmp_path):
+    """Also (seed 003): where it stands, and what it was told is on the record as an `agent.context` (the task
+    document's digest and a blob holding it with the prompt's words), read by a reviewer as the agent read it."""
+    from n17q_engine.canonical import digest_json
+
     folder = agent_folder(tmp_path, "context_agent.py")
     agent = register(folder, ("python", "context_agent.py"), name="reader")
     run, checkpoint = "run-003-review-request", "e-003-a1-checkpoint"
-    _out, log, _result = replay_with(agent, run, with_model("coding-review-request", []), checkpoint)
+    out, log, _result = replay_with(agent, run, with_model("coding-review-request", []), checkpoint)
     task = json.loads(_received(log)["resource"])
     assert task["branch"]["from"] == checkpoint
     assert task["workspaces"] == {"offered": ["ws-1", "ws-2"], "created_before_the_branch": ["ws-1"]}
@@ -1084,3 +1089,12 @@ def test_from_a_checkpoint_the_agent_is_told_the_branch_point_and_what_the_run_d
     # nothing after the branch point is told: the broad suite's run is the agent's to decide
     assert "pytest -q tests" not in [s.get("command") for s in steps]
     assert f"from its checkpoint {checkpoint}" in _received(log)["prompt"]
+    received = _received(log)
+    (told,) = kinds(log, "agent.context")
+    assert told["format"] == "n17q.agent-task/1" and told["context_digest"] == digest_json(task)
+    recorded = json.loads(out.blobs[told["blob"]])
+    assert recorded == {"format": "n17q.agent-task/1", "context": task, "prompt": received["prompt"]}
+    assert task["evidence"]["workspace_to_work_in"] == "ws-1"
+    assert [r["suites"] for r in task["evidence"]["receipts"]] == [["adapter"]]
+    assert "Where you stand, from the record:" in received["prompt"]
+    assert told["seq"] < next(c for c in kinds(log, "tool.call") if c["tool"] == MODEL_TOOL)["seq"]

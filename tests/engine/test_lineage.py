@@ -169,7 +169,7 @@ def test_it_serializes_findings_in_the_cli_shape():
 
 
 def test_it_titles_every_code_for_the_ui():
-    assert list(CODES) == [f"LIN{n:03d}" for n in range(1, 16)]
+    assert list(CODES) == [f"LIN{n:03d}" for n in range(1, 18)]
     assert all(isinstance(title, str) and title for title in CODES.values())
 
 
@@ -923,6 +923,17 @@ SPECIAL = {
     | st.fixed_dictionaries({"rule": st.none() | TEXT | st.just("declared"), "rationale": TEXT}),
     "blob": st.none() | st.just(tree("blob")),
     "output_blob": st.none() | st.just(tree("blob")),
+    # issue 39: what an agent was told (a blob and a digest), what a workspace inherited (LIN016)
+    ("agent.context", "blob"): st.just(tree("blob")),
+    "context_digest": TREE,
+    "inherited": st.none()
+    | st.lists(
+        st.fixed_dictionaries(
+            {"kind": st.sampled_from(["cache", "process", "layer"])},
+            optional={"workspace_id": REF, "digest": st.none() | TREE, "trusted": st.booleans()},
+        ),
+        max_size=2,
+    ),
     ("evidence.observed", "scope"): JSON.filter(lambda x: x is not None) | st.lists(PURPOSE, max_size=3),
     ("account.claim", "scope"): st.none() | st.lists(PURPOSE, max_size=3),
     "purpose": PURPOSE,
@@ -1062,10 +1073,14 @@ def test_a_run_without_the_inputs_of_a_check_says_it_was_not_evaluated():
 
 def test_a_complete_story_leaves_only_what_it_lacks_unevaluated():
     # Workspaces, receipts, admissions, a decision, an approval, an intent and a claim: every authority check had
-    # something to judge; only LIN014 (tool results, of which this story has none) did not.
+    # something to judge; only LIN014 (tool results, of which this story has none) did not, nor LIN016 (its workspaces
+    # declare nothing about what they inherited).
     log, _ = clean()
     assert "tool.result" not in {e["kind"] for e in log.events}
-    assert graph(log).unevaluated() == [{"code": "LIN014", "reason": "the run holds no tool results"}]
+    assert graph(log).unevaluated() == [
+        {"code": "LIN014", "reason": "the run holds no tool results"},
+        {"code": "LIN016", "reason": "the run holds no workspaces declaring what they inherited"},
+    ]
 
 
 def test_a_claim_resting_on_an_excluded_tool_is_neither_supported_nor_contradicted():

@@ -158,7 +158,7 @@ def assert_stopped(result: SandboxResult, attempted: str) -> None:
 
 def test_it_denies_tcp_ipv4_to_a_loopback_canary(canaries):
     canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
-    target = {"host": "127.0.0.1", "port": canary.address[1]}
+    target = {"host": "127.0.0.1", "port": canary.address[1], "wrap": True}
     assert control("tcp_connect", target) == b"connected"
     assert canary.settled_count() == 1
     before = 1
@@ -173,7 +173,7 @@ def test_it_denies_tcp_ipv4_to_a_loopback_canary(canaries):
 @pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback on this machine")
 def test_it_denies_tcp_ipv6_to_a_loopback_canary(canaries):
     canary = canaries(socket.AF_INET6, socket.SOCK_STREAM, ("::1", 0))
-    target = {"host": "::1", "port": canary.address[1]}
+    target = {"host": "::1", "port": canary.address[1], "wrap": True}
     assert control("tcp_connect", target) == b"connected"
     assert canary.settled_count() == 1
     before = 1
@@ -187,7 +187,7 @@ def test_it_denies_tcp_ipv6_to_a_loopback_canary(canaries):
 
 def test_it_denies_udp_datagrams(canaries):
     canary = canaries(socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 0))
-    target = {"host": "127.0.0.1", "port": canary.address[1]}
+    target = {"host": "127.0.0.1", "port": canary.address[1], "wrap": True}
     assert control("udp_send", target) == b"connected"
     assert canary.settled_count() == 1
     before = 1
@@ -196,6 +196,64 @@ def test_it_denies_udp_datagrams(canaries):
 
     assert_stopped(result, "socket")
     assert canary.settled_count() == before
+
+
+@pytest.mark.seed("000", "Missing mutations were treated most strictly")
+def test_it_stops_the_run_when_a_network_client_is_built_even_if_no_request_follows(canaries):
+    """Building a client is the violation, not only using it: an internet socket nobody connects, an HTTP client that
+    sends nothing. Each is a `sandbox.violation` naming the constructor (`attempted: client`), and the run stops."""
+    canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
+    plain = {"host": "127.0.0.1", "port": canary.address[1]}  # a socket built by socket.socket, then a connect
+    assert control("tcp_connect", plain) == b"connected" and canary.settled_count() == 1
+    assert control("build_socket", {}) == b"built" and control("build_http_client", {}) == b"built"
+
+    connect = sandboxed("tcp_connect", plain)
+    built = sandboxed("build_socket", {"family": "AF_INET6"})
+    https = sandboxed("build_http_client", {"client": "http.client"})
+    opener = sandboxed("build_http_client", {"client": "urllib.request"})
+
+    assert_stopped(connect, "client")  # stopped at the constructor: the connect never ran
+    assert [v["target"] for v in connect.violations] == ["socket.socket(AF_INET, SOCK_STREAM)"]
+    assert canary.settled_count() == 1
+    assert_stopped(built, "client")
+    assert built.violations[0]["target"] == "socket.socket(AF_INET6, SOCK_STREAM)"
+    assert_stopped(https, "client")
+    assert https.violations[0]["target"] == "http.client.HTTPSConnection(api.example.com)"
+    assert_stopped(opener, "client")
+    assert opener.violations[0]["target"] == "urllib.request.OpenerDirector"
+    # The engine's own plumbing is no client: unix socket pairs, an asyncio loop's self-pipe.
+    assert sandboxed("local_plumbing").output == b"ok"
+
+
+@pytest.mark.seed("000", "Missing mutations were treated most strictly")
+def test_the_client_watch_wraps_third_party_client_constructors_as_their_modules_load():
+    """urllib3, requests and httpx are not on the sandbox's path; where an engine would import them, the same watch
+    stops their constructors (urllib3 builds a PoolManager as it is imported: importing it, or requests, is enough).
+    Checked in a plain interpreter with the watch and no audit hook."""
+    script = (
+        "import json, sys\n"
+        "from n17q_engine import sandbox_child as c\n"
+        "c.emit = lambda event: None\n"
+        "c.watch_clients(c.AuditPolicy('.'))\n"
+        "out = {}\n"
+        "for build in ['import httpx; httpx.Client()', 'import httpx; httpx.AsyncClient()', 'import urllib3',\n"
+        "              'import requests']:\n"
+        "    try:\n"
+        "        exec(build, {})\n"
+        "        out[build] = 'built'\n"
+        "    except c.SandboxViolation as exc:\n"
+        "        out[build] = str(exc)\n"
+        "print(json.dumps(out))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    pool = "sandbox: client attempt stopped: urllib3.poolmanager.PoolManager"
+    assert json.loads(done.stdout) == {
+        "import httpx; httpx.Client()": "sandbox: client attempt stopped: httpx.Client",
+        "import httpx; httpx.AsyncClient()": "sandbox: client attempt stopped: httpx.AsyncClient",
+        "import urllib3": pool,
+        "import requests": pool,
+    }
 
 
 def test_it_denies_dns_lookups():
@@ -228,7 +286,7 @@ def test_it_denies_the_database_and_broker_ports(canaries, port):
         canary = canaries(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", port))
     except OSError as exc:
         assert exc.errno == errno.EADDRINUSE
-    target = {"host": "127.0.0.1", "port": port}
+    target = {"host": "127.0.0.1", "port": port, "wrap": True}
     assert control("tcp_connect", target) == b"connected"
     before = canary.settled_count() if canary else None
     if canary:

@@ -87,7 +87,7 @@ def test_it_imports_through_the_api_as_an_operator(client, role_user, tmp_path):
     # DESIGN §10: the example is two tool calls and an "other" claim, so no finding is not a clean bill: every
     # check but LIN011 (references) and LIN014 (tool results) had nothing to judge, and the answer says so.
     unevaluated = {u["code"]: u["reason"] for u in answer["unevaluated"]}
-    assert sorted(unevaluated) == [f"LIN{n:03}" for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 15)]
+    assert sorted(unevaluated) == [f"LIN{n:03}" for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 15, 16, 17)]
     assert unevaluated["LIN009"] == "the run holds no workspaces"
     assert unevaluated["LIN008"] == "the run holds no validation or completion claims"
 

@@ -270,6 +270,9 @@ def _is_ref(name: str) -> bool:
 _SPECIAL_FIELDS: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("tool.result", "blob"): st.none() | st.just(BLOB_DIGEST),
     ("command.receipt", "output_blob"): st.none() | st.just(BLOB_DIGEST),
+    # issue 39: what an agent was told, a blob of the bundle and the digest of the document
+    ("agent.context", "blob"): st.just(BLOB_DIGEST),
+    ("agent.context", "context_digest"): st.sampled_from(DIGESTS),
     ("tool.result", "absent"): st.dictionaries(_text, st.sampled_from(v.ABSENCE_KINDS), max_size=3),
     ("workspace.created", "derived_from"): st.none()
     | st.fixed_dictionaries(

@@ -54,7 +54,7 @@ def test_a_run_page_never_shows_a_run_without_inputs_as_clean(client, role_user)
     headline = html[html.index('id="findings-h"') :]
     headline = headline[: headline.index("</h2>")]
     assert 'class="headline partial"' in headline
-    assert "No lineage findings in the 2 checks that had something to judge; 13 not evaluated" in headline
+    assert "No lineage findings in the 2 checks that had something to judge; 15 not evaluated" in headline
     assert '<details class="unevaluated" id="unevaluated">' in html  # folded: the headline already says it
     assert (
         '<strong>LIN009</strong></a> <span class="muted">uncertain workspace reused</span> — not evaluated: '
