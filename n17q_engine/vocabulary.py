@@ -56,7 +56,7 @@ ADMISSION_DECISIONS = ("admitted", "rejected")
 VIOLATION_TARGETS = ("socket", "dns", "subprocess", "file")
 # Extension (issue 19, seed 000 "Concurrency was recorded as behavior"): the steps of a declared race's schedule
 # the engine followed (n17q_engine/concurrency.py, docs/concurrency.md).
-SCHEDULE_STEPS = ("run", "accept", "deduplicate", "hold", "release", "skip", "commit")
+SCHEDULE_STEPS = ("run", "accept", "deduplicate", "hold", "release", "skip", "commit", "read")
 # Extension (issue 38, seed 001 "Corrections named their author, basis, and time"): what a reviewer adds to a run after
 # it ran (docs/annotations.md). An `annotation.recorded` is a score, a label or a comment on the run (no `subject`),
 # an event (`subject`) or a lineage finding (`finding {code, from_id, to_id}`); an `annotation.correction` says that a
@@ -301,6 +301,15 @@ KINDS: dict[str, dict[str, Field]] = {
         "barrier": opt(STR),
         "world_revision": opt(INT),
         "reason": opt(STR),
+        # Extension (issue 39, seed 000 "Concurrency was recorded as behavior"): a `read` step (its `delivery` names
+        # the read) records the read contract, the fixture that answered, its outcome, the revision of each resource
+        # the answer rests on, and whether it was stale (`pending`: deliveries accepted and not committed then).
+        "tool": opt(STR),
+        "fixture": opt(STR),
+        "outcome": opt(STR),
+        "observed": opt(DICT),
+        "stale": opt(BOOL),
+        "pending": opt(LIST, items=STR),
     },
     "annotation.recorded": {
         "annotation": f(STR, enum=ANNOTATION_TYPES),

@@ -442,9 +442,49 @@ class _Effects(_ToolCalls):
                     return
             executed(name, outcome="acknowledged", fixture=answered[name])
 
+        def read(index: int, name: str) -> None:
+            """A read taken between deliveries: answered by the fixture of the world as it is now. A delivery held
+            after acceptance has an effect the provider holds and the world does not show yet: the read is stale."""
+            r = race.read(name)
+            read_contract = self.sc.contracts.get(r.tool)
+            _normalized, read_digest = read_contract.digest(r.args)
+            result = self.sc.registry.lookup(r.tool, read_contract.revision, read_digest, self.world)
+            if not isinstance(result, Hit):
+                record = result.record(scenario=self.sc.ref, checkpoint_id=self.checkpoint_id)
+                kind = record.pop("kind")
+                record.update(intent_id=intent_id, race=race.id, read=name)
+                self._record_missing(kind, record)
+            fixture = result.fixture
+            observed = {}
+            for clause in fixture.condition:
+                current = self.world.get(clause.resource)
+                observed[clause.resource] = None if current is None else current[0]
+            pending = sorted(d for d, phase in held.items() if phase == "commit")
+            step(
+                index,
+                "read",
+                name,
+                tool=r.tool,
+                fixture=fixture.id,
+                outcome=fixture.response.outcome,
+                observed=observed,
+                stale=bool(pending),
+                pending=pending,
+                **(
+                    {
+                        "reason": f"stale: {', '.join(pending)} accepted by the provider and not committed; the "
+                        "read observes the world before it"
+                    }
+                    if pending
+                    else {}
+                ),
+            )
+
         for index, entry in enumerate(race.schedule):
             name = entry.delivery
-            if entry.op == "run":
+            if entry.op == "read":
+                read(index, name)
+            elif entry.op == "run":
                 step(index, "run", name)
                 proceed(index, name, "accept")
             elif name in held:
