@@ -360,6 +360,7 @@ _DERIVED = frozenset(
         "run.state",
         "schedule.step",
         "sandbox.violation",
+        "effect.outbox",
     }
 )
 

@@ -334,6 +334,16 @@ KINDS: dict[str, dict[str, Field]] = {
         "author": f(STR),
         "author_role": f(STR),
     },
+    # Extension (issue 39, seed 003 "The final policy gate repeated the invariant"): the outbox entry written in the
+    # same local transaction as the final gate's allow and the effect.intent it activates (docs/outbox.md). An
+    # execution is delivered from it alone: no entry, no delivery.
+    "effect.outbox": {
+        "intent_id": f(STR),
+        "destination": f(STR),
+        "tool": f(STR, nullable=True),
+        "idempotency_key": f(STR),
+        "request_digest": f(STR),
+    },
 }
 
 # The fields every event carries, whatever its kind.
