@@ -12,6 +12,7 @@ from typing import Any
 
 from n17q_engine import canonical
 from n17q_engine.agent.model import contract_for
+from n17q_engine.contract_tests import contract_test_failures
 from n17q_engine.contracts import ContractError
 from n17q_engine.fixtures import Fixture, FixtureError
 from n17q_engine.package import PackageError, load_scenario
@@ -116,9 +117,12 @@ def _fixture_for(recording: StagedRecording, base: ScenarioVersion) -> dict[str,
     fixture = fixture_dict(recording, normalized)
     fixture["id"] = fixture_id_for(fixture)
     try:
-        Fixture.from_dict(fixture, contract)
+        loaded = Fixture.from_dict(fixture, contract)
     except FixtureError as exc:
         raise ReviewRefused(f"contract test: {exc}") from None
+    failures = contract_test_failures(contract, loaded)  # output bound, idempotency (n17q_engine/contract_tests.py)
+    if failures:
+        raise ReviewRefused(f"contract test: {'; '.join(failures)}")
     missing = mutation_gaps(fixture, contract.effect_class, no_change=recording.no_change_reason)
     if missing and recording.outcome in AMBIGUOUS_OUTCOMES:
         raise ReviewRefused(

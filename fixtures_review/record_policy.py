@@ -13,7 +13,9 @@ source class, capability, account scope or result class declared); a source clas
 record, or none named where it records several; an account scope that is ambiguous (none named where several
 are declared, a list of several, a wildcard) or not the connection's; a mutation recorded through a live
 connection (record mode never captures a consequential mutation live); an effect class beyond the connection's
-capabilities; a result class the capture policy excludes.
+capabilities; a result class the capture policy excludes. And, on a live connection, a capture whose request carries
+a replay-namespaced idempotency key or namespace (seed 001: a replay key never reaches a live connection; the check
+is `n17q_engine.live_boundary`, docs/live-boundary.md), refused right after the connection is known to be approved.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from n17q_engine.live_boundary import ReplayKeyRefused, refuse_replay_keys
 
 # The result classes a capture policy speaks of, least to most sensitive. `personal` and `confidential` are the
 # sensitive ones: a connection keeps them only when its policy lists them.
@@ -114,6 +118,18 @@ def admit(capture: Mapping[str, Any], policy: ConnectionPolicy | None) -> Admitt
     gaps = policy_gaps(policy)
     if gaps:
         raise RecordRefused(f"connection {name}: its capture policy is incomplete ({'; '.join(gaps)})")
+    if policy.reaches == "live":
+        try:
+            refuse_replay_keys(
+                {
+                    "request": capture.get("request"),
+                    **{k: capture[k] for k in ("idempotency_key", "namespace") if k in capture},
+                },
+                connection=name,
+                where="capture",
+            )
+        except ReplayKeyRefused as exc:
+            raise RecordRefused(str(exc)) from None
     source_class = _one(capture.get("source_class"), policy.source_classes, "source_class", name)
     if source_class not in policy.source_classes:
         raise RecordRefused(

@@ -25,7 +25,9 @@ the second delivery joins the first effect (one resource) or becomes an effect o
 A delivery goes through acceptance (the ledger entry), commit (the fixture's world transition, looked up in the
 world as it is at that moment) and acknowledgement (its `effect.execution`). A barrier holds it after acceptance
 or after the world mutation (before the acknowledgement); `{"run": d}` runs delivery d until its barrier or its
-end, `{"release": d}` runs a held delivery to its end.
+end, `{"release": d}` runs a held delivery to its end. A race may also declare `reads` (`{name, tool, args}` of a
+read contract) and take each once with `{"read": r}`: answered by the fixture of the world at that step, so a read
+taken while a delivery is held after acceptance is a stale read, recorded as such (docs/concurrency.md).
 
 Everything a race declares is checked when the package loads, and a bad declaration is refused with one line
 naming the field (`parse_races`): an unknown or read-only tool, a tool no effect route executes, a barrier at a
@@ -40,7 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .contracts import ContractSet
+from .contracts import ContractError, ContractSet
 from .identifiers import id_problem
 from .vocabulary import SCHEDULE_STEPS
 
@@ -77,9 +79,20 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class Read:
+    """A read the harness takes at one point of the schedule (`{"read": name}`): the request of a read contract,
+    answered by the fixture of the world as it is at that step. Taken while a delivery is held after acceptance,
+    it is the stale read serial fixtures hide: the provider accepted the effect, the world does not show it yet."""
+
+    name: str
+    tool: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class ScheduleEntry:
-    op: str  # "run" | "release"
-    delivery: str
+    op: str  # "run" | "release" | "read"
+    delivery: str  # the delivery run or released, or the read taken
 
 
 @dataclass(frozen=True)
@@ -90,9 +103,13 @@ class Race:
     effect_identity: str
     deliveries: tuple[Delivery, ...]
     schedule: tuple[ScheduleEntry, ...]
+    reads: tuple[Read, ...] = ()
 
     def delivery(self, name: str) -> Delivery:
         return next(d for d in self.deliveries if d.name == name)
+
+    def read(self, name: str) -> Read:
+        return next(r for r in self.reads if r.name == name)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +119,7 @@ class Race:
             "effect_identity": self.effect_identity,
             "deliveries": [{"name": d.name, **({"barrier": d.barrier} if d.barrier else {})} for d in self.deliveries],
             "schedule": [{e.op: e.delivery} for e in self.schedule],
+            **({"reads": [{"name": r.name, "tool": r.tool, "args": r.args} for r in self.reads]} if self.reads else {}),
         }
 
 
@@ -109,6 +127,11 @@ def schedule_rows(race: Race) -> list[dict[str, Any]]:
     """The declared schedule in words, one row per step, for the scenario page."""
     rows = []
     for n, entry in enumerate(race.schedule, start=1):
+        if entry.op == "read":
+            tool = race.read(entry.delivery).tool
+            what = f"read {entry.delivery}: {tool} observes the world as it is at this step"
+            rows.append({"n": n, "op": "read", "delivery": entry.delivery, "barrier": None, "what": what})
+            continue
         barrier = race.delivery(entry.delivery).barrier
         if entry.op == "release":
             what = f"release {entry.delivery}: it goes on from its barrier to its end"
@@ -152,7 +175,7 @@ def parse_races(
 def _race(item: Any, contracts: ContractSet, routed: set[str], faulted: set[str], where: str) -> Race:
     if not isinstance(item, dict):
         raise RaceError(f"{where}: must be a JSON object")
-    _keys(item, where, {"id", "text", "tool", "effect_identity", "deliveries", "schedule"})
+    _keys(item, where, {"id", "text", "tool", "effect_identity", "deliveries", "schedule"}, {"reads"})
     race_id = item["id"]
     problem = id_problem(race_id, what="a race id")
     if problem is not None:
@@ -179,8 +202,41 @@ def _race(item: Any, contracts: ContractSet, routed: set[str], faulted: set[str]
     if identity not in EFFECT_IDENTITIES:
         raise RaceError(f"{where}.effect_identity: one of {', '.join(EFFECT_IDENTITIES)}, not {identity!r}")
     deliveries = tuple(_deliveries(item["deliveries"], contract.fault_stages, f"{where}.deliveries", tool))
-    schedule = tuple(_schedule(item["schedule"], deliveries, f"{where}.schedule"))
-    return Race(race_id, text, tool, identity, deliveries, schedule)
+    reads = tuple(_reads(item.get("reads", []), contracts, deliveries, f"{where}.reads"))
+    schedule = tuple(_schedule(item["schedule"], deliveries, f"{where}.schedule", reads))
+    return Race(race_id, text, tool, identity, deliveries, schedule, reads)
+
+
+def _reads(value: Any, contracts: ContractSet, deliveries: tuple[Delivery, ...], where: str) -> Iterator[Read]:
+    if not isinstance(value, list) or len(value) > MAX_DELIVERIES:
+        raise RaceError(f"{where}: a JSON list of at most {MAX_DELIVERIES} reads")
+    seen = {d.name for d in deliveries}
+    for j, entry in enumerate(value):
+        at = f"{where}[{j}]"
+        if not isinstance(entry, dict):
+            raise RaceError(f"{at}: must be a JSON object")
+        _keys(entry, at, {"name", "tool", "args"})
+        name = entry["name"]
+        problem = id_problem(name, what="a read name", max_len=40)
+        if problem is not None:
+            raise RaceError(f"{at}.name: {problem}")
+        if name in seen:
+            raise RaceError(f"{at}.name: {name!r} is already a delivery or a read of this race")
+        seen.add(name)
+        tool = entry["tool"]
+        if not isinstance(tool, str) or tool not in contracts:
+            raise RaceError(f"{at}.tool: no contract for {tool!r} in this scenario")
+        contract = contracts.get(tool)
+        if contract.effect_class != "read":
+            raise RaceError(f"{at}.tool: {tool} is a mutation; a read step observes the world, it cannot change it")
+        args = entry["args"]
+        if not isinstance(args, dict):
+            raise RaceError(f"{at}.args: must be a JSON object (the read's request)")
+        try:
+            contract.digest(args)
+        except ContractError as exc:
+            raise RaceError(f"{at}.args: does not fit {tool} revision {contract.revision}: {exc}") from None
+        yield Read(name, tool, dict(args))
 
 
 def _deliveries(value: Any, supported: tuple[str, ...], where: str, tool: str) -> Iterator[Delivery]:
@@ -211,17 +267,29 @@ def _deliveries(value: Any, supported: tuple[str, ...], where: str, tool: str) -
         yield Delivery(name, barrier)
 
 
-def _schedule(value: Any, deliveries: tuple[Delivery, ...], where: str) -> Iterator[ScheduleEntry]:
+def _schedule(
+    value: Any, deliveries: tuple[Delivery, ...], where: str, reads: tuple[Read, ...] = ()
+) -> Iterator[ScheduleEntry]:
     if not isinstance(value, list) or not value:
         raise RaceError(f"{where}: must be a non-empty JSON list of {{run: name}} and {{release: name}} steps")
     barriers = {d.name: d.barrier for d in deliveries}
+    read_names = {r.name for r in reads}
     ran: set[str] = set()
     released: set[str] = set()
+    taken: set[str] = set()
     for k, entry in enumerate(value):
         at = f"{where}[{k}]"
-        if not isinstance(entry, dict) or len(entry) != 1 or next(iter(entry)) not in ("run", "release"):
-            raise RaceError(f'{at}: a step is {{"run": name}} or {{"release": name}}, got {entry!r}')
+        if not isinstance(entry, dict) or len(entry) != 1 or next(iter(entry)) not in ("run", "release", "read"):
+            raise RaceError(f'{at}: a step is {{"run": name}}, {{"release": name}} or {{"read": name}}, got {entry!r}')
         op, name = next(iter(entry.items()))
+        if op == "read":
+            if name not in read_names:
+                raise RaceError(f"{at}.read: {name!r} is not a read of this race")
+            if name in taken:
+                raise RaceError(f"{at}.read: {name!r} is already taken; declare another read to read again")
+            taken.add(name)
+            yield ScheduleEntry(op, name)
+            continue
         if name not in barriers:
             raise RaceError(f"{at}.{op}: {name!r} is not a delivery of this race")
         if op == "run":
@@ -242,6 +310,8 @@ def _schedule(value: Any, deliveries: tuple[Delivery, ...], where: str) -> Itera
             raise RaceError(f"{where}: delivery {d.name!r} never runs")
         if d.barrier is not None and d.name not in released:
             raise RaceError(f"{where}: delivery {d.name!r} is held at {d.barrier} and never released")
+    for name in sorted(read_names - taken):
+        raise RaceError(f"{where}: read {name!r} is never taken")
 
 
 def _keys(value: dict[str, Any], where: str, required: set[str], optional: set[str] | None = None) -> None:

@@ -79,6 +79,8 @@ _CONTRACT_KEYS = frozenset(
         "produces",
         "migrations_from",
         "volatile",
+        "max_output_bytes",
+        "idempotency",
     }
 )
 # What a volatile request part is replaced by in the normalized request (see `volatile` above).
@@ -324,6 +326,11 @@ class Contract:
     migrations_from: Mapping[int, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
     # Request parts whose value does not enter the digest (paths as declared; see `volatile` above).
     volatile: tuple[str, ...] = ()
+    # Extension (issue 39, seed 003 "Adapter fixtures verified … output bounds, … idempotency"; docs/contract-tests.md):
+    # the most bytes a response body may hold (its canonical JSON), and for a mutation the request field that carries
+    # its idempotency key (the provider keeps one effect per key). None: not declared.
+    max_output_bytes: int | None = None
+    idempotency_key_field: str | None = None
     _order: tuple[str, ...] = field(default=(), repr=False, compare=False)
     _volatile_paths: tuple[tuple[tuple[str, bool], ...], ...] = field(default=(), repr=False, compare=False)
     _volatile_whole: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
@@ -368,6 +375,12 @@ class Contract:
         migrations = _migrations_from(data.get("migrations_from", {}), revision, fields, outcomes)
         volatile = _str_list(data, "volatile")
         paths = tuple(_volatile_path(path, fields) for path in volatile)
+        max_output = data.get("max_output_bytes")
+        if max_output is not None and (
+            not isinstance(max_output, int) or isinstance(max_output, bool) or max_output < 1
+        ):
+            raise ContractError("max_output_bytes", f"must be a positive integer (bytes), got {max_output!r}")
+        key_field = _idempotency(data.get("idempotency"), effect_class, fields)
         return cls(
             tool=tool,
             revision=revision,
@@ -379,6 +392,8 @@ class Contract:
             produces=produces,
             migrations_from=migrations,
             volatile=volatile,
+            max_output_bytes=max_output,
+            idempotency_key_field=key_field,
             _order=tuple(sorted(fields)),
             _volatile_paths=paths,
             _volatile_whole=frozenset(p[0][0] for p in paths if len(p) == 1 and not p[0][1]),
@@ -406,6 +421,8 @@ class Contract:
             ),
             # Likewise only when declared.
             **({"volatile": list(self.volatile)} if self.volatile else {}),
+            **({"max_output_bytes": self.max_output_bytes} if self.max_output_bytes is not None else {}),
+            **({"idempotency": {"key_field": self.idempotency_key_field}} if self.idempotency_key_field else {}),
         }
 
     def normalize(self, args: Any) -> dict[str, Any]:
@@ -415,6 +432,20 @@ class Contract:
         """(normalized request, its request digest)."""
         normalized = normalize(self, args)
         return normalized, canonical.request_digest(normalized)
+
+
+def _idempotency(value: Any, effect_class: str, fields: Mapping[str, FieldSpec]) -> str | None:
+    """The request field a mutation's idempotency key rides in (`{"key_field": name}`), or None when undeclared."""
+    if value is None:
+        return None
+    if effect_class != "mutation":
+        raise ContractError("idempotency", "only a mutation has an idempotency behaviour (a read changes nothing)")
+    if not isinstance(value, dict) or set(value) != {"key_field"}:
+        raise ContractError("idempotency", 'must be {"key_field": <the request field carrying the key>}')
+    name = value["key_field"]
+    if not isinstance(name, str) or name not in fields:
+        raise ContractError("idempotency.key_field", f"{name!r} is not a semantic field of the contract")
+    return name
 
 
 def _migrations_from(

@@ -361,6 +361,7 @@ _DERIVED = frozenset(
         "schedule.step",
         "sandbox.violation",
         "agent.context",
+        "effect.outbox",
     }
 )
 

@@ -792,6 +792,26 @@ RELAY_ENV = "N17Q_RELAY_FDS"
 RELAY_LINE = 16 << 20
 
 
+def relay_answer(relay: Callable[[bytes], bytes], line: bytes) -> bytes:
+    """The answer to one line the child sent out. A line carrying a replay-namespaced idempotency key or namespace is
+    refused here, before the relay (a live connection) sees it: the launcher's own defence, apart from the relay's
+    (seed 001, docs/live-boundary.md)."""
+    from .live_boundary import ReplayKeyRefused, refuse_replay_keys  # the launcher's side only, when a relay runs
+
+    try:
+        request = json.loads(line)
+    except ValueError:
+        request = None  # not JSON: the relay says so
+    try:
+        refuse_replay_keys(request, connection="the sandbox's relay channel")
+    except ReplayKeyRefused as exc:
+        return json.dumps({"error": str(exc)[:500]}).encode()
+    try:
+        return relay(line)
+    except Exception as exc:  # the relay's failure is an answer, never the launcher's crash
+        return json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]}).encode()
+
+
 class _RelayChannel:
     """An extra pipe pair out of the sandbox (issue 18's live model relay): the child writes one JSON request a
     line on one fd and reads one JSON answer a line on the other (their numbers in ``N17Q_RELAY_FDS``, "read,write"
@@ -824,10 +844,7 @@ class _RelayChannel:
                     return
                 while b"\n" in buffer:
                     line, _, buffer = buffer.partition(b"\n")
-                    try:
-                        answer = self.relay(line)
-                    except Exception as exc:  # the relay's failure is an answer, never the launcher's crash
-                        answer = json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]}).encode()
+                    answer = relay_answer(self.relay, line)
                     data = answer.replace(b"\n", b" ") + b"\n"
                     while data:
                         data = data[os.write(self.resp_w, data) :]

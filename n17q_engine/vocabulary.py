@@ -60,7 +60,7 @@ ADMISSION_DECISIONS = ("admitted", "rejected")
 VIOLATION_TARGETS = ("socket", "dns", "subprocess", "file", "client")
 # Extension (issue 19, seed 000 "Concurrency was recorded as behavior"): the steps of a declared race's schedule
 # the engine followed (n17q_engine/concurrency.py, docs/concurrency.md).
-SCHEDULE_STEPS = ("run", "accept", "deduplicate", "hold", "release", "skip", "commit")
+SCHEDULE_STEPS = ("run", "accept", "deduplicate", "hold", "release", "skip", "commit", "read")
 # Extension (issue 38, seed 001 "Corrections named their author, basis, and time"): what a reviewer adds to a run after
 # it ran (docs/annotations.md). An `annotation.recorded` is a score, a label or a comment on the run (no `subject`),
 # an event (`subject`) or a lineage finding (`finding {code, from_id, to_id}`); an `annotation.correction` says that a
@@ -330,6 +330,15 @@ KINDS: dict[str, dict[str, Field]] = {
         "barrier": opt(STR),
         "world_revision": opt(INT),
         "reason": opt(STR),
+        # Extension (issue 39, seed 000 "Concurrency was recorded as behavior"): a `read` step (its `delivery` names
+        # the read) records the read contract, the fixture that answered, its outcome, the revision of each resource
+        # the answer rests on, and whether it was stale (`pending`: deliveries accepted and not committed then).
+        "tool": opt(STR),
+        "fixture": opt(STR),
+        "outcome": opt(STR),
+        "observed": opt(DICT),
+        "stale": opt(BOOL),
+        "pending": opt(LIST, items=STR),
     },
     # Extension (seed 003 "The fix worked without a better model"): what an agent in a replay was told of its task
     # and where it stands (n17q_engine/agent/task.py: workspace identity, exact test scope, partial and timed-out
@@ -376,6 +385,16 @@ KINDS: dict[str, dict[str, Field]] = {
         "author_role": f(STR),
         "model": opt(STR),
         "connection": opt(STR),
+    },
+    # Extension (issue 39, seed 003 "The final policy gate repeated the invariant"): the outbox entry written in the
+    # same local transaction as the final gate's allow and the effect.intent it activates (docs/outbox.md). An
+    # execution is delivered from it alone: no entry, no delivery.
+    "effect.outbox": {
+        "intent_id": f(STR),
+        "destination": f(STR),
+        "tool": f(STR, nullable=True),
+        "idempotency_key": f(STR),
+        "request_digest": f(STR),
     },
 }
 

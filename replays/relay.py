@@ -21,6 +21,7 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import json
+import logging
 import os
 import socket
 import ssl
@@ -30,6 +31,9 @@ import urllib.request
 from typing import Any, Protocol
 
 from fixtures_review.model_endpoints import EndpointRefused, ModelEndpoint
+from n17q_engine.live_boundary import ReplayKeyRefused, refuse_replay_keys
+
+log = logging.getLogger(__name__)
 
 MAX_RESPONSE = 8 << 20
 TIMEOUT_S = 120.0
@@ -189,6 +193,7 @@ class ModelRelay:
         self.count: CallCount = count if count is not None else LocalCount()
         self.calls = 0  # requests this relay sent to the endpoint
         self.refused = 0  # requests the cap refused this relay
+        self.refused_replay_keys = 0  # requests refused for carrying a replay-namespaced key (never sent, not counted)
         self._lock = threading.Lock()
         self.url = endpoint.base_url + "/chat/completions"
         if not endpoint.admits(self.url):  # the URL is built, never given; this keeps it so
@@ -199,6 +204,14 @@ class ModelRelay:
         return self.refused > 0
 
     def __call__(self, line: bytes) -> bytes:
+        # Seed 001: a replay-namespaced idempotency key or namespace never reaches a live connection. Checked first,
+        # on this relay's own, before the cap, the credential or a byte sent (docs/live-boundary.md).
+        refusal = self._replay_key_refusal(line)
+        if refusal is not None:
+            with self._lock:
+                self.refused_replay_keys += 1
+            log.warning("model relay refused a request to %s: %s", self.endpoint.base_url, refusal)
+            return _answer(error=refusal)
         if not self.count.take(self.max_calls):
             with self._lock:
                 self.refused += 1
@@ -245,6 +258,17 @@ class ModelRelay:
         if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
             return _answer(error="the provider's answer is not a chat completion")
         return _answer(body=completion)
+
+    def _replay_key_refusal(self, line: bytes) -> str | None:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            return None  # not JSON: said below, in its turn
+        try:
+            refuse_replay_keys(request, connection=self.endpoint.base_url)
+        except ReplayKeyRefused as exc:
+            return str(exc)
+        return None
 
 
 def _answer(*, body: dict | None = None, error: str | None = None) -> bytes:

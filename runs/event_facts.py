@@ -147,6 +147,12 @@ _FACTS: dict[str, tuple[tuple[str, str], ...]] = {
         ("connection", "connection"),
     ),
     "world.transition": (("resource", "resource"),),
+    "effect.outbox": (
+        ("intent", "intent_id"),
+        ("destination", "destination"),
+        ("tool", "tool"),
+        ("idempotency key", "idempotency_key"),
+    ),
     "schedule.step": (
         ("race", "race"),
         ("step", "step"),

@@ -225,6 +225,18 @@ TERMS: tuple[tuple[str, str], ...] = (
         "The paths that are the repository's tests (test folders and files by default; a task or scenario may name "
         "its own globs). An agent's change to them is a finding (LIN017) unless the task requires test changes.",
     ),
+    (
+        "stale read",
+        "A read a race's schedule takes while a delivery is held after the provider accepted it: it observes the "
+        "world before that effect, and its schedule.step says so (stale, pending). Two reads either side of a commit "
+        "seeing two revisions are a read race (seed 000, docs/concurrency.md).",
+    ),
+    (
+        "outbox",
+        "Where an activated effect intent waits for delivery: written in the same local transaction as the final "
+        "gate's allow and the intent (an effect.outbox event), all or nothing; a delivery reads only the outbox "
+        "(seed 003, docs/outbox.md).",
+    ),
 )
 
 

@@ -22,6 +22,7 @@ from ..contracts import Contract, ContractError
 from ..deciders import REASON_CHARS, CallTool
 from ..fixtures import Ambiguous, ContractMismatch, Fixture, Hit, Miss
 from ..package import refused_by
+from ..redirects import redirect_like
 from ..world import SimulatedWorld, WorldError, synthetic_token
 from .state import _EngineState
 
@@ -113,6 +114,19 @@ class _ToolCalls(_EngineState):
             self._lookup_failed(result, call)
         fixture = result.fixture
         self._used(fixture)
+        redirect = redirect_like(fixture.response.body)
+        if redirect is not None:
+            # Seed 000: a redirect-like result is an invitation to look elsewhere, never followed (redirects.py).
+            self._missing_call(
+                a,
+                contract,
+                digest,
+                f"redirect-like result: fixture {fixture.id} answers with {redirect}; a replay never follows it "
+                "(record the answer at its target as a fixture of its own)",
+                request=normalized,
+                call_id=call,
+                fixture=fixture.id,
+            )
         stage = self._fault(fixture, digest)
         mutated = False
         if stage != "before_send" and fixture.transition is not None:

@@ -175,36 +175,82 @@ class _Effects(_ToolCalls):
                 historical_intent=a.intent if a.ref is not None else None,
             )
         )
-        if self.policy.lineage_gate:
-            blocking = self._gate(prospective, intent_id)
-            if blocking:
-                decision = self.emit(
-                    "policy.decision",
-                    subject=proposal or a.intent,
-                    outcome="deny",
-                    reasons=[f"{f.code}: {f.message}" for f in blocking],
-                    gate="lineage",
-                    **decision_fields,
-                )
-                codes = sorted({f.code for f in blocking})
-                self._return_to_planning(
-                    a,
-                    decision,
-                    "deny",
-                    "lineage",
-                    f"the final gate of {self.policy.revision} denied the intent for {a.destination}",
-                    codes,
-                )
-                return
-        for event in prospective:
-            event["at"]["logical"] = self.now
-            self.log.append(event)
+        route = self.sc.route_for(a.destination)
+        outbox = self._draft(
+            "effect.outbox",
+            self.log.new_id("effect.outbox"),
+            intent_id=intent_id,
+            destination=a.destination,
+            tool=route.tool if route else None,
+            idempotency_key=key,
+            request_digest=canonical.digest_json(a.args),
+        )
+        blocking = self._activation_transaction(a, prospective, outbox)
+        if blocking:
+            decision = self.emit(
+                "policy.decision",
+                subject=proposal or a.intent,
+                outcome="deny",
+                reasons=[f"{f.code}: {f.message}" for f in blocking],
+                gate="lineage",
+                **decision_fields,
+            )
+            codes = sorted({f.code for f in blocking})
+            self._return_to_planning(
+                a,
+                decision,
+                "deny",
+                "lineage",
+                f"the final gate of {self.policy.revision} denied the intent for {a.destination}",
+                codes,
+            )
+            return
         self.denials.pop(a.intent, None)  # asked again and allowed: the denial no longer stands
         self.map[a.intent] = intent_id
         if a.ref is not None:
             self.map[a.ref] = intent_id
         self.intent_of[a.intent] = intent_id
-        self.intents[intent_id] = {"args": a.args, "destination": a.destination}
+
+    def _activation_transaction(
+        self, a: Activate, prospective: list[dict[str, Any]], outbox: dict[str, Any]
+    ) -> list[Any]:
+        """Seed 003, "The final policy gate repeated the invariant": the final gate runs inside the one local
+        transaction that activates the intent and writes its outbox entry, and trusts no earlier allow. Either the
+        gate blocks (its findings are returned; nothing is written), or the allow, the intent and the outbox entry
+        are all written; a failure between them rolls every one of them back and stops the run, naming it.
+        Executions read the intent only from the outbox (`_execute`), so an intent without its entry is never
+        delivered."""
+        if self.policy.lineage_gate:
+            blocking = self._gate(prospective, outbox["intent_id"])
+            if blocking:
+                return blocking
+        mark = len(self.log.events)
+        try:
+            for event in prospective:
+                event["at"]["logical"] = self.now
+                self.log.append(event)
+            self._write_outbox(outbox, a.args)
+        except Exception as exc:  # any failure inside the transaction rolls all of it back
+            self.log.rollback(mark)
+            self.outbox.pop(outbox["intent_id"], None)
+            self.stop(
+                "failed",
+                f"the activation of the intent for {a.destination} failed before its outbox entry was written "
+                f"({type(exc).__name__}: {exc}); rolled back: no intent, no outbox entry, nothing delivered",
+            )
+        return []
+
+    def _write_outbox(self, outbox: dict[str, Any], args: dict[str, Any]) -> None:
+        """The outbox entry: the event, and what a delivery reads (the only place `_execute` reads an intent from)."""
+        outbox["at"]["logical"] = self.now
+        self.log.append(outbox)
+        self.outbox[outbox["intent_id"]] = {
+            "id": outbox["intent_id"],
+            "outbox_id": outbox["id"],
+            "destination": outbox["destination"],
+            "idempotency_key": outbox["idempotency_key"],
+            "args": args,
+        }
 
     def _return_to_planning(
         self, a: Activate, decision: str, outcome: str, gate: str | None, what: str, why: list[str]
@@ -261,10 +307,12 @@ class _Effects(_ToolCalls):
 
     def _execute(self, a: Execute) -> None:
         intent_id = self.intent_of.get(a.intent) or self.map.get(a.intent)
-        intent = self.log.by_id.get(intent_id or "")
-        if intent is None or intent["kind"] != "effect.intent":
-            return  # the recorded execution belongs to an intent this replay never activated
-        info = self.intents[intent["id"]]
+        # Delivery reads the outbox, never the intent: no entry, no delivery (an intent this replay never activated,
+        # or one whose activation was rolled back).
+        info = self.outbox.get(intent_id or "")
+        if info is None:
+            return
+        intent = info
         route = self.sc.route_for(intent["destination"])
         attempts = self.execs.setdefault(intent["id"], [])
         attempt_no = len(attempts) + 1
@@ -444,9 +492,49 @@ class _Effects(_ToolCalls):
                     return
             executed(name, outcome="acknowledged", fixture=answered[name])
 
+        def read(index: int, name: str) -> None:
+            """A read taken between deliveries: answered by the fixture of the world as it is now. A delivery held
+            after acceptance has an effect the provider holds and the world does not show yet: the read is stale."""
+            r = race.read(name)
+            read_contract = self.sc.contracts.get(r.tool)
+            _normalized, read_digest = read_contract.digest(r.args)
+            result = self.sc.registry.lookup(r.tool, read_contract.revision, read_digest, self.world)
+            if not isinstance(result, Hit):
+                record = result.record(scenario=self.sc.ref, checkpoint_id=self.checkpoint_id)
+                kind = record.pop("kind")
+                record.update(intent_id=intent_id, race=race.id, read=name)
+                self._record_missing(kind, record)
+            fixture = result.fixture
+            observed = {}
+            for clause in fixture.condition:
+                current = self.world.get(clause.resource)
+                observed[clause.resource] = None if current is None else current[0]
+            pending = sorted(d for d, phase in held.items() if phase == "commit")
+            step(
+                index,
+                "read",
+                name,
+                tool=r.tool,
+                fixture=fixture.id,
+                outcome=fixture.response.outcome,
+                observed=observed,
+                stale=bool(pending),
+                pending=pending,
+                **(
+                    {
+                        "reason": f"stale: {', '.join(pending)} accepted by the provider and not committed; the "
+                        "read observes the world before it"
+                    }
+                    if pending
+                    else {}
+                ),
+            )
+
         for index, entry in enumerate(race.schedule):
             name = entry.delivery
-            if entry.op == "run":
+            if entry.op == "read":
+                read(index, name)
+            elif entry.op == "run":
                 step(index, "run", name)
                 proceed(index, name, "accept")
             elif name in held:

@@ -128,6 +128,16 @@ class _Log:
         self.last[kind] = event
         return event_id
 
+    def rollback(self, mark: int) -> None:
+        """Drop the events appended after the first `mark` ones (a local transaction that did not complete)."""
+        for event in self.events[mark:]:
+            self.by_id.pop(event["id"], None)
+        del self.events[mark:]
+        del self.lines[mark:]
+        self.last = {}
+        for event in self.events:
+            self.last[event["kind"]] = event
+
     def emit(self, kind: str, logical: str, attempt: str | None, *, event_id: str | None = None, **fields: Any) -> str:
         return self.add(kind, logical, attempt, event_id, fields)
 

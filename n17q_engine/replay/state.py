@@ -132,7 +132,8 @@ class _EngineState:
         self.seen_since_proposal: list[str] = []
         self.artifacts: dict[str, dict[str, Any]] = {}
         self.admissions: dict[str, dict[str, Any]] = {}
-        self.intents: dict[str, dict[str, Any]] = {}  # replay intent id -> intent event + args
+        # replay intent id -> its outbox entry (id, outbox_id, destination, idempotency_key, args): what delivery reads
+        self.outbox: dict[str, dict[str, Any]] = {}
         self.intent_of: dict[str, str] = {}  # source (or decider) intent ref -> replay intent id
         self.execs: dict[str, list[dict[str, Any]]] = {}
         self.effect_done: set[str] = set()

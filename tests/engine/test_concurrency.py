@@ -226,7 +226,7 @@ def test_the_same_race_replayed_twice_and_in_two_processes_gives_byte_identical_
             "schedule[3].release: 'second' has no barrier",
         ),
         ({"schedule": [{"run": "first"}, {"release": "first"}]}, "delivery 'second' never runs"),
-        ({"schedule": [{"wait": "first"}]}, 'a step is {"run": name} or {"release": name}'),
+        ({"schedule": [{"wait": "first"}]}, 'a step is {"run": name}, {"release": name} or {"read": name}'),
         ({"colour": "red"}, "concurrency[0]: unknown key 'colour'"),
     ],
 )
@@ -260,3 +260,123 @@ def test_two_races_on_one_tool_are_refused():
     files["scenario.json"]["concurrency"].append({**copy.deepcopy(race), "id": "third-delivery"})
     with pytest.raises(PackageError, match=r"email\.send already races in 'second-delivery'"):
         build_scenario(files)
+
+
+# --- reads between deliveries: stale reads and read races ----------------------------------------------------------
+
+STATUS_READS = [
+    {"name": "while-held", "tool": "email.delivery_status", "args": {"draft_id": "dr-5501"}},
+    {"name": "after-release", "tool": "email.delivery_status", "args": {"draft_id": "dr-5501"}},
+]
+
+
+def read_steps(log: list[dict]) -> dict[str, dict]:
+    return {e["delivery"]: e for e in kinds(log, "schedule.step") if e["step"] == "read"}
+
+
+@pytest.mark.seed("000", "Concurrency was recorded as behavior")
+def test_a_read_while_a_delivery_is_held_after_acceptance_observes_the_old_revision_and_is_recorded_stale():
+    # Fixtures pause the send after the provider accepted it, take a status read, then release it and read again.
+    scenario = race_scenario(
+        effect_identity="idempotency_key",
+        reads=STATUS_READS,
+        schedule=[
+            {"run": "first"},
+            {"read": "while-held"},
+            {"release": "first"},
+            {"read": "after-release"},
+            {"run": "second"},
+        ],
+    )
+    out, log = rerun(scenario)
+
+    assert steps(log) == [
+        (0, "run", "first"),
+        (0, "accept", "first"),
+        (0, "hold", "first"),
+        (1, "read", "while-held"),
+        (2, "release", "first"),
+        (2, "commit", "first"),
+        (3, "read", "after-release"),
+        (4, "run", "second"),
+        (4, "deduplicate", "second"),
+    ]
+    reads = read_steps(log)
+    held, after = reads["while-held"], reads["after-release"]
+    # The stale read: the provider holds the effect, the world the read sees is the one before it.
+    assert (held["fixture"], held["outcome"], held["stale"], held["pending"]) == (
+        "status-before",
+        "not_found",
+        True,
+        ["first"],
+    )
+    assert held["observed"] == {"mailbox:beta-customers@lists.acme.example": 41}
+    assert "first accepted by the provider and not committed" in held["reason"]
+    # The read race: the same request, two steps apart, sees two revisions of the mailbox.
+    assert (after["fixture"], after["outcome"], after["stale"]) == ("status-after", "ok", False)
+    assert after["observed"] == {"mailbox:beta-customers@lists.acme.example": 42}
+    assert held["observed"] != after["observed"]
+    # The schedule with its reads is scenario evidence, and the evaluator still checks the final world.
+    for line, event in enumerate(kinds(log, "schedule.step"), start=1):
+        validate_event(event, line=line)
+    state = final(log)
+    assert state["state"] == "completed"
+    assert {i["id"]: i["held"] for i in state["invariants"]}["one-delivery"] is True
+    assert deliveries(log) == [42]
+    assert errors(out, log) == []
+
+
+@pytest.mark.seed("000", "Concurrency was recorded as behavior")
+def test_a_read_race_against_two_committed_deliveries_the_fixtures_cannot_answer_stops_naming_the_read():
+    # With the narrow identity both deliveries commit (mailbox 43); no status fixture answers that world, so the
+    # read after them is an honest miss naming the race and the read, never the nearest recorded status.
+    scenario = race_scenario(
+        reads=STATUS_READS,
+        schedule=[
+            {"run": "first"},
+            {"read": "while-held"},
+            {"run": "second"},
+            {"release": "first"},
+            {"read": "after-release"},
+        ],
+    )
+    _out, log = rerun(scenario)
+
+    assert read_steps(log)["while-held"]["stale"] is True
+    (missing,) = kinds(log, "fixture.missing")
+    assert (missing["tool"], missing["race"], missing["read"]) == (
+        "email.delivery_status",
+        "second-delivery",
+        "after-release",
+    )
+    assert final(log)["state"] == "incomplete_test_world"
+    assert deliveries(log) == [42, 43]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"reads": [{"name": "r", "tool": "email.send", "args": {"draft_id": "d"}}]},
+            "reads[0].tool: email.send is a mutation",
+        ),
+        (
+            {"reads": [{"name": "first", "tool": "email.delivery_status", "args": {"draft_id": "d"}}]},
+            "'first' is already",
+        ),
+        (
+            {"reads": [{"name": "r", "tool": "email.delivery_status", "args": {"colour": "red"}}]},
+            "reads[0].args: does not fit",
+        ),
+        ({"reads": STATUS_READS[:1]}, "read 'while-held' is never taken"),
+        (
+            {"reads": STATUS_READS[:1], "schedule": [{"run": "first"}, {"read": "nope"}]},
+            "schedule[1].read: 'nope' is not a read",
+        ),
+    ],
+)
+def test_a_bad_read_in_a_race_is_refused_with_one_line_naming_the_field(change, message):
+    with pytest.raises(PackageError) as refused:
+        race_scenario(**change)
+    assert message in str(refused.value)
+    assert "\n" not in str(refused.value)

@@ -823,3 +823,48 @@ def test_it_injects_a_fault_once_and_answers_the_retry_from_the_fixture(stage, f
     first, second = kinds(log, "tool.result")
     assert (first["outcome"], first.get("fault_stage")) == (first_outcome, stage)
     assert (second["outcome"], second.get("fault_stage"), second["fixture"]) == ("ok", None, "f-rotate")
+
+
+# --- redirect-like results (seed 000, "The test suite attacked fallback paths") ------------------------------------
+
+LIVE = "https://docs.live.example/api/search?q=rotate"
+
+
+@pytest.mark.seed("000", "The test suite attacked fallback paths")
+@pytest.mark.parametrize(
+    ("case", "body", "said"),
+    [
+        ("3xx with a Location", {"status": 302, "headers": {"Location": LIVE}}, f"HTTP 302 to {LIVE}"),
+        ("a location field", {"redirect_url": LIVE}, f"a redirect to {LIVE}"),
+        ("a moved notice", f"This resource has moved permanently to {LIVE}.", f"a notice that it moved to {LIVE}"),
+        (
+            "a meta refresh",
+            {"html": f'<html><head><meta http-equiv="refresh" content="0; url={LIVE}"></head></html>'},
+            f"a meta refresh to {LIVE}",
+        ),
+    ],
+)
+def test_a_redirect_like_result_is_never_followed_and_stops_as_an_incomplete_test_world(live_access, case, body, said):
+    request = rl.search_request("rotate signing keys")
+    sc = rl.scenario(fixtures=[{**rl.fixture("f-moved", request), "response": {"outcome": "ok", "body": body}}])
+    manifest, events = rl.source_run([("docs.search", 1, request)])
+
+    _out, log = replay(rl.replay_package(sc, manifest, events))
+
+    (missing,) = kinds(log, "fixture.missing")
+    assert missing["reason"].startswith(f"redirect-like result: fixture f-moved answers with {said}"), case
+    assert "a replay never follows it" in missing["reason"]
+    assert missing["fixture"] == "f-moved" and missing["call_id"] == kinds(log, "tool.call")[0]["id"]
+    assert final(log)["state"] == "incomplete_test_world"
+    assert kinds(log, "tool.result") == [], "the redirect is not handed to the decider as an answer"
+    assert live_access.calls == [], "no live client, no connection, no credential"
+    assert live_access.new_network_modules() == set()
+
+
+def test_a_search_hit_that_mentions_a_move_is_content_and_is_served():
+    request = rl.search_request("rotate signing keys")
+    hits = {"items": [{"title": "Key rotation", "snippet": f"this page moved to {LIVE}", "status": 200}]}
+    sc = rl.scenario(fixtures=[{**rl.fixture("f-hit", request), "response": {"outcome": "ok", "body": hits}}])
+    manifest, events = rl.source_run([("docs.search", 1, request)])
+    _out, log = replay(rl.replay_package(sc, manifest, events))
+    assert final(log)["state"] == "completed" and len(kinds(log, "tool.result")) == 1

@@ -815,3 +815,20 @@ def test_the_agent_starter_is_made_without_root_in_the_sandbox_s_own_user_namesp
     answers = json.loads(out["output"])
     assert answers["first"]["said"] == "pid=1 ppid=0" and answers["first"]["returncode"] == 7
     assert answers["second"] == {"error": "refused: this starter started its agent"}
+
+
+@pytest.mark.seed("001", "Effect identities received a replay namespace")
+def test_the_relay_channel_refuses_a_replay_key_before_the_live_relay_sees_the_line():
+    from n17q_engine.sandbox import relay_answer
+
+    seen: list[bytes] = []
+
+    def relay(line: bytes) -> bytes:
+        seen.append(line)
+        return b'{"body": {}}'
+
+    carrying = json.dumps({"model": "m", "extra_headers": {"Idempotency-Key": "replay:w1:5f2a"}}).encode()
+    answer = json.loads(relay_answer(relay, carrying))
+    assert "extra_headers.Idempotency-Key: the replay-namespaced key 'replay:w1:5f2a'" in answer["error"]
+    assert seen == [], "the live relay never received it"
+    assert json.loads(relay_answer(relay, b'{"model": "m"}')) == {"body": {}} and len(seen) == 1

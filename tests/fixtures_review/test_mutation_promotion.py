@@ -250,3 +250,26 @@ def test_the_capture_api_says_an_ambiguous_mutation_is_not_promotable_and_why(se
     assert body["promotable"] is False
     (blocker,) = body["blockers"]
     assert "a mutation answered error" in blocker and "no world transition and no reviewed no-change" in blocker
+
+
+@pytest.mark.seed("003", "The release gate became the scenario")
+def test_a_recording_over_its_contracts_output_bound_is_not_promotable(seed_scenarios, role_user):
+    from fixtures_review.scenarios import scenario_import
+    from n17q_demo import seed_scenarios as seeds
+    from n17q_engine.package import SCENARIO_FILES, build_scenario
+
+    email = next(p for p in seeds.seed_packages() if p.manifest["scenario"]["name"] == "email-delivery")
+    files = {name: json.loads(email.files[name]) for name in SCENARIO_FILES}
+    files["scenario.json"]["version"] = 2
+    send = next(c for c in files["contracts.json"] if c["tool"] == "email.send")
+    send["max_output_bytes"] = 128
+    scenario_import(build_scenario(files), source="demo")
+
+    rec = capture_stage(raw=send_capture(body={"receipt": "r-1", "trace": "x" * 200}, transition=TRANSITION)).recording
+    (blocker,) = promotion_blockers(rec)
+    assert blocker.startswith("contract test: output bound: fixture fx-")
+    assert "over the 128 bytes email.send revision 3 declares (max_output_bytes)" in blocker
+    with pytest.raises(ReviewRefused, match="output bound"):
+        recording_approve(recording=rec, user=role_user("reviewer"))
+    fits = capture_stage(raw=send_capture(body={"receipt": "r-2"}, transition=TRANSITION)).recording
+    assert promotion_blockers(fits) == []

@@ -290,3 +290,31 @@ def test_an_admin_registers_a_connection_and_another_approves_it_in_the_admin(cl
         "connection.approve_refused",
         "connection.approve",
     ]
+
+
+REPLAY_KEY = "replay:email-delivery-w1:5f2a9c0d1e7b3a46"
+
+
+@pytest.mark.seed("001", "Effect identities received a replay namespace")
+@pytest.mark.parametrize(
+    "carry",
+    [
+        lambda c: c["request"]["headers"].update({"Idempotency-Key": REPLAY_KEY}),
+        lambda c: c["request"]["headers"].update({"X-Idempotency-Key": [REPLAY_KEY]}),
+        lambda c: c["request"].update(body={"send": {"idempotencyKey": REPLAY_KEY}}),
+        lambda c: c["request"]["args"].update(namespace="replay:email-delivery-w1"),
+    ],
+)
+def test_a_capture_on_a_live_connection_carrying_a_replay_key_is_refused_and_the_refusal_kept(carry):
+    capture = status_capture()
+    carry(capture)
+    obs = refused(capture, r"the replay-namespaced key 'replay:email-delivery-w1.* was bound for status-service")
+    assert "a live connection: refused before anything was sent" in obs.reason
+    # The same key on a sandbox connection, or a replay key merely quoted in a body, is not a key sent live.
+    approve_test_connection("status-sandbox", reaches="sandbox")
+    sandboxed = status_capture(connection="status-sandbox")
+    carry(sandboxed)
+    assert capture_stage(raw=sandboxed).recording.connection == "status-sandbox"
+    quoted = status_capture()
+    quoted["request"]["body"] = {"note": f"the replay used {REPLAY_KEY}"}
+    assert capture_stage(raw=quoted).recording.connection == "status-service"

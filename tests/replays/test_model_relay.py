@@ -566,3 +566,23 @@ def test_an_https_host_name_that_resolves_to_loopback_is_refused_before_the_tls_
     answer = json.loads(ModelRelay(endpoint, max_calls=5)(request_line()))
     assert answer == {"error": "localhost resolved to 127.0.0.1, a loopback address: not sent"}
     assert raw_server.ended(1) == [b""]
+
+
+@pytest.mark.seed("001", "Effect identities received a replay namespace")
+def test_a_request_carrying_a_replay_key_is_refused_by_the_relay_before_anything_is_sent(provider, caplog):
+    relay = ModelRelay(provider.endpoint(), max_calls=2)
+    carrying = {
+        "model": "probe",
+        "messages": [{"role": "user", "content": "send it"}],
+        "metadata": {"Idempotency-Key": "replay:email-delivery-w1:5f2a9c0d1e7b3a46"},
+    }
+    answer = json.loads(relay(json.dumps(carrying).encode()))
+    assert "request.metadata.Idempotency-Key: the replay-namespaced key" in answer["error"]
+    assert "a live connection: refused before anything was sent" in answer["error"]
+    assert provider.received == [], "not a byte reached the endpoint"
+    assert (relay.calls, relay.refused, relay.refused_replay_keys) == (0, 0, 1), "refused apart from the cap"
+    assert "model relay refused a request" in caplog.text
+    # A prompt that only mentions a replay key is text, not a key: relayed.
+    mention = {"model": "probe", "messages": [{"role": "user", "content": "replay:email-delivery-w1:5f2a is done"}]}
+    assert "body" in json.loads(relay(json.dumps(mention).encode()))
+    assert len(provider.received) == 1
