@@ -307,12 +307,12 @@ def recording_text(freshness: Any) -> str | None:
         when = f"{age_text(age)} {'before' if age >= 0 else 'after'} logical {freshness.get('evaluated_at')}"
     else:
         when = "age unknown"
-    source = freshness.get("source_revision") or "no source revision recorded"
+    source = freshness.get("source_revision") or "not recorded"
     state = str(freshness.get("state", "not_evaluated")).replace("_", " ")
     limit = freshness.get("max_age_s")
     judged = f"{state} (max age {age_text(limit)})" if isinstance(limit, int | float) else state
     return (
-        f"recorded {freshness.get('recorded_at')}, {when}; source {source}, contract revision "
+        f"recorded {freshness.get('recorded_at')}, {when}; source revision {source}, contract revision "
         f"{freshness.get('contract_revision')}; {judged}"
     )
 
