@@ -603,7 +603,12 @@ def _email_delivery_files() -> dict[str, Any]:
             "email.delivery_status",
             3,
             {"draft_id": "dr-5501"},
-            {"outcome": "not_found", "body": {"draft_id": "dr-5501", "delivered": False}},
+            {
+                "outcome": "not_found",
+                "body": {"draft_id": "dr-5501", "delivered": False},
+                # seed 000 "Unknown fixture data stayed unknown": the not-found names its window and world state
+                "negative": {"resource": mailbox, "consistency_window_s": 60},
+            },
             condition=[{"resource": mailbox, "revision": 41}],
             recorded_at=at,
             connection=conn,
@@ -791,6 +796,8 @@ def _docs_research() -> Package:
         "uncovered": [],
         "invariants": [{"id": "no-live-effect", "check": "no_live_effect", "text": "no live effects"}],
         "approvals": "none",
+        # seed 000: freshness judged against simulated time; a counterfactual clock a month on serves it stale
+        "freshness": {"docs.search": {"max_age_s": 30 * 86_400}},
     }
     policy = {
         "current": "research-policy@1",

@@ -455,6 +455,11 @@ def _validate_event(obj: Any, *, line: int, file: str) -> tuple[datetime, dateti
         for path, absence in obj["absent"].items():
             if absence not in v.ABSENCE_KINDS:
                 raise err(f"absent.{path}", f"{absence!r} is not one of {' | '.join(v.ABSENCE_KINDS)}")
+        freshness = obj.get("freshness")
+        if freshness is not None and (
+            not isinstance(freshness, dict) or freshness.get("state") not in v.FRESHNESS_STATES
+        ):
+            raise err("freshness.state", f"must be one of {' | '.join(v.FRESHNESS_STATES)}")
     if kind == "command.receipt" and obj["post_tree"] is None and obj["completion"] == "completed":
         # Only an unfinished command may leave its post-run tree unknown (DESIGN §10).
         raise err("post_tree", "must name the post-run tree when completion is completed (null only otherwise)")

@@ -61,7 +61,15 @@ _FIXTURE_KEYS = frozenset(
         "provenance",
     }
 )
-_RESPONSE_KEYS = frozenset({"outcome", "body", "absent"})
+_RESPONSE_KEYS = frozenset({"outcome", "body", "absent", "negative"})
+# What a negative observation is scoped by (seed 000 "Unknown fixture data stayed unknown": "A search returning no
+# results named the query and corpus revision. A status not found named the consistency window and world state."):
+# declared as fields of the fixture's response, per outcome, never as free text. The world state of a `not_found`
+# is the fixture world's, read when the result is served (the resource's revision then), so it is not declared here.
+NEGATIVE_SCOPES: dict[str, frozenset[str]] = {
+    "empty": frozenset({"query", "corpus_revision"}),
+    "not_found": frozenset({"resource", "consistency_window_s"}),
+}
 _TRANSITION_KEYS = frozenset({"resource", "revision_before", "revision_after", "change"})
 _PROVENANCE_KEYS = frozenset(
     {"recorded_at", "source_revision", "connection", "synthetic", "fidelity_note", "migrated_from"}
@@ -145,9 +153,14 @@ class Response:
     body: Any = None
     # {path: absent | redacted | unavailable | not_applicable}: what the response does not hold, and why.
     absent: Mapping[str, str] = field(default_factory=dict)
+    # The scope of a negative observation (`NEGATIVE_SCOPES`): None when the fixture declares none.
+    negative: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"outcome": self.outcome, "body": copy_json(self.body), "absent": dict(self.absent)}
+        out = {"outcome": self.outcome, "body": copy_json(self.body), "absent": dict(self.absent)}
+        if self.negative is not None:  # only when declared: older fixtures keep the dict (and digest) they had
+            out["negative"] = copy_json(dict(self.negative))
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,14 +380,41 @@ def _response(fid: str, value: Any, contract: Contract, parsed: bool = False) ->
             raise FixtureError(fid, "response.absent", f"a path must be a non-empty string, got {path!r}")
         if kind not in ABSENCE_KINDS:
             raise FixtureError(fid, f"response.absent.{path}", f"{kind!r} is not one of {', '.join(ABSENCE_KINDS)}")
+    negative = _negative(fid, outcome, value.get("negative"))
     body = value.get("body")
     if parsed:
-        return Response(outcome=outcome, body=body, absent=absent)
+        return Response(outcome=outcome, body=body, absent=absent, negative=negative)
     try:
         check_json(body, "body")
     except ContractError as exc:
         raise FixtureError(fid, f"response.{exc.field}", f"is not JSON: {exc}")
-    return Response(outcome=outcome, body=copy_json(body), absent=dict(absent))
+    return Response(outcome=outcome, body=copy_json(body), absent=dict(absent), negative=negative)
+
+
+def _negative(fid: str, outcome: str, value: Any) -> dict[str, Any] | None:
+    """The declared scope of a negative observation: for `empty` the query and the corpus revision searched, for
+    `not_found` the resource and the consistency window (seconds) within which a new one may not be visible yet."""
+    if value is None:
+        return None
+    where = "response.negative"
+    keys = NEGATIVE_SCOPES.get(outcome)
+    if keys is None:
+        listed = ", ".join(NEGATIVE_SCOPES)
+        raise FixtureError(fid, where, f"scopes a negative observation ({listed}), not an {outcome!r} response")
+    if not isinstance(value, dict):
+        raise FixtureError(fid, where, "must be an object")
+    _unknown(fid, where, value, keys)
+    missing = sorted(keys - value.keys())
+    if missing:
+        raise FixtureError(fid, f"{where}.{missing[0]}", f"is required to scope an {outcome!r} response")
+    for key in sorted(keys):
+        item = value[key]
+        if key == "consistency_window_s":
+            if not isinstance(item, int | float) or isinstance(item, bool) or not 0 <= item < float("inf"):
+                raise FixtureError(fid, f"{where}.{key}", "must be a non-negative number of seconds")
+        elif not isinstance(item, str) or not item.strip():
+            raise FixtureError(fid, f"{where}.{key}", "must be a non-empty string")
+    return dict(value)
 
 
 def _transition(

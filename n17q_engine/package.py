@@ -347,10 +347,33 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class QuietHours:
+    """Hours of the logical clock (UTC) in which effects to a rule's destination are held back: [start, end) in
+    minutes of the day; an `end` before `start` spans midnight (22:00-07:00)."""
+
+    start: int
+    end: int
+
+    def holds(self, minute: int) -> bool:
+        if self.start <= self.end:
+            return self.start <= minute < self.end
+        return minute >= self.start or minute < self.end
+
+    @property
+    def text(self) -> str:
+        return f"{self.start // 60:02d}:{self.start % 60:02d}-{self.end // 60:02d}:{self.end % 60:02d} UTC"
+
+
+@dataclass(frozen=True)
 class PolicyRule:
     destination_prefix: str
     required: tuple[str, ...]
     approval: str  # "required" | "none"
+    # Time-dependent policy (seed 001 "Time had to be controlled"), read from the replay's logical clock only: an
+    # approval binds for `approval_expires_s` seconds of scenario time after it was given; effects are denied in
+    # `quiet_hours`. None: the rule has no such limit.
+    approval_expires_s: float | None = None
+    quiet_hours: QuietHours | None = None
 
 
 @dataclass(frozen=True)
@@ -434,6 +457,9 @@ class ScenarioPackage:
     # unavailable or not applicable, or an excluded tool whose value is required, stops the replay as an incomplete
     # test world instead of carrying on without it (replay/calls.py).
     required_values: tuple[dict[str, str], ...] = ()
+    # Seed 000 "Credentials never entered replay artifacts" (freshness against simulated time): tool -> the oldest a
+    # fixture's recording may be, in seconds of scenario time, when a replay serves it (`replay/calls.py` `_freshness`).
+    freshness: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -537,6 +563,7 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
             "acceptable_stop_states",
             "minimal_fixtures",
             "required_values",
+            "freshness",
         },
     )
     name = meta["name"]
@@ -657,6 +684,7 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         raise PackageError(str(exc)) from None
 
     budgets = _budgets(meta.get("budget", {}))
+    freshness = _freshness(meta.get("freshness", {}), contracts)
     grants, authorized_tools = _grants(meta.get("grants", []), meta.get("authorized_tools", {}), contracts)
     declared = _declared(meta)
     _minimal_fixtures(meta.get("minimal_fixtures"), {f.id for f in fixtures})
@@ -694,6 +722,7 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         grants=grants,
         authorized_tools=authorized_tools,
         declared=declared,
+        freshness=freshness,
     )
 
 
@@ -760,12 +789,27 @@ def _policies(value: Any) -> tuple[dict[str, Policy], str]:
         rules = []
         for i, rule in enumerate(_list(body["rules"], f"{where}.rules")):
             rw = f"{where}.rules[{i}]"
-            _keys(_obj(rule, rw), rw, required={"destination_prefix", "required", "approval"})
+            _keys(
+                _obj(rule, rw),
+                rw,
+                required={"destination_prefix", "required", "approval"},
+                optional={"approval_expires_s", "quiet_hours"},
+            )
             if rule["approval"] not in ("required", "none"):
                 raise PackageError(f"{rw}: approval must be required or none")
+            expires = rule.get("approval_expires_s")
+            if expires is not None:
+                if not isinstance(expires, int | float) or isinstance(expires, bool) or not 0 < expires < float("inf"):
+                    raise PackageError(f"{rw}.approval_expires_s: must be a positive number of seconds")
+                if rule["approval"] != "required":
+                    raise PackageError(f"{rw}.approval_expires_s: only a rule that requires approval has one to expire")
             rules.append(
                 PolicyRule(
-                    str(rule["destination_prefix"]), tuple(_strs(rule["required"], f"{rw}.required")), rule["approval"]
+                    str(rule["destination_prefix"]),
+                    tuple(_strs(rule["required"], f"{rw}.required")),
+                    rule["approval"],
+                    approval_expires_s=None if expires is None else float(expires),
+                    quiet_hours=_quiet_hours(rule.get("quiet_hours"), f"{rw}.quiet_hours"),
                 )
             )
         for key in ("require_all", "lineage_gate"):
@@ -776,6 +820,39 @@ def _policies(value: Any) -> tuple[dict[str, Policy], str]:
     if current not in policies:
         raise PackageError(f"policy.json: current {current!r} is not one of the revisions")
     return policies, current
+
+
+_HHMM = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+
+
+def _quiet_hours(value: Any, where: str) -> QuietHours | None:
+    if value is None:
+        return None
+    _keys(_obj(value, where), where, required={"start", "end"})
+    minutes = []
+    for key in ("start", "end"):
+        match = _HHMM.match(value[key]) if isinstance(value[key], str) else None
+        if match is None:
+            raise PackageError(f"{where}.{key}: must be HH:MM (UTC, 00:00 to 23:59), got {value[key]!r}")
+        minutes.append(int(match[1]) * 60 + int(match[2]))
+    if minutes[0] == minutes[1]:
+        raise PackageError(f"{where}: start and end are the same minute: no quiet hours, or all of them?")
+    return QuietHours(minutes[0], minutes[1])
+
+
+def _freshness(value: Any, contracts: ContractSet) -> dict[str, float]:
+    """tool -> the oldest (seconds of scenario time) a fixture's recording may be when a replay serves it."""
+    out = {}
+    for tool, item in _obj(value, "scenario.json: freshness").items():
+        where = f"scenario.json: freshness.{tool}"
+        if tool not in contracts:
+            raise PackageError(f"{where}: no contract for {tool!r} in this scenario")
+        _keys(_obj(item, where), where, required={"max_age_s"})
+        age = item["max_age_s"]
+        if not isinstance(age, int | float) or isinstance(age, bool) or not 0 < age < float("inf"):
+            raise PackageError(f"{where}.max_age_s: must be a positive number of seconds")
+        out[tool] = float(age)
+    return out
 
 
 def _effects(value: Any, contracts: ContractSet) -> Iterator[EffectRoute]:

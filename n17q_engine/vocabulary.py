@@ -515,3 +515,8 @@ def event_workspace(event: dict[str, Any]) -> str | None:
     """The workspace an event acts on or speaks about, if it names one."""
     value = event.get("workspace_id")
     return value if isinstance(value, str) else None
+
+
+# A fixture result's freshness (tool.result `freshness.state`, additive): judged on the logical clock against the
+# scenario version's rule for the tool; `not_evaluated` when there is no rule (replay/calls.py `_freshness`).
+FRESHNESS_STATES = ("fresh", "stale", "not_evaluated")

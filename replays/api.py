@@ -199,6 +199,10 @@ def _replay_fields() -> dict[str, serializers.Field]:
         "vary": serializers.DictField(child=serializers.CharField()),
         "error": serializers.CharField(allow_null=True),
         "wall_s": serializers.FloatField(allow_null=True),
+        "time": serializers.DictField(
+            help_text="logical {start, end, elapsed_s} (scenario time the run spans; null before it is imported) and "
+            "execution {sandbox_s, queued_at, started_at, finished_at} (wall time), reported apart"
+        ),
         "source_run": serializers.CharField(),
         "checkpoint": serializers.CharField(),
         "decider": serializers.CharField(),

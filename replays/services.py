@@ -43,6 +43,7 @@ from n17q_engine.replay import ReplayError, ReplayOutput
 from n17q_engine.sandbox import IsolationUnavailable, Limits, SandboxError, run_sandboxed
 from n17q_engine.scenario_evaluation import EVALUATED_KINDS, evaluate
 from runs.bundle_export import BundleExportError, run_bundle
+from runs.event_facts import age_text
 from runs.importer import run_import_from_path
 from runs.models import Event, Finding, Run
 from runs.selectors import LINEAGE_FINDINGS_IN_ANSWER
@@ -679,6 +680,36 @@ def replay_evaluation_of(run: Run) -> dict[str, Any]:
     return evaluate(events)
 
 
+def replay_times(replay: Replay) -> dict[str, Any]:
+    """Logical and execution time, apart (seed 001 "Time had to be controlled": "The report always showed logical and
+    execution time separately"). Logical: the scenario time the replay's run spans, first event to last, from the
+    run's own columns (no query: the run is selected with the replay). Execution: the wall time the launcher measured
+    around the sandbox, and when the replay was queued, started and ended. Neither is derived from the other: a run
+    that held a ten-minute wait shows ten minutes of logical time beside a fraction of a second of wall time."""
+    run = replay.run
+    logical = None
+    if run is not None and run.first_logical_at is not None and run.last_logical_at is not None:
+        elapsed = (run.last_logical_at - run.first_logical_at).total_seconds()
+        logical = {
+            "start": run.first_logical_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "end": run.last_logical_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "elapsed_s": elapsed,
+            "elapsed": age_text(elapsed),
+        }
+
+    def moment(value: Any) -> str | None:
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if value is not None else None
+
+    execution = {
+        "sandbox_s": replay.wall_s,
+        "sandbox": age_text(replay.wall_s) if replay.wall_s is not None else None,
+        "queued_at": moment(replay.created_at),
+        "started_at": moment(replay.started_at),
+        "finished_at": moment(replay.finished_at),
+    }
+    return {"logical": logical, "execution": execution}
+
+
 def replay_json(replay: Replay) -> dict[str, Any]:
     """The `replay --json` shape (DESIGN §8)."""
     run = replay.run
@@ -712,4 +743,5 @@ def replay_json(replay: Replay) -> dict[str, Any]:
         # could not judge (its declared scope among the reasons). null: no judgement was made for this replay.
         "evaluation": replay.evaluation or None,
         "unevaluated": run.unevaluated if run else [],
+        "time": replay_times(replay),
     }

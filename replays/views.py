@@ -48,7 +48,7 @@ from .launch import (
 from .missing import missing_fixture_view
 from .models import Replay
 from .regression import RegressionRefused, regression_fixtures, regression_invariants, regression_scenario_mint
-from .services import ReplayRefused
+from .services import ReplayRefused, replay_times
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +222,7 @@ def replay_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "replay": replay,
         "button": BUTTONS_BY_MODE.get(replay.mode),
         "outcome": run_outcome(replay.run) if replay.ended and replay.run else None,
+        "times": replay_times(replay),
     }
     if request.htmx and request.GET.get("poll"):
         response = render(request, "replays/replay_detail.html#progress", context)

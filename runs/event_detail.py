@@ -111,6 +111,9 @@ def event_detail_build(run: Run, event_id: str) -> EventDetail | None:
     body = event.body
     if event.kind == "tool.result" and body.get("blob") is None:
         badges.append(("absent-absent", f"no body ({body.get('outcome')})"))
+    freshness = body.get("freshness") if event.kind == "tool.result" else None
+    if isinstance(freshness, dict) and freshness.get("state") == "stale":
+        badges.append(("bad", "stale at its logical time (served as recorded)"))
     refs_out = [
         Reference(field=f, ref=ref, kind=kind, event_id=target)
         for f, ref, kind, target in Edge.objects.filter(source=event)

@@ -294,6 +294,10 @@ def describe(body: dict[str, Any], related: dict[str, Any]) -> list[tuple[str, s
             )
             or "nothing",
         )
+    elif k == "tool.result":
+        add("fixture", body.get("fixture"))
+        add("recording", recording_text(body.get("freshness")))
+        add("negative scope", negative_text(body.get("negative")))
     return out
 
 
@@ -316,3 +320,55 @@ def _checkpoint_fixtures(held: Any) -> str | None:
 
 
 FIXTURES_SHOWN = 20
+
+
+def age_text(seconds: float) -> str:
+    """An age for people: the largest two units (3 d 4 h, 12 min 5 s, 0.4 s)."""
+    whole = int(abs(seconds))
+    if whole < 60:
+        return f"{abs(seconds):g} s"
+    parts = []
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60), ("s", 1)):
+        if whole >= size:
+            parts.append(f"{whole // size} {unit}")
+            whole %= size
+    return " ".join(parts[:2])
+
+
+def recording_text(freshness: Any) -> str | None:
+    """A fixture result's recording as the detail panel says it (seed 000: "The interface showed recording age and
+    source contract"): its age at the logical time served, the source revision and contract, and the freshness
+    judgement, stale or not, in the rule's own terms."""
+    if not isinstance(freshness, dict):
+        return None
+    age = freshness.get("age_s")
+    if isinstance(age, int | float):
+        when = f"{age_text(age)} {'before' if age >= 0 else 'after'} logical {freshness.get('evaluated_at')}"
+    else:
+        when = "age unknown"
+    source = freshness.get("source_revision") or "not recorded"
+    state = str(freshness.get("state", "not_evaluated")).replace("_", " ")
+    limit = freshness.get("max_age_s")
+    judged = f"{state} (max age {age_text(limit)})" if isinstance(limit, int | float) else state
+    return (
+        f"recorded {freshness.get('recorded_at')}, {when}; source revision {source}, contract revision "
+        f"{freshness.get('contract_revision')}; {judged}"
+    )
+
+
+def negative_text(negative: Any) -> str | None:
+    """The scope of a negative observation (seed 000 "Unknown fixture data stayed unknown"), or that it has none."""
+    if not isinstance(negative, dict):
+        return None
+    outcome = negative.get("outcome")
+    if not negative.get("declared"):
+        return f"{outcome}: the fixture does not name its scope (not recorded)"
+    if outcome == "empty":
+        return f"empty for query {negative.get('query')!r} in corpus revision {negative.get('corpus_revision')}"
+    held = negative.get("resource_revision")
+    resource, window = negative.get("resource"), negative.get("consistency_window_s")
+    state = "absent" if held is None else f"at revision {held}"
+    return (
+        f"not found: {resource} within a consistency window of {window} s; "
+        f"world revision {negative.get('world_revision')}, {resource} {state}"
+    )

@@ -237,6 +237,24 @@ TERMS: tuple[tuple[str, str], ...] = (
         "gate's allow and the intent (an effect.outbox event), all or nothing; a delivery reads only the outbox "
         "(seed 003, docs/outbox.md).",
     ),
+    (
+        "freshness",
+        "How old a fixture's recording is at the replay's logical time, judged by the scenario version's freshness "
+        "rule for the tool (max age): fresh, stale, or not evaluated when there is no rule. A stale result is still "
+        "served as recorded: historically faithful and currently stale at once (seed 000). Never the wall clock.",
+    ),
+    (
+        "logical time",
+        "Scenario time: the replay's clock, started where the scenario or checkpoint says and moved only by "
+        "clock.advanced events. Policy (quiet hours, approval expiry) and freshness read it; wall time (how long the "
+        "sandbox ran) is reported apart and decides nothing (seed 001).",
+    ),
+    (
+        "negative observation",
+        "A fixture's empty, not_found, denied or deleted answer: evidence about the simulated world, not a missing "
+        "fixture. An empty search names its query and corpus revision, a not_found its consistency window and the "
+        "world state it was observed in (the result's negative scope); a fixture that declares none says so.",
+    ),
 )
 
 

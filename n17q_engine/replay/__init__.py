@@ -67,6 +67,13 @@ What the engine does with a step, and the decisions behind it:
   fixture's elapsed time, by a decider's wait, and at the end to let scheduled transitions settle. `at.wall`
   of every event is the launch instant from the package: the engine reads no clock, and the elapsed wall
   time is measured by the launcher and stored beside the run, so the log itself stays deterministic.
+- **Time-dependent rules** (issue 39; docs/packages.md "Time and negative observations") read the logical clock
+  and nothing else: a fixture result carries `freshness` (its recording's age at the logical time, judged by the
+  scenario's `freshness` rule for the tool: fresh, stale, or not_evaluated without a rule; a stale result is served
+  as recorded), a policy rule's `quiet_hours` deny an effect while the clock is inside them and its
+  `approval_expires_s` turns an approval older than that into `needs_approval`, each reason naming the rule and the
+  logical time. A negative result (`empty`, `not_found`) carries `negative`: the query and corpus revision, or the
+  consistency window and the world state, as the fixture declares them (`declared: false` when it does not).
 - **Ids** of replay events are derived from the scenario seed and the replay's **branch basis** (`IdSource(seed,
   basis)`, counted per kind): `package.branch_basis` digests the recorded run (id and events), the branch point
   (checkpoint or start) and what the replay varies (mode, vary, a rerun's decider), never the replay's own id, run

@@ -20,10 +20,10 @@ from .. import canonical
 from ..agent.model import MODEL_TOOL, contract_for
 from ..contracts import Contract, ContractError
 from ..deciders import REASON_CHARS, CallTool
-from ..fixtures import Ambiguous, ContractMismatch, Fixture, Hit, Miss
+from ..fixtures import NEGATIVE_SCOPES, Ambiguous, ContractMismatch, Fixture, Hit, Miss
 from ..package import refused_by
 from ..redirects import redirect_like
-from ..world import SimulatedWorld, WorldError, synthetic_token
+from ..world import SimulatedWorld, WorldError, parse_time, synthetic_token
 from .state import _EngineState
 
 JSON = "application/json"
@@ -149,10 +149,13 @@ class _ToolCalls(_EngineState):
         else:
             body = fixture.response.body if stage in (None, "after_local_commit") else None
             blob = self.log.blob(canonical.canonical_json(body), JSON, "tool-output") if body is not None else None
-            extra: dict[str, Any] = {"fixture": fixture.id}
+            extra: dict[str, Any] = {"fixture": fixture.id, "freshness": self._freshness(fixture)}
             if stage is not None:
                 extra["fault_stage"] = stage
                 extra["world_mutated"] = mutated
+            negative = self._negative(fixture, outcome)
+            if negative is not None:
+                extra["negative"] = negative
             res = self.emit(
                 "tool.result",
                 ref=recorded_result,
@@ -189,6 +192,61 @@ class _ToolCalls(_EngineState):
             self.stop(
                 "interrupted", f"fault after_local_commit injected on {a.tool}: the harness stopped after committing"
             )
+
+    def _freshness(self, fixture: Fixture) -> dict[str, Any]:
+        """How old the fixture's recording is at the replay's logical time, judged by the scenario's freshness rule
+        for the tool (seed 000: "Freshness policy evaluated against simulated time"). Never the wall clock: the same
+        result is fresh in a replay whose clock stands near the recording and stale in one set a year later, and a
+        stale result is still served as recorded (historically faithful and currently stale at once). No rule, or a
+        recording time that is not a time: `not_evaluated`, with the reason."""
+        prov = fixture.provenance
+        max_age = self.sc.freshness.get(fixture.tool)
+        out: dict[str, Any] = {
+            "recorded_at": prov.recorded_at,
+            "source_revision": prov.source_revision,
+            "connection": prov.connection,
+            "contract_revision": fixture.contract_revision,
+            "evaluated_at": self.now,
+            "age_s": None,
+            "max_age_s": max_age,
+        }
+        try:
+            recorded = parse_time(prov.recorded_at)
+        except (TypeError, ValueError):
+            return {**out, "state": "not_evaluated", "reason": f"the recording time {prov.recorded_at!r} is not a time"}
+        age = (self.clock.now - recorded).total_seconds()
+        out["age_s"] = age
+        if age < 0:
+            reason = "recorded after the logical time it is served at: the run it replays could not have seen it"
+            return {**out, "state": "not_evaluated", "reason": reason}
+        if max_age is None:
+            reason = f"this scenario version declares no freshness rule for {fixture.tool}"
+            return {**out, "state": "not_evaluated", "reason": reason}
+        if age > max_age:
+            reason = f"recorded {age:g} s before logical {self.now}, older than the {max_age:g} s {fixture.tool} allows"
+            return {**out, "state": "stale", "reason": reason}
+        return {
+            **out,
+            "state": "fresh",
+            "reason": f"recorded {age:g} s before logical {self.now}, within {max_age:g} s",
+        }
+
+    def _negative(self, fixture: Fixture, outcome: str) -> dict[str, Any] | None:
+        """The scope of a negative observation served as the fixture declares it (seed 000 "Unknown fixture data
+        stayed unknown"): an `empty` names its query and corpus revision, a `not_found` its consistency window and
+        the world state it was observed in (the world's revision and the resource's, read now). A fixture that
+        declares no scope says so (`declared: false`): the gap shows, nothing is filled in."""
+        declared = fixture.response.negative
+        if outcome != fixture.response.outcome or outcome not in NEGATIVE_SCOPES:
+            return None
+        if declared is None:
+            return {"outcome": outcome, "declared": False}
+        out = {"outcome": outcome, "declared": True, **declared}
+        if outcome == "not_found":
+            held = self.world.get(str(declared["resource"]))
+            out["world_revision"] = self.world.revision
+            out["resource_revision"] = None if held is None else held[0]
+        return out
 
     def _emit_denied(self, a: CallTool, call: str, **why: Any) -> str:
         """A call the world refuses as a provider would (outside every grant, or a tool the scenario forbids): a

@@ -20,7 +20,7 @@ from ..contracts import Contract, ContractError
 from ..deciders import DENIAL_LIMIT, REASON_CHARS, Activate, CallTool, Decide, Execute, RecordedApproval
 from ..fixtures import Hit
 from ..vocabulary import references
-from ..world import WorldError, effect_resource
+from ..world import WorldError, effect_resource, iso
 from .calls import _ToolCalls
 
 
@@ -36,6 +36,7 @@ class _Effects(_ToolCalls):
             if self.human_choice is not None and a.ref == self.human_choice["approval"]:
                 chosen = self.human_choice["decision"]
             self.approved[a.intent] = (chosen, e["actor_role"])
+            self.approved_at[a.intent] = self.clock.now  # when the replay's approval is given, on the logical clock
         proposal = self.source.effect_proposal.get(a.intent or "")
         self.emit(
             "approval.recorded",
@@ -72,11 +73,39 @@ class _Effects(_ToolCalls):
             and self.admissions[a]["artifact_id"] == artifact
         }
         missing = [p for p in rule.required if p not in admitted]
+        # Time-dependent rules read the logical clock only (seed 001 "Time had to be controlled"): each reason names
+        # the rule and the logical time it was judged at, so a counterfactual that moves the clock shows why.
+        where = f"{policy.revision} rule [{rule.destination_prefix}]"
+        timed: list[str] = []
+        quiet = rule.quiet_hours
+        if quiet is not None:
+            now = self.clock.now
+            if quiet.holds(now.hour * 60 + now.minute):
+                return (
+                    "deny",
+                    list(rule.required),
+                    [f"{where}: quiet hours {quiet.text}; logical time {self.now}"],
+                    None,
+                )
+            timed.append(f"{where}: outside quiet hours {quiet.text} at logical time {self.now}")
         approval = None
         if rule.approval == "required":
             recorded = self.approved.get(intent_ref)
             if self.sc.approvals == "simulated" and recorded is not None:
                 approval = recorded
+            given = self.approved_at.get(intent_ref)
+            expires = rule.approval_expires_s
+            if approval is not None and approval[0] == "approved" and expires is not None and given is not None:
+                age = (self.clock.now - given).total_seconds()
+                if age > expires:
+                    why = (
+                        f"{where}: the approval given at logical time {iso(given)} expired after {expires:g} s "
+                        f"(logical time {self.now}, {age:g} s later)"
+                    )
+                    return "needs_approval", list(rule.required), [why], None
+                timed.append(
+                    f"{where}: the approval given at logical time {iso(given)} binds for {expires:g} s ({age:g} s)"
+                )
             if approval is None or approval[0] != "approved":
                 why = (
                     f"the reviewer's recorded decision was {approval[0]}"
@@ -94,7 +123,7 @@ class _Effects(_ToolCalls):
         reasons = [f"{p} admitted for {artifact}" for p in rule.required if p in admitted]
         if approval is not None:
             reasons.append(f"simulated approval replaying the recorded decision of the {approval[1]}")
-        return "allow", list(rule.required), reasons or ["no evidence required"], approval
+        return "allow", list(rule.required), (reasons or ["no evidence required"]) + timed, approval
 
     def _decide(self, a: Decide) -> None:
         intent = self.source.by_id.get(a.intent) or {}

@@ -15,7 +15,7 @@ imports only output.py from the package.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from .. import canonical
@@ -139,6 +139,7 @@ class _EngineState:
         self.effect_done: set[str] = set()
         self.raced: set[str] = set()  # the declared races already followed (each once per replay)
         self.approved: dict[str, tuple[str, str]] = {}  # source intent -> (decision, actor role)
+        self.approved_at: dict[str, datetime] = {}  # source intent -> the logical time its approval was given
         self.fired: set[tuple[str, str | None, str]] = set()
         self.spent: dict[str, float] = {}  # cumulative across every attempt of the run
         self.own_spent: dict[str, float] = {}  # of which the replay's own work (origin replay)
