@@ -148,6 +148,13 @@ TERMS: tuple[tuple[str, str], ...] = (
         "checkpoint, judges earlier policy and the final account only on what it re-ran. The lineage checks they "
         "cover are listed as not evaluated on the replay's run, with the reason.",
     ),
+    (
+        "fixture body expired",
+        "A fixture answers the request but holds its response body by digest, and retention removed the bytes (seed "
+        "001): the replay stops as incomplete test world with a fixture.missing whose body_expired names the fixture, "
+        "the digest, the retention class, when it was removed and the deletion record. Source material expired: "
+        "nothing is served in its place, and the scenario version's digest is unchanged.",
+    ),
 )
 
 
