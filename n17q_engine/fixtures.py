@@ -9,7 +9,9 @@ candidates by their world condition. It returns exactly one of:
 - `Miss`: nothing is defined for this request in this world (`fixture.missing`);
 - `Ambiguous`: more than one fixture matches (`fixture.ambiguous`, with the candidate ids);
 - `ContractMismatch`: fixtures exist for this (tool, digest) only under other contract revisions. It is
-  reported, never matched.
+  reported, never matched;
+- `BodyExpired`: exactly one fixture matches, and its body (held by digest) was removed under retention
+  (`fixture.missing` with `body_expired`, seed 001). Reported, never served.
 
 Never a nearby fixture, a placeholder, a default response or a live call: the registry has no
 "fetch on miss" and no notion of similarity. `not_found`, `empty`, `denied` and `deleted` are responses a
@@ -61,7 +63,7 @@ _FIXTURE_KEYS = frozenset(
         "provenance",
     }
 )
-_RESPONSE_KEYS = frozenset({"outcome", "body", "absent", "negative"})
+_RESPONSE_KEYS = frozenset({"outcome", "body", "absent", "negative", "body_digest"})
 # What a negative observation is scoped by (seed 000 "Unknown fixture data stayed unknown": "A search returning no
 # results named the query and corpus revision. A status not found named the consistency window and world state."):
 # declared as fields of the fixture's response, per outcome, never as free text. The world state of a `not_found`
@@ -70,6 +72,8 @@ NEGATIVE_SCOPES: dict[str, frozenset[str]] = {
     "empty": frozenset({"query", "corpus_revision"}),
     "not_found": frozenset({"resource", "consistency_window_s"}),
 }
+# What an expired fixture body's record holds (the console's deletion record, docs/retention.md "Fixture bodies").
+EXPIRY_KEYS = frozenset({"class", "sensitivity", "expired_at", "removed_at", "record"})
 _TRANSITION_KEYS = frozenset({"resource", "revision_before", "revision_after", "change"})
 _PROVENANCE_KEYS = frozenset(
     {"recorded_at", "source_revision", "connection", "synthetic", "fidelity_note", "migrated_from"}
@@ -155,9 +159,20 @@ class Response:
     absent: Mapping[str, str] = field(default_factory=dict)
     # The scope of a negative observation (`NEGATIVE_SCOPES`): None when the fixture declares none.
     negative: Mapping[str, Any] | None = None
+    # A body held by digest (`body_digest`, seed 001): its bytes travel beside the package, not in fixtures.json, so
+    # removing them under retention leaves the scenario's digest as it was. `expired`: the body's deletion record
+    # ({class, sensitivity, expired_at, removed_at, record}) when its bytes are gone; `body` is then None and a
+    # lookup that reaches this fixture is `BodyExpired`, never served.
+    body_digest: str | None = None
+    expired: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"outcome": self.outcome, "body": copy_json(self.body), "absent": dict(self.absent)}
+        out: dict[str, Any] = {"outcome": self.outcome}
+        if self.body_digest is not None:  # the form it was written in: the digest, never the body it resolved to
+            out["body_digest"] = self.body_digest
+        else:
+            out["body"] = copy_json(self.body)
+        out["absent"] = dict(self.absent)
         if self.negative is not None:  # only when declared: older fixtures keep the dict (and digest) they had
             out["negative"] = copy_json(dict(self.negative))
         return out
@@ -223,8 +238,21 @@ class Fixture:
         return not condition or all(clause.holds(world) for clause in condition)
 
     @classmethod
-    def from_dict(cls, data: Any, contract: Contract, *, parsed: bool = False, normalized: bool = False) -> Fixture:
+    def from_dict(
+        cls,
+        data: Any,
+        contract: Contract,
+        *,
+        parsed: bool = False,
+        normalized: bool = False,
+        bodies: Mapping[str, Any] | None = None,
+        expired_bodies: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Fixture:
         """Load and check a fixture against the contract of its own (tool, revision).
+
+        A response holding its body by digest (`body_digest`) takes it from `bodies` ({digest: body, each body's
+        canonical JSON hashing to its digest}) or, when its bytes were removed under retention, from
+        `expired_bodies` ({digest: deletion record}); a digest in neither is refused: a body is never guessed.
 
         `parsed=True`: `data` was just decoded from JSON text and belongs to the caller, so it is JSON by
         construction (bodies and changes are not walked to prove it) and is kept rather than copied.
@@ -275,7 +303,7 @@ class Fixture:
         if given != digest:
             raise FixtureError(fid, "request_digest", f"{given} is not the digest of the request ({digest})")
         condition = _condition(fid, data.get("condition"))
-        response = _response(fid, data.get("response"), contract, parsed)
+        response = _response(fid, data.get("response"), contract, parsed, bodies or {}, expired_bodies or {})
         transition = _transition(fid, data.get("transition"), contract, condition, parsed)
         fault_stage = data.get("fault_stage")
         if fault_stage is not None and fault_stage not in contract.fault_stages:
@@ -358,7 +386,14 @@ def _condition(fid: str, value: Any) -> tuple[Clause, ...]:
     return tuple(out)
 
 
-def _response(fid: str, value: Any, contract: Contract, parsed: bool = False) -> Response:
+def _response(
+    fid: str,
+    value: Any,
+    contract: Contract,
+    parsed: bool = False,
+    bodies: Mapping[str, Any] | None = None,
+    expired_bodies: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Response:
     if not isinstance(value, dict):
         raise FixtureError(fid, "response", "must be an object")
     _unknown(fid, "response", value, _RESPONSE_KEYS)
@@ -381,6 +416,8 @@ def _response(fid: str, value: Any, contract: Contract, parsed: bool = False) ->
         if kind not in ABSENCE_KINDS:
             raise FixtureError(fid, f"response.absent.{path}", f"{kind!r} is not one of {', '.join(ABSENCE_KINDS)}")
     negative = _negative(fid, outcome, value.get("negative"))
+    if "body_digest" in value:
+        return _body_by_digest(fid, value, outcome, absent, bodies or {}, expired_bodies or {}, negative)
     body = value.get("body")
     if parsed:
         return Response(outcome=outcome, body=body, absent=absent, negative=negative)
@@ -415,6 +452,39 @@ def _negative(fid: str, outcome: str, value: Any) -> dict[str, Any] | None:
         elif not isinstance(item, str) or not item.strip():
             raise FixtureError(fid, f"{where}.{key}", "must be a non-empty string")
     return dict(value)
+
+
+def _body_by_digest(
+    fid: str,
+    value: Mapping[str, Any],
+    outcome: str,
+    absent: Mapping[str, str],
+    bodies: Mapping[str, Any],
+    expired_bodies: Mapping[str, Mapping[str, Any]],
+    negative: Mapping[str, Any] | None = None,
+) -> Response:
+    """A response whose body is held by digest: the body carried beside the package, or its deletion record."""
+    if "body" in value:
+        raise FixtureError(fid, "response.body_digest", "a response holds its body inline or by digest, not both")
+    digest = value["body_digest"]
+    if not canonical.is_digest(digest):
+        raise FixtureError(fid, "response.body_digest", f"must be a sha256: digest, got {digest!r}")
+    if digest in bodies:
+        body = bodies[digest]
+        if canonical.digest_json(body) != digest:
+            raise FixtureError(fid, "response.body_digest", f"the body carried for {digest} does not hash to it")
+        return Response(outcome=outcome, body=body, absent=dict(absent), negative=negative, body_digest=digest)
+    record = expired_bodies.get(digest)
+    if record is None:
+        raise FixtureError(
+            fid, "response.body_digest", f"{digest}: the body is neither carried nor recorded as expired"
+        )
+    missing = sorted(EXPIRY_KEYS - record.keys())
+    if missing:
+        raise FixtureError(fid, "response.body_digest", f"{digest}: its expiry record lacks {missing[0]}")
+    return Response(
+        outcome=outcome, body=None, absent=dict(absent), negative=negative, body_digest=digest, expired=dict(record)
+    )
 
 
 def _transition(
@@ -564,11 +634,42 @@ class ContractMismatch:
         return out
 
 
-LookupResult = Hit | Miss | Ambiguous | ContractMismatch
+@dataclass(frozen=True, slots=True)
+class BodyExpired:
+    """Exactly one fixture answers, and its body's bytes were removed under retention (seed 001): the run stops as
+    `incomplete_test_world`, naming the fixture, the body's digest and when it was removed. Nothing is served in its
+    place: not another fixture, not a synthetic body, not an empty one."""
+
+    tool: str
+    contract_revision: int
+    request_digest: str
+    world_revision: int
+    reason: str
+    fixture: Fixture
+    kind: str = "fixture.missing"
+
+    def record(self, *, scenario: Any = None, checkpoint_id: str | None = None) -> dict[str, Any]:
+        out = _record_fields(self, scenario, checkpoint_id)
+        expired = dict(self.fixture.response.expired or {})
+        out["body_expired"] = {"fixture": self.fixture.id, "body_digest": self.fixture.response.body_digest, **expired}
+        return out
+
+
+def body_expired_reason(fixture: Fixture) -> str:
+    """What a stop on an expired fixture body says: the fixture, the digest, when and under which class it went."""
+    record = fixture.response.expired or {}
+    return (
+        f"fixture body expired: fixture {fixture.id} answers this request, but its body {fixture.response.body_digest} "
+        f"was removed on {record.get('removed_at')} under retention class {record.get('class')!r} (deletion record "
+        f"{record.get('record')}); source material expired, so nothing is served in its place"
+    )
+
+
+LookupResult = Hit | Miss | Ambiguous | ContractMismatch | BodyExpired
 
 
 def _record_fields(
-    result: Miss | Ambiguous | ContractMismatch, scenario: Any, checkpoint_id: str | None
+    result: Miss | Ambiguous | ContractMismatch | BodyExpired, scenario: Any, checkpoint_id: str | None
 ) -> dict[str, Any]:
     return {
         "kind": result.kind,
@@ -641,10 +742,11 @@ class FixtureRegistry:
             if len(candidates) == 1:
                 only = candidates[0]
                 if only.admits(world):
-                    return Hit(only)
+                    return Hit(only) if only.response.expired is None else self._expired(only, world)
             matching = [f for f in candidates if f.admits(world)]
             if len(matching) == 1:
-                return Hit(matching[0])
+                found = matching[0]
+                return Hit(found) if found.response.expired is None else self._expired(found, world)
             if matching:
                 ids = tuple(sorted(f.id for f in matching))
                 return Ambiguous(
@@ -657,6 +759,17 @@ class FixtureRegistry:
                 )
             return self._world_mismatch(tool, contract_revision, request_digest, world, candidates)
         return self._not_recorded(tool, contract_revision, request_digest, world)
+
+    @staticmethod
+    def _expired(fixture: Fixture, world: WorldView) -> BodyExpired:
+        return BodyExpired(
+            fixture.tool,
+            fixture.contract_revision,
+            fixture.request_digest,
+            world.revision,
+            body_expired_reason(fixture),
+            fixture,
+        )
 
     def resolve(self, contract: Contract, args: Any, world: WorldView) -> LookupResult:
         """Normalize `args` under `contract` (ContractError if they break it) and look the request up."""

@@ -53,6 +53,8 @@ SCENARIO_FORMAT = "n17q.scenario-package/1"
 REPLAY_FORMAT = "n17q.replay-package/1"
 SCENARIO_FILES = ("contracts.json", "fixtures.json", "policy.json", "scenario.json", "workspaces.json", "world.json")
 SCOPES = ("adapter", "segment", "scenario")
+# Where a replay package carries the fixture bodies its scenario holds by digest (seed 001; docs/packages.md).
+FIXTURE_BODIES = "fixture-bodies/sha256/"
 MODES = ("reconstruction", "rerun", "counterfactual")
 MAX_FILES = 100_000
 MAX_PACKAGE_BYTES = 2 << 30
@@ -501,20 +503,67 @@ class ScenarioPackage:
         return None
 
 
-def build_scenario(files: Mapping[str, Any]) -> Package:
-    """A scenario package from its files' JSON values (the seed script and the tests build them so)."""
+def build_scenario(
+    files: Mapping[str, Any],
+    *,
+    bodies: Mapping[str, bytes] | None = None,
+    expired_bodies: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Package:
+    """A scenario package from its files' JSON values (the seed script and the tests build them so). `bodies` and
+    `expired_bodies`: the fixture bodies held by digest, as `load_scenario` takes them (not part of the package)."""
     missing = sorted(set(SCENARIO_FILES) - set(files))
     if missing:
         raise PackageError(f"{missing[0]}: a scenario package needs it")
     scenario = files["scenario.json"]
     header = {"scenario": {"name": scenario.get("name"), "version": scenario.get("version")}}
     package = Package.build(SCENARIO_FORMAT, header, {name: dump(value) for name, value in files.items()})
-    load_scenario(package)  # refuse to build what could not be loaded
+    load_scenario(package, bodies=bodies, expired_bodies=expired_bodies)  # refuse to build what could not be loaded
     return package
 
 
-def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> ScenarioPackage:
+def fixture_bodies(bodies: Mapping[str, bytes], where: str) -> dict[str, Any]:
+    """{digest: body} of fixture bodies held by digest ({digest: canonical JSON bytes}): each one's bytes must hash
+    to its digest, so a body carried beside a package is as verified as the package's own files."""
+    out: dict[str, Any] = {}
+    for digest, data in bodies.items():
+        if not canonical.is_digest(digest) or canonical.digest_bytes(data) != digest:
+            raise PackageError(f"{where}{digest}: the body's bytes do not hash to its digest")
+        out[digest] = parse_json(data, f"{where}{digest}")
+    return out
+
+
+def check_body_expiries(expired: Any, where: str, *, carried: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The deletion records of fixture bodies whose bytes are gone ({digest: {class, sensitivity, expired_at,
+    removed_at, record}}), checked; a digest listed as expired cannot also be carried."""
+    out: dict[str, dict[str, Any]] = {}
+    for digest, entry in _obj(expired, where).items():
+        if not canonical.is_digest(digest) or digest in carried:
+            raise PackageError(f"{where}.{digest}: not a sha256: digest the package lacks")
+        _keys(
+            _obj(entry, f"{where}.{digest}"),
+            f"{where}.{digest}",
+            required={"class", "sensitivity", "expired_at", "removed_at", "record"},
+        )
+        if not isinstance(entry["class"], str) or not isinstance(entry["sensitivity"], str):
+            raise PackageError(f"{where}.{digest}: class and sensitivity must be strings")
+        _time(entry["removed_at"], f"{where}.{digest}.removed_at")
+        out[digest] = dict(entry)
+    return out
+
+
+def load_scenario(
+    package: Package,
+    *,
+    fixtures_normalized: bool = False,
+    bodies: Mapping[str, bytes] | None = None,
+    expired_bodies: Mapping[str, Mapping[str, Any]] | None = None,
+) -> ScenarioPackage:
     """Check a scenario package whole: every file, every fixture against its contract, every cross-reference.
+
+    A fixture holding its body by digest (`response.body_digest`, seed 001) takes it from `bodies` ({digest:
+    canonical JSON bytes}, each checked against its digest) or, when retention removed its bytes, from
+    `expired_bodies` ({digest: deletion record}): the package's own digest is the same either way, and a lookup
+    reaching an expired body stops the replay (`fixtures.BodyExpired`). A digest in neither is refused.
 
     `fixtures_normalized=True` (only `load_replay`, for a scenario its builder checked in full under
     `CHECK_REVISION`) skips re-normalizing each fixture's request; every other check still runs, and each
@@ -605,6 +654,8 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         if contract.revision > INT32_MAX:  # kept in 32-bit columns (captures, fixture versions)
             raise PackageError(f"contracts.json[{i}]: revision must be at most {INT32_MAX}, got a larger one")
     fixture_items = _list(values["fixtures.json"], "fixtures.json")
+    carried = fixture_bodies(bodies or {}, "fixture body ")
+    expired_records = check_body_expiries(expired_bodies or {}, "fixture bodies expired", carried=carried)
     fixtures = []
     for i, item in enumerate(fixture_items):
         key = (item.get("tool"), item.get("contract_revision")) if isinstance(item, dict) else None
@@ -612,7 +663,16 @@ def load_scenario(package: Package, *, fixtures_normalized: bool = False) -> Sce
         if contract is None:
             raise PackageError(f"fixtures.json[{i}]: no contract {key} in contracts.json for this fixture")
         try:
-            fixtures.append(Fixture.from_dict(item, contract, parsed=True, normalized=fixtures_normalized))
+            fixtures.append(
+                Fixture.from_dict(
+                    item,
+                    contract,
+                    parsed=True,
+                    normalized=fixtures_normalized,
+                    bodies=carried,
+                    expired_bodies=expired_records,
+                )
+            )
         except FixtureError as exc:
             raise PackageError(f"fixtures.json[{i}]: {exc}") from None
     for i, fixture in enumerate(fixtures):
@@ -1151,6 +1211,10 @@ class ReplayPackage:
     # {digest: {"class", "sensitivity", "expired_at", "removed_at", "record"}}. Their digests stay in the source
     # events; a replay that needs their bytes stops naming the digest and the class (docs/retention.md).
     expired_blobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Fixture bodies held by digest (seed 001): those carried (`fixture-bodies/sha256/<hex>`) and the deletion
+    # records of those whose bytes were gone when the package was built (replay.json `expired_fixture_bodies`).
+    fixture_bodies: dict[str, bytes] = field(default_factory=dict)
+    expired_fixture_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -1200,6 +1264,8 @@ def build_replay(
     source_blobs: Mapping[str, bytes],
     checkpoint: str | None = None,
     expired_blobs: Mapping[str, Mapping[str, Any]] | None = None,
+    fixture_bodies: Mapping[str, bytes] | None = None,
+    expired_fixture_bodies: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Package:
     """The portable replay package a worker hands to the sandbox. Checked (in full) as it will be loaded.
     `checkpoint` "start" or None: from the run's start (replay.json then says nothing, as before branching)."""
@@ -1215,6 +1281,8 @@ def build_replay(
         meta["checkpoint"] = checkpoint
     if expired_blobs:
         meta["expired"] = {digest: dict(entry) for digest, entry in sorted(expired_blobs.items())}
+    if expired_fixture_bodies:
+        meta["expired_fixture_bodies"] = {d: dict(entry) for d, entry in sorted(expired_fixture_bodies.items())}
     if scenario is not None:
         meta["scenario_checked"] = {"revision": CHECK_REVISION, "scenario": scenario.digest}
     files: dict[str, bytes] = {
@@ -1226,6 +1294,10 @@ def build_replay(
         if not canonical.is_digest(digest):
             raise PackageError(f"source blob {digest!r}: not a sha256: digest")
         files[f"source/blobs/sha256/{digest.removeprefix('sha256:')}"] = data
+    for digest, data in (fixture_bodies or {}).items():
+        if not canonical.is_digest(digest):
+            raise PackageError(f"fixture body {digest!r}: not a sha256: digest")
+        files[f"{FIXTURE_BODIES}{digest.removeprefix('sha256:')}"] = data
     if scenario is not None:
         files["scenario/package.json"] = dump(scenario.manifest)
         for name, data in scenario.files.items():
@@ -1243,7 +1315,7 @@ def load_replay(package: Package, *, full_check: bool = False) -> ReplayPackage:
         _obj(meta, "replay.json"),
         "replay.json",
         required={"id", "run_id", "mode", "vary", "decider", "launched_at"},
-        optional={"scenario_checked", "checkpoint", "expired"},
+        optional={"scenario_checked", "checkpoint", "expired", "expired_fixture_bodies"},
     )
     mode = meta["mode"]
     if mode not in MODES:
@@ -1273,6 +1345,14 @@ def load_replay(package: Package, *, full_check: bool = False) -> ReplayPackage:
             "replay.json: scenario_checked",
             required={"revision", "scenario"},
         )
+    bodies = {
+        "sha256:" + name[len(FIXTURE_BODIES) :]: data
+        for name, data in package.files.items()
+        if name.startswith(FIXTURE_BODIES)
+    }
+    body_expiries = check_body_expiries(
+        meta.get("expired_fixture_bodies", {}), "replay.json: expired_fixture_bodies", carried=bodies
+    )
     scenario = None
     if "scenario/package.json" in package.files:
         sub = package.subpackage("scenario", SCENARIO_FORMAT)
@@ -1281,9 +1361,11 @@ def load_replay(package: Package, *, full_check: bool = False) -> ReplayPackage:
                 f"replay.json: scenario_checked names scenario {checked['scenario']!r}, the package holds {sub.digest}"
             )
         trusted = not full_check and checked is not None and checked["revision"] == CHECK_REVISION
-        scenario = load_scenario(sub, fixtures_normalized=trusted)
+        scenario = load_scenario(sub, fixtures_normalized=trusted, bodies=bodies, expired_bodies=body_expiries)
     elif checked is not None:
         raise PackageError("replay.json: scenario_checked names a scenario the package does not hold")
+    elif bodies or body_expiries:
+        raise PackageError(f"{FIXTURE_BODIES}: fixture bodies without a scenario")
     elif mode != "reconstruction":
         raise PackageError(f"scenario/{MANIFEST}: a {mode} needs a scenario")
     source_manifest = package.json("source/manifest.json")
@@ -1325,4 +1407,6 @@ def load_replay(package: Package, *, full_check: bool = False) -> ReplayPackage:
         source_blobs=blobs,
         checkpoint=checkpoint,
         expired_blobs={digest: dict(entry) for digest, entry in expired.items()},
+        fixture_bodies=bodies,
+        expired_fixture_bodies=body_expiries,
     )

@@ -279,7 +279,12 @@ KINDS: dict[str, dict[str, Field]] = {
         # Issue 39 (additive): the fixture versions in force (a replay's checkpoint; a recording may name them too).
         "fixtures": opt(DICT),
     },
-    "fixture.missing": dict(_RECEIPT_LIKE),
+    "fixture.missing": {
+        **_RECEIPT_LIKE,
+        # Extension (seed 001): the fixture answering the request holds its body by digest and retention removed the
+        # bytes: {fixture, body_digest, class, sensitivity, expired_at, removed_at, record} (n17q_engine/fixtures.py).
+        "body_expired": opt(DICT),
+    },
     "fixture.ambiguous": {**_RECEIPT_LIKE, "candidates": f(LIST)},
     "sandbox.violation": {
         "attempted": f(STR, enum=VIOLATION_TARGETS),

@@ -255,6 +255,13 @@ TERMS: tuple[tuple[str, str], ...] = (
         "fixture. An empty search names its query and corpus revision, a not_found its consistency window and the "
         "world state it was observed in (the result's negative scope); a fixture that declares none says so.",
     ),
+    (
+        "fixture body expired",
+        "A fixture answers the request but holds its response body by digest, and retention removed the bytes (seed "
+        "001): the replay stops as incomplete test world with a fixture.missing whose body_expired names the fixture, "
+        "the digest, the retention class, when it was removed and the deletion record. Source material expired: "
+        "nothing is served in its place, and the scenario version's digest is unchanged.",
+    ),
 )
 
 

@@ -20,7 +20,7 @@ from .. import canonical
 from ..agent.model import MODEL_TOOL, contract_for
 from ..contracts import Contract, ContractError
 from ..deciders import REASON_CHARS, CallTool
-from ..fixtures import NEGATIVE_SCOPES, Ambiguous, ContractMismatch, Fixture, Hit, Miss
+from ..fixtures import NEGATIVE_SCOPES, Ambiguous, BodyExpired, ContractMismatch, Fixture, Hit, Miss
 from ..package import refused_by
 from ..redirects import redirect_like
 from ..world import SimulatedWorld, WorldError, parse_time, synthetic_token
@@ -486,7 +486,7 @@ class _ToolCalls(_EngineState):
         }
         self._record_missing("fixture.missing", record)
 
-    def _lookup_failed(self, result: Miss | Ambiguous | ContractMismatch, call: str) -> NoReturn:
+    def _lookup_failed(self, result: Miss | Ambiguous | ContractMismatch | BodyExpired, call: str) -> NoReturn:
         record = result.record(scenario=self.sc.ref, checkpoint_id=self.checkpoint_id)
         kind = record.pop("kind")
         record["call_id"] = call
@@ -518,6 +518,8 @@ class _ToolCalls(_EngineState):
         event_id = self.emit(kind, **record)
         self.missing.append({"event": event_id, "kind": kind, **record})
         what = "ambiguous fixtures" if kind == "fixture.ambiguous" else "missing fixture"
+        if "body_expired" in record:  # seed 001: the fixture is there, its body's bytes are not
+            what = "expired fixture body"
         self.stop(
             "incomplete_test_world",
             f"{what} for {record['tool']} revision {record['contract_revision']} "

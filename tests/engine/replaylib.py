@@ -64,6 +64,8 @@ def scenario(
     resources: dict | None = None,
     name: str = "test-scenario",
     version: int = 1,
+    bodies: dict[str, bytes] | None = None,
+    expired_bodies: dict[str, dict[str, Any]] | None = None,
     **meta: Any,
 ) -> Package:
     world: dict[str, Any] = {
@@ -95,7 +97,9 @@ def scenario(
                 "current": "p@1",
                 "revisions": {"p@1": {"rules": [], "require_all": True, "lineage_gate": True}},
             },
-        }
+        },
+        bodies=bodies,
+        expired_bodies=expired_bodies,
     )
 
 
@@ -156,6 +160,8 @@ def replay_package(
     mode: str = "rerun",
     vary: dict | None = None,
     replay_id: str = "replay-1",
+    fixture_bodies: dict[str, bytes] | None = None,
+    expired_fixture_bodies: dict[str, dict[str, Any]] | None = None,
 ) -> Package:
     return build_replay(
         replay_id=replay_id,
@@ -168,4 +174,6 @@ def replay_package(
         source_manifest=manifest,
         source_events=events,
         source_blobs=blobs or {},
+        fixture_bodies=fixture_bodies,
+        expired_fixture_bodies=expired_fixture_bodies,
     )
