@@ -1,9 +1,13 @@
 """Real Inspect AI logs for tests: `produce(out, home)` runs tests/engine/inspect_producer.py (a small real eval
-with the mock model) in a child process, offline and without a display, and returns the logs it wrote by name."""
+with the mock model) in a child process, offline and without a display, and returns the logs it wrote by name.
+`produce_once(tmp_path_factory)` gives every test module of a pytest run the same logs, made once for the run."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +72,22 @@ def produce(out: Path, home: Path) -> dict[str, Path]:
             raise AssertionError(f"{name}: expected one log, found {paths}: {done.stderr[-2000:]}")
         found[name] = paths[0]
     return found
+
+
+def produce_once(tmp_path_factory) -> dict[str, Path]:
+    """`produce`'s logs, made once for the whole pytest run and shared by its modules and its xdist workers: the first
+    to ask runs the eval (6 s of a core, mostly importing Inspect AI), the others wait on a lock and read the same
+    files. Every module that asks only reads them (each wrote its own copies of the same eval's logs before)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, which holds each worker's (popen-gwN)
+    shared = root / "inspect-logs-once"
+    with open(root / "inspect-logs-once.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = shared / "made.json"
+        if made.exists():
+            return {name: Path(path) for name, path in json.loads(made.read_text()).items()}
+        shutil.rmtree(shared, ignore_errors=True)
+        logs = produce(shared / "logs", shared / "home")
+        made.write_text(json.dumps({name: str(path) for name, path in logs.items()}))
+        return logs

@@ -21,14 +21,14 @@ from n17q_engine.formats import ConversionError, ConvertedRun, write_bundle
 from n17q_engine.formats.inspect_log import convert_inspect_log, looks_like_inspect_log
 from n17q_engine.lineage import check_events
 
-from .inspect_logs import produce
+from .inspect_logs import produce_once
 
 HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return produce(tmp_path_factory.mktemp("inspect-logs"), tmp_path_factory.mktemp("inspect-home"))
+    return produce_once(tmp_path_factory)
 
 
 def _bundle(run: ConvertedRun, root: Path) -> list[dict]:

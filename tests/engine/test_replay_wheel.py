@@ -36,8 +36,10 @@ def _build_wheel(out: Path) -> Path:
 def _fresh_env(where: Path, wheel: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, capture_output=True, timeout=300)
     python = str(where / "bin" / "python")
+    # --no-compile: the environment is used once, by one pytest run; Python compiles what that run imports (pip would
+    # compile every module of openai, pydantic and the rest ahead, most of them never imported here).
     install = subprocess.run(
-        [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", str(wheel), "openai"],
+        [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile", "-q", str(wheel), "openai"],
         capture_output=True,
         text=True,
         timeout=900,

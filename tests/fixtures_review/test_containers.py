@@ -16,6 +16,13 @@ import pytest
 from n17q_secrets import containers
 from n17q_secrets.containers import mask_container
 
+
+@pytest.fixture(autouse=True)
+def _reviewed_connections() -> None:
+    """This module's tests read and write no row: no reviewed connections, no database (tests/fixtures_review/
+    conftest.py's fixture of this name, overridden), so they run once, in the SQLite pass (tests/conftest.py)."""
+
+
 ZIP_ZSTANDARD = 93
 
 

@@ -19,6 +19,13 @@ from tests import bundles
 
 from .corpus import ALNUM, BASE32, HEX, URLSAFE, rnd
 
+
+@pytest.fixture(autouse=True)
+def _reviewed_connections() -> None:
+    """This module's tests read and write no row: no reviewed connections, no database (tests/fixtures_review/
+    conftest.py's fixture of this name, overridden), so they run once, in the SQLite pass (tests/conftest.py)."""
+
+
 ROOT = Path(__file__).resolve().parents[2]
 LOWER = string.ascii_lowercase
 CLASSES = {name for name, _f, _h in field_classes.field_class_rules()}

@@ -23,6 +23,13 @@ from tests.bundles import EXAMPLE
 
 from . import gitleaks_corpus
 
+
+@pytest.fixture(autouse=True)
+def _reviewed_connections() -> None:
+    """This module's tests read and write no row: no reviewed connections, no database (tests/fixtures_review/
+    conftest.py's fixture of this name, overridden), so they run once, in the SQLite pass (tests/conftest.py)."""
+
+
 BASE = json.loads((EXAMPLE.parent / "example-capture.json").read_text())
 PLACEMENTS = ("json field", "log line", "query value")
 

@@ -26,6 +26,12 @@ from n17q_secrets.reference.nosey_parker import NoseyParkerRules, nosey_parker_r
 from .test_gitleaks_corpus import PLACEMENTS, _capture, _leaks
 
 
+@pytest.fixture(autouse=True)
+def _reviewed_connections() -> None:
+    """This module's tests read and write no row: no reviewed connections, no database (tests/fixtures_review/
+    conftest.py's fixture of this name, overridden), so they run once, in the SQLite pass (tests/conftest.py)."""
+
+
 @pytest.fixture(scope="module")
 def measured() -> dict:
     rules = nosey_parker_rules()

@@ -19,6 +19,13 @@ import pytest
 from fixtures_review import intake, recordings
 from fixtures_review.recordings import RecordingError, convert, load
 
+
+@pytest.fixture(autouse=True)
+def _reviewed_connections() -> None:
+    """This module's tests read and write no row: no reviewed connections, no database (tests/fixtures_review/
+    conftest.py's fixture of this name, overridden), so they run once, in the SQLite pass (tests/conftest.py)."""
+
+
 FIELDS = {"scenario": "docs-research", "tool": "status.lookup", "contract_revision": 2, "effect_class": "read"}
 # A gzip body that decompresses to just under the per-body cap: 32 KB on the wire.
 BOMB = gzip.compress(b"0" * (intake.MAX_BODY_BYTES - 1024), compresslevel=9)

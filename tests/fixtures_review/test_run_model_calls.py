@@ -17,7 +17,7 @@ from fixtures_review.services import recording_approve
 from n17q_engine.agent.model import MODEL_CONTRACT, MODEL_TOOL
 from n17q_engine.contracts import Contract
 from runs.models import Run
-from tests.engine.inspect_logs import produce
+from tests.engine.inspect_logs import produce_once
 from tests.engine.test_format_otlp import _protobuf, _spans
 from tests.engine.test_recorded_chat import CONVERSATION, TOOLS, _genai_call, _openinference_call
 
@@ -27,7 +27,7 @@ CONTRACT = Contract.from_dict(MODEL_CONTRACT)
 
 @pytest.fixture(scope="module")
 def inspect_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return produce(tmp_path_factory.mktemp("inspect-logs"), tmp_path_factory.mktemp("inspect-home"))["eval"]
+    return produce_once(tmp_path_factory)["eval"]
 
 
 @pytest.fixture

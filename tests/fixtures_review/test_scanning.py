@@ -21,6 +21,13 @@ from tests.hypothesis_budget import examples
 
 from . import corpus
 
+
+@pytest.fixture(autouse=True)
+def _reviewed_connections() -> None:
+    """This module's tests read and write no row: no reviewed connections, no database (tests/fixtures_review/
+    conftest.py's fixture of this name, overridden), so they run once, in the SQLite pass (tests/conftest.py)."""
+
+
 POSITIVES = corpus.positives()
 FILLER = "Keys rotate every 90 days; see the runbook for the procedure and the owners. " * 80  # > 4096 chars
 

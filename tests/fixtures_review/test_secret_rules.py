@@ -17,6 +17,13 @@ from fixtures_review import intake
 from n17q_secrets.reference import RULES_FILE, ReferenceRules, reference_rules, shannon_entropy
 from tests import bundles
 
+
+@pytest.fixture(autouse=True)
+def _reviewed_connections() -> None:
+    """This module's tests read and write no row: no reviewed connections, no database (tests/fixtures_review/
+    conftest.py's fixture of this name, overridden), so they run once, in the SQLite pass (tests/conftest.py)."""
+
+
 # Assembled at run time so that no token sits whole in the repository; the parts are the documented formats.
 STRIPE = "sk_" + "live_" + "4eC39HqLyjWDarjtT1zdp7dc9x1QmM"
 SLACK_BOT = "xoxb-" + "263594206564-2343594206574-FGqddMF8t08v8N7Oq4i57vs1"

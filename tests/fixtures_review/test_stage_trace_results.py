@@ -22,7 +22,7 @@ from opentelemetry.trace import Status, StatusCode, Tracer
 from fixtures_review.models import RequestObservation, StagedRecording
 from fixtures_review.services import ReviewRefused, contract_revisions_parse
 from runs.models import Event, Run
-from tests.engine.inspect_logs import produce
+from tests.engine.inspect_logs import produce_once
 
 pytestmark = pytest.mark.django_db
 
@@ -85,7 +85,7 @@ def otlp_run(tmp_path) -> Run:
 
 @pytest.fixture(scope="module")
 def inspect_logs(tmp_path_factory) -> dict[str, Path]:
-    return produce(tmp_path_factory.mktemp("inspect-logs"), tmp_path_factory.mktemp("inspect-home"))
+    return produce_once(tmp_path_factory)
 
 
 def stage(capsys, run: str, *args: str) -> dict:

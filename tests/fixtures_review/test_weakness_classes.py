@@ -23,6 +23,12 @@ from tests import bundles
 from . import corpus
 
 
+@pytest.fixture(autouse=True)
+def _reviewed_connections() -> None:
+    """This module's tests read and write no row: no reviewed connections, no database (tests/fixtures_review/
+    conftest.py's fixture of this name, overridden), so they run once, in the SQLite pass (tests/conftest.py)."""
+
+
 def _capture(**changes: Any) -> dict[str, Any]:
     capture = json.loads((bundles.EXAMPLE.parent / "example-capture.json").read_text())
     for where, value in changes.items():

@@ -12,8 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from replays.models import Replay
 from replays.trace_scenarios import trace_scenario_propose, trace_scenario_status
 from runs.models import Event, Run
 from tests.conftest import approve_test_connection
+from tests.engine.inspect_logs import produce_once
 from tests.engine.test_agent_decider import _isolation_or_skip
 
 pytestmark = [pytest.mark.django_db]
@@ -177,12 +176,10 @@ def test_the_langchain_trace_is_staged_and_approved_whole(people, capsys):
     assert status["trace"]["tool_calls"] == 3 and status["trace"]["model_calls"] == 3
 
 
-def test_an_inspect_log_made_by_inspect_ai_is_staged_and_approved_whole(people, capsys, tmp_path):
+def test_an_inspect_log_made_by_inspect_ai_is_staged_and_approved_whole(people, capsys, tmp_path_factory):
     """Inspect AI's own log (tests/engine/inspect_producer.py runs a real eval: tools, a sandbox, an approval policy):
     each sample is a run, and each run's tool results and model calls are all staged and approved."""
-    producer = ROOT / "tests" / "engine" / "inspect_producer.py"
-    subprocess.run([sys.executable, str(producer), str(tmp_path)], check=True, capture_output=True, timeout=600)
-    log = sorted((tmp_path / "eval").glob("*.eval"))[0]
+    log = produce_once(tmp_path_factory)["eval"]
     call_command("import_run", str(log), "--json")
     answer = json.loads(capsys.readouterr().out)
     assert len(answer["runs"]) == 4  # two samples, two epochs

@@ -27,7 +27,7 @@ from runs.conversations import WINDOW, conversation_of
 from runs.event_detail import event_detail_build
 from runs.facts import facts_of
 from runs.models import Event, Run
-from tests.engine.inspect_logs import produce
+from tests.engine.inspect_logs import produce_once
 from tests.engine.test_format_otlp import _protobuf, _spans
 
 pytestmark = pytest.mark.django_db
@@ -42,7 +42,7 @@ PRICES = price_table(
 
 @pytest.fixture(scope="module")
 def inspect_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return produce(tmp_path_factory.mktemp("inspect-logs"), tmp_path_factory.mktemp("inspect-home"))["eval"]
+    return produce_once(tmp_path_factory)["eval"]
 
 
 def _import(path: Path) -> list[Run]:

@@ -32,7 +32,7 @@ from n17q_engine.identifiers import INSPECT_MAKER
 from runs.import_formats import import_converted
 from runs.models import Blob, Event, Run
 from tests import bundles
-from tests.engine.inspect_logs import produce
+from tests.engine.inspect_logs import produce_once
 from tests.runs.test_api import token_for
 
 pytestmark = pytest.mark.django_db
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(scope="module")
 def inspect_logs(tmp_path_factory) -> dict[str, Path]:
-    return produce(tmp_path_factory.mktemp("inspect-logs"), tmp_path_factory.mktemp("inspect-home"))
+    return produce_once(tmp_path_factory)
 
 
 def import_run(path: Path) -> dict:
