@@ -43,7 +43,7 @@ from .concurrency import Race, RaceError, parse_races
 from .contracts import ContractError, ContractSet
 from .fixtures import Fixture, FixtureError, FixtureRegistry
 from .identifiers import INT32_MAX, id_problem, scenario_name_problem
-from .scenario_evaluation import glob_problem
+from .path_globs import glob_problem
 from .vocabulary import BUDGET_RESOURCES, FAULT_STAGES, RUN_STATES
 from .world import SimulatedWorld, WorldError, parse_time
 

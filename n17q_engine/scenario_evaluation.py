@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .path_globs import path_matches
+
 FORMAT = "n17q.scenario-evaluation/1"
 CHECKS = ("file_scope", "allowed_effects", "stop_state")
 CHECK_TITLES = {
@@ -42,7 +44,6 @@ EVALUATED_KINDS = ("replay.scope", "artifact.created", "effect.intent", "run.sta
 # `failed` (the harness or the world broke).
 UNFINISHED_STATES = ("paused", "incomplete_test_world", "stopped", "interrupted", "running")
 EVENTS_CITED = 20  # events named per judgement; the rest are counted
-MAX_GLOB = 300
 
 
 # --- what a narrow scope cannot support ----------------------------------------------------------------------------
@@ -147,60 +148,6 @@ def _from_checkpoint(scope_note: Mapping[str, Any]) -> str | None:
 
 
 # --- the declaration -------------------------------------------------------------------------------------------------
-
-
-def glob_problem(glob: Any) -> str | None:
-    """Why `glob` is not a path glob of a file scope (relative, `/`-separated; `*` within a segment, `**` across
-    segments, `?` one character), or None."""
-    if not isinstance(glob, str) or not glob.strip():
-        return "must be a non-empty string"
-    if len(glob) > MAX_GLOB:
-        return f"longer than {MAX_GLOB} characters"
-    if glob.startswith("/") or ".." in glob.split("/"):
-        return "must be a relative path without '..'"
-    return None
-
-
-def path_matches(path: str, glob: str) -> bool:
-    """Whether `path` matches `glob`: `**` any run of characters (`/` included, and `**/` none at all), `*` any run
-    within one segment, `?` one character but `/`. A set-of-positions walk: linear in the glob times the path,
-    whatever the pattern (no backtracking regex on a pattern a scenario author wrote)."""
-    tokens: list[str] = []
-    i = 0
-    while i < len(glob):
-        if glob.startswith("**/", i):
-            tokens.append("**/")
-            i += 3
-        elif glob.startswith("**", i):
-            tokens.append("**")
-            i += 2
-        else:
-            tokens.append(glob[i])
-            i += 1
-    positions = {0}
-    for token in tokens:
-        nxt: set[int] = set()
-        for j in positions:
-            if token == "**":
-                nxt.update(range(j, len(path) + 1))
-            elif token == "**/":
-                nxt.add(j)
-                nxt.update(k + 1 for k in range(j, len(path)) if path[k] == "/")
-            elif token == "*":
-                k = j
-                nxt.add(k)
-                while k < len(path) and path[k] != "/":
-                    k += 1
-                    nxt.add(k)
-            elif token == "?":
-                if j < len(path) and path[j] != "/":
-                    nxt.add(j + 1)
-            elif j < len(path) and path[j] == token:
-                nxt.add(j + 1)
-        positions = nxt
-        if not positions:
-            return False
-    return len(path) in positions
 
 
 # --- the evaluator -------------------------------------------------------------------------------------------------

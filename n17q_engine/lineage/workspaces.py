@@ -28,9 +28,9 @@ Decision taken where DESIGN §4 is silent (the project docs cite this list):
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any
 
+from ..path_globs import matches_any
 from .graph import Handler, LineageGraph, _finding, _join, _path, _str, _strs, _unique
 
 # The pseudo-kinds LIN016 and LIN017 count as their inputs (codes.REQUIRED_INPUTS): a workspace that declared what it
@@ -102,40 +102,12 @@ def _check_overlay(graph: LineageGraph, artifact_event: str, workspace: str, fil
         )
 
 
-@lru_cache(maxsize=64)
-def test_path_matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """One regex for a list of path globs: `*` and `?` within one path segment, `**/` any number of leading
-    folders (none included), a trailing `/**` everything beneath."""
-    parts = []
-    for pattern in patterns:
-        out, i = [], 0
-        while i < len(pattern):
-            if pattern.startswith("**/", i):
-                out.append("(?:[^/]+/)*")
-                i += 3
-            elif pattern.startswith("**", i):
-                out.append(".*")
-                i += 2
-            elif pattern[i] == "*":
-                out.append("[^/]*")
-                i += 1
-            elif pattern[i] == "?":
-                out.append("[^/]")
-                i += 1
-            else:
-                out.append(re.escape(pattern[i]))
-                i += 1
-        parts.append("".join(out))
-    return re.compile("^(?:" + "|".join(parts) + ")$" if parts else "(?!)")
-
-
 def _check_tests(graph: LineageGraph, event_id: str, workspace: str, files: tuple[str, ...], what: str) -> None:
     if graph.tests_required or not files:
         return
     known = graph._workspaces.get(workspace)
     overlay = known.overlay if known is not None else frozenset()
-    matcher = test_path_matcher(graph.test_paths)
-    touched = _unique(p for p in files if p not in overlay and matcher.match(p))
+    touched = _unique(p for p in files if p not in overlay and matches_any(p, graph.test_paths))
     if touched:
         graph._emit(
             _finding(
