@@ -14,11 +14,10 @@ from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
 from n17q_engine.assessments import DIMENSIONS, AssessmentRefused
-from n17q_engine.bundle import is_run_id
 from replays import model_review as model_review_service
 from runs import annotations as annotation_service
 from runs import assessments as assessment_service
-from runs.models import Run
+from runs.cli import stored_run
 
 
 class Command(JsonCommand):
@@ -38,11 +37,7 @@ class Command(JsonCommand):
 
     def run(self, **options: Any) -> dict[str, Any]:
         run_id = options["run"]
-        if not is_run_id(run_id):
-            raise CommandError(f"{run_id!r} is not a run id (1-200 characters, no '/', no spaces)")
-        run = Run.objects.filter(run_id=run_id).first()
-        if run is None:
-            raise CommandError(f"no run with id {run_id!r}")
+        run = stored_run(run_id)
         if options["list"]:
             return assessment_service.assessments_json(run)
         if not options.get("user"):

@@ -14,9 +14,8 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from accounts.cli import JsonCommand
-from n17q_engine.bundle import is_run_id
 from runs import annotations as annotation_service
-from runs.models import Run
+from runs.cli import stored_run
 
 
 def _value(text: str) -> Any:
@@ -54,11 +53,7 @@ class Command(JsonCommand):
 
     def run(self, **options: Any) -> dict[str, Any]:
         run_id = options["run"]
-        if not is_run_id(run_id):
-            raise CommandError(f"{run_id!r} is not a run id (1-200 characters, no '/', no spaces)")
-        run = Run.objects.filter(run_id=run_id).first()
-        if run is None:
-            raise CommandError(f"no run with id {run_id!r}")
+        run = stored_run(run_id)
         if options["list"]:
             rows = annotation_service.run_annotations(run, limit=annotation_service.annotation_total(run))
             return {"run": run.run_id, "annotations": [a.as_json() for a in rows]}

@@ -18,9 +18,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts.audit import audit_record
-from n17q_engine.bundle import is_run_id
 from runs.bundle_export import EXPORT_FORMATS, BundleExportError
-from runs.models import Run
+from runs.cli import stored_run
 
 
 class Command(BaseCommand):
@@ -39,11 +38,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         run_id, out = options["run"], Path(options["out"])
-        if not is_run_id(run_id):
-            raise CommandError(f"{run_id!r} is not a run id (1-200 characters, no '/', no spaces)")
-        run = Run.objects.filter(run_id=run_id).first()
-        if run is None:
-            raise CommandError(f"no run with id {run_id!r}")
+        run = stored_run(run_id)
         fmt = options["format"]
         if fmt == "bundle" and out.suffix.lower() != ".zip":
             raise CommandError(f"{out}: the bundle is written as a .zip file; name it OUT.zip")
