@@ -149,6 +149,9 @@ def row_summary(body: dict[str, Any], *, tool: str | None = None) -> tuple[str, 
             badges.append(("outcome", outcome.replace("_", " ")))
         for path, how in sorted((body.get("absent") or {}).items()):
             badges.append((f"absent-{how}", f"{path}: {str(how).replace('_', ' ')}"))
+        freshness = body.get("freshness")
+        if isinstance(freshness, dict) and freshness.get("state") == "stale":  # seed 000: stale, served as recorded
+            badges.append(("bad", "stale"))
         text = f"{outcome} from {tool}" if tool else f"{outcome} for {get('call_id')}"
     elif kind == "model.proposal":
         proposal = body.get("proposal") or {}

@@ -224,3 +224,15 @@ def test_a_bundle_refuses_a_result_whose_freshness_state_is_not_one_the_vocabula
     )
     with pytest.raises(BundleError, match=r"field freshness\.state"):
         validate_event({**event, "freshness": {"state": "old"}}, line=1)
+
+
+@pytest.mark.seed("000", "Credentials never entered replay artifacts")
+def test_a_stale_result_says_so_in_its_trace_row_and_a_fresh_or_unjudged_one_does_not():
+    from runs.trace import row_summary
+
+    rule = {"docs.search": {"max_age_s": 30 * DAY}}
+    (near,) = kinds(_search_replay(freshness=rule), "tool.result")
+    (late,) = kinds(_search_replay(freshness=rule, vary={"clock": "2027-07-01T09:00:00Z"}), "tool.result")
+    (unjudged,) = kinds(_search_replay(freshness=None), "tool.result")
+    assert ("bad", "stale") in row_summary(late, tool="docs.search")[1]
+    assert all(("bad", "stale") not in row_summary(e, tool="docs.search")[1] for e in (near, unjudged))
