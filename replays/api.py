@@ -25,6 +25,7 @@ from rest_framework.views import APIView
 
 from accounts.auth import READ_RUNS, requires_perm, scoped
 from accounts.models import HarnessToken
+from console.api_errors import first_problem
 from console.api_parsers import BoundedJSONParser
 from console.openapi import ErrorOutput
 from fixtures_review.model_answers import MAX_ANSWER_BYTES, parse_answer
@@ -738,8 +739,7 @@ class RunAssessmentsApi(APIView):
         run = get_object_or_404(Run, run_id=run_id)
         data = AssessmentInput(data=request.data)
         if not data.is_valid():
-            name, problems = next(iter(data.errors.items()))
-            return Response({"error": f"{name}: {problems[0]}"}, status=status.HTTP_400_BAD_REQUEST)
+            return Response({"error": first_problem(data.errors)}, status=status.HTTP_400_BAD_REQUEST)
         given = data.validated_data
         try:
             if given.get("connection"):

@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from accounts.auth import READ_RUNS, requires_perm, scoped
 from accounts.models import HarnessToken
+from console.api_errors import first_problem
 from console.openapi import ErrorOutput
 from console.pagination import StrictLimitOffsetPagination
 from console.upload_budget import UPLOAD_BUDGET_STATUS, BudgetExceeded, upload_budget
@@ -568,8 +569,7 @@ class RunAnnotationsApi(APIView):
         run = get_object_or_404(Run, run_id=run_id)
         data = AnnotationInput(data=request.data)
         if not data.is_valid():
-            name, problems = next(iter(data.errors.items()))
-            return Response({"error": f"{name}: {problems[0]}"}, status=status.HTTP_400_BAD_REQUEST)
+            return Response({"error": first_problem(data.errors)}, status=status.HTTP_400_BAD_REQUEST)
         try:
             made = annotation_service.annotate(run, data.validated_data, user=request.user, request=request)
         except annotation_service.AnnotationRefused as exc:

@@ -200,6 +200,8 @@ NOT_PAGES = {
     "api-run-bundle": "a file download (a run bundle, .zip)",
     "api-run-otlp": "a file download (the run as OTLP JSON)",
     "api-run-annotations": "JSON API",
+    "api-run-assessments": "JSON API",
+    "api-run-retries": "JSON API",
     "runs:run-annotate": "POST only (the run page's Annotate forms); redirects back to the run page",
     "runs:blob-download": "a file download",
     "runs:run-export": "a file download (a run bundle, .zip)",

@@ -392,7 +392,10 @@ def test_it_inherits_no_descriptors_beyond_stdio():
 
 
 def test_it_drops_every_capability_and_applies_the_limits():
-    limits = Limits(cpu_s=7, memory_bytes=512 << 20, open_files=32, processes=16, file_size_bytes=1 << 20)
+    # RLIMIT_NPROC counts every process and thread of the uid, machine-wide: the sandboxes of the other test workers
+    # run as the same nobody, so a small value here fails this sandbox's own spawn (EAGAIN) whenever they are busy.
+    # A distinctive large value shows the limit is applied just as well.
+    limits = Limits(cpu_s=7, memory_bytes=512 << 20, open_files=32, processes=4093, file_size_bytes=1 << 20)
 
     seen = json.loads(sandboxed("identity", limits=limits).output)
 
@@ -402,7 +405,7 @@ def test_it_drops_every_capability_and_applies_the_limits():
         "RLIMIT_CPU": 7,
         "RLIMIT_AS": 512 << 20,
         "RLIMIT_NOFILE": 32,
-        "RLIMIT_NPROC": 16,
+        "RLIMIT_NPROC": 4093,
         "RLIMIT_FSIZE": 1 << 20,
     }
 

@@ -285,7 +285,11 @@ def test_the_comparison_of_story_001_shows_one_simulated_delivery_and_the_histor
     assert re.search(r"Historical approval <code>e-001-approval</code>.*?unused", html, re.S)
     for layer in ("Context inputs", "Proposals", "Policy decisions", "Tool transitions", "World changes", "Budget"):
         assert layer in html
-    assert "Claims (the final account)" in html and "score" not in html.replace("never scored", "").replace(
+    # No single replay score: the only scores are the qualitative section's, each run's own per dimension (seed 003).
+    qualitative = re.search(r'<section aria-labelledby="qual-h".*?</section>', html, re.S)
+    assert qualitative is not None and "never a score of the replay" in qualitative.group(0)
+    rest = html.replace(qualitative.group(0), "")
+    assert "Claims (the final account)" in rest and "score" not in rest.replace("never scored", "").replace(
         "no single score", ""
     )
     assert "None: every layer pairs up." in html  # recorded decisions, same fixtures: nothing diverges

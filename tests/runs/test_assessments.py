@@ -73,6 +73,11 @@ def test_a_high_score_sits_beside_the_verdict_and_never_changes_it(client, role_
         f"/api/v1/runs/{RUN}/assessments/", {**post, "score": 9}, content_type="application/json", **auth
     )
     assert bad_score.status_code == 400
+    # A blank id in the list is one clear line naming its place (a list field's errors are keyed by index).
+    blank = client.post(
+        f"/api/v1/runs/{RUN}/assessments/", {**post, "cited": ["art-2", ""]}, content_type="application/json", **auth
+    )
+    assert blank.status_code == 400 and blank.json()["error"].startswith("cited.1: "), blank.content
 
     run.refresh_from_db()
     # The verdict, the findings and the facts are what they were: LIN001 stands beside a 5/5 report.

@@ -208,7 +208,7 @@ def test_a_source_row_says_what_its_hidden_replays_found(viewer_client, capsys):
     assert 'href="/?source=run-001-recorded">3 errors in its replays</a>' in row(html, "run-001-recorded")
     assert "in its replays" not in row(html, "run-003-review-request")  # no replays: nothing to say
     # No finding is not a pass where the checks had nothing to judge: the row says how many (issue 34's honesty).
-    assert "13 checks not evaluated</small>" in row(html, "run-000-recorded")
+    assert "15 checks not evaluated</small>" in row(html, "run-000-recorded")
     assert 'title="LIN001, ' in row(html, "run-000-recorded")
     # Listed with their source, each replay speaks for itself.
     assert "in its replays" not in page(viewer_client, "/?replays=on")
