@@ -543,17 +543,43 @@ def _scan_into(found: dict[str, str], text: str, data: bytes, present: frozenset
         value = hit.secret if len(hit.secret) >= _SHORTEST_REFERENCE_SECRET else hit.match
         if len(value) >= _MIN_SECRET and value not in found and not _is_placeholder(value, by_entropy=False):
             found[value] = hit.rule
-    for rule in rules():
-        if rule.gate and present is not None:
-            if Prefilter.GATE + rule.name not in present:
-                continue
-        elif rule.hints:
-            held = (h in present for h in rule.hints) if present is not None else (h in lowered for h in rule.hints)
-            if not any(held):
-                continue
+    own = _rules_holding(present) if present is not None else _rules_in(lowered)
+    for rule in own:
         for value in rule.find_bytes(data):
             if len(value) >= _MIN_SECRET and value not in found and not _is_placeholder(value):
                 found[value] = rule.name
+
+
+_RULES_HOLDING: dict[frozenset[str], tuple[Rule, ...]] = {}
+
+
+def _rules_holding(present: frozenset[str]) -> tuple[Rule, ...]:
+    """Our rules that can find something in a text holding exactly the literals and gates `present` (the
+    prefilter's answer), in `rules()` order: a gated rule whose gate matched, a rule with hints one of which the
+    text holds, and every rule with neither. Texts hold few distinct sets of literals, so each set's answer is
+    kept: the names of the rules' own literals and gates, never anything of a scanned text's values. Bounded: past
+    4,096 sets, the answers are dropped and worked out again."""
+    chosen = _RULES_HOLDING.get(present)
+    if chosen is None:
+        chosen = tuple(
+            rule
+            for rule in rules()
+            if (
+                Prefilter.GATE + rule.name in present
+                if rule.gate
+                else not rule.hints or not present.isdisjoint(rule.hints)
+            )
+        )
+        if len(_RULES_HOLDING) >= 4096:
+            _RULES_HOLDING.clear()
+        _RULES_HOLDING[present] = chosen
+    return chosen
+
+
+def _rules_in(lowered: str) -> list[Rule]:
+    """`_rules_holding` for a text the prefilter could not read: the hints looked for in its lower case (a gated
+    rule's hints are the literals its pattern requires)."""
+    return [rule for rule in rules() if not rule.hints or any(h in lowered for h in rule.hints)]
 
 
 class Prefilter:

@@ -185,6 +185,7 @@ class ReferenceRules:
                 self.not_compiled.append((raw.get("id", "?"), str(exc)))
         self.rules = tuple(rules)
         self._always = tuple(i for i, r in enumerate(self.rules) if not r.keywords)
+        self._holding: dict[frozenset[str], tuple[int, ...]] = {}
         self._automaton = ahocorasick.Automaton()
         by_keyword: dict[str, list[int]] = {}
         for i, rule in enumerate(self.rules):
@@ -207,12 +208,20 @@ class ReferenceRules:
             chosen.update(indexes)
         return sorted(chosen)
 
-    def candidates_holding(self, present: frozenset[str]) -> list[int]:
-        """`candidates` for a text known to hold exactly the keywords `present` (found by a faster prefilter)."""
+    def candidates_holding(self, present: frozenset[str]) -> tuple[int, ...]:
+        """`candidates` for a text known to hold exactly the keywords `present` (found by a faster prefilter). Texts
+        hold few distinct sets of keywords: each set's answer is kept (rule indexes, nothing of a text), up to
+        4,096 sets."""
+        known = self._holding.get(present)
+        if known is not None:
+            return known
         chosen = set(self._always)
         for keyword in present:
             chosen.update(self.keywords.get(keyword, ()))
-        return sorted(chosen)
+        if len(self._holding) >= 4096:
+            self._holding.clear()
+        answer = self._holding[present] = tuple(sorted(chosen))
+        return answer
 
     def find(
         self,
