@@ -98,6 +98,11 @@ class CarryForward:
 
     def add(self, e: Mapping[str, Any]) -> None:
         kind = e.get("kind")
+        if kind == "tool.result":
+            # Most of what is fed (a long run's every tool call has one): only its id is kept, first.
+            if len(self.tool_results) < MAX_TRACKED:
+                self.tool_results.add(str(e.get("id")))
+            return
         held_seq = e.get("seq")
         seq: int = held_seq if isinstance(held_seq, int) else 0
         eid = str(e.get("id"))
@@ -125,9 +130,6 @@ class CarryForward:
                 e.get("exit_code"),
             )
             self.purposes[eid] = {VALIDATION_PREFIX + s for s in _strs(e.get("suites"))}
-        elif kind == "tool.result":
-            if len(self.tool_results) < MAX_TRACKED:
-                self.tool_results.add(eid)
         elif kind == "evidence.observed":
             if len(self.observations) >= MAX_TRACKED:
                 self.truncated = True

@@ -158,21 +158,22 @@ class FactBuilder:
     # --- the events ---
 
     def add(self, event: Mapping[str, Any]) -> None:
-        if event.get("kind") in APPENDED_BY_REVIEWERS:
+        held_kind = event.get("kind")
+        if held_kind in APPENDED_BY_REVIEWERS:
             # What reviewers append after the run (annotations, corrections, assessments) is not a fact of it: the
             # facts read the same before and after, and a recompute counts what the import counted.
             return
         self.events += 1
         if self.own_graph:
             self.graph.add(event if isinstance(event, dict) else dict(event))
-        kind = str(event.get("kind"))
+        kind = str(held_kind)
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, event)
         if kind in CARRY_KINDS:
             self.carry.add(event)
         intent = _str(event.get("intent_id"))
-        if intent is not None and event.get("kind") != "effect.intent":
+        if intent is not None and held_kind != "effect.intent":
             self.intent_of.setdefault(str(event.get("id")), intent)
 
     def _intent(self, e: Mapping[str, Any]) -> None:

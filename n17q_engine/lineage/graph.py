@@ -38,6 +38,7 @@ from typing import Any
 from .. import vocabulary as v
 from ..canonical import digest_json
 from ..compatibility import Rule, parse_rules
+from ..path_globs import PathGlobs
 from ..scenario_evaluation import scope_unevaluated
 from ..spill import MultiMap, SpilledIndex, SpilledMultiMap, spill_index, spill_multimap
 from .codes import WARNING_CODES, claim_is_judged, unevaluated_checks
@@ -298,6 +299,8 @@ class LineageGraph:
         # change (`run.task.test_paths` / `run.task.requires_test_changes`, else the scenario's; the defaults
         # otherwise). Read from the viewing run: a reconstruction's task is the recorded run's task.
         self.test_paths, self.tests_required = _test_scope(run)
+        # The same few files are named again and again (every artifact, every change): each matched once.
+        self.test_globs = PathGlobs(self.test_paths)
         subject = run.get("reconstructs")
         if run.get("mode") == "reconstruction" and isinstance(subject, dict):
             run = subject

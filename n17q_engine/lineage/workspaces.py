@@ -30,7 +30,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..path_globs import matches_any
 from .graph import Handler, LineageGraph, _finding, _join, _path, _str, _strs, _unique
 
 # The pseudo-kinds LIN016 and LIN017 count as their inputs (codes.REQUIRED_INPUTS): a workspace that declared what it
@@ -107,7 +106,7 @@ def _check_tests(graph: LineageGraph, event_id: str, workspace: str, files: tupl
         return
     known = graph._workspaces.get(workspace)
     overlay = known.overlay if known is not None else frozenset()
-    touched = _unique(p for p in files if p not in overlay and matches_any(p, graph.test_paths))
+    touched = _unique(p for p in files if p not in overlay and graph.test_globs.matches(p))
     if touched:
         graph._emit(
             _finding(
