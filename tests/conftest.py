@@ -28,6 +28,10 @@ DATABASE_FIXTURES = frozenset({"_django_db_helper", "db", "transactional_db", "l
 
 
 def uses_database(item: pytest.Item) -> bool:
+    # A test whose rows are only the way to what it shows (registering an agent to build its environment, importing
+    # a run to draw it) says the same on either database: marked `database_incidental`, it runs once too.
+    if item.get_closest_marker("database_incidental") is not None:
+        return False
     if item.get_closest_marker("django_db") is not None or item.get_closest_marker("postgres") is not None:
         return True
     return not DATABASE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))

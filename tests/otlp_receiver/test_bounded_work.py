@@ -229,6 +229,7 @@ def receive_in_child(tmp_path: Path, body: bytes) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
+@pytest.mark.database_incidental
 def test_a_37_mb_json_request_stays_within_8_times_its_size(tmp_path):
     """The issue's measurement: a gzip OTLP/JSON request of 37 MB decoded raised peak RSS by 501 MB (13.5x)."""
     answer = receive_in_child(tmp_path, attribute_heavy_json(37 * 1024 * 1024, TRACE))

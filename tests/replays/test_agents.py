@@ -245,6 +245,7 @@ def test_the_cli_refuses_an_unknown_or_changed_agent_in_one_line(demo, tmp_path,
     assert not Replay.objects.exists()
 
 
+@pytest.mark.database_incidental
 def test_an_agent_with_its_own_environment_runs_from_the_checkpoint_launched_from_the_console(
     demo, tmp_path, capsys, client_as, no_broker, django_capture_on_commit_callbacks
 ):
@@ -439,6 +440,7 @@ def build_wheel(
     return path
 
 
+@pytest.mark.database_incidental
 def test_a_wheel_is_installed_with_its_dependencies_from_the_registry_pinned_and_decides_story_001(tmp_path, capsys):
     """A wheel plus its console script: installed with its Requires-Dist (mcp, openai) from the package registry
     into its own read-only environment, pinned by the wheel's sha256 and the environment's digest, then run as the
@@ -486,6 +488,7 @@ def test_a_wheel_is_installed_with_its_dependencies_from_the_registry_pinned_and
     assert "its environment changed since it was built" in agent_status(RegisteredAgent.objects.get(name="wheel-agent"))
 
 
+@pytest.mark.database_incidental
 def test_a_wheel_runs_with_python_dash_m_as_its_entry(demo, tmp_path, capsys):
     """`python -m MODULE` as the entry; launched from the CLI on story 003 from the checkpoint before the broad
     suite, it runs in the sandbox and stops precisely at its first model call (the demo holds no model fixtures).
@@ -895,6 +898,7 @@ def _run_log(replay: Replay) -> list[dict]:
     return out
 
 
+@pytest.mark.database_incidental
 def test_story_001_launched_again_and_again_from_the_console_answers_from_fixtures_authored_by_earlier_launches(
     demo, tmp_path, capsys
 ):

@@ -157,6 +157,7 @@ _LINES = st.lists(
 )
 
 
+@pytest.mark.database_incidental
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keep=st.integers(0, len(EVENTS)), extra=_LINES, last_newline=st.booleans())
 def test_a_thread_check_and_a_child_process_check_give_the_same_verdict(tmp_path_factory, keep, extra, last_newline):

@@ -156,6 +156,7 @@ def test_it_places_no_label_over_another_or_over_a_node_in_the_demo_runs(tmp_pat
         assert_nothing_overlaps(_picture(run_id, focus=event_id), f"{run_id} focus {event_id}")
 
 
+@pytest.mark.database_incidental
 def test_it_places_no_label_over_another_or_over_a_node_in_a_dense_run(dense_2000):
     run_import_from_path(dense_2000)
     run = Run.objects.get(run_id=DENSE)
