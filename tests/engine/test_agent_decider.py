@@ -212,15 +212,29 @@ def test_a_missing_model_response_stops_the_run_precisely(real_agent):
     assert kinds(log, "effect.intent") == [] and result.isolation == "netns"
 
 
-def test_story_001_the_agent_sends_exactly_once_in_the_replay_namespace(real_agent):
-    run = "run-001-recorded"
-    script = [
+STORY_001 = "run-001-recorded"
+
+
+def story_001_script() -> list[tuple[str | None, str | None, dict | None]]:
+    run = STORY_001
+    return [
         (None, "email.draft_create", _recorded_request(run, "e-001-call-draft-create")),
         (None, "email.draft_update", _recorded_request(run, "e-001-call-draft-update")),
         (None, "email.send", {"draft_id": "dr-5501"}),
         ("Sent the notice once to the narrowed audience.", None, None),
     ]
-    fixtures, log = author(real_agent, run, "email-delivery", script)
+
+
+@pytest.fixture(scope="module")
+def story_001_authored(real_agent) -> tuple[list[dict], list[dict]]:
+    """Story 001's model fixtures authored run by run for the real agent, and the last run's log: authored once for
+    the tests that read them (five sandboxed replays), never changed by them."""
+    return author(real_agent, STORY_001, "email-delivery", story_001_script())
+
+
+def test_story_001_the_agent_sends_exactly_once_in_the_replay_namespace(real_agent, story_001_authored):
+    run = STORY_001
+    fixtures, log = story_001_authored
     assert len(fixtures) == 4
     (intent,) = kinds(log, "effect.intent")
     (execution,) = kinds(log, "effect.execution")
@@ -269,21 +283,15 @@ def _without_replay_own(out: ReplayOutput) -> tuple[dict, list[dict]]:
 
 
 def test_story_001_with_its_send_replayed_twice_by_two_replays_completes_both_times_with_identical_requests(
-    real_agent,
+    real_agent, story_001_authored
 ):
     """Issue 36 point 1: the send's result hands the agent the execution's id and idempotency key, and the agent's next
     model request carries them. Fixtures authored from one replay must answer the next one: every value a replay
     generates derives from the recorded run, the branch point, what the replay varies and the position in it, never
     from the replay's own id (which the console makes new for every launch). Red before: the second replay stopped
     `incomplete_test_world` at the model request after the send."""
-    run = "run-001-recorded"
-    script = [
-        (None, "email.draft_create", _recorded_request(run, "e-001-call-draft-create")),
-        (None, "email.draft_update", _recorded_request(run, "e-001-call-draft-update")),
-        (None, "email.send", {"draft_id": "dr-5501"}),
-        ("Sent the notice once to the narrowed audience.", None, None),
-    ]
-    fixtures, authored = author(real_agent, run, "email-delivery", script)
+    run, script = STORY_001, story_001_script()
+    fixtures, authored = story_001_authored
     assert final(authored)["state"] == "completed", final(authored)["reason"]
     scenario = with_model("email-delivery", fixtures)
     outs = [

@@ -464,14 +464,7 @@ def test_a_wheel_is_installed_with_its_dependencies_from_the_registry_pinned_and
 
     spec = agent_spec(RegisteredAgent.objects.get(name="wheel-agent"))
     assert spec.executable() == str(env / "bin" / WHEEL_SCRIPT)
-    run = "run-001-recorded"
-    script = [
-        (None, "email.draft_create", engine._recorded_request(run, "e-001-call-draft-create")),
-        (None, "email.draft_update", engine._recorded_request(run, "e-001-call-draft-update")),
-        (None, "email.send", {"draft_id": "dr-5501"}),
-        ("Sent the notice once to the narrowed audience.", None, None),
-    ]
-    fixtures, log = engine.author(spec, run, "email-delivery", script)
+    fixtures, log = engine.author(spec, engine.STORY_001, "email-delivery", engine.story_001_script())
     assert len(fixtures) == 4
     assert len(engine.kinds(log, "effect.execution")) == 1 and engine.final(log)["state"] == "completed"
     assert [c["tool"] for c in engine.kinds(log, "tool.call") if c["tool"] != "model.chat"][:2] == [
