@@ -11,11 +11,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from fixtures_review.models import ContractRevision, FixtureVersion, ScenarioVersion, StagedRecording
-from fixtures_review.scenarios import scenario_package
+from fixtures_review.scenarios import loaded_scenario, scenario_bodies, scenario_package
 from fixtures_review.services import ReviewRefused, recording_approve, scenario_version_mint
 from n17q_engine import canonical
 from n17q_engine.contract_migration import payload_digest
-from n17q_engine.package import load_scenario
 from replays.models import Replay
 from runs.models import Event, Run
 
@@ -104,7 +103,7 @@ def test_it_mints_structural_changes_as_new_fixture_revisions_keeping_the_origin
 
     v3 = ScenarioVersion.objects.get(name="docs-research", version=3)
     assert (v3.source, v3.based_on_id) == ("migration", research.pk)
-    loaded = load_scenario(scenario_package(v3))
+    loaded = loaded_scenario(v3)
     assert loaded.contracts.get("docs.search").revision == 2
     assert loaded.contracts.get("docs.search").migrations_from[1][0]["op"] == "rename_field"  # the declaration travels
     (fixture,) = [f for f in v3.fixture_items if f["tool"] == "docs.search"]
@@ -129,7 +128,7 @@ def test_it_mints_structural_changes_as_new_fixture_revisions_keeping_the_origin
     # The version migrated is untouched: same bytes, same fixtures, still revision 1.
     research.refresh_from_db()
     assert scenario_package(research).digest == research.digest
-    assert load_scenario(scenario_package(research)).contracts.get("docs.search").revision == 1
+    assert loaded_scenario(research).contracts.get("docs.search").revision == 1
 
 
 def test_a_meaning_bearing_change_is_staged_for_four_eyes_review_instead_of_minted(research, client, capsys):
@@ -162,12 +161,15 @@ def test_a_meaning_bearing_change_is_staged_for_four_eyes_review_instead_of_mint
     assert v4 is not None and v4.ref == "docs-research@4"
     (approved,) = [f for f in v4.fixture_items if f["response"]["outcome"] == "not_found"]
     assert approved["contract_revision"] == 2 and approved["request"]["q"] == "no such page"
-    assert approved["response"]["body"] == {"results": []}
+    # Promoted, the body is held by digest (seed 001) and resolves to the reviewed body through the one resolver.
+    assert "body" not in approved["response"]
+    assert approved["response"]["body_digest"] == canonical.digest_json({"results": []})
+    assert scenario_bodies(v4).body(approved).value == {"results": []}
     assert approved["provenance"]["migrated_from"]["fixture"] == empty_id
     assert approved["provenance"]["migrated_from"]["payload_digest"] == payload_digest(
         next(f for f in research.fixture_items if f["id"] == empty_id)
     )
-    load_scenario(scenario_package(v4))
+    loaded_scenario(v4)
 
 
 def _user(name):
