@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -270,3 +271,64 @@ def test_a_fault_pinned_to_a_request_follows_it_to_its_new_key(research, capsys)
     (moved,) = [f for f in v4.fixture_items if f["id"] == out["migrated"][0]["fixture"]]
     (fault,) = v4.scenario_json["faults"]
     assert fault["request_digest"] == moved["request_digest"] != old_digest
+
+
+# --- bodies held by digest (seed 001, "Promoted fixture bodies follow retention") -----------------------------------
+
+
+def _promoted_search(research, role_user) -> StagedRecording:
+    from fixtures_review.services import capture_stage
+    from tests.fixtures_review.conftest import search_capture
+
+    hits = {"hits": [{"title": "Key rotation", "url": "https://docs.example/k"}]}
+    raw = search_capture(query="rotate the keys", body=hits, retention="sensitive")
+    recording = capture_stage(raw=raw, user=role_user("operator", "olga")).recording
+    promoted = recording_approve(recording=recording, user=get_user_model().objects.get(username="rory"))
+    assert promoted.scenario_version.ref == "docs-research@3"
+    return promoted
+
+
+@pytest.mark.seed("001", "Retention preserved the failure, not every byte forever")
+def test_a_body_held_by_digest_is_migrated_as_its_body_and_held_again_under_its_sources_hold(
+    research, role_user, capsys
+):
+    from datetime import timedelta
+
+    from fixtures_review.models import FixtureBodyHold
+    from runs.retention import retention_sweep
+
+    promoted = _promoted_search(research, role_user)
+    source = FixtureBodyHold.objects.get(fixture_version=promoted.fixture_version)
+    out = migrate(capsys, "docs-research@3", "--to-revision", "2", "--user", "mo")
+    v4 = ScenarioVersion.objects.get(name="docs-research", version=4)
+    (mine,) = [m for m in out["migrated"] if m["from"] == promoted.fixture_version.fixture_id]
+    (fixture,) = [f for f in v4.fixture_items if f["id"] == mine["fixture"]]
+    # The body the migration moved (`hits` under `results`) is held by digest again, never inline.
+    moved = {"results": [{"title": "Key rotation", "url": "https://docs.example/k"}]}
+    assert "body" not in fixture["response"] and fixture["response"]["body_digest"] == canonical.digest_json(moved)
+    assert scenario_bodies(v4).body(fixture).value == moved
+    # Where it came from is the fixture as the version held it (by digest).
+    assert fixture["provenance"]["migrated_from"]["fixture_digest"] == promoted.fixture_version.digest
+    # Held under its source's hold: the same class and clock; a migration never extends how long material is kept.
+    again = FixtureBodyHold.objects.get(fixture_id=mine["fixture"])
+    assert (again.retention_class, again.expires_at, again.fixture_version) == ("sensitive", source.expires_at, None)
+    retention_sweep(now=source.expires_at + timedelta(hours=1))
+    v4 = ScenarioVersion.objects.get(pk=v4.pk)
+    assert canonical.digest_json(moved) in scenario_bodies(v4).expiries
+
+
+@pytest.mark.seed("001", "Retention preserved the failure, not every byte forever")
+def test_a_migration_of_a_tool_one_of_whose_bodies_expired_is_refused_naming_the_record(research, role_user, capsys):
+    from datetime import timedelta
+
+    from fixtures_review.models import FixtureBodyHold
+    from runs.retention import retention_sweep
+
+    promoted = _promoted_search(research, role_user)
+    hold = FixtureBodyHold.objects.get(fixture_version=promoted.fixture_version)
+    retention_sweep(now=hold.expires_at + timedelta(hours=1))
+    hold.refresh_from_db()
+    before = held()
+    with pytest.raises(CommandError, match=rf"Source material expired: .*deletion record {hold.removed_by_id}"):
+        migrate(capsys, "docs-research@3", "--to-revision", "2", "--user", "mo")
+    assert held() == before

@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 from django.core.files.storage import storages
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from accounts.models import AuditEntry
 from fixtures_review.models import FixtureBodyHold, ScenarioVersion, StagedRecording
@@ -126,6 +128,11 @@ def test_a_promoted_fixture_serves_its_body_while_kept_and_stops_the_replay_once
     served = _served(kept)
     assert (served["origin"], served["fixture"], served["blob"]) == ("fixture", fixture_id, digest)
 
+    reviewer = _client(role_user, "reviewer", "rex")
+    page_url = f"/scenarios/{minted.name}@{minted.version}/"
+    with CaptureQueriesContext(connection) as kept_page:
+        assert reviewer.get(page_url).status_code == 200
+
     # The real sweep, a day before the class's period runs out: nothing. Past it: the bytes go, once.
     assert retention_sweep(now=CAPTURED + timedelta(days=6)).removed == []
     swept = retention_sweep(now=CAPTURED + timedelta(days=8))
@@ -163,15 +170,23 @@ def test_a_promoted_fixture_serves_its_body_while_kept_and_stops_the_replay_once
     # The pages say it: the scenario page, the recording (its fixture version) page, the missing-fixture page.
     said = f"Source material expired: fixture {fixture_id}&#x27;s body {digest} was removed under retention class"
     where = f"(deletion record {record.pk})"
-    reviewer = _client(role_user, "reviewer", "rex")
-    scenario_page = reviewer.get(f"/scenarios/{minted.name}@{minted.version}/").content.decode()
+    with CaptureQueriesContext(connection) as expired_page:
+        scenario_page = reviewer.get(page_url).content.decode()
     assert said in scenario_page and where in scenario_page
+    # Saying it costs no query more than serving it: the holds and their records are read in one query either way.
+    assert len(expired_page.captured_queries) == len(kept_page.captured_queries)
     recording_page = reviewer.get(f"/review/{recording.public_id}/").content.decode()
     assert 'id="fixture-body-expired"' in recording_page and said in recording_page and where in recording_page
     assert "keeps its own reviewed copy" not in recording_page
     missing_page = reviewer.get(f"/replays/{replay.pk}/missing/0/").content.decode()
     assert 'id="missing-body-expired"' in missing_page and said in missing_page and where in missing_page
     assert "has no fixture for this request" not in missing_page
+    # Copying the expired fixture's answer "similar" is refused, naming the record: never copied as an empty body.
+    operator = _client(role_user, "operator", "otto")
+    before = StagedRecording.objects.count()
+    copied = operator.post(f"/replays/{replay.pk}/missing/0/copy-similar/", {"like_fixture": fixture_id}, follow=True)
+    assert "Source material expired" in copied.content.decode() and where in copied.content.decode()
+    assert StagedRecording.objects.count() == before
 
 
 @pytest.mark.seed("001", "Retention preserved the failure, not every byte forever")
