@@ -114,7 +114,7 @@ def test_promotion_stores_the_reviewed_body_by_digest_and_holds_it_under_the_rec
 
 @pytest.mark.seed("001", "Retention preserved the failure, not every byte forever")
 def test_a_promoted_fixture_serves_its_body_while_kept_and_stops_the_replay_once_the_sweep_removed_it(
-    demo, role_user, capsys
+    demo, role_user, capsys, tmp_path
 ):
     recording = _promote(role_user, retention="sensitive", body=OWN_BODY)
     fixture_id, minted = recording.fixture_version.fixture_id, recording.scenario_version
@@ -181,6 +181,11 @@ def test_a_promoted_fixture_serves_its_body_while_kept_and_stops_the_replay_once
     missing_page = reviewer.get(f"/replays/{replay.pk}/missing/0/").content.decode()
     assert 'id="missing-body-expired"' in missing_page and said in missing_page and where in missing_page
     assert "has no fixture for this request" not in missing_page
+    # An export writes the package as held (the digest, not the bytes) and says which body expired, with its record.
+    call_command("export_package", minted.ref, str(tmp_path / "exported"), "--json")
+    exported = json.loads(capsys.readouterr().out)
+    assert exported["digest"] == minted.digest and exported["bodies_by_digest"] == [digest]
+    assert exported["expired_bodies"][digest]["record"] == record.pk
     # Copying the expired fixture's answer "similar" is refused, naming the record: never copied as an empty body.
     operator = _client(role_user, "operator", "otto")
     before = StagedRecording.objects.count()
