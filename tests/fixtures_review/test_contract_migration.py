@@ -312,6 +312,7 @@ def test_a_body_held_by_digest_is_migrated_as_its_body_and_held_again_under_its_
     # Held under its source's hold: the same class and clock; a migration never extends how long material is kept.
     again = FixtureBodyHold.objects.get(fixture_id=mine["fixture"])
     assert (again.retention_class, again.expires_at, again.fixture_version) == ("sensitive", source.expires_at, None)
+    assert source.expires_at is not None
     retention_sweep(now=source.expires_at + timedelta(hours=1))
     v4 = ScenarioVersion.objects.get(pk=v4.pk)
     assert canonical.digest_json(moved) in scenario_bodies(v4).expiries
@@ -326,6 +327,7 @@ def test_a_migration_of_a_tool_one_of_whose_bodies_expired_is_refused_naming_the
 
     promoted = _promoted_search(research, role_user)
     hold = FixtureBodyHold.objects.get(fixture_version=promoted.fixture_version)
+    assert hold.expires_at is not None
     retention_sweep(now=hold.expires_at + timedelta(hours=1))
     hold.refresh_from_db()
     before = held()
