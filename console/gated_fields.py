@@ -182,6 +182,7 @@ UNGATED: dict[tuple[str, str], str] = {
     ("fixtures_review.FixtureVersion", "scenario_name"): _SCENARIO,
     ("fixtures_review.FixtureVersion", "tool"): _ID,
     ("fixtures_review.FixtureVersion", "request_digest"): _DIGEST,
+    ("fixtures_review.FixtureBodyHold", "fixture_id"): _OWN_TOKEN + " (a fixture's id)",
     ("fixtures_review.ContractRevision", "tool"): _ID,
     ("fixtures_review.ContractRevision", "digest"): _DIGEST,
     ("fixtures_review.Connection", "reaches"): _CHOICE,

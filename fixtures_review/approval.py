@@ -16,13 +16,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from n17q_engine import canonical
+from runs.retention import hold_expiry
 
 from .content import unresolved_findings
-from .fixture_checks import _fixture_for, _latest_base
+from .fixture_checks import _fixture_for, _latest_base, fixture_id_for
 from .minting import _digest_of, _lock_scenario, scenario_version_mint
 from .models import FixtureVersion, ReviewEvent, ScenarioVersion, StagedRecording
+from .retention import FixtureBodyRefused, fixture_body_hold, fixture_body_put
 from .review_rules import REVIEW_PERM, ReviewRefused
-from .staging import _audit, _event
+from .scenarios import fixture_body_digest
+from .staging import _audit, _event, _remove_blobs
 
 # The review services log under the one name they had before the split (a log line's `logger` is unchanged).
 log = logging.getLogger("fixtures_review.services")
@@ -113,9 +116,28 @@ def promotion_blockers(recording: StagedRecording) -> list[str]:
 
 def _answer(fixture: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a replay sees of a fixture's answer, with the format's defaults filled in: a fixture written without
-    `absent` answers exactly as one with `absent: {}` (the seed packages omit it; a promoted recording writes it)."""
+    `absent` answers exactly as one with `absent: {}` (the seed packages omit it; a promoted recording writes it).
+    The body by its digest, whether the fixture holds it inline or by digest (`response.body_digest`): the same
+    body either way, and a body whose bytes expired is compared by what it was, never read as an empty one."""
     response = fixture.get("response") or {}
-    return (response.get("outcome"), response.get("body"), response.get("absent") or {}, fixture.get("transition"))
+    body = response.get("body_digest") or (
+        fixture_body_digest(response["body"]) if response.get("body") is not None else None
+    )
+    return (response.get("outcome"), body, response.get("absent") or {}, fixture.get("transition"))
+
+
+def fixture_by_digest(fixture: Mapping[str, Any]) -> dict[str, Any]:
+    """The form a promoted fixture is stored in (seed 001): its reviewed body held by digest (`response.body_digest`,
+    the sha256 of its canonical JSON, as the engine checks it) instead of inline, and its id derived from that form.
+    A response without a body (null) has nothing to retain and stays as it is."""
+    response = dict(fixture.get("response") or {})
+    if response.get("body") is None:
+        return dict(fixture)
+    body = response.pop("body")
+    out = {k: v for k, v in fixture.items() if k != "id"}
+    out["response"] = {"outcome": response.pop("outcome"), "body_digest": fixture_body_digest(body), **response}
+    out["id"] = fixture_id_for(out)
+    return out
 
 
 def promoted_key_conflict(recording: StagedRecording) -> str | None:
@@ -179,6 +201,23 @@ def recording_approve(
 def _approve(
     recording: StagedRecording, user: Any, revision: int | None, *, note: str = "", conflict: str | None = None
 ) -> StagedRecording:
+    written: list[str] = []
+    try:
+        return _approve_once(recording, user, revision, note=note, conflict=conflict, written=written)
+    except BaseException:
+        _remove_blobs(written)  # a body this attempt stored and nothing holds: not left in the store unheld
+        raise
+
+
+def _approve_once(
+    recording: StagedRecording,
+    user: Any,
+    revision: int | None,
+    *,
+    note: str,
+    conflict: str | None,
+    written: list[str],
+) -> StagedRecording:
     with transaction.atomic():
         # The claim: only the approver whose UPDATE changes the row goes on (the other blocks on the row lock
         # until this transaction ends, and then finds it promoted).
@@ -194,7 +233,19 @@ def _approve(
             raise ReviewRefused(f"four eyes: you {authored}, so another reviewer must approve it")
         _lock_scenario(recording.scenario_name)
         base = _latest_base(recording)
-        fixture = _fixture_for(recording, base)
+        reviewed = _fixture_for(recording, base)
+        # The reviewed body goes to the blob store through the storage gate, and the fixture holds its digest: its
+        # bytes follow the recording's retention class from `captured_at` (the fixture's own hold, below), while the
+        # fixture version and every scenario version pinning it keep their digests whether the bytes are kept or not.
+        fixture = fixture_by_digest(reviewed)
+        body = (reviewed.get("response") or {}).get("body")
+        stored: tuple[str, int, str | None] | None = None
+        if (fixture.get("response") or {}).get("body_digest"):
+            try:
+                stored = fixture_body_put(body, where=f"fixture {fixture['id']} response.body")
+            except FixtureBodyRefused as exc:
+                raise ReviewRefused(str(exc)) from None
+            written.extend([stored[2]] if stored[2] else [])
         version = FixtureVersion.objects.filter(digest=canonical.digest_json(fixture)).first()
         if version is None:
             version = FixtureVersion.objects.create(
@@ -206,6 +257,17 @@ def _approve(
                 request_digest=canonical.request_digest(fixture["request"]),
                 fixture=fixture,
                 approved_by=user,
+            )
+        if stored is not None:
+            fixture_body_hold(
+                digest=stored[0],
+                size=stored[1],
+                fixture_id=fixture["id"],
+                retention_class=recording.retention_class,
+                recorded_at=recording.captured_at,
+                expires_at=hold_expiry(recording.retention_class, recording.captured_at),
+                fixture_version=version,
+                recording=recording,
             )
         scenario = scenario_version_mint(base=base, add_fixtures=[fixture], user=user, source="promotion", _locked=True)
         StagedRecording.objects.filter(pk=recording.pk).update(fixture_version=version, scenario_version=scenario)

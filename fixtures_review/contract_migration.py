@@ -22,22 +22,39 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from n17q_engine import canonical
-from n17q_engine.contract_migration import Migrated, MigrationError, Step, describe, migrate_fixtures, migration_path
+from n17q_engine.contract_migration import (
+    Migrated,
+    MigrationError,
+    Step,
+    describe,
+    fixture_digest,
+    migrate_fixtures,
+    migration_path,
+)
 from n17q_engine.contracts import Contract, ContractError
 from n17q_engine.identifiers import id_problem
-from n17q_engine.package import PackageError, load_scenario
+from n17q_engine.package import PackageError
 
 from . import intake
-from .approval import promotion_blockers
+from .approval import fixture_by_digest, promotion_blockers
 from .fixture_checks import fixture_id_for
 from .minting import _lock_scenario, scenario_files_mint
 from .models import ContractRevision, ScenarioVersion, StagedRecording
+from .retention import FixtureBodyRefused, fixture_body_hold, fixture_body_live_hold, fixture_body_put
 from .review_rules import _OUTCOME_STATUS
-from .scenarios import ScenarioRefused, scenario_package, scenario_resolve
-from .staging import _audit, _stage, capture_digest_key
+from .scenarios import (
+    ScenarioRefused,
+    loaded_scenario,
+    scenario_bodies,
+    scenario_package,
+    scenario_resolve,
+    source_expired_sentence,
+)
+from .staging import _audit, _remove_blobs, _stage, capture_digest_key
 
 SOURCE = "migration"  # ScenarioVersion.source of a version a contract migration minted
 
@@ -141,7 +158,7 @@ def fixtures_migrate(*, ref: str, to_revision: int, tool: str | None = None, use
     a new scenario version with the structural results, the rest staged for review. All or nothing."""
     try:
         base = scenario_resolve(ref)
-        scenario = load_scenario(scenario_package(base))
+        scenario = loaded_scenario(base)
     except (ScenarioRefused, PackageError) as exc:
         raise MigrationRefused(str(exc), "scenario") from None
     if not isinstance(to_revision, int) or isinstance(to_revision, bool) or to_revision < 1:
@@ -159,7 +176,21 @@ def fixtures_migrate(*, ref: str, to_revision: int, tool: str | None = None, use
     _check_routes(files["scenario.json"], tool, steps)
 
     tool_fixtures = [f for f in files["fixtures.json"] if f.get("tool") == tool]
-    results = migrate_fixtures(tool_fixtures, steps, target)
+    # Bodies held by digest (seed 001) are migrated as the bodies they name, read through the one resolver; a body
+    # the sweep removed is source material expired, and a migration never carries it as an empty one.
+    results = migrate_fixtures(_bodies_inline(base, tool_fixtures), steps, target)
+    rehold: dict[int, tuple[Any, str]] = {}  # id(Migrated) -> (its migrated body, the source's body digest)
+    sources: dict[str, str] = {}  # source fixture id -> its body digest
+    for source, m in zip(tool_fixtures, results, strict=True):
+        source_digest = (source.get("response") or {}).get("body_digest")
+        if not source_digest:
+            continue
+        sources[m.source_id] = source_digest
+        # The fixture it came from is the one the version holds (by digest), not the inline copy migrated.
+        m.fixture["provenance"]["migrated_from"]["fixture_digest"] = fixture_digest(source)
+        if m.structural and m.fixture["response"].get("body") is not None:
+            rehold[id(m)] = (m.fixture["response"]["body"], source_digest)
+            m.fixture = {k: v for k, v in fixture_by_digest(m.fixture).items() if k != "id"}
     migrated = [(m, fixture_id_for(m.fixture)) for m in results if m.structural]
     for_review = [m for m in results if not m.structural]
     files["contracts.json"] = [target.to_dict() if c.get("tool") == tool else c for c in files["contracts.json"]]
@@ -200,16 +231,45 @@ def fixtures_migrate(*, ref: str, to_revision: int, tool: str | None = None, use
         ContractRevision.objects.filter(tool=tool, revision=to_revision).values_list("declared_by", flat=True).first()
     )
     actor = user if getattr(user, "is_authenticated", False) else None
+    written: list[str] = []
+    try:
+        return _migrate_stored(base, tool, pinned.revision, to_revision, steps, target, files, migrated, for_review,
+                               rehold, sources, actor, declared_by, written)  # fmt: skip
+    except BaseException:
+        _remove_blobs(written)  # bodies this attempt stored and nothing holds: not left in the store unheld
+        raise
+
+
+def _migrate_stored(
+    base: ScenarioVersion,
+    tool: str,
+    from_revision: int,
+    to_revision: int,
+    steps: list[Step],
+    target: Contract,
+    files: dict[str, Any],
+    migrated: list[tuple[Migrated, str]],
+    for_review: list[Migrated],
+    rehold: dict[int, tuple[Any, str]],
+    sources: dict[str, str],
+    actor: Any,
+    declared_by: int | None,
+    written: list[str],
+) -> MigrationResult:
     with transaction.atomic():
         _lock_scenario(base.name)
         _refuse_if_not_latest_or_done(base, tool, to_revision)
+        for m, new_id in migrated:
+            if id(m) in rehold:
+                _hold_migrated_body(new_id, *rehold[id(m)], written=written)
         try:
             minted = scenario_files_mint(base=base, files=files, user=actor, source=SOURCE, _locked=True)
         except ScenarioRefused as exc:
             raise MigrationRefused(f"{base.ref}: the migrated version would not load: {exc}", "to_revision") from None
-        result = MigrationResult(minted, base, tool, pinned.revision, to_revision, steps, migrated)
+        result = MigrationResult(minted, base, tool, from_revision, to_revision, steps, migrated)
         for m in for_review:
-            result.staged.append((m, _stage_for_review(m, base, minted, target, actor, declared_by)))
+            staged = _stage_for_review(m, base, minted, target, actor, declared_by, sources.get(m.source_id))
+            result.staged.append((m, staged))
         _audit(
             actor,
             "scenario.migrate",
@@ -217,13 +277,57 @@ def fixtures_migrate(*, ref: str, to_revision: int, tool: str | None = None, use
             {
                 "based_on": base.ref,
                 "tool": tool,
-                "from_revision": pinned.revision,
+                "from_revision": from_revision,
                 "to_revision": to_revision,
                 "migrated": len(migrated),
                 "staged": [rec.public_id for _m, rec in result.staged],
             },
         )
     return result
+
+
+def _bodies_inline(base: ScenarioVersion, fixtures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`fixtures` with each body held by digest read back inline (`scenario_bodies`), for the engine to migrate.
+    A body whose hold ended is refused, naming the fixture and its deletion record."""
+    bodies = scenario_bodies(base)
+    out = []
+    for f in fixtures:
+        held = bodies.body(f)
+        if held.digest is None:
+            out.append(f)
+            continue
+        if held.expiry is not None:
+            raise MigrationRefused(
+                f"{base.ref}: {source_expired_sentence(str(f.get('id')), held.digest, held.expiry)}: a migration "
+                "cannot carry a body that is gone (capture it again, or exclude the tool)",
+                "scenario",
+            )
+        response = {k: v for k, v in f["response"].items() if k != "body_digest"}
+        out.append({**f, "response": {"outcome": response.pop("outcome"), "body": held.value, **response}})
+    return out
+
+
+def _hold_migrated_body(fixture_id: str, body: Any, source_digest: str, *, written: list[str]) -> None:
+    """A migrated fixture's body, stored by digest under the hold its source's body had (class, clock): a migration
+    never extends how long material is kept. The same body again needs no hold of its own: the source's holds it."""
+    try:
+        digest, size, name = fixture_body_put(body, where=f"fixture {fixture_id} response.body")
+    except FixtureBodyRefused as exc:
+        raise MigrationRefused(str(exc), "scenario") from None
+    written.extend([name] if name else [])
+    if digest == source_digest:
+        return
+    source = fixture_body_live_hold(source_digest)
+    if source is None:
+        raise MigrationRefused(f"fixture {fixture_id}: its source body {source_digest} is no longer held", "scenario")
+    fixture_body_hold(
+        digest=digest,
+        size=size,
+        fixture_id=fixture_id,
+        retention_class=source.retention_class,
+        recorded_at=source.recorded_at,
+        expires_at=source.expires_at,
+    )
 
 
 def _tool(base: ScenarioVersion, contracts: Any, to_revision: int, tool: str | None) -> str:
@@ -296,9 +400,11 @@ def _stage_for_review(
     target: Contract,
     actor: Any,
     declared_by: int | None,
+    source_body: str | None = None,
 ) -> StagedRecording:
     """A meaning-bearing result as a recording: through intake (redaction, secret scan) like any capture, keyed
-    under the new revision; what a capture cannot hold rides in `migration`, which the fixture is built from."""
+    under the new revision; what a capture cannot hold rides in `migration`, which the fixture is built from. A body
+    its source held by digest keeps the source's class (and, recorded at the source's `recorded_at`, its clock)."""
     f = m.fixture
     provenance = f["provenance"]
     response = f["response"]
@@ -316,6 +422,9 @@ def _stage_for_review(
         body=response.get("body"),
         proposed_transition=f.get("transition"),
     )
+    hold = fixture_body_live_hold(source_body) if source_body else None
+    if hold is not None and hold.retention_class in settings.N17Q_RETENTION_CLASSES:
+        capture["retention"] = hold.retention_class
     try:
         red = intake.intake(capture, digest_key=capture_digest_key())
     except intake.CaptureError as exc:

@@ -14,12 +14,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from n17q_engine.package import load_scenario
-
 from . import intake
 from .models import ScenarioVersion, StagedRecording
 from .review_rules import _OUTCOME_STATUS, CAPTURE_PERM, REVIEW_PERM, ReviewRefused
-from .scenarios import scenario_package
+from .scenarios import loaded_scenario, scenario_bodies, source_expired_sentence
 from .staging import _stage, capture_digest_key
 
 # The review services log under the one name they had before the split (a log line's `logger` is unchanged).
@@ -56,7 +54,7 @@ def recording_copy_similar(
         raise ReviewRefused(f"the run's scenario version {scenario_ref!r} is not held")
     tool = call.body.get("tool")
     revision = call.body.get("contract_revision")
-    contracts = load_scenario(scenario_package(scenario)).contracts
+    contracts = loaded_scenario(scenario).contracts
     effect_class = contracts.get(tool).effect_class if tool in contracts else "read"
     response_body: Any = None
     outcome = "empty"
@@ -75,7 +73,14 @@ def recording_copy_similar(
                 f"fixture {like_fixture_id} answers {like.get('tool')}, not {tool}: another tool's answer is never a "
                 "candidate"
             )
-        response_body = like.get("response", {}).get("body")
+        held = scenario_bodies(scenario).body(like)
+        if held.expired:
+            assert held.expiry is not None and held.digest is not None
+            raise ReviewRefused(
+                f"copy similar: {source_expired_sentence(like_fixture_id, held.digest, held.expiry)}: there is no "
+                "body to copy (capture the response again, or copy another fixture)"
+            )
+        response_body = held.value
         outcome = like.get("response", {}).get("outcome", "ok")
         transition = like.get("transition")
         note = (
@@ -220,7 +225,7 @@ def recording_copy_recorded(*, replay_run: Any, missing_event_id: str, user: Any
     if scenario is None:
         raise ReviewRefused(f"the run's scenario version {scenario_ref!r} is not held")
     tool = str(call.get("tool") or "")
-    contracts = load_scenario(scenario_package(scenario)).contracts
+    contracts = loaded_scenario(scenario).contracts
     effect_class = contracts.get(tool).effect_class if tool in contracts else "read"
     source = replay_run.parent
     wall = ((result.get("at") or {}).get("wall")) or timezone.now().isoformat().replace("+00:00", "Z")

@@ -15,12 +15,12 @@ from n17q_engine.agent.model import contract_for
 from n17q_engine.contract_tests import contract_test_failures
 from n17q_engine.contracts import ContractError
 from n17q_engine.fixtures import Fixture, FixtureError
-from n17q_engine.package import PackageError, load_scenario
+from n17q_engine.package import PackageError
 
 from . import intake
 from .models import ScenarioVersion, StagedRecording
 from .review_rules import ReviewRefused
-from .scenarios import ScenarioRefused, scenario_package
+from .scenarios import ScenarioRefused, loaded_scenario
 
 
 def _latest_base(recording: StagedRecording) -> ScenarioVersion:
@@ -94,7 +94,7 @@ def _redacted_paths(value: Any, path: str) -> Iterable[str]:
 def _fixture_for(recording: StagedRecording, base: ScenarioVersion) -> dict[str, Any]:
     """The contract tests: the fixture built from the recording, checked against base's contract."""
     try:
-        contracts = load_scenario(scenario_package(base)).contracts
+        contracts = loaded_scenario(base).contracts
     except (ScenarioRefused, PackageError) as exc:
         raise ReviewRefused(f"{base.ref} cannot be loaded: {exc}") from None
     contract = contract_for(contracts, recording.tool)  # model.chat: the built-in one, pinned when minted

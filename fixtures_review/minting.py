@@ -22,7 +22,7 @@ from n17q_engine.package import PackageError, build_scenario
 
 from .fixture_checks import fixture_id_for
 from .models import FixtureVersion, ScenarioVersion
-from .scenarios import ScenarioRefused, scenario_package
+from .scenarios import ScenarioRefused, body_digests, fixture_bodies, scenario_package
 
 
 def scenario_version_mint(
@@ -94,7 +94,9 @@ def scenario_files_mint(
             latest = ScenarioVersion.objects.filter(name=base.name).aggregate(n=Max("version"))["n"] or 0
             meta["version"] = latest + 1
             try:
-                new_package = build_scenario(files)
+                # Bodies held by digest load as the console holds them (kept, or expired with their record).
+                bodies = fixture_bodies(body_digests(files["fixtures.json"]))
+                new_package = build_scenario(files, bodies=bodies.bodies, expired_bodies=bodies.expired)
             except PackageError as exc:
                 raise ScenarioRefused(f"{base.name}@{latest + 1} would not load: {exc}") from None
             try:

@@ -30,6 +30,7 @@ from . import intake
 from .approval import promotion_blockers
 from .models import ScenarioVersion, StagedRecording
 from .review_rules import CAPTURE_PERM, REVIEW_PERM, ReviewRefused
+from .scenarios import FixtureBodies, scenario_bodies, source_expired_sentence
 from .staging import StageResult, _stage, capture_digest_key
 
 log = logging.getLogger("fixtures_review.services")
@@ -223,17 +224,28 @@ def _shared_prefix(a: Any, b: Any) -> int:
     return n
 
 
-def nearest_model_fixture(request: Mapping[str, Any], fixtures: list[dict[str, Any]]) -> tuple[dict[str, Any], int]:
+def nearest_model_fixture(
+    request: Mapping[str, Any], fixtures: list[dict[str, Any]], bodies: FixtureBodies | None = None
+) -> tuple[dict[str, Any], int]:
     """The model fixture (of `fixtures`, a scenario version's fixtures.json) nearest `request`: the longest shared
     prefix of messages, then the same model, then the fewest top-level fields that differ, then its id. Only
-    answers that are completions count. (fixture, shared messages); ModelAnswerRefused when there is none."""
+    answers that are completions count. (fixture, shared messages), the fixture's body resolved (`response.body`:
+    a body held by digest read through `bodies`, fixtures_review.scenarios); ModelAnswerRefused when there is none,
+    or when the nearest one's body was removed under retention (source material expired: never copied as empty)."""
+    bodies = bodies or FixtureBodies()
     best: tuple[tuple[Any, ...], dict[str, Any], int] | None = None
-    for fixture in fixtures:
-        response = fixture.get("response") or {}
-        if fixture.get("tool") != MODEL_TOOL or response.get("outcome") != "ok":
+    for item in fixtures:
+        response = item.get("response") or {}
+        if item.get("tool") != MODEL_TOOL or response.get("outcome") != "ok":
             continue
-        if not isinstance(response.get("body"), dict) or not response["body"].get("choices"):
-            continue
+        held = bodies.body(item)
+        if held.expired:
+            # Expired: it ranks as what it was (a recorded answer); chosen, it is refused below, never copied empty.
+            fixture = {**item, "response": {**response, "body": None}, "_expired": held}
+        else:
+            fixture = {**item, "response": {**response, "body": held.value}}
+            if not isinstance(held.value, dict) or not held.value.get("choices"):
+                continue
         other = fixture.get("request") or {}
         shared = _shared_prefix(request.get("messages"), other.get("messages"))
         differing = sum(1 for k in set(request) | set(other) if request.get(k) != other.get(k))
@@ -243,6 +255,12 @@ def nearest_model_fixture(request: Mapping[str, Any], fixtures: list[dict[str, A
     if best is None:
         raise ModelAnswerRefused(
             f"copy similar: the scenario version holds no recorded {MODEL_TOOL} answer to copy (type the answer)"
+        )
+    expired = best[1].get("_expired")
+    if expired is not None:
+        raise ModelAnswerRefused(
+            f"copy similar: the nearest model fixture: "
+            f"{source_expired_sentence(str(best[1].get('id')), expired.digest, expired.expiry)} (type the answer)"
         )
     return best[1], best[2]
 
@@ -313,7 +331,7 @@ def model_answer_stage(
         raise ModelAnswerRefused(f"the replay's scenario version {scenario_ref!r} is not held")
     copied = None
     if copy_similar:
-        like, shared = nearest_model_fixture(request, list(scenario.fixture_items))
+        like, shared = nearest_model_fixture(request, list(scenario.fixture_items), scenario_bodies(scenario))
         body = like["response"]["body"]
         copied = {"fixture": like.get("id"), "scenario": scenario.ref, "shared_messages": shared}
         note = (

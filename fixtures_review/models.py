@@ -220,6 +220,42 @@ class FixtureVersion(AppendOnlyModel):
         return self.fixture_id
 
 
+class FixtureBodyHold(models.Model):
+    """A fixture's hold on the bytes of its response body, stored by digest at promotion (seed 001; docs/retention.md).
+
+    Promotion stores the reviewed body through the storage gate in the blob store and the fixture holds only its
+    digest (`response.body_digest`); this row is the hold on those bytes: the class of the recording it was promoted
+    from, counted from that recording's `captured_at`, and the deletion record that ended it. Per holder, as a run's
+    `RunBlobHold`: the sweep ends it when it runs out (`fixtures_review.retention.fixture_holds_end`), even while
+    another holder keeps the same bytes, or with the bytes' removal (`removed_by` set once, never cleared). A
+    fixture whose body was promoted again later (the same content from another recording) gets a hold of that
+    promotion's own; earlier holds stay as they ended. A contract migration's fixture whose body it rewrote holds the
+    new bytes under its source's hold (class and expiry, `fixture_version` null): a migration never extends a clock.
+    """
+
+    blob = models.ForeignKey("runs.Blob", on_delete=models.PROTECT, related_name="fixture_holds")
+    fixture_version = models.ForeignKey(
+        FixtureVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="body_holds"
+    )
+    recording = models.ForeignKey(
+        StagedRecording, null=True, blank=True, on_delete=models.PROTECT, related_name="fixture_body_holds"
+    )
+    fixture_id = models.CharField(max_length=40)  # the fixture that holds the body (its id in fixtures.json)
+    retention_class = GatedCharField(max_length=100, blank=True, default="")
+    recorded_at = models.DateTimeField()  # the source recording's `captured_at`: where the class's period counts from
+    expires_at = models.DateTimeField(null=True, blank=True, db_index=True)  # null: kept indefinitely
+    removed_by = models.ForeignKey(
+        "runs.BlobDeletion", null=True, blank=True, on_delete=models.PROTECT, related_name="ended_fixture_holds"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"fixture {self.fixture_id} holds {self.blob_id}"
+
+
 class ContractRevision(AppendOnlyModel):
     """A tool contract revision declared to the console, with the migrations it declares from earlier revisions
     (`migrations_from`, docs/contract-migration.md). Immutable: a revision's meaning never changes under its number.

@@ -24,21 +24,27 @@ from django.db import transaction
 from django.db.models import Q
 
 from accounts.audit import audit_record
+from console.blob_store import BlobStoreRefused, blob_put
+from n17q_engine import canonical
+from n17q_secrets import gate
 from runs.models import Blob, BlobDeletion, blob_storage_name
 from runs.retention import (
     EXPIRY_HOOKS,
     HOLDER_HOOKS,
+    READ_HOLD_HOOKS,
     SWEEP_HOOKS,
     Expiry,
+    ReadHold,
     blobs_bytes_back,
     blobs_hold,
+    blobs_hold_until,
     expiry_of,
     hold_expiry,
     retention_class,
 )
 
 from . import intake
-from .models import StagedRecording
+from .models import FixtureBodyHold, FixtureVersion, StagedRecording
 
 log = logging.getLogger(__name__)
 
@@ -209,11 +215,205 @@ def recording_holds_end(*, now: datetime, by: str, batch: int) -> tuple[list[str
     return digests, len(due) > batch
 
 
+# --- fixture bodies held by digest (seed 001: "Promoted fixture bodies follow retention") ---------------------------
+
+FIXTURE_BODY_MEDIA_TYPE = "application/json"  # a fixture body's stored bytes: its canonical JSON
+
+
+class FixtureBodyRefused(ValueError):
+    """A reviewed body the storage gate would store otherwise than the fixture pins it; one line saying what."""
+
+
+def fixture_body_put(body: Any, *, where: str) -> tuple[str, int, str | None]:
+    """Store a reviewed fixture body through the storage gate: its canonical JSON, under the sha256 the engine checks
+    (`response.body_digest`). (digest, size). The body came through the intake's scan already; a gate that would
+    still change its bytes (a value it masks, a container it cannot rebuild) means the stored bytes would not be the
+    body the fixture pins, so it is refused, naming what, rather than stored as something else. The third item: the
+    store name this call wrote (None when the store held the bytes already), for the caller to remove if its
+    transaction fails."""
+    data = canonical.canonical_json(body)
+    findings: list[dict[str, str]] = []
+    try:
+        gated = gate.gate_bytes(data, media_type=FIXTURE_BODY_MEDIA_TYPE, where=where, findings=findings)
+    except gate.NotStorable as exc:
+        raise FixtureBodyRefused(f"{where}: the storage gate cannot store the reviewed body: {exc}") from None
+    if bytes(gated) != data:
+        found = ", ".join(sorted({f"{f.get('rule')} at {f.get('path')}" for f in findings})) or "a value"
+        raise FixtureBodyRefused(
+            f"{where}: the storage gate masks {found} in the reviewed body; redact it in review before approving"
+        )
+    digest = canonical.digest_bytes(data)
+    try:
+        put = blob_put(gated, digest=digest)
+    except BlobStoreRefused as exc:
+        raise RuntimeError(str(exc)) from exc
+    return digest, len(data), put.name if put.written else None
+
+
+def fixture_body_hold(
+    *,
+    digest: str,
+    size: int,
+    fixture_id: str,
+    retention_class: str,
+    recorded_at: datetime,
+    expires_at: datetime | None,
+    fixture_version: FixtureVersion | None = None,
+    recording: StagedRecording | None = None,
+) -> FixtureBodyHold:
+    """A fixture's hold on its body's bytes (written just before by `fixture_body_put`), inside the caller's
+    transaction: the Blob row, the bytes back as a new hold if the sweep had removed them (the holders that removal
+    ended stay ended), the hold row, and the blob's longest hold for the sweep."""
+    blob, _ = Blob.objects.get_or_create(digest=digest, defaults={"size": size})
+    for back in blobs_bytes_back([digest]):
+        # The body was written just before; a sweep that removed it meanwhile is over now (the row is locked).
+        if not storages["blobs"].exists(blob_storage_name(back)):
+            raise RuntimeError(f"the blob store lost {back} while it was promoted; approve it again")
+    hold = FixtureBodyHold.objects.create(
+        blob=blob,
+        fixture_version=fixture_version,
+        recording=recording,
+        fixture_id=fixture_id,
+        retention_class=retention_class,
+        recorded_at=recorded_at,
+        expires_at=expires_at,
+    )
+    blobs_hold_until({digest: (retention_class, expires_at)})
+    return hold
+
+
+def _fixture_holders(digest: str) -> list[str]:
+    # The live fixture holds only, one name per fixture.
+    ids = FixtureBodyHold.objects.filter(blob__digest=digest, removed_by__isnull=True).values_list(
+        "fixture_id", flat=True
+    )
+    return [f"fixture {fid}" for fid in sorted(set(ids))]
+
+
+def _end_fixture_holds(digest: str, record: BlobDeletion) -> None:
+    # Inside the removal's transaction: every fixture hold live now ends with it, for good.
+    FixtureBodyHold.objects.filter(blob__digest=digest, removed_by__isnull=True).update(removed_by=record)
+
+
+def fixture_hold_end(*, blob_pk: int, now: datetime, by: str) -> list[BlobDeletion]:
+    """End the fixture holds on one blob that ran out while a longer hold keeps its bytes: one deletion record per
+    (class, expiry) of the holds ended (`bytes_removed` false), naming the fixtures. As `runs.retention.holds_end`:
+    the blob row locked first (the removal's lock order), the holds ended by a conditional UPDATE (still live), and a
+    sweep that finds them ended already writes nothing."""
+    records: list[BlobDeletion] = []
+    with transaction.atomic():
+        blob = Blob.objects.select_for_update().filter(pk=blob_pk, bytes_removed_at__isnull=True).first()
+        if blob is None:
+            return records  # removed meanwhile: the removal ended every hold live then
+        due = list(
+            FixtureBodyHold.objects.filter(blob=blob, removed_by__isnull=True, expires_at__lte=now)
+            .order_by("expires_at", "pk")
+            .values_list("pk", "retention_class", "expires_at", "fixture_id")
+        )
+        groups: dict[tuple[str, datetime], list[tuple[int, str]]] = {}
+        for pk, name, expires, fixture_id in due:
+            assert expires is not None  # the query's condition
+            groups.setdefault((name, expires), []).append((pk, fixture_id))
+        for (name, expires), holds in groups.items():
+            cls = retention_class(name)
+            record = BlobDeletion.objects.create(
+                blob=blob,
+                digest=blob.digest,
+                size=blob.size,
+                retention_class=name,
+                sensitivity=cls.sensitivity,
+                expired_at=expires,
+                removed_at=now,
+                removed_by=f"retention sweep ({by})",
+                reason=f"the retention period of class {cls.name!r} ({cls.period_text}) ran out on "
+                f"{expires:%Y-%m-%d %H:%M} UTC for these fixtures; the bytes stay for the holders still keeping them",
+                holders=sorted({f"fixture {fid}" for _, fid in holds}),
+                bytes_removed=False,
+            )
+            ended = FixtureBodyHold.objects.filter(pk__in=[pk for pk, _ in holds], removed_by__isnull=True)
+            if ended.update(removed_by=record) != len(holds):
+                transaction.set_rollback(True)  # another sweep ended some of them first: undo, it recorded them
+                return []
+            audit_record(
+                actor=None,
+                action="blob.hold_expired",
+                target=blob.digest,
+                detail={"class": name, "record": record.pk, "holders": record.holders},
+            )
+            records.append(record)
+    for record in records:
+        log.info("retention: ended %s's hold on %s (class %s)", record.holders, record.digest, record.retention_class)
+    return records
+
+
+def fixture_holds_end(*, now: datetime, by: str, batch: int) -> tuple[list[str], bool]:
+    """The sweep's part for fixture bodies (runs.retention.SWEEP_HOOKS): end every fixture hold that ran out on bytes
+    a longer hold keeps (at most `batch` blobs a pass). After the removals, so a fixture hold that was the bytes' last
+    is ended by their removal (`_end_fixture_holds`), not by a record of its own besides. A class that keeps forever
+    (no `expires_at`) never ends. The digests whose holds ended, and whether more were due."""
+    due = list(
+        FixtureBodyHold.objects.filter(
+            removed_by__isnull=True, expires_at__lte=now, blob__bytes_removed_at__isnull=True
+        )
+        .order_by("blob_id")
+        .values_list("blob_id", flat=True)
+        .distinct()[: batch + 1]
+    )
+    digests: list[str] = []
+    for pk in due[:batch]:
+        for record in fixture_hold_end(blob_pk=pk, now=now, by=by):
+            if record.digest not in digests:
+                digests.append(record.digest)
+    return digests, len(due) > batch
+
+
+def _fixture_read_holds(digests: list[str]) -> dict[str, ReadHold]:
+    """For the import of a run a replay made (runs.retention.READ_HOLD_HOOKS): the fixture bodies among `digests`,
+    each with the fixture hold the made run holds it under: the live one keeping it longest, or, when every fixture
+    hold on it ended, the latest ended one (its record). One query."""
+    out: dict[str, ReadHold] = {}
+    holds = FixtureBodyHold.objects.filter(blob__digest__in=sorted(set(digests))).select_related("blob")
+    for hold in holds.order_by("id"):
+        digest = hold.blob.digest
+        read = ReadHold(hold.retention_class, hold.expires_at, hold.removed_by_id)
+        current = out.get(digest)
+        if current is None or _keeps_longer(read, current):
+            out[digest] = read
+    return out
+
+
+def _keeps_longer(a: ReadHold, b: ReadHold) -> bool:
+    if (a.removed_by_id is None) != (b.removed_by_id is None):
+        return a.removed_by_id is None  # a live hold over an ended one
+    if a.removed_by_id is not None:
+        return a.removed_by_id > (b.removed_by_id or 0)  # of ended ones, the latest record
+    if a.expires_at is None or b.expires_at is None:
+        return a.expires_at is None and b.expires_at is not None
+    return a.expires_at > b.expires_at
+
+
 def connect() -> None:
     """Called once from the app's ready()."""
-    if _holders not in HOLDER_HOOKS:
-        HOLDER_HOOKS.append(_holders)
-    if _drop_inline_copies not in EXPIRY_HOOKS:
-        EXPIRY_HOOKS.append(_drop_inline_copies)
-    if recording_holds_end not in SWEEP_HOOKS:
-        SWEEP_HOOKS.append(recording_holds_end)
+    for hooks, hook in (
+        (HOLDER_HOOKS, _holders),
+        (HOLDER_HOOKS, _fixture_holders),
+        (EXPIRY_HOOKS, _drop_inline_copies),
+        (EXPIRY_HOOKS, _end_fixture_holds),
+        (SWEEP_HOOKS, recording_holds_end),
+        (SWEEP_HOOKS, fixture_holds_end),
+        (READ_HOLD_HOOKS, _fixture_read_holds),
+    ):
+        if hook not in hooks:
+            hooks.append(hook)
+
+
+def fixture_body_live_hold(digest: str) -> FixtureBodyHold | None:
+    """The live fixture hold on `digest` that keeps it longest (None: none is live). What a fixture derived from that
+    body (a contract migration's rewrite of it) is held under: its class, its clock, never a longer one."""
+    holds = list(FixtureBodyHold.objects.filter(blob__digest=digest, removed_by__isnull=True).order_by("id"))
+    if not holds:
+        return None
+    forever = [h for h in holds if h.expires_at is None]
+    if forever:
+        return forever[0]
+    return max(holds, key=lambda h: (h.expires_at, h.pk))

@@ -21,7 +21,7 @@ from django.db import IntegrityError
 
 from n17q_engine.agent.model import MODEL_TOOL, contract_for
 from n17q_engine.contracts import ContractError, ContractSet
-from n17q_engine.package import PackageError, load_scenario
+from n17q_engine.package import PackageError
 from n17q_engine.recorded_chat import RecordedChatError, blob_fields, recorded_chat
 
 from . import connections, intake
@@ -30,7 +30,7 @@ from .copying import _recorded_body
 from .models import ScenarioVersion, StagedRecording
 from .review_rules import CAPTURE_PERM, ReviewRefused
 from .run_results import MAX_RUN_RESULTS, RunRecordingsResult, _recorded_instant, _world_revision_before
-from .scenarios import ScenarioRefused, scenario_package
+from .scenarios import ScenarioRefused, loaded_scenario
 from .staging import StageResult, _stage_all, capture_digest_key
 
 log = logging.getLogger("fixtures_review.services")
@@ -74,7 +74,7 @@ def run_model_calls_stage(
     contracts = ContractSet([])
     if version is not None:
         try:
-            contracts = load_scenario(scenario_package(version)).contracts
+            contracts = loaded_scenario(version).contracts
         except (ScenarioRefused, PackageError) as exc:
             raise ReviewRefused(f"{version.ref} cannot be loaded: {exc}") from None
     contract = contract_for(contracts, MODEL_TOOL)

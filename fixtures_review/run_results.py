@@ -13,14 +13,14 @@ from typing import Any
 
 from django.db import IntegrityError
 
-from n17q_engine.package import PackageError, load_scenario
+from n17q_engine.package import PackageError
 
 from . import connections, intake
 from .approval import promotion_blockers
 from .copying import _recorded_body
 from .models import ScenarioVersion, StagedRecording
 from .review_rules import _OUTCOME_STATUS, CAPTURE_PERM, ReviewRefused
-from .scenarios import ScenarioRefused, scenario_package
+from .scenarios import ScenarioRefused, loaded_scenario
 from .staging import StageResult, _stage_all, capture_digest_key
 
 # The review services log under the one name they had before the split (a log line's `logger` is unchanged).
@@ -177,7 +177,7 @@ def run_recordings_stage(
     contracts = None
     if version is not None:
         try:
-            contracts = load_scenario(scenario_package(version)).contracts
+            contracts = loaded_scenario(version).contracts
         except (ScenarioRefused, PackageError):
             contracts = None
     wanted = set(events) if events is not None else None

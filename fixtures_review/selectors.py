@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from console.captured_html import looks_like_html, sanitize_captured_html
 from n17q_engine import concurrency, coverage
-from n17q_engine.package import PackageError, load_scenario
+from n17q_engine.package import PackageError
 from runs.relaunch import relaunch_url
 from runs.retention import retention_class
 
@@ -20,7 +20,13 @@ from . import intake, services
 from .body_access import recording_body
 from .models import ReviewEvent, ScenarioVersion, StagedRecording
 from .retention import recording_expiries
-from .scenarios import ScenarioRefused, scenario_package
+from .scenarios import (
+    ScenarioRefused,
+    fixture_bodies_expiries,
+    loaded_scenario,
+    scenario_bodies,
+    source_expired_sentence,
+)
 
 # bleach takes about a second per 200 KB on this machine (docs/benchmarks.md): the page shows the first 64 KB of
 # a captured page sanitized and says so; the whole body is the download.
@@ -136,6 +142,8 @@ class Nearest:
     fixture: dict[str, Any]
     why: str
     diff: list[DiffRow]
+    # Set when the fixture's body was removed under retention: its body is not compared (never as an empty one).
+    body_expired: str = ""
 
 
 def nearest_fixture(recording: StagedRecording) -> Nearest | None:
@@ -159,17 +167,27 @@ def nearest_fixture(recording: StagedRecording) -> Nearest | None:
     why = ("same request" if differing == 0 else f"{differing} request field(s) differ") + (
         "" if rev == 0 else f"; recorded under revision {best.get('contract_revision')}"
     )
-    staged = {
-        "request": request,
-        "response": {"outcome": recording.outcome, "body": recording_body(recording, "response").value},
-        "transition": recording.proposed_transition,
+    staged_response: dict[str, Any] = {
+        "outcome": recording.outcome,
+        "body": recording_body(recording, "response").value,
     }
-    existing = {
-        "request": best.get("request"),
-        "response": {"outcome": best.get("response", {}).get("outcome"), "body": best.get("response", {}).get("body")},
-        "transition": best.get("transition"),
-    }
-    return Nearest(latest, best, why, field_diff(existing, staged))
+    existing_response: dict[str, Any] = {"outcome": best.get("response", {}).get("outcome")}
+    expired = ""
+    try:
+        held = scenario_bodies(latest).body(best)
+    except ScenarioRefused as exc:
+        expired = str(exc)  # the body cannot be read back: said, and not compared
+    else:
+        if held.expiry is not None and held.digest is not None:
+            # Source material expired: the body is not there to compare; the rows compare the rest.
+            expired = source_expired_sentence(str(best.get("id")), held.digest, held.expiry)
+        else:
+            existing_response["body"] = held.value
+    if expired:
+        del staged_response["body"]
+    staged = {"request": request, "response": staged_response, "transition": recording.proposed_transition}
+    existing = {"request": best.get("request"), "response": existing_response, "transition": best.get("transition")}
+    return Nearest(latest, best, why, field_diff(existing, staged), expired)
 
 
 @dataclass
@@ -210,6 +228,31 @@ class RecordingPage:
     expiries: dict[str, Any] = field(default_factory=dict)  # {"response": Expiry}: bodies the sweep removed
     # A mutation answered ambiguously with no transition and no declared no-change: the page offers the declaration.
     no_change_offered: bool = False
+    # The minted fixture version's body (seed 001): held by digest, kept or expired (with its sentence).
+    fixture_body: VersionBody | None = None
+
+
+@dataclass(frozen=True)
+class VersionBody:
+    digest: str | None  # None: the version keeps its reviewed body inline (minted before bodies were held by digest)
+    expired: bool = False
+    sentence: str = ""
+
+
+def fixture_version_body(recording: StagedRecording) -> VersionBody | None:
+    """How the fixture version minted from `recording` holds its body now (one query, and only for a version holding
+    it by digest): inline, by digest and kept, or by digest and removed ("Source material expired: …")."""
+    version = recording.fixture_version if recording.fixture_version_id else None
+    if version is None:
+        return None
+    fixture = version.fixture
+    digest = (fixture.get("response") or {}).get("body_digest")
+    if not digest:
+        return VersionBody(None)
+    expiry = fixture_bodies_expiries([digest]).get(digest)
+    if expiry is None:
+        return VersionBody(digest)
+    return VersionBody(digest, True, source_expired_sentence(version.fixture_id, digest, expiry))
 
 
 def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
@@ -261,6 +304,7 @@ def recording_page(recording: StagedRecording, user: Any) -> RecordingPage:
         ),
         retention=retention_class(recording.retention_class) if recording.retention_class else None,
         expiries={part: b.expiry for part, b in held.items() if b.expiry is not None},
+        fixture_body=fixture_version_body(recording),
     )
 
 
@@ -292,7 +336,7 @@ def scenario_page(version: ScenarioVersion) -> ScenarioPage:
     cov = None
     races: list[dict[str, Any]] = []
     try:
-        loaded = load_scenario(scenario_package(version))
+        loaded = loaded_scenario(version)
         cov = coverage.coverage_of(loaded)
         races = [
             {
@@ -308,12 +352,22 @@ def scenario_page(version: ScenarioVersion) -> ScenarioPage:
         ]
     except (ScenarioRefused, PackageError) as exc:
         error = str(exc)
+    fixtures = version.fixture_items
+    try:
+        bodies = scenario_bodies(version)
+    except ScenarioRefused:
+        bodies = None  # the error above says why the version does not load
+    for f in fixtures:
+        # A body held by digest whose hold the sweep ended: the page says so, with the deletion record.
+        digest = (f.get("response") or {}).get("body_digest")
+        if bodies is not None and digest in bodies.expiries:
+            f["body_expired"] = source_expired_sentence(str(f.get("id")), digest, bodies.expiries[digest])
     return ScenarioPage(
         version=version,
         meta=version.scenario_json,
         coverage=cov,
         error=error,
-        fixtures=version.fixture_items,
+        fixtures=fixtures,
         promoted=list(version.promoted_recordings.select_related("fixture_version")),
         later=list(ScenarioVersion.objects.filter(name=version.name, version__gt=version.version).order_by("version")),
         races=races,

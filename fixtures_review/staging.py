@@ -24,13 +24,13 @@ from console.blob_store import BlobStoreRefused, blob_put
 from n17q_engine import canonical
 from n17q_engine.agent.model import contract_for
 from n17q_engine.contracts import Contract, ContractError
-from n17q_engine.package import PackageError, load_scenario
+from n17q_engine.package import PackageError
 from n17q_secrets import gate
 
 from . import intake
 from .models import ContractRevision, ReviewEvent, ScenarioVersion, StagedRecording
 from .retention import capture_retention_class, recording_bodies_hold
-from .scenarios import ScenarioRefused, scenario_package
+from .scenarios import ScenarioRefused, loaded_scenario
 
 # The review services log under the one name they had before the split (a log line's `logger` is unchanged).
 log = logging.getLogger("fixtures_review.services")
@@ -193,7 +193,7 @@ def _contract(scenario: str, tool: str, revision: int) -> tuple[Contract | None,
     if latest is None:
         return None, f"no version of scenario {scenario} is held yet: the digest is of the arguments as sent"
     try:
-        contracts = load_scenario(scenario_package(latest)).contracts
+        contracts = loaded_scenario(latest).contracts
     except (ScenarioRefused, PackageError) as exc:
         return None, f"{latest.ref} cannot be loaded: {exc}"
     contract = contract_for(contracts, tool)  # model.chat: the built-in contract where none is pinned

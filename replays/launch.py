@@ -21,11 +21,11 @@ from django.db.models import OuterRef, Q, Subquery
 from django.db.models.fields.json import KeyTextTransform
 
 from fixtures_review.models import ScenarioVersion
-from fixtures_review.scenarios import ScenarioRefused, scenario_package
+from fixtures_review.scenarios import ScenarioRefused, loaded_scenario
 from n17q_engine.canonical import digest_json
 from n17q_engine.contracts import ContractError
 from n17q_engine.deciders import DECIDERS, HUMAN_CHOICES
-from n17q_engine.package import PackageError, ScenarioPackage, check_fault, load_scenario, vary_value_problem
+from n17q_engine.package import PackageError, ScenarioPackage, check_fault, vary_value_problem
 from n17q_engine.sandbox_child import NAMESPACE_HOST
 from n17q_engine.vocabulary import FAULT_STAGES
 from n17q_engine.world import namespace_for, parse_time
@@ -99,7 +99,7 @@ def scenario_loaded(version: ScenarioVersion | None) -> ScenarioPackage | None:
     if version is None:
         return None
     try:
-        return load_scenario(scenario_package(version))
+        return loaded_scenario(version)
     except (PackageError, ScenarioRefused) as exc:
         raise VaryRefused(f"{version.ref} cannot be loaded: {exc}") from None
 

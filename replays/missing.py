@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from fixtures_review.scenarios import source_expired_sentence
 from fixtures_review.selectors import RequestAnswers, request_answers
 from n17q_engine.agent.model import contract_for
 from runs.models import Event
@@ -49,6 +50,7 @@ class Nearby:
     differing: int
     same_tool: bool
     conditions: list[str] = field(default_factory=list)
+    body_expired: str = ""  # the fixture's body was removed under retention (seed 001): "Source material expired: …"
 
 
 @dataclass
@@ -68,6 +70,15 @@ class MissingView:
     # The contract the request was checked against, as the pinned scenario version declares it (`Contract.to_dict`);
     # None when the version holds none for the tool (issue 36: the API answers it beside the request).
     contract: dict[str, Any] | None = None
+
+    @property
+    def body_expired(self) -> str:
+        """For a replay that stopped on a fixture whose body the sweep removed (`fixture.missing` `body_expired`,
+        seed 001): "Source material expired: …" naming the fixture, the class, the date and the deletion record."""
+        expired = self.record.get("body_expired")
+        if not isinstance(expired, dict):
+            return ""
+        return source_expired_sentence(str(expired.get("fixture")), str(expired.get("body_digest")), expired)
 
     @property
     def request(self) -> Any:
@@ -195,6 +206,8 @@ def missing_fixture_view(replay: Replay, index: int) -> MissingView:
             differing = sum(1 for r in rows if r.status != "same")
             same_tool = f.tool == record.get("tool")
             conditions = [f"{c.resource} at revision {c.expected()}" for c in f.condition]
+            expired = f.response.expired
+            gone = source_expired_sentence(f.id, f.response.body_digest or "", expired) if expired else ""
             candidates.append(
                 (
                     (not same_tool, f.contract_revision != record.get("contract_revision"), differing, f.id),
@@ -211,6 +224,7 @@ def missing_fixture_view(replay: Replay, index: int) -> MissingView:
                         differing,
                         same_tool,
                         conditions,
+                        gone,
                     ),
                 )
             )

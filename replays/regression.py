@@ -32,8 +32,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from fixtures_review.models import ScenarioVersion
-from fixtures_review.scenarios import ScenarioRefused
-from n17q_engine.package import PackageError, build_scenario, load_scenario
+from fixtures_review.scenarios import ScenarioRefused, body_digests, fixture_bodies
+from n17q_engine.package import PackageError, build_scenario
 from runs.facts import facts_of
 from runs.models import Event, Run
 
@@ -192,11 +192,12 @@ def regression_scenario_mint(*, run: Run, user: Any) -> ScenarioVersion:
             "success criteria",
         }
         try:
-            package = build_scenario({**files, "scenario.json": scenario})
-        except PackageError as exc:
-            raise RegressionRefused(f"the regression scenario could not be built: {exc}") from None
-        try:
-            load_scenario(package)
+            # The fixtures it keeps hold their bodies as the base's do (by digest: kept, or expired with the record;
+            # a replay of it reaching an expired one stops as incomplete_test_world, seed 001).
+            bodies = fixture_bodies(body_digests(files["fixtures.json"]))
+            package = build_scenario(
+                {**files, "scenario.json": scenario}, bodies=bodies.bodies, expired_bodies=bodies.expired
+            )
         except (PackageError, ScenarioRefused) as exc:
             raise RegressionRefused(f"the regression scenario could not be built: {exc}") from None
         try:

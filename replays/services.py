@@ -32,7 +32,14 @@ from django.utils import timezone
 
 from accounts.audit import audit_record
 from fixtures_review.connections import ConnectionRefused, model_connection_resolve
-from fixtures_review.scenarios import ScenarioRefused, scenario_for_run, scenario_package, scenario_resolve
+from fixtures_review.scenarios import (
+    FixtureBodies,
+    ScenarioRefused,
+    scenario_bodies,
+    scenario_for_run,
+    scenario_package,
+    scenario_resolve,
+)
 from n17q_engine.agent.entry import run_agent_replay
 from n17q_engine.agent.spec import AgentError
 from n17q_engine.bundle import BundleError
@@ -625,6 +632,10 @@ def _own_child(replay: Replay) -> Run | None:
 def _package(replay: Replay) -> Any:
     manifest, events, blobs, expired = _source(replay.source_run)
     scenario = scenario_package(replay.scenario_version) if replay.scenario_version else None
+    # The bodies its fixtures hold by digest, as the console holds them now (seed 001): those kept travel beside the
+    # package, those the sweep removed are listed with their deletion records, and a lookup reaching one stops the
+    # replay as incomplete_test_world. Never a stand-in, never a live call.
+    bodies = scenario_bodies(replay.scenario_version) if replay.scenario_version else FixtureBodies()
     return build_replay(
         replay_id=f"replay-{replay.pk}",
         run_id=replay.run_id_for,
@@ -638,6 +649,8 @@ def _package(replay: Replay) -> Any:
         source_blobs=blobs,
         checkpoint=replay.checkpoint,
         expired_blobs=expired,
+        fixture_bodies=bodies.bodies,
+        expired_fixture_bodies=bodies.expired,
     )
 
 

@@ -32,13 +32,13 @@ from django.db.models import Count
 from fixtures_review.minting import _lock_scenario, fixture_request_digest, scenario_files_mint
 from fixtures_review.models import ScenarioVersion, StagedRecording
 from fixtures_review.review_rules import CAPTURE_PERM
-from fixtures_review.scenarios import ScenarioRefused, scenario_import, scenario_package
+from fixtures_review.scenarios import ScenarioRefused, loaded_scenario, scenario_import
 from n17q_engine import canonical
 from n17q_engine.agent.model import MODEL_TOOL
 from n17q_engine.contract_inference import Inference, definitions_from_messages, infer_contracts
 from n17q_engine.contracts import EFFECT_CLASSES, ContractError
 from n17q_engine.identifiers import scenario_name_problem
-from n17q_engine.package import PackageError, build_scenario, load_scenario
+from n17q_engine.package import PackageError, build_scenario
 from n17q_engine.world import SNAPSHOT_FORMAT
 from runs.models import Event
 
@@ -370,7 +370,7 @@ def _answered(version: ScenarioVersion, calls: list[dict[str, Any]]) -> dict[str
         "unreadable": None,
     }
     try:
-        sc = load_scenario(scenario_package(version))
+        sc = loaded_scenario(version)
     except (PackageError, ScenarioRefused) as exc:
         out["unreadable"] = f"{version.ref} cannot be loaded: {exc}"
         return out

@@ -254,14 +254,16 @@ def run_blobs_hold(*, run: Run, carried: Collection[str], read_from: Run | None)
       deletion record.
     - A blob `read_from` holds (the run a replay replays, when the replay's worker imports its child run) is a read:
       the hold is that run's (class, expiry, removal), whatever the child's bundle says. A reconstruction of a
-      sensitive run keeps the source's clock, and a package built just before a removal brings nothing back.
+      sensitive run keeps the source's clock, and a package built just before a removal brings nothing back. A blob
+      the replayed run does not hold but another app's holder does (a fixture body held by digest, READ_HOLD_HOOKS)
+      is a read of that holder's in the same way.
     - Anything else is recorded by this run: the class its bundle names, counted from the run's `created_at`.
     """
     run_blobs = list(RunBlob.objects.filter(run=run).select_related("blob"))
     if not run_blobs:
         return RunHolds([], [])
     digests = [rb.blob.digest for rb in run_blobs]
-    source: dict[str, RunBlobHold] = {}
+    source: dict[str, Any] = {}
     if read_from is not None:
         source = {
             h.blob.digest: h
@@ -269,6 +271,12 @@ def run_blobs_hold(*, run: Run, carried: Collection[str], read_from: Run | None)
                 "blob"
             )
         }
+        # What else a replay read: a fixture body held by digest (seed 001) is held by the fixture, under its hold;
+        # the run the replay made holds it under that hold too, never under a class of its own (READ_HOLD_HOOKS).
+        others = [d for d in digests if d not in source]
+        for hook in READ_HOLD_HOOKS if others else ():
+            for digest, read in hook(others).items():
+                source.setdefault(digest, read)
     latest_removal: dict[str, int] = {}
     listed_without_bytes = [d for d in digests if d not in carried]
     if listed_without_bytes:
@@ -332,6 +340,20 @@ EXPIRY_HOOKS: list[Any] = []
 # Callables (now=, by=, batch=) -> (digests, more were due) the sweep runs after its own work: the holders of other
 # apps end their holds that ran out on bytes a longer hold keeps (a staged recording's, fixtures_review.retention).
 SWEEP_HOOKS: list[Any] = []
+# Callables (digests) -> {digest: ReadHold} the import of a run a replay made asks about the blobs the run it replays
+# does not hold: material a replay read from another app's holder (a fixture body, fixtures_review.retention), which
+# the made run holds under that holder's hold (reading never starts a clock).
+READ_HOLD_HOOKS: list[Any] = []
+
+
+@dataclass(frozen=True)
+class ReadHold:
+    """The hold a run a replay made takes on bytes it read from another holder: that holder's class, expiry, and the
+    deletion record that ended it (None: live)."""
+
+    retention_class: str
+    expires_at: datetime | None
+    removed_by_id: int | None
 
 
 def holds_end(*, blob_pk: int, now: datetime, by: str) -> list[BlobDeletion]:

@@ -105,6 +105,37 @@ class Demo:
     def recording_page(self, index: int) -> str:
         return f"/review/{self.staged[index]}/"
 
+    def expired_fixture(self, tail: str) -> str:
+        """A promoted fixture whose body the sweep removed (seed 001): the demo's status capture under the class
+        "sensitive", approved by the reviewer into docs-research@2, swept past its period, and run-000-recorded
+        replayed against @2 (it stops on the expired body). `tail`: "scenario", "recording" or "missing"."""
+        if not hasattr(self, "_expired"):
+            from datetime import timedelta
+
+            from django.contrib.auth import get_user_model
+
+            from fixtures_review.approval import recording_approve
+            from n17q_demo.captures import demo_captures
+            from runs.retention import retention_sweep
+
+            raw = {**demo_captures()[0], "retention": "sensitive", "captured_at": "2026-07-01T09:00:06Z"}
+            raw["response"] = {**raw["response"], "body": {**raw["response"]["body"], "checked": "edge-2"}}
+            recording = capture_stage(raw=raw).recording
+            recording = recording_approve(recording=recording, user=get_user_model().objects.get(username="reviewer"))
+            assert recording.captured_at is not None and recording.scenario_version is not None
+            retention_sweep(now=recording.captured_at + timedelta(days=8))
+            made = replays.replay_create(
+                Run.objects.get(run_id=MISSING), mode="rerun", scenario=recording.scenario_version.ref
+            )
+            self._expired = (recording, replays.replay_execute(made.pk).pk)
+        recording, replay = self._expired
+        version = recording.scenario_version
+        return {
+            "scenario": f"/scenarios/{version.name}@{version.version}/",
+            "recording": f"/review/{recording.public_id}/",
+            "missing": f"/replays/{replay}/missing/0/",
+        }[tail]
+
     def html_recording_page(self) -> str:
         capture = search_capture()
         capture["response"]["headers"]["Content-Type"] = "text/html; charset=utf-8"
@@ -171,6 +202,10 @@ PAGES = [
     Page("fixtures:record-policy", "record-policy", "/review/record-policy/"),
     Page("fixtures:scenarios", "scenario-list", "/scenarios/"),
     Page("fixtures:scenario", "scenario-detail", "/scenarios/docs-research@1/"),
+    # Seed 001: a promoted fixture whose body retention removed, said on the three pages that name it.
+    Page("fixtures:scenario", "scenario-detail[expired-body]", partial(Demo.expired_fixture, tail="scenario")),
+    Page("fixtures:recording", "recording[expired-fixture-body]", partial(Demo.expired_fixture, tail="recording")),
+    Page("replays:missing-fixture", "missing-fixture[expired-body]", partial(Demo.expired_fixture, tail="missing")),
     Page("login", "login", "/login/", role=None),
     Page("api-docs", "api-docs", "/api/v1/docs/", ready=".swagger-ui .opblock-summary-path"),
     Page("admin:accounts_auditentry_changelist", "audit-log", "/admin/accounts/auditentry/"),

@@ -151,3 +151,27 @@ def test_vcr_cassette(sweep, tmp_path, seed_scenarios, reviewed_connections, ser
     assert out["format"] == "vcr" and len(out["recordings"]) == 1, out
     cassette.unlink()
     sweep.check(f"VCR cassette ({serializer})")
+
+
+def test_promotion(sweep, client, role_user, seed_scenarios, reviewed_connections):
+    """A capture whose answer holds every canary, each finding redacted in review, then approved (seed 001): the
+    reviewed body is stored by digest through the storage gate (fixtures_review.retention.fixture_body_put) and the
+    fixture version and the minted scenario version hold its digest. Nothing of a canary may be anywhere."""
+    from fixtures_review.approval import recording_approve
+    from fixtures_review.content import unresolved_findings
+    from fixtures_review.services import capture_stage, recording_redact
+
+    capture = exchanges.capture(sweep.canaries)
+    capture["response"] = {**capture["response"], "status": 404}
+    recording = capture_stage(raw=capture, user=role_user("operator", "olga")).recording
+    reviewer = role_user("reviewer", "rhea")
+    for finding in unresolved_findings(recording):
+        recording.refresh_from_db()
+        recording_redact(recording=recording, path=finding["path"], reason="a secret", user=reviewer,
+                         revision=recording.revision)  # fmt: skip
+    recording.refresh_from_db()
+    approver = role_user("reviewer", "rex")  # four eyes: not who redacted it
+    promoted = recording_approve(recording=recording, user=approver, revision=recording.revision)
+    assert promoted.state == "promoted" and promoted.fixture_version is not None
+    assert promoted.fixture_version.fixture["response"]["body_digest"], "the body was not stored by digest"
+    sweep.check("promotion")

@@ -7,15 +7,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from fixtures_review.models import ContractRevision, FixtureVersion, ScenarioVersion, StagedRecording
-from fixtures_review.scenarios import scenario_package
+from fixtures_review.scenarios import loaded_scenario, scenario_bodies, scenario_package
 from fixtures_review.services import ReviewRefused, recording_approve, scenario_version_mint
 from n17q_engine import canonical
 from n17q_engine.contract_migration import payload_digest
-from n17q_engine.package import load_scenario
 from replays.models import Replay
 from runs.models import Event, Run
 
@@ -104,7 +104,7 @@ def test_it_mints_structural_changes_as_new_fixture_revisions_keeping_the_origin
 
     v3 = ScenarioVersion.objects.get(name="docs-research", version=3)
     assert (v3.source, v3.based_on_id) == ("migration", research.pk)
-    loaded = load_scenario(scenario_package(v3))
+    loaded = loaded_scenario(v3)
     assert loaded.contracts.get("docs.search").revision == 2
     assert loaded.contracts.get("docs.search").migrations_from[1][0]["op"] == "rename_field"  # the declaration travels
     (fixture,) = [f for f in v3.fixture_items if f["tool"] == "docs.search"]
@@ -129,7 +129,7 @@ def test_it_mints_structural_changes_as_new_fixture_revisions_keeping_the_origin
     # The version migrated is untouched: same bytes, same fixtures, still revision 1.
     research.refresh_from_db()
     assert scenario_package(research).digest == research.digest
-    assert load_scenario(scenario_package(research)).contracts.get("docs.search").revision == 1
+    assert loaded_scenario(research).contracts.get("docs.search").revision == 1
 
 
 def test_a_meaning_bearing_change_is_staged_for_four_eyes_review_instead_of_minted(research, client, capsys):
@@ -162,12 +162,15 @@ def test_a_meaning_bearing_change_is_staged_for_four_eyes_review_instead_of_mint
     assert v4 is not None and v4.ref == "docs-research@4"
     (approved,) = [f for f in v4.fixture_items if f["response"]["outcome"] == "not_found"]
     assert approved["contract_revision"] == 2 and approved["request"]["q"] == "no such page"
-    assert approved["response"]["body"] == {"results": []}
+    # Promoted, the body is held by digest (seed 001) and resolves to the reviewed body through the one resolver.
+    assert "body" not in approved["response"]
+    assert approved["response"]["body_digest"] == canonical.digest_json({"results": []})
+    assert scenario_bodies(v4).body(approved).value == {"results": []}
     assert approved["provenance"]["migrated_from"]["fixture"] == empty_id
     assert approved["provenance"]["migrated_from"]["payload_digest"] == payload_digest(
         next(f for f in research.fixture_items if f["id"] == empty_id)
     )
-    load_scenario(scenario_package(v4))
+    loaded_scenario(v4)
 
 
 def _user(name):
@@ -268,3 +271,66 @@ def test_a_fault_pinned_to_a_request_follows_it_to_its_new_key(research, capsys)
     (moved,) = [f for f in v4.fixture_items if f["id"] == out["migrated"][0]["fixture"]]
     (fault,) = v4.scenario_json["faults"]
     assert fault["request_digest"] == moved["request_digest"] != old_digest
+
+
+# --- bodies held by digest (seed 001, "Promoted fixture bodies follow retention") -----------------------------------
+
+
+def _promoted_search(research, role_user) -> StagedRecording:
+    from fixtures_review.services import capture_stage
+    from tests.fixtures_review.conftest import search_capture
+
+    hits = {"hits": [{"title": "Key rotation", "url": "https://docs.example/k"}]}
+    raw = search_capture(query="rotate the keys", body=hits, retention="sensitive")
+    recording = capture_stage(raw=raw, user=role_user("operator", "olga")).recording
+    promoted = recording_approve(recording=recording, user=get_user_model().objects.get(username="rory"))
+    assert promoted.scenario_version.ref == "docs-research@3"
+    return promoted
+
+
+@pytest.mark.seed("001", "Retention preserved the failure, not every byte forever")
+def test_a_body_held_by_digest_is_migrated_as_its_body_and_held_again_under_its_sources_hold(
+    research, role_user, capsys
+):
+    from datetime import timedelta
+
+    from fixtures_review.models import FixtureBodyHold
+    from runs.retention import retention_sweep
+
+    promoted = _promoted_search(research, role_user)
+    source = FixtureBodyHold.objects.get(fixture_version=promoted.fixture_version)
+    out = migrate(capsys, "docs-research@3", "--to-revision", "2", "--user", "mo")
+    v4 = ScenarioVersion.objects.get(name="docs-research", version=4)
+    (mine,) = [m for m in out["migrated"] if m["from"] == promoted.fixture_version.fixture_id]
+    (fixture,) = [f for f in v4.fixture_items if f["id"] == mine["fixture"]]
+    # The body the migration moved (`hits` under `results`) is held by digest again, never inline.
+    moved = {"results": [{"title": "Key rotation", "url": "https://docs.example/k"}]}
+    assert "body" not in fixture["response"] and fixture["response"]["body_digest"] == canonical.digest_json(moved)
+    assert scenario_bodies(v4).body(fixture).value == moved
+    # Where it came from is the fixture as the version held it (by digest).
+    assert fixture["provenance"]["migrated_from"]["fixture_digest"] == promoted.fixture_version.digest
+    # Held under its source's hold: the same class and clock; a migration never extends how long material is kept.
+    again = FixtureBodyHold.objects.get(fixture_id=mine["fixture"])
+    assert (again.retention_class, again.expires_at, again.fixture_version) == ("sensitive", source.expires_at, None)
+    assert source.expires_at is not None
+    retention_sweep(now=source.expires_at + timedelta(hours=1))
+    v4 = ScenarioVersion.objects.get(pk=v4.pk)
+    assert canonical.digest_json(moved) in scenario_bodies(v4).expiries
+
+
+@pytest.mark.seed("001", "Retention preserved the failure, not every byte forever")
+def test_a_migration_of_a_tool_one_of_whose_bodies_expired_is_refused_naming_the_record(research, role_user, capsys):
+    from datetime import timedelta
+
+    from fixtures_review.models import FixtureBodyHold
+    from runs.retention import retention_sweep
+
+    promoted = _promoted_search(research, role_user)
+    hold = FixtureBodyHold.objects.get(fixture_version=promoted.fixture_version)
+    assert hold.expires_at is not None
+    retention_sweep(now=hold.expires_at + timedelta(hours=1))
+    hold.refresh_from_db()
+    before = held()
+    with pytest.raises(CommandError, match=rf"Source material expired: .*deletion record {hold.removed_by_id}"):
+        migrate(capsys, "docs-research@3", "--to-revision", "2", "--user", "mo")
+    assert held() == before

@@ -14,9 +14,8 @@ from django.db import connection, connections
 
 from fixtures_review import approval
 from fixtures_review.models import FixtureVersion, ScenarioVersion, StagedRecording
-from fixtures_review.scenarios import scenario_package
+from fixtures_review.scenarios import loaded_scenario
 from fixtures_review.services import ReviewRefused, capture_stage, recording_approve
-from n17q_engine.package import load_scenario
 
 from .conftest import search_capture, status_capture
 
@@ -80,6 +79,6 @@ def test_two_recordings_of_one_scenario_approved_at_once_get_one_version_each_an
     assert all(isinstance(r, StagedRecording) for r in results), results
     versions = sorted(ScenarioVersion.objects.filter(name="docs-research"), key=lambda v: v.version)
     assert [v.version for v in versions] == [1, 2, 3]
-    latest = load_scenario(scenario_package(versions[-1]))
+    latest = loaded_scenario(versions[-1])
     ids = {f.id for f in latest.fixtures}
     assert {r.fixture_version.fixture_id for r in results} <= ids

@@ -13,6 +13,7 @@ from django.core.management import call_command
 
 from fixtures_review.models import ScenarioVersion, StagedRecording
 from fixtures_review.run_model_calls import run_model_calls_stage
+from fixtures_review.scenarios import scenario_bodies
 from fixtures_review.services import recording_approve
 from n17q_engine.agent.model import MODEL_CONTRACT, MODEL_TOOL
 from n17q_engine.contracts import Contract
@@ -63,7 +64,11 @@ def test_an_inspect_run_s_model_calls_are_staged_approved_and_answer_their_reque
     models = [f for f in latest.fixture_items if f.get("tool") == MODEL_TOOL]
     # Each fixture is keyed by the request the agent sends, normalized by model.chat, answered by the completion.
     assert {CONTRACT.digest(f["request"])[1] for f in models} == digests and len(digests) == 5
-    assert all(f["response"]["body"]["object"] == "chat.completion" for f in models)
+    # Each body is held by digest (seed 001), read back through the one resolver.
+    assert latest is not None
+    bodies = scenario_bodies(latest)
+    assert all("body" not in f["response"] and f["response"]["body_digest"] for f in models)
+    assert all(bodies.body(f).value["object"] == "chat.completion" for f in models)
     again = run_model_calls_stage(run=run, scenario="docs-research", connection="docs-api").to_json()
     assert again["recordings"] == [] and len(again["already"]) == 5
 

@@ -13,7 +13,7 @@ from accounts.models import AuditEntry, HarnessToken
 from console.append_only import HistoryIsAppendOnly
 from fixtures_review import intake
 from fixtures_review.models import FixtureVersion, ReviewEvent, ScenarioVersion, StagedRecording
-from fixtures_review.scenarios import ScenarioRefused, scenario_package
+from fixtures_review.scenarios import ScenarioRefused, loaded_scenario
 from fixtures_review.services import (
     ReviewRefused,
     capture_stage,
@@ -26,7 +26,6 @@ from fixtures_review.services import (
     recording_synthesize,
     scenario_version_mint,
 )
-from n17q_engine.package import load_scenario
 from runs.models import Event, Run
 
 from .conftest import search_capture, status_capture
@@ -272,12 +271,12 @@ def test_approval_mints_a_content_addressed_fixture_and_a_new_scenario_version_p
     v2 = rec.scenario_version
     assert (v2.ref, v2.source, v2.based_on_id) == ("docs-research@2", "promotion", v1.pk)
     assert v2 is not None
-    loaded = load_scenario(scenario_package(v2))
+    loaded = loaded_scenario(v2)
     fixture = next(f for f in loaded.fixtures if f.tool == "status.lookup")
     assert fixture.id == rec.fixture_version.fixture_id and fixture.response.outcome == "not_found"
     assert rec.fixture_version.digest.startswith("sha256:") and rec.fixture_version.fixture_id.startswith("fx-")
     # The old version is untouched: replays pinned to it see what they saw.
-    assert not any(f.tool == "status.lookup" for f in load_scenario(scenario_package(v1)).fixtures)
+    assert not any(f.tool == "status.lookup" for f in loaded_scenario(v1).fixtures)
     assert rec.events.last().detail["scenario"] == "docs-research@2"
 
 
@@ -314,7 +313,7 @@ def test_a_recapture_of_the_same_request_replaces_the_fixture_instead_of_making_
         and "already answers" in approval.detail["replaces"]
     )
     assert second.scenario_version is not None
-    loaded = load_scenario(scenario_package(second.scenario_version))
+    loaded = loaded_scenario(second.scenario_version)
     status = [f for f in loaded.fixtures if f.tool == "status.lookup"]
     assert [f.id for f in status] == [second.fixture_version.fixture_id] != [first.fixture_version.fixture_id]
 
@@ -342,7 +341,7 @@ def test_mint_adds_fixtures_and_excludes_tools_with_their_reasons(seed_scenarios
     v3 = scenario_version_mint(
         base=v2, exclude_tools={"docs.search": "search is out of scope here"}, user=None, source="regression"
     )
-    loaded = load_scenario(scenario_package(v3))
+    loaded = loaded_scenario(v3)
     assert loaded.excluded("docs.search") == "search is out of scope here"
     assert {f.tool for f in loaded.fixtures} == {"status.lookup"}
 

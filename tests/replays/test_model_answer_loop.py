@@ -21,6 +21,7 @@ from django.test import Client
 
 from accounts.models import HarnessToken
 from fixtures_review.models import ScenarioVersion, StagedRecording
+from fixtures_review.scenarios import scenario_bodies
 from n17q_engine.agent.model import MODEL_CONTRACT, MODEL_TOOL
 from replays.models import Replay
 from runs.models import Event
@@ -179,7 +180,11 @@ def test_copy_similar_copies_the_nearest_model_answer_and_says_which(stopped, us
     assert out["answer"] == "copied" and out["scenario"] == SCENARIO
     assert out["copied_from"] == {"fixture": turn_one["id"], "scenario": f"{SCENARIO}@2", "shared_messages": 2}
     copy = StagedRecording.objects.get(public_id=out["staged"])
-    assert copy.request["args"] == second and copy.response["body"] == turn_one["response"]["body"]
+    # The promoted answer holds its body by digest (seed 001): the copy is the body the digest names.
+    assert recording.scenario_version is not None
+    promoted_body = scenario_bodies(recording.scenario_version).body(turn_one).value
+    assert "body" not in turn_one["response"] and promoted_body["choices"]
+    assert copy.request["args"] == second and copy.response["body"] == promoted_body
     assert copy.synthetic and f"copied from model fixture {turn_one['id']}" in copy.fidelity_note
     page = client_for(users["rex"]).get(f"/review/{copy.public_id}/").content.decode()
     assert f"a model answer copied from fixture <code>{turn_one['id']}</code> of {SCENARIO}@2" in page

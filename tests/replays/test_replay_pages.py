@@ -13,9 +13,8 @@ from django.test import Client
 from django.utils import timezone
 
 from fixtures_review.models import ScenarioVersion, StagedRecording
-from fixtures_review.scenarios import scenario_package
+from fixtures_review.scenarios import loaded_scenario
 from n17q_demo import seed_scenarios
-from n17q_engine.package import load_scenario
 from replays import services as replays
 from replays.models import Replay
 from runs.models import Event, Run
@@ -269,7 +268,7 @@ def test_exclude_the_tool_mints_a_new_scenario_version_with_the_reason(
         f"/replays/{replay.pk}/missing/0/exclude-tool/", {"reason": "status is never recorded for this corpus"}
     )
     assert response.status_code == 302 and "scenario=docs-research%402" in response["Location"].replace("@", "%40")
-    minted = load_scenario(scenario_package(ScenarioVersion.objects.get(name="docs-research", version=2)))
+    minted = loaded_scenario(ScenarioVersion.objects.get(name="docs-research", version=2))
     assert minted.excluded("status.lookup") == "status is never recorded for this corpus"
     assert Replay.objects.get(pk=replay.pk).scenario_version.ref == "docs-research@1"  # pinned
 
@@ -339,7 +338,7 @@ def test_make_regression_scenario_pins_the_runs_invariants_as_success_criteria(d
     response = operator.post("/runs/run-001-recorded/regression/")
     assert response.status_code == 302
     version = ScenarioVersion.objects.get(name="email-delivery-regression", version=1)
-    sc = load_scenario(scenario_package(version))
+    sc = loaded_scenario(version)
     checks = {(i["check"], i.get("resource_prefix"), i.get("max")) for i in sc.invariants}
     assert checks == {
         ("no_live_effect", None, None),
