@@ -385,10 +385,17 @@ class RequestAnswers:
     candidates: list[StagedRecording]  # copies (of the recorded answer, or similar) waiting in the review queue
     promoted: list[StagedRecording]  # approved recordings of this key
     versions: list[tuple[ScenarioVersion, str]]  # (a version holding a fixture for it, that fixture's id)
+    # (version ref, fixture id) of those fixtures whose body retention removed: they match, but answer nothing
+    expired: set[tuple[str, str]] = field(default_factory=set)
 
     @property
     def empty(self) -> bool:
         return not (self.staged or self.candidates or self.promoted or self.versions)
+
+    @property
+    def answering(self) -> list[tuple[ScenarioVersion, str, bool]]:
+        """(version, fixture id, whether that fixture's body expired) for each version holding a fixture for it."""
+        return [(v, f, (v.ref, f) in self.expired) for v, f in self.versions]
 
 
 def request_answers(*, scenario: str, tool: str, contract_revision: int, request_digest: str) -> RequestAnswers:
@@ -412,6 +419,7 @@ def request_answers(*, scenario: str, tool: str, contract_revision: int, request
     candidates = [r for r in recordings if r.state == "staged" and r.origin != StagedRecording.Origin.CAPTURE]
     promoted = [r for r in recordings if r.state == "promoted"]
     versions = []
+    expired: set[tuple[str, str]] = set()
     for version in ScenarioVersion.objects.filter(name=scenario).order_by("version"):
         for f in version.fixture_items:
             if (
@@ -420,8 +428,10 @@ def request_answers(*, scenario: str, tool: str, contract_revision: int, request
                 and services.fixture_request_digest(f) == request_digest
             ):
                 versions.append((version, str(f.get("id") or "")))
+                if scenario_bodies(version).body(f).expired:  # a query only for a body held by digest
+                    expired.add((version.ref, str(f.get("id") or "")))
                 break
-    return RequestAnswers(staged, candidates, promoted, versions)
+    return RequestAnswers(staged, candidates, promoted, versions, expired)
 
 
 def duplicates_of(recordings: list[StagedRecording]) -> dict[int, list[StagedRecording]]:

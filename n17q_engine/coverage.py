@@ -88,9 +88,13 @@ def coverage_of(sc: ScenarioPackage) -> Coverage:
         excluded=[dict(e) for e in sc.excluded_tools],
         declared_uncovered=list(sc.uncovered),
     )
+    # A fixture whose body retention removed answers nothing (a call it matches stops the run, seed 001): it covers
+    # nothing either, and its contract's row says so.
     by_tool: dict[str, list[Any]] = {}
+    expired_by_tool: dict[str, list[Any]] = {}
     for fixture in sc.fixtures:
-        by_tool.setdefault(fixture.tool, []).append(fixture)
+        held = expired_by_tool if fixture.response.expired is not None else by_tool
+        held.setdefault(fixture.tool, []).append(fixture)
     contracts = list(sc.contracts)
     mutations = {c.tool for c in contracts if c.effect_class == "mutation"}
     route_tools = {r.tool for r in sc.effects} | {r.status_tool for r in sc.effects if r.status_tool}
@@ -118,6 +122,11 @@ def coverage_of(sc: ScenarioPackage) -> Coverage:
             detail = f"{len(fixtures)} fixture(s)"
         else:
             detail = "no fixture answers it: every call stops the run as incomplete_test_world"
+        if not reason and (expired := expired_by_tool.get(c.tool)):
+            detail += (
+                f"; {len(expired)} fixture(s) whose body expired under retention: a call one of them matches stops"
+                " the run as incomplete_test_world (source material expired)"
+            )
         out.rows.append(
             Row("contract", f"{c.tool} r{c.revision}", bool(fixtures), detail, (c.tool,), invariants_for(c.tool))
         )

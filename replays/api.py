@@ -176,7 +176,10 @@ def missing_answer(view: MissingView) -> dict[str, Any]:
             "staged": [r.public_id for r in answers.staged],
             "candidates": [r.public_id for r in answers.candidates],
             "promoted": [r.public_id for r in answers.promoted],
-            "versions": [{"scenario": v.ref, "fixture": fixture} for v, fixture in answers.versions],
+            "versions": [
+                {"scenario": v.ref, "fixture": fixture, "body_expired": expired}
+                for v, fixture, expired in answers.answering
+            ],
         }
         if answers is not None
         else None,

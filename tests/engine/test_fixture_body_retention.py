@@ -102,3 +102,20 @@ def test_a_body_neither_carried_nor_recorded_expired_or_not_its_digest_is_refuse
     assert loaded.scenario is not None
     (fixture,) = loaded.scenario.fixtures
     assert fixture.to_dict()["response"] == {"outcome": "ok", "body_digest": DIGEST, "absent": {}}
+
+
+@pytest.mark.seed("001", "Retention preserved the failure, not every byte forever")
+def test_a_fixture_whose_body_expired_covers_nothing_and_its_contract_row_says_why() -> None:
+    from n17q_engine.coverage import coverage_of
+    from n17q_engine.package import load_scenario
+
+    def contract_row(**held: Any) -> Any:
+        loaded = load_scenario(rl.scenario(fixtures=[by_digest()], **held), **held)
+        (row,) = [r for r in coverage_of(loaded).rows if r.dimension == "contract"]
+        return row
+
+    kept = contract_row(bodies={DIGEST: BODY_BYTES})
+    assert kept.covered and "expired" not in kept.detail
+    expired = contract_row(expired_bodies={DIGEST: RECORD})
+    assert not expired.covered
+    assert "no fixture answers it" in expired.detail and "1 fixture(s) whose body expired" in expired.detail

@@ -181,6 +181,12 @@ def test_a_promoted_fixture_serves_its_body_while_kept_and_stops_the_replay_once
     missing_page = reviewer.get(f"/replays/{replay.pk}/missing/0/").content.decode()
     assert 'id="missing-body-expired"' in missing_page and said in missing_page and where in missing_page
     assert "has no fixture for this request" not in missing_page
+    # What answers the request says the same: the version holds the fixture, which answers nothing now.
+    assert f"holds fixture <code>{fixture_id}</code> for it, but its body expired under retention" in missing_page
+    api = reviewer.get(f"/api/v1/replays/{replay.pk}/missing/").json()["missing"][0]
+    assert {"scenario": minted.ref, "fixture": fixture_id, "body_expired": True} in api["answers"]["versions"]
+    coverage_row = next(r for r in scenario_page.split("<tr") if "status.lookup r" in r and "body expired" in r)
+    assert 'class="uncovered"' in coverage_row  # the coverage no longer counts it
     # An export writes the package as held (the digest, not the bytes) and says which body expired, with its record.
     call_command("export_package", minted.ref, str(tmp_path / "exported"), "--json")
     exported = json.loads(capsys.readouterr().out)
