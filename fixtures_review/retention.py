@@ -40,6 +40,7 @@ from runs.retention import (
     blobs_hold_until,
     expiry_of,
     hold_expiry,
+    kept_bytes_holds_end,
     retention_class,
 )
 
@@ -296,54 +297,9 @@ def _end_fixture_holds(digest: str, record: BlobDeletion) -> None:
 
 
 def fixture_hold_end(*, blob_pk: int, now: datetime, by: str) -> list[BlobDeletion]:
-    """End the fixture holds on one blob that ran out while a longer hold keeps its bytes: one deletion record per
-    (class, expiry) of the holds ended (`bytes_removed` false), naming the fixtures. As `runs.retention.holds_end`:
-    the blob row locked first (the removal's lock order), the holds ended by a conditional UPDATE (still live), and a
-    sweep that finds them ended already writes nothing."""
-    records: list[BlobDeletion] = []
-    with transaction.atomic():
-        blob = Blob.objects.select_for_update().filter(pk=blob_pk, bytes_removed_at__isnull=True).first()
-        if blob is None:
-            return records  # removed meanwhile: the removal ended every hold live then
-        due = list(
-            FixtureBodyHold.objects.filter(blob=blob, removed_by__isnull=True, expires_at__lte=now)
-            .order_by("expires_at", "pk")
-            .values_list("pk", "retention_class", "expires_at", "fixture_id")
-        )
-        groups: dict[tuple[str, datetime], list[tuple[int, str]]] = {}
-        for pk, name, expires, fixture_id in due:
-            assert expires is not None  # the query's condition
-            groups.setdefault((name, expires), []).append((pk, fixture_id))
-        for (name, expires), holds in groups.items():
-            cls = retention_class(name)
-            record = BlobDeletion.objects.create(
-                blob=blob,
-                digest=blob.digest,
-                size=blob.size,
-                retention_class=name,
-                sensitivity=cls.sensitivity,
-                expired_at=expires,
-                removed_at=now,
-                removed_by=f"retention sweep ({by})",
-                reason=f"the retention period of class {cls.name!r} ({cls.period_text}) ran out on "
-                f"{expires:%Y-%m-%d %H:%M} UTC for these fixtures; the bytes stay for the holders still keeping them",
-                holders=sorted({f"fixture {fid}" for _, fid in holds}),
-                bytes_removed=False,
-            )
-            ended = FixtureBodyHold.objects.filter(pk__in=[pk for pk, _ in holds], removed_by__isnull=True)
-            if ended.update(removed_by=record) != len(holds):
-                transaction.set_rollback(True)  # another sweep ended some of them first: undo, it recorded them
-                return []
-            audit_record(
-                actor=None,
-                action="blob.hold_expired",
-                target=blob.digest,
-                detail={"class": name, "record": record.pk, "holders": record.holders},
-            )
-            records.append(record)
-    for record in records:
-        log.info("retention: ended %s's hold on %s (class %s)", record.holders, record.digest, record.retention_class)
-    return records
+    """End the fixture holds on one blob that ran out while a longer hold keeps its bytes, naming the fixtures: the
+    run graph's own way (`runs.retention.kept_bytes_holds_end`)."""
+    return kept_bytes_holds_end(FixtureBodyHold, "fixture_id", "fixture", blob_pk=blob_pk, now=now, by=by)
 
 
 def fixture_holds_end(*, now: datetime, by: str, batch: int) -> tuple[list[str], bool]:

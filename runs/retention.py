@@ -31,7 +31,7 @@ Decisions:
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -357,9 +357,31 @@ class ReadHold:
 
 
 def holds_end(*, blob_pk: int, now: datetime, by: str) -> list[BlobDeletion]:
-    """End the runs' holds on one blob that ran out while a longer hold keeps its bytes: one deletion record per
-    (class, expiry) of the holds ended (`bytes_removed` false), each naming the runs whose holds it ended. The bytes
-    stay for the holds still live; the blob's own removal (`blob_expire`) is the last hold's.
+    """End the runs' holds on one blob that ran out while a longer hold keeps its bytes (`kept_bytes_holds_end`)."""
+
+    def staying(live: int) -> str:
+        return f" ({live} run hold{'s' if live != 1 else ''} or a recording)"
+
+    return kept_bytes_holds_end(
+        RunBlobHold, "run_blob__run__run_id", "run", blob_pk=blob_pk, now=now, by=by, staying=staying
+    )
+
+
+def kept_bytes_holds_end(
+    holds_model: type[Any],
+    holder: str,
+    noun: str,
+    *,
+    blob_pk: int,
+    now: datetime,
+    by: str,
+    staying: Callable[[int], str] | None = None,
+) -> list[BlobDeletion]:
+    """End the holds (rows of `holds_model`: a run's `RunBlobHold`, a fixture's `FixtureBodyHold`) on one blob that
+    ran out while a longer hold keeps its bytes: one deletion record per (class, expiry) of the holds ended
+    (`bytes_removed` false), each naming its holders (`noun` and the `holder` value of each row). The bytes stay for
+    the holds still live; the blob's own removal (`blob_expire`) is the last hold's. `staying(live)` adds to the
+    reason what still holds them (`live`: this model's holds left).
 
     Locks the blob row first, as `blob_expire`'s claim does, so a removal and this never interleave on one blob; the
     holds are ended by a conditional UPDATE (still live), and a sweep that finds them ended already writes nothing."""
@@ -367,20 +389,20 @@ def holds_end(*, blob_pk: int, now: datetime, by: str) -> list[BlobDeletion]:
     with transaction.atomic():
         blob = Blob.objects.select_for_update().filter(pk=blob_pk, bytes_removed_at__isnull=True).first()
         if blob is None:
-            return records
+            return records  # removed meanwhile: the removal ended every hold live then
         due = list(
-            RunBlobHold.objects.filter(blob=blob, removed_by__isnull=True, expires_at__lte=now)
+            holds_model.objects.filter(blob=blob, removed_by__isnull=True, expires_at__lte=now)
             .order_by("expires_at", "pk")
-            .values_list("pk", "retention_class", "expires_at", "run_blob__run__run_id")
+            .values_list("pk", "retention_class", "expires_at", holder)
         )
         groups: dict[tuple[str, datetime], list[tuple[int, str]]] = {}
-        for pk, name, expires, run_id in due:
+        for pk, name, expires, held_by in due:
             assert expires is not None  # the query's condition
-            groups.setdefault((name, expires), []).append((pk, run_id))
-        live = RunBlobHold.objects.filter(blob=blob, removed_by__isnull=True).count() - len(due)
+            groups.setdefault((name, expires), []).append((pk, held_by))
+        live = holds_model.objects.filter(blob=blob, removed_by__isnull=True).count() - len(due)
         for (name, expires), holds in groups.items():
             cls = retention_class(name)
-            names = [f"run {run_id}" for _, run_id in holds]
+            names = list(dict.fromkeys(f"{noun} {held_by}" for _, held_by in holds))
             record = BlobDeletion.objects.create(
                 blob=blob,
                 digest=blob.digest,
@@ -391,13 +413,13 @@ def holds_end(*, blob_pk: int, now: datetime, by: str) -> list[BlobDeletion]:
                 removed_at=now,
                 removed_by=f"retention sweep ({by})",
                 reason=f"the retention period of class {cls.name!r} ({cls.period_text}) ran out on "
-                f"{expires:%Y-%m-%d %H:%M} UTC for these holders; the bytes stay for the holders still keeping them"
-                f" ({live} run hold{'s' if live != 1 else ''} or a recording)",
+                f"{expires:%Y-%m-%d %H:%M} UTC for these {noun}s; the bytes stay for the holders still keeping them"
+                + (staying(live) if staying else ""),
                 holders=names[:HOLDERS_KEPT]
                 + ([f"and {len(names) - HOLDERS_KEPT} more"] if len(names) > HOLDERS_KEPT else []),
                 bytes_removed=False,
             )
-            ended = RunBlobHold.objects.filter(pk__in=[pk for pk, _ in holds], removed_by__isnull=True)
+            ended = holds_model.objects.filter(pk__in=[pk for pk, _ in holds], removed_by__isnull=True)
             if ended.update(removed_by=record) != len(holds):
                 # Another sweep ended some of them first (the lock makes this a SQLite-without-locks case): undo.
                 transaction.set_rollback(True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import tomllib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,6 +237,7 @@ class ReferenceRules:
         Entropy is computed once per distinct secret of this call (a body of near-matches repeats them), and the
         values are forgotten with the call: no secret outlives the scan in a cache."""
         data = utf8(text) if data is None else data
+        candidates: Sequence[int]
         if present is not None:
             candidates = self.candidates_holding(present)
         else:
