@@ -3,32 +3,52 @@ open a database connection, less those marked `database_incidental`; the SQLite 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any, cast
 
-ROOT = Path(__file__).resolve().parent.parent
-MODULE = "tests/runs/test_lineage_picture.py"
-INCIDENTAL = "test_it_places_no_label_over_another_or_over_a_node_in_a_dense_run"
+from tests.conftest import pytest_collection_modifyitems, uses_database
 
 
-def _collected(database_only: bool) -> set[str]:
-    env = {**os.environ, "N17Q_TEST_DATABASE_ONLY": "1" if database_only else "0"}
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", MODULE],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    return {line.split("::", 1)[1] for line in out.stdout.splitlines() if line.startswith(MODULE + "::")}
+@dataclass
+class _Item:
+    """What `uses_database` reads of a collected test: its markers and the fixtures it asks for."""
+
+    name: str
+    markers: tuple[str, ...] = ()
+    fixturenames: tuple[str, ...] = field(default=())
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return name if name in self.markers else None
 
 
-def test_the_database_pass_leaves_out_a_test_whose_rows_are_incidental_and_keeps_the_others():
-    everything = _collected(database_only=False)
-    database_pass = _collected(database_only=True)
-    assert INCIDENTAL in everything and INCIDENTAL not in database_pass
-    assert database_pass and database_pass < everything  # the module's other tests touch the database: kept
+ITEMS = [
+    _Item("marked django_db", ("django_db",)),
+    _Item("asks for db", fixturenames=("db", "tmp_path")),
+    _Item("a live server", fixturenames=("live_server",)),
+    _Item("rows only lead to it", ("django_db", "database_incidental")),
+    _Item("opens no connection", fixturenames=("tmp_path",)),
+]
+
+
+def test_the_database_pass_keeps_what_touches_the_database_and_leaves_out_what_is_incidental(monkeypatch):
+    kept = [i.name for i in ITEMS if uses_database(cast(Any, i))]
+    assert kept == ["marked django_db", "asks for db", "a live server"]
+
+    class Config:
+        class hook:  # pytest's spelling: config.hook.pytest_deselected
+            deselected: list = []
+
+            @classmethod
+            def pytest_deselected(cls, items):
+                cls.deselected.extend(items)
+
+    items = list(ITEMS)
+    monkeypatch.setenv("N17Q_TEST_DATABASE_ONLY", "1")
+    pytest_collection_modifyitems(Config, items)
+    assert [i.name for i in items] == ["marked django_db", "asks for db", "a live server"]
+    assert [i.name for i in Config.hook.deselected] == ["rows only lead to it", "opens no connection"]
+    # The SQLite pass runs everything.
+    items = list(ITEMS)
+    monkeypatch.setenv("N17Q_TEST_DATABASE_ONLY", "0")
+    pytest_collection_modifyitems(Config, items)
+    assert items == ITEMS
