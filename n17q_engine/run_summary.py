@@ -87,6 +87,15 @@ SUMMARY_KINDS = MODEL_KINDS  # tool.call, model.proposal, budget.charged
 
 TEXT_CHARS = 8000
 CODES_MAX = 40
+# What the summary's columns hold (runs.models.RunSummary): token counts in 64-bit integers, the cost in a decimal of
+# 20 digits, 6 after the point. A count or cost past them is not a count a run made (a harness's amount of 1e30 tokens):
+# stored as unknown, as a count nobody recorded is, never as a database error (PostgreSQL refuses it, SQLite too).
+MAX_STORED_COUNT = 2**63 - 1
+MAX_STORED_COST = Decimal(10) ** 14
+
+
+def _storable_count(count: int | None) -> int | None:
+    return count if count is None or 0 <= count <= MAX_STORED_COUNT else None
 
 
 def lines(values: list[str] | set[str]) -> str:
@@ -117,6 +126,8 @@ def summary_values(
         cost, currency = priced.amount, (priced.currency or "") if priced.amount is not None else ""
     else:
         cost, currency = Decimal(0), ""  # no model used: nothing to price
+    if cost is not None and abs(cost) >= MAX_STORED_COST:
+        cost, currency = None, ""
     outcome = "errors" if error_count else "warnings" if finding_count else "clean"
     text_parts = [run_id, title, task_id, *built["tools"], destinations, *built["models"], *codes, *messages]
     text = "\n".join(p for p in text_parts if p).lower()[:TEXT_CHARS]
@@ -127,9 +138,9 @@ def summary_values(
         "model_names": lines(built["models"]),
         "codes": lines(sorted(set(codes))[:CODES_MAX]),
         "model_calls": built["model_calls"],
-        "tokens": built["tokens"],
-        "tokens_in": built["tokens_in"],
-        "tokens_out": built["tokens_out"],
+        "tokens": _storable_count(built["tokens"]),
+        "tokens_in": _storable_count(built["tokens_in"]),
+        "tokens_out": _storable_count(built["tokens_out"]),
         "cost": cost,
         "currency": currency,
         "usage": built["usage"],

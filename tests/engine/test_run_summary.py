@@ -86,3 +86,21 @@ def test_a_converted_event_makes_the_run_imported():
 
 def test_lines_match_whole_values():
     assert lines(["b", "a"]) == "\na\nb\n" and lines([]) == ""
+
+
+def test_a_count_or_cost_past_what_the_summary_stores_is_stored_unknown():
+    """Found by the import property test on PostgreSQL: a charge of 2**70 tokens made the summary's bigint insert fail
+    (a database error, not a refusal). Past the columns' range, a count or a cost is no count a run made: unknown."""
+    huge = built(call("gpt-4o-mini"), charge("gpt-4o-mini", amount=2**70, input_tokens=2**69, output_tokens=2**69))
+    values = summary_values(
+        run_id="r", title="", task_id="", destinations="", kind="recorded", finding_count=0, error_count=0,
+        built=huge, codes=[], messages=[], table=TABLE,
+    )  # fmt: skip
+    assert (values["tokens"], values["tokens_in"], values["tokens_out"]) == (None, None, None)
+    assert (values["cost"], values["currency"]) == (None, "")
+    # At the edge of the range, the count is kept.
+    edge = summary_values(
+        run_id="r", title="", task_id="", destinations="", kind="recorded", finding_count=0, error_count=0,
+        built=built(call(), charge(amount=2**63 - 1)), codes=[], messages=[], table=TABLE,
+    )  # fmt: skip
+    assert edge["tokens"] == 2**63 - 1

@@ -348,3 +348,22 @@ def test_the_live_filter_shows_a_refusal_in_place_of_the_table(viewer_client, ru
     html = response.content.decode()
     assert html.lstrip().startswith('<div id="run-table">') and "Not filtered: code:" in html
     assert listed(html) == []
+
+
+def test_a_token_charge_past_what_a_count_can_be_imports_with_its_tokens_unknown(tmp_path):
+    """Found by the import property test on PostgreSQL: a `budget.charged` of 1e19 tokens made the summary's bigint
+    insert fail (a database error). The run imports; its stored token count is unknown, as one nobody recorded."""
+    manifest, events, blobs = bundles.example_parts()
+    last = events[-1]
+    charge = {
+        "seq": last["seq"] + 1,
+        "id": "e-huge-charge",
+        "kind": "budget.charged",
+        "at": last["at"],
+        "attempt": last["attempt"],
+        "resource": "tokens",
+        "amount": 1e19,  # a number the reader takes (a float), a count past 64 bits
+    }
+    run_import_from_path(bundles.write_folder(tmp_path / "bundle", manifest, [*events, charge], blobs))
+    summary = RunSummary.objects.get(run__run_id=manifest["run"]["id"])
+    assert (summary.tokens, summary.cost) == (None, None)
